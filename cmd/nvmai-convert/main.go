@@ -1,0 +1,73 @@
+// Command nvmai-convert turns a Hugging Face snapshot of a Qwen3.5 or
+// Qwen3.5-MoE checkpoint into an nvmai install.
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/convert"
+)
+
+func main() { cliutil.Run(app()) }
+
+func app() *cli.App {
+	return &cli.App{
+		Name:  "nvmai-convert",
+		Usage: "convert a Hugging Face snapshot into an nvmai install (4-bit, 8-bit or 16-bit)",
+		UsageText: `nvmai-convert --input SNAPSHOT --output DIR --bits 4|8|16
+   nvmai-convert --input SNAPSHOT --output DIR --bits 4,8     (writes DIR-4bit and DIR-8bit from one read)`,
+		Description: `Reads config.json, the tokenizer and the safetensors shards of SNAPSHOT (a folder, e.g. a
+Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
+manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
+and the receipt verified-install.json. Output appears only when complete; an existing install is
+never replaced without --overwrite. Vision-tower tensors are skipped; mtp.* draft-head tensors are
+copied verbatim to draft/mtp.safetensors.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: "Hugging Face snapshot `DIR`", Required: true},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "install `DIR` to create", Required: true},
+			&cli.StringFlag{Name: "bits", Aliases: []string{"b"}, Value: "4", Usage: "width: 4, 8, 16 (exact bf16) or 4,8"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing install at --output"},
+			&cli.StringFlag{Name: "model-id", Usage: "model name recorded in the manifest (default: the repo or the input folder name)"},
+			&cli.StringFlag{Name: "repo", Usage: "source repo `ORG/NAME` to record (default: taken from a Hugging Face cache path)"},
+			&cli.StringFlag{Name: "revision", Usage: "source revision to record (default: taken from a Hugging Face cache path)"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "quantization threads (default: all cores)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
+		},
+		Action: convertAction,
+	}
+}
+
+func convertAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q (use --input and --output)", c.Args().First())
+	}
+	bits, err := convert.ParseBits(c.String("bits"))
+	if err != nil {
+		return cliutil.Usagef("%v", err)
+	}
+	prog := cliutil.NewProgress("converting", c.Bool("quiet"))
+	start := time.Now()
+	results, err := convert.Run(c.Context, convert.Options{
+		Input: c.String("input"), Targets: convert.Targets(c.String("output"), bits),
+		Overwrite: c.Bool("overwrite"), ModelID: c.String("model-id"), Repo: c.String("repo"),
+		Revision: c.String("revision"), Threads: c.Int("threads"), Progress: prog.Update,
+		Notice: func(msg string) {
+			if !c.Bool("quiet") {
+				fmt.Fprintln(os.Stderr, msg)
+			}
+		},
+	})
+	prog.Finish()
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		fmt.Printf("wrote %s (%d-bit, %s, %d resident tensors) in %.1fs\n", r.Dir, r.Bits, r.Manifest.Architecture, len(r.Manifest.Tensors), time.Since(start).Seconds())
+	}
+	return nil
+}

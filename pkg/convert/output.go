@@ -1,0 +1,204 @@
+package convert
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nvmai/nvmai/pkg/hf"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/safetensors"
+)
+
+// output is one install being written into its staging directory.
+type output struct {
+	target   Target
+	staging  string
+	man      *packexperts.Manifest
+	resident *os.File
+	tensors  map[string]*packexperts.Tensor // canonical name → placement
+	experts  map[int]*os.File               // layer → packed expert file
+	parts    map[string]*packexperts.Tensor // "gate", "up", "down"
+	draft    *safetensors.Writer
+	draftF   *os.File
+}
+
+// stagingDir is a hidden sibling of the final directory, so a failed or
+// interrupted conversion never leaves anything that looks like an install.
+func stagingDir(final string) string {
+	return filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".partial-"+strconv.Itoa(os.Getpid()))
+}
+
+// removeStaleStaging deletes staging directories that earlier, interrupted
+// runs left for the same final directory.
+func removeStaleStaging(final string) {
+	pattern := filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".partial-*")
+	stale, _ := filepath.Glob(pattern)
+	for _, s := range stale {
+		os.RemoveAll(s)
+	}
+}
+
+func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.TensorSpec) (*output, error) {
+	if err := os.MkdirAll(filepath.Dir(t.Dir), 0o755); err != nil {
+		return nil, err
+	}
+	removeStaleStaging(t.Dir)
+	o := &output{target: t, staging: stagingDir(t.Dir), tensors: map[string]*packexperts.Tensor{}, experts: map[int]*os.File{}, parts: map[string]*packexperts.Tensor{}}
+	if err := os.MkdirAll(o.staging, 0o755); err != nil {
+		return nil, err
+	}
+	o.man = &packexperts.Manifest{
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		ModelID: opt.ModelID, Architecture: snap.Architecture, Bits: t.Bits, Geometry: snap.Geometry,
+		Source: packexperts.Source{Repo: opt.Repo, Revision: opt.Revision},
+	}
+	if err := o.planResident(snap); err != nil {
+		return nil, err
+	}
+	if err := o.planExperts(snap); err != nil {
+		return nil, err
+	}
+	if err := o.openDraft(mtp); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// planResident assigns every resident tensor its encoding and byte range.
+func (o *output) planResident(snap *hf.Snapshot) error {
+	var names []*hf.SourceTensor
+	for i := range snap.Tensors {
+		if snap.Tensors[i].Role == hf.Resident {
+			names = append(names, &snap.Tensors[i])
+		}
+	}
+	sort.SliceStable(names, func(i, j int) bool { return residentOrder(names[i].Canonical) < residentOrder(names[j].Canonical) })
+	alloc := packexperts.Allocator{File: packexperts.ResidentFile, Align: packexperts.ResidentAlign}
+	o.man.Tensors = make([]packexperts.Tensor, len(names))
+	for i, st := range names {
+		shape := append([]int64(nil), st.Info.Shape...)
+		t := &o.man.Tensors[i]
+		t.Name, t.Shape = st.Canonical, shape
+		if err := alloc.Place(t, ResidentEncoding(st.Canonical, shape, o.target.Bits)); err != nil {
+			return err
+		}
+	}
+	for i := range o.man.Tensors {
+		o.tensors[o.man.Tensors[i].Name] = &o.man.Tensors[i]
+	}
+	f, err := os.Create(filepath.Join(o.staging, packexperts.ResidentFile))
+	if err != nil {
+		return err
+	}
+	o.resident = f
+	return f.Truncate(alloc.Size)
+}
+
+// residentOrder sorts the embedding first, then layers in numeric order,
+// then the final norm and the head, so the resident file reads in the order
+// a forward pass touches it.
+func residentOrder(name string) string {
+	switch {
+	case name == "model.embed_tokens.weight":
+		return "0"
+	case strings.HasPrefix(name, "model.layers."):
+		rest := strings.TrimPrefix(name, "model.layers.")
+		n, tail, _ := strings.Cut(rest, ".")
+		l, _ := strconv.Atoi(n)
+		return fmt.Sprintf("1%06d%s", l, tail)
+	}
+	return "2" + name
+}
+
+func (o *output) planExperts(snap *hf.Snapshot) error {
+	g := &snap.Geometry
+	if snap.Architecture != packexperts.ArchQwen35MoE {
+		return nil
+	}
+	parts, stride, err := packexperts.LayoutExperts(g.HiddenSize, g.MoeIntermediateSize, ExpertEncoding(o.target.Bits))
+	if err != nil {
+		return fmt.Errorf("expert layout: %w", err)
+	}
+	x := &packexperts.Experts{Count: g.NumExperts, TopK: g.NumExpertsPerTok, Stride: stride, Parts: parts}
+	if err := os.MkdirAll(filepath.Join(o.staging, packexperts.ExpertDir), 0o755); err != nil {
+		return err
+	}
+	for l := 0; l < g.NumLayers; l++ {
+		name := packexperts.ExpertFileName(l)
+		f, err := os.Create(filepath.Join(o.staging, filepath.FromSlash(name)))
+		if err != nil {
+			return err
+		}
+		o.experts[l] = f
+		if err := f.Truncate(int64(x.Count) * stride); err != nil {
+			return err
+		}
+		x.Layers = append(x.Layers, packexperts.ExpertLayer{Layer: l, File: name})
+	}
+	o.man.Experts = x
+	for i := range x.Parts {
+		o.parts[x.Parts[i].Name] = &x.Parts[i]
+	}
+	return nil
+}
+
+// openDraft starts the draft-head file that keeps the mtp.* tensors aside,
+// verbatim, for a future speculative decoder.
+func (o *output) openDraft(mtp []safetensors.TensorSpec) error {
+	if len(mtp) == 0 {
+		return nil
+	}
+	p := filepath.Join(o.staging, filepath.FromSlash(packexperts.DraftFile))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	w, err := safetensors.NewWriter(f, mtp, map[string]string{"format": "pt", "nvmai": "mtp draft head, copied verbatim"})
+	if err != nil {
+		f.Close()
+		return err
+	}
+	o.draft, o.draftF = w, f
+	o.man.Draft = &packexperts.Draft{File: packexperts.DraftFile, Tensors: len(mtp)}
+	return nil
+}
+
+// closeFiles flushes and closes every payload file, syncing them to disk.
+func (o *output) closeFiles() error {
+	var files []*os.File
+	if o.resident != nil {
+		files = append(files, o.resident)
+	}
+	for l := 0; l < len(o.experts); l++ {
+		files = append(files, o.experts[l])
+	}
+	if o.draft != nil {
+		if err := o.draft.Close(); err != nil {
+			return fmt.Errorf("draft head: %w", err)
+		}
+		files = append(files, o.draftF)
+	}
+	var first error
+	for _, f := range files {
+		if err := f.Sync(); err != nil && first == nil {
+			first = err
+		}
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	o.resident, o.experts, o.draft, o.draftF = nil, map[int]*os.File{}, nil, nil
+	return first
+}
+
+func (o *output) abort() {
+	o.closeFiles()
+	os.RemoveAll(o.staging)
+}
