@@ -1,0 +1,94 @@
+package hf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+)
+
+// readBounded reads a whole file of at most limit bytes. The size is checked
+// on the (symlink-followed) stat before anything is allocated, and again while
+// reading in case the file grows underneath us.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(path, st, limit); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: grew past the %d-byte ceiling while being read", path, limit)
+	}
+	return b, nil
+}
+
+// checkSize refuses anything but a non-empty regular file of at most limit bytes.
+func checkSize(path string, st fs.FileInfo, limit int64) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: not a regular file (mode %v)", path, st.Mode())
+	}
+	if st.Size() > limit {
+		return fmt.Errorf("%s: %d bytes, over the %d-byte ceiling for this file; it is not a file nvmai can read", path, st.Size(), limit)
+	}
+	if st.Size() == 0 {
+		return fmt.Errorf("%s: file is empty; the download is probably incomplete", path)
+	}
+	return nil
+}
+
+// statBounded checks a file the snapshot only needs to exist (the tokenizer
+// package parses it) and returns its size.
+func statBounded(path string, limit int64) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), checkSize(path, st, limit)
+}
+
+// HashFile streams path through sha256, returning its size and hex digest.
+func HashFile(path string) (size int64, sha string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// checkRelativeName refuses a file name from the index that could point
+// outside the snapshot or means different things on different systems.
+// Subdirectories are allowed; symlinks inside the snapshot are followed later,
+// as the Hugging Face cache layout requires.
+func checkRelativeName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty file name")
+	case strings.ContainsAny(name, "\\\x00"):
+		return fmt.Errorf("file name %q contains a backslash or NUL", name)
+	case strings.HasPrefix(name, "/"):
+		return fmt.Errorf("file name %q is absolute", name)
+	case !fs.ValidPath(name) || name == ".":
+		return fmt.Errorf("file name %q is not a plain relative path inside the snapshot (no '.', '..' or empty components)", name)
+	}
+	return nil
+}
