@@ -1,0 +1,127 @@
+// Command nvmai-install downloads a registered model from the Hugging Face
+// Hub, converts it at the requested widths and verifies each install.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/download"
+	"github.com/nvmai/nvmai/pkg/install"
+	"github.com/nvmai/nvmai/pkg/registry"
+)
+
+func main() { cliutil.Run(app()) }
+
+func app() *cli.App {
+	return &cli.App{
+		Name:  "nvmai-install",
+		Usage: "download, convert and verify a model",
+		UsageText: `nvmai-install                          (status table of the registry and what is installed)
+   nvmai-install katcoder both            (KAT-Coder 35B-A3B at 4 and 8 bits from one download)
+   nvmai-install qwen36 8bit | nvmai-install katcoder-8bit
+   nvmai-install --repo ORG/NAME --revision REV --bits 4,8`,
+		Description: `Downloads the model's safetensors, configs and tokenizer into the Hugging Face cache
+($HF_HOME/hub, reused by other tools and by later installs: a second width never re-fetches),
+converts every requested width from that one download into --models-dir/NAME-4bit and NAME-8bit,
+and verifies each install before reporting it. Downloads resume after Ctrl-C or a network failure.
+HF_TOKEN (or the token saved by 'hf auth login') is sent to the Hub host only; HF_ENDPOINT selects
+another Hub.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "models-dir", Value: "models", Usage: "where installs are written"},
+			&cli.StringFlag{Name: "repo", Usage: "install any compatible Hub repository `ORG/NAME` instead of a registry name"},
+			&cli.StringFlag{Name: "revision", Usage: "branch, tag or commit of --repo", DefaultText: "main"},
+			&cli.StringFlag{Name: "bits", Value: "4", Usage: "widths for --repo: 4, 8, 16 or 4,8"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "rebuild widths that are already installed"},
+			&cli.IntFlag{Name: "threads", Usage: "conversion threads", DefaultText: "all cores"},
+			&cli.IntFlag{Name: "parallel", Value: 3, Usage: "download chunks in flight"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
+		},
+		Action: installAction,
+	}
+}
+
+func installAction(c *cli.Context) error {
+	if c.NArg() == 0 && c.String("repo") == "" {
+		return printStatus(c.String("models-dir"))
+	}
+	entry, widths, err := target(c)
+	if err != nil {
+		return err
+	}
+	client := download.NewClient()
+	client.Parallel = c.Int("parallel")
+	var progress download.Progress = download.NopProgress{}
+	if !c.Bool("quiet") {
+		rep := download.NewReporter(os.Stderr, cliutil.IsTerminal(os.Stderr))
+		defer rep.Close()
+		progress = rep
+	}
+	results, err := install.Run(c.Context, entry, widths, install.Options{
+		ModelsDir: c.String("models-dir"), Client: client, Progress: progress, Overwrite: c.Bool("overwrite"),
+		Threads: c.Int("threads"), Notice: func(m string) { fmt.Fprintln(os.Stderr, m) },
+	})
+	for _, r := range results {
+		state := "installed and verified"
+		if r.Reused {
+			state = "already installed, verified"
+		}
+		fmt.Printf("%s: %d-bit %s\n", r.Dir, r.Width, state)
+	}
+	return err
+}
+
+func target(c *cli.Context) (registry.Entry, []int, error) {
+	if repo := c.String("repo"); repo != "" {
+		if c.NArg() > 0 {
+			return registry.Entry{}, nil, cliutil.Usagef("give a registry name or --repo, not both")
+		}
+		e, err := install.CustomEntry(repo, c.String("revision"))
+		if err != nil {
+			return e, nil, cliutil.Usagef("%v", err)
+		}
+		bits, err := convert.ParseBits(c.String("bits"))
+		if err != nil {
+			return e, nil, cliutil.Usagef("%v", err)
+		}
+		return e, bits, nil
+	}
+	e, widths, err := registry.ParseTarget(c.Args().Slice())
+	if err != nil {
+		return e, nil, cliutil.Usagef("%v", err)
+	}
+	return e, widths, nil
+}
+
+func printStatus(modelsDir string) error {
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODEL\tREPO\tINSTALLED\tNOTE")
+	for _, s := range install.Statuses(modelsDir) {
+		var have []string
+		for w := range s.Installed {
+			have = append(have, fmt.Sprintf("%d-bit", w))
+		}
+		sort.Strings(have)
+		note := ""
+		if !s.Entry.Supported {
+			note = "not runnable yet: " + s.Entry.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Entry.Name, s.Entry.Title, s.Entry.Repo, orDash(strings.Join(have, ", ")), note)
+	}
+	fmt.Fprintf(tw, "\ninstall one with: nvmai-install NAME [4bit|8bit|both]   (models dir: %s)\n", modelsDir)
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
