@@ -20,7 +20,8 @@ func app() *cli.App {
 		Name:  "nvmai-convert",
 		Usage: "convert a Hugging Face snapshot into an nvmai install (4-bit, 8-bit or 16-bit)",
 		UsageText: `nvmai-convert --input SNAPSHOT --output DIR --bits 4|8|16
-   nvmai-convert --input SNAPSHOT --output DIR --bits 4,8     (writes DIR-4bit and DIR-8bit from one read)`,
+   nvmai-convert --input SNAPSHOT --output DIR --bits 4,8     (writes DIR-4bit and DIR-8bit from one read)
+   nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --output DIR   (random weights, no snapshot)`,
 		Description: `Reads config.json, the tokenizer and the safetensors shards of SNAPSHOT (a folder, e.g. a
 Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
 manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
@@ -28,8 +29,10 @@ and the receipt verified-install.json. Output appears only when complete; an exi
 never replaced without --overwrite. Vision-tower tensors are skipped; mtp.* draft-head tensors are
 copied verbatim to draft/mtp.safetensors.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: "Hugging Face snapshot `DIR`", Required: true},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "install `DIR` to create", Required: true},
+			// Checked in convertAction, not with Required: urfave/cli would
+			// then demand them of the synth subcommand too.
+			&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: "Hugging Face snapshot `DIR` (required)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "install `DIR` to create (required)"},
 			&cli.StringFlag{Name: "bits", Aliases: []string{"b"}, Value: "4", Usage: "width: 4, 8, 16 (exact bf16) or 4,8"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing install at --output"},
 			&cli.StringFlag{Name: "model-id", Usage: "model name recorded in the manifest (default: the repo or the input folder name)"},
@@ -38,13 +41,19 @@ copied verbatim to draft/mtp.safetensors.`,
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "quantization threads (default: all cores)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
 		},
-		Action: convertAction,
+		Action:   convertAction,
+		Commands: []*cli.Command{synthCommand()},
 	}
 }
 
 func convertAction(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return cliutil.Usagef("unexpected argument %q (use --input and --output)", c.Args().First())
+		return cliutil.Usagef("unexpected argument %q (use --input and --output, or the synth command)", c.Args().First())
+	}
+	for _, name := range []string{"input", "output"} {
+		if c.String(name) == "" {
+			return cliutil.Usagef("--%s is required (see nvmai-convert --help)", name)
+		}
 	}
 	bits, err := convert.ParseBits(c.String("bits"))
 	if err != nil {

@@ -70,23 +70,17 @@ func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.Tens
 
 // planResident assigns every resident tensor its encoding and byte range.
 func (o *output) planResident(snap *hf.Snapshot) error {
-	var names []*hf.SourceTensor
+	var specs []residentSpec
 	for i := range snap.Tensors {
-		if snap.Tensors[i].Role == hf.Resident {
-			names = append(names, &snap.Tensors[i])
+		if st := &snap.Tensors[i]; st.Role == hf.Resident {
+			specs = append(specs, residentSpec{st.Canonical, st.Info.Shape})
 		}
 	}
-	sort.SliceStable(names, func(i, j int) bool { return residentOrder(names[i].Canonical) < residentOrder(names[j].Canonical) })
-	alloc := packexperts.Allocator{File: packexperts.ResidentFile, Align: packexperts.ResidentAlign}
-	o.man.Tensors = make([]packexperts.Tensor, len(names))
-	for i, st := range names {
-		shape := append([]int64(nil), st.Info.Shape...)
-		t := &o.man.Tensors[i]
-		t.Name, t.Shape = st.Canonical, shape
-		if err := alloc.Place(t, ResidentEncoding(st.Canonical, shape, o.target.Bits)); err != nil {
-			return err
-		}
+	tensors, size, err := layoutResident(specs, o.target.Bits)
+	if err != nil {
+		return err
 	}
+	o.man.Tensors = tensors
 	for i := range o.man.Tensors {
 		o.tensors[o.man.Tensors[i].Name] = &o.man.Tensors[i]
 	}
@@ -95,7 +89,31 @@ func (o *output) planResident(snap *hf.Snapshot) error {
 		return err
 	}
 	o.resident = f
-	return f.Truncate(alloc.Size)
+	return f.Truncate(size)
+}
+
+// residentSpec is one resident tensor to place: canonical name and shape.
+type residentSpec struct {
+	name  string
+	shape []int64
+}
+
+// layoutResident puts the tensors in forward-pass order and gives each its
+// encoding at install width bits and its range of resident.bin, whose size
+// it returns. The converter and synth share it, so both lay out alike.
+func layoutResident(specs []residentSpec, bits int) ([]packexperts.Tensor, int64, error) {
+	specs = append([]residentSpec(nil), specs...)
+	sort.SliceStable(specs, func(i, j int) bool { return residentOrder(specs[i].name) < residentOrder(specs[j].name) })
+	alloc := packexperts.Allocator{File: packexperts.ResidentFile, Align: packexperts.ResidentAlign}
+	tensors := make([]packexperts.Tensor, len(specs))
+	for i, s := range specs {
+		t := &tensors[i]
+		t.Name, t.Shape = s.name, append([]int64(nil), s.shape...)
+		if err := alloc.Place(t, ResidentEncoding(s.name, t.Shape, bits)); err != nil {
+			return nil, 0, err
+		}
+	}
+	return tensors, alloc.Size, nil
 }
 
 // residentOrder sorts the embedding first, then layers in numeric order,

@@ -1,0 +1,287 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
+)
+
+// SynthGeometry is a model shape that `nvmai-convert synth` can fill with
+// random weights. Source says where the numbers come from (docs/synthetic.md
+// lists them with the same sources).
+type SynthGeometry struct {
+	Name         string
+	Architecture string // packexperts.ArchQwen35MoE or packexperts.ArchQwen35
+	Geometry     packexperts.Geometry
+	Source       string
+}
+
+// fullAttentionInterval is Qwen3.5's layer pattern: three Gated DeltaNet
+// layers, then one full-attention layer.
+const fullAttentionInterval = 4
+
+// qwen35Text holds the fields every released Qwen3.5 text decoder shares
+// (rope, norms, GDN head sizes, vocabulary), so each geometry below only
+// states what differs.
+func qwen35Text(g packexperts.Geometry) packexperts.Geometry {
+	g.VocabSize = 248320
+	g.RMSNormEps = 1e-6
+	g.HiddenAct = "silu"
+	g.HeadDim = 256
+	g.RopeTheta = 1e7
+	g.PartialRotaryFactor = 0.25
+	g.MaxPositionEmbeddings = 262144
+	g.LinearConvKernelDim = 4
+	g.LinearNumKeyHeads = 16
+	g.LinearKeyHeadDim = 128
+	g.LinearValueHeadDim = 128
+	return g
+}
+
+// tinyText is the shape of the transformers fixtures in shared/fixtures/dev
+// (tiny-moe-*, tiny-dense): small enough for tests to run a forward pass.
+func tinyText(g packexperts.Geometry) packexperts.Geometry {
+	g.VocabSize = 4160
+	g.HiddenSize = 128
+	g.RMSNormEps = 1e-6
+	g.HiddenAct = "silu"
+	g.NumAttentionHeads = 4
+	g.NumKeyValueHeads = 2
+	g.HeadDim = 32
+	g.RopeTheta = 1e7
+	g.PartialRotaryFactor = 0.25
+	g.MaxPositionEmbeddings = 4096
+	g.LinearConvKernelDim = 4
+	g.LinearNumKeyHeads = 2
+	g.LinearNumValueHeads = 4
+	g.LinearKeyHeadDim = 32
+	g.LinearValueHeadDim = 32
+	return g
+}
+
+var synthGeometries = []SynthGeometry{
+	{
+		Name: "qwen3.5-35b-a3b", Architecture: packexperts.ArchQwen35MoE,
+		Source: "Qwen/Qwen3.5-35B-A3B config.json as given in docs/qwen35-architecture.md §1.2",
+		Geometry: qwen35Text(packexperts.Geometry{
+			HiddenSize: 2048, NumLayers: 40, NumAttentionHeads: 16, NumKeyValueHeads: 2, LinearNumValueHeads: 32,
+			NumExperts: 256, NumExpertsPerTok: 8, MoeIntermediateSize: 512, SharedExpertIntermediateSize: 512,
+		}),
+	},
+	{
+		Name: "qwen3.5-2b", Architecture: packexperts.ArchQwen35,
+		Source: "Qwen/Qwen3.5-2B config.json as quoted by public code (see docs/synthetic.md)",
+		Geometry: qwen35Text(packexperts.Geometry{
+			HiddenSize: 2048, NumLayers: 24, NumAttentionHeads: 8, NumKeyValueHeads: 2, LinearNumValueHeads: 16,
+			IntermediateSize: 6144, TieWordEmbeddings: true,
+		}),
+	},
+	{
+		Name: "qwen3.5-4b", Architecture: packexperts.ArchQwen35,
+		Source: "Qwen/Qwen3.5-4B config.json as quoted by public code (see docs/synthetic.md)",
+		Geometry: qwen35Text(packexperts.Geometry{
+			HiddenSize: 2560, NumLayers: 32, NumAttentionHeads: 16, NumKeyValueHeads: 4, LinearNumValueHeads: 32,
+			IntermediateSize: 9216, TieWordEmbeddings: true,
+		}),
+	},
+	{
+		Name: "qwen3.5-9b", Architecture: packexperts.ArchQwen35,
+		Source: "Qwen/Qwen3.5-9B config.json as quoted by public code (see docs/synthetic.md)",
+		Geometry: qwen35Text(packexperts.Geometry{
+			HiddenSize: 4096, NumLayers: 32, NumAttentionHeads: 16, NumKeyValueHeads: 4, LinearNumValueHeads: 32,
+			IntermediateSize: 12288,
+		}),
+	},
+	{
+		Name: "tiny-moe", Architecture: packexperts.ArchQwen35MoE,
+		Source: "the tiny-moe transformers fixture (shared/fixtures/dev/tiny-moe-fused/config.json)",
+		Geometry: tinyText(packexperts.Geometry{
+			NumLayers: 8, NumExperts: 16, NumExpertsPerTok: 4, MoeIntermediateSize: 64, SharedExpertIntermediateSize: 64,
+		}),
+	},
+	{
+		Name: "tiny-dense", Architecture: packexperts.ArchQwen35,
+		Source: "the tiny-dense transformers fixture (shared/fixtures/dev/tiny-dense/config.json)",
+		Geometry: tinyText(packexperts.Geometry{
+			NumLayers: 4, IntermediateSize: 256, TieWordEmbeddings: true,
+		}),
+	},
+}
+
+// layerPattern is Qwen3.5's default layer_types: layer i is full attention
+// when (i+1) is a multiple of the interval, as transformers derives it.
+func layerPattern(n int) []string {
+	types := make([]string, n)
+	for i := range types {
+		types[i] = "linear_attention"
+		if (i+1)%fullAttentionInterval == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return types
+}
+
+// SynthGeometryNames lists the geometries synth knows, sorted.
+func SynthGeometryNames() []string {
+	names := make([]string, len(synthGeometries))
+	for i, g := range synthGeometries {
+		names[i] = g.Name
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupSynthGeometry returns the named geometry cut to its first layers
+// decoder layers (0 keeps them all); the layer pattern is kept, so
+// --layers 4 of a Qwen3.5 geometry has three GDN layers and one
+// full-attention layer.
+func LookupSynthGeometry(name string, layers int) (SynthGeometry, error) {
+	for _, sg := range synthGeometries {
+		if sg.Name != name {
+			continue
+		}
+		full := sg.Geometry.NumLayers
+		if layers < 0 || layers > full {
+			return SynthGeometry{}, fmt.Errorf("--layers %d: %s has %d layers; choose 1 to %d (or leave it out for all)", layers, name, full, full)
+		}
+		if layers > 0 {
+			sg.Geometry.NumLayers = layers
+		}
+		sg.Geometry.LayerTypes = layerPattern(sg.Geometry.NumLayers)
+		return sg, nil
+	}
+	return SynthGeometry{}, fmt.Errorf("--geometry %q is not known; choose one of %s", name, strings.Join(SynthGeometryNames(), ", "))
+}
+
+// Token ids of the embedded tokenizer (synthassets/, the fixtures' tiny
+// Qwen tokenizer): the specials follow its 4096 byte-level entries.
+const (
+	synthEndOfText = 4096 // <|endoftext|>: pad
+	synthIMEnd     = 4098 // <|im_end|>: end of turn
+)
+
+type synthRope struct {
+	RopeType            string  `json:"rope_type"`
+	RopeTheta           float64 `json:"rope_theta"`
+	PartialRotaryFactor float64 `json:"partial_rotary_factor"`
+	MropeSection        []int   `json:"mrope_section"`
+	MropeInterleaved    bool    `json:"mrope_interleaved"`
+}
+
+// synthTextConfig is text_config as transformers writes it for Qwen3.5.
+type synthTextConfig struct {
+	ModelType                    string    `json:"model_type"`
+	VocabSize                    int       `json:"vocab_size"`
+	HiddenSize                   int       `json:"hidden_size"`
+	NumHiddenLayers              int       `json:"num_hidden_layers"`
+	LayerTypes                   []string  `json:"layer_types"`
+	FullAttentionInterval        int       `json:"full_attention_interval"`
+	RMSNormEps                   float64   `json:"rms_norm_eps"`
+	HiddenAct                    string    `json:"hidden_act"`
+	NumAttentionHeads            int       `json:"num_attention_heads"`
+	NumKeyValueHeads             int       `json:"num_key_value_heads"`
+	HeadDim                      int       `json:"head_dim"`
+	AttentionBias                bool      `json:"attention_bias"`
+	AttnOutputGate               bool      `json:"attn_output_gate"`
+	RopeParameters               synthRope `json:"rope_parameters"`
+	MaxPositionEmbeddings        int       `json:"max_position_embeddings"`
+	LinearConvKernelDim          int       `json:"linear_conv_kernel_dim"`
+	LinearNumKeyHeads            int       `json:"linear_num_key_heads"`
+	LinearNumValueHeads          int       `json:"linear_num_value_heads"`
+	LinearKeyHeadDim             int       `json:"linear_key_head_dim"`
+	LinearValueHeadDim           int       `json:"linear_value_head_dim"`
+	IntermediateSize             int       `json:"intermediate_size,omitempty"`
+	NumExperts                   int       `json:"num_experts,omitempty"`
+	NumExpertsPerTok             int       `json:"num_experts_per_tok,omitempty"`
+	MoeIntermediateSize          int       `json:"moe_intermediate_size,omitempty"`
+	SharedExpertIntermediateSize int       `json:"shared_expert_intermediate_size,omitempty"`
+	TieWordEmbeddings            bool      `json:"tie_word_embeddings"`
+	MambaSSMDType                string    `json:"mamba_ssm_dtype"`
+	EOSTokenID                   int       `json:"eos_token_id"`
+	PadTokenID                   int       `json:"pad_token_id"`
+	DType                        string    `json:"dtype"`
+}
+
+// synthMarker tells a reader of config.json that the weights are random.
+type synthMarker struct {
+	Generator int    `json:"generator"`
+	Geometry  string `json:"geometry"`
+	Seed      uint64 `json:"seed"`
+	Note      string `json:"note"`
+}
+
+type synthConfig struct {
+	Architectures     []string        `json:"architectures"`
+	ModelType         string          `json:"model_type"`
+	TextConfig        synthTextConfig `json:"text_config"`
+	TieWordEmbeddings bool            `json:"tie_word_embeddings"`
+	DType             string          `json:"dtype"`
+	Synthetic         synthMarker     `json:"nvmai_synthetic"`
+}
+
+// mropeSection splits the rotary half-dimension over (temporal, height,
+// width) as the released configs do: [11, 11, 10] for 32, [2, 1, 1] for 4.
+func mropeSection(g *packexperts.Geometry) []int {
+	half := int(float64(g.HeadDim)*g.PartialRotaryFactor) / 2
+	s := []int{half / 3, half / 3, half / 3}
+	for i := 0; i < half%3; i++ {
+		s[i]++
+	}
+	return s
+}
+
+// configJSON is the config.json of a synthetic install: the released
+// vision-language layout (text_config nested) without a vision_config,
+// since a synthetic install has no vision tower.
+func (sg *SynthGeometry) configJSON(seed uint64) ([]byte, error) {
+	g := &sg.Geometry
+	arch := "Qwen3_5ForConditionalGeneration"
+	if sg.Architecture == packexperts.ArchQwen35MoE {
+		arch = "Qwen3_5MoeForConditionalGeneration"
+	}
+	cfg := synthConfig{
+		Architectures: []string{arch}, ModelType: sg.Architecture, TieWordEmbeddings: g.TieWordEmbeddings, DType: "bfloat16",
+		TextConfig: synthTextConfig{
+			ModelType: sg.Architecture + "_text", VocabSize: g.VocabSize, HiddenSize: g.HiddenSize,
+			NumHiddenLayers: g.NumLayers, LayerTypes: g.LayerTypes, FullAttentionInterval: fullAttentionInterval,
+			RMSNormEps: g.RMSNormEps, HiddenAct: g.HiddenAct, NumAttentionHeads: g.NumAttentionHeads,
+			NumKeyValueHeads: g.NumKeyValueHeads, HeadDim: g.HeadDim, AttnOutputGate: true,
+			RopeParameters: synthRope{RopeType: "default", RopeTheta: g.RopeTheta, PartialRotaryFactor: g.PartialRotaryFactor,
+				MropeSection: mropeSection(g), MropeInterleaved: true},
+			MaxPositionEmbeddings: g.MaxPositionEmbeddings, LinearConvKernelDim: g.LinearConvKernelDim,
+			LinearNumKeyHeads: g.LinearNumKeyHeads, LinearNumValueHeads: g.LinearNumValueHeads,
+			LinearKeyHeadDim: g.LinearKeyHeadDim, LinearValueHeadDim: g.LinearValueHeadDim,
+			IntermediateSize: g.IntermediateSize, NumExperts: g.NumExperts, NumExpertsPerTok: g.NumExpertsPerTok,
+			MoeIntermediateSize: g.MoeIntermediateSize, SharedExpertIntermediateSize: g.SharedExpertIntermediateSize,
+			TieWordEmbeddings: g.TieWordEmbeddings, MambaSSMDType: "float32",
+			EOSTokenID: synthIMEnd, PadTokenID: synthEndOfText, DType: "bfloat16",
+		},
+		Synthetic: synthMarker{Generator: synthGenerator, Geometry: sg.Name, Seed: seed,
+			Note: "random weights written by nvmai-convert synth for measurement; the model says nothing meaningful"},
+	}
+	return indentJSON(cfg)
+}
+
+// generationConfigJSON uses the fixtures' sampling settings and the
+// embedded tokenizer's end-of-turn and end-of-text ids.
+func generationConfigJSON() ([]byte, error) {
+	return indentJSON(struct {
+		DoSample    bool    `json:"do_sample"`
+		Temperature float64 `json:"temperature"`
+		TopP        float64 `json:"top_p"`
+		TopK        int     `json:"top_k"`
+		EOSTokenID  []int   `json:"eos_token_id"`
+		PadTokenID  int     `json:"pad_token_id"`
+	}{true, 0.7, 0.95, 20, []int{synthIMEnd, synthEndOfText}, synthEndOfText})
+}
+
+func indentJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

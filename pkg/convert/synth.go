@@ -1,0 +1,419 @@
+package convert
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmai/nvmai/pkg/hf"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/receipt"
+)
+
+// synthGenerator versions the mapping from (seed, tensor, block) to bytes:
+// bump it whenever a change makes the same seed write different weights, so
+// manifests (source.revision) and configs tell the two apart.
+const synthGenerator = 1
+
+// synthAssets is the tokenizer every synthetic install carries: a copy of
+// the fixtures' tiny Qwen tokenizer (4096 byte-level tokens and 7 specials).
+//
+//go:embed synthassets/tokenizer.json synthassets/tokenizer_config.json
+var synthAssets embed.FS
+
+// SynthOptions configures a synthetic install.
+type SynthOptions struct {
+	Geometry  string // a name of SynthGeometryNames
+	Bits      int    // 4, 8 or 16
+	Output    string // install directory to create
+	Layers    int    // keep only the first Layers decoder layers; 0 keeps all
+	Seed      uint64 // same seed, same bytes
+	Overwrite bool   // replace an existing install
+	Threads   int    // generator threads (default all cores); never changes the bytes
+	Tool      string // recorded in the receipt
+	// Progress, when set, is called with payload bytes written so far and
+	// the total, possibly from several goroutines at once (calls are
+	// serialised).
+	Progress func(done, total int64)
+}
+
+// SynthResult describes a written synthetic install.
+type SynthResult struct {
+	Dir      string
+	Manifest *packexperts.Manifest
+	Bytes    int64         // every file of the install, receipt and manifest aside
+	Elapsed  time.Duration // planning to publication, fsyncs included
+}
+
+// synthPlan is everything a synthetic install will hold, decided before a
+// byte is written.
+type synthPlan struct {
+	geo   SynthGeometry
+	seed  uint64
+	man   *packexperts.Manifest
+	meta  []metaFile
+	files []*synthFile // payload files in write order: resident.bin, then experts
+}
+
+// PlanSynth returns the manifest a synthetic install would get, with every
+// file's size, without writing anything (nvmai-convert synth --dry-run).
+func PlanSynth(opt SynthOptions) (*packexperts.Manifest, error) {
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	p, err := newSynthPlan(&opt)
+	if err != nil {
+		return nil, err
+	}
+	return p.man, nil
+}
+
+// Synth writes a full-size install of opt.Geometry filled with
+// deterministic random weights: no source snapshot is read. The install is
+// staged next to opt.Output and renamed into place only once sealed, as
+// the converter does.
+func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
+	start := time.Now()
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	if opt.Output == "" {
+		return nil, fmt.Errorf("no output: pass --output DIR")
+	}
+	if _, err := os.Lstat(opt.Output); err == nil && !opt.Overwrite {
+		return nil, fmt.Errorf("%w: %s exists; pass --overwrite to replace it, or choose another --output", ErrExists, opt.Output)
+	}
+	p, err := newSynthPlan(&opt)
+	if err != nil {
+		return nil, err
+	}
+	final := filepath.Clean(opt.Output)
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkFreeSpace(filepath.Dir(final), p.totalBytes()); err != nil {
+		return nil, err
+	}
+	removeStaleStaging(final)
+	staging := stagingDir(final)
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return nil, err
+	}
+	published := false
+	defer func() {
+		if !published {
+			os.RemoveAll(staging)
+		}
+	}()
+	if err := p.seal(ctx, staging, &opt); err != nil {
+		return nil, fmt.Errorf("%s: %w", final, err)
+	}
+	if err := publish(staging, final); err != nil {
+		return nil, err
+	}
+	published = true
+	return &SynthResult{Dir: final, Manifest: p.man, Bytes: p.totalBytes(), Elapsed: time.Since(start)}, nil
+}
+
+func (o *SynthOptions) check() error {
+	if o.Bits != 4 && o.Bits != 8 && o.Bits != 16 {
+		return &BitsError{o.Bits}
+	}
+	if _, err := LookupSynthGeometry(o.Geometry, o.Layers); err != nil {
+		return err
+	}
+	if o.Threads <= 0 {
+		o.Threads = runtime.NumCPU()
+	}
+	if o.Tool == "" {
+		o.Tool = "nvmai-convert synth"
+	}
+	return nil
+}
+
+func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
+	geo, err := LookupSynthGeometry(opt.Geometry, opt.Layers)
+	if err != nil {
+		return nil, err
+	}
+	p := &synthPlan{geo: geo, seed: opt.Seed}
+	p.man = &packexperts.Manifest{
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		ModelID: "synthetic/" + geo.Name, Architecture: geo.Architecture, Bits: opt.Bits, Geometry: geo.Geometry,
+		Source: packexperts.Source{Repo: "synthetic", Revision: synthRevision(opt.Seed), Files: []packexperts.SourceFile{}},
+	}
+	if err := p.planResident(opt.Bits); err != nil {
+		return nil, err
+	}
+	if err := p.planExperts(opt.Bits); err != nil {
+		return nil, err
+	}
+	if err := p.planMetadata(); err != nil {
+		return nil, err
+	}
+	p.listFiles()
+	if err := p.man.Validate(); err != nil {
+		return nil, fmt.Errorf("internal error, synth planned an invalid install: %w", err)
+	}
+	return p, nil
+}
+
+// synthRevision records how the weights were made in source.revision.
+func synthRevision(seed uint64) string {
+	return fmt.Sprintf("generator-%d-seed-%d", synthGenerator, seed)
+}
+
+// Per-layer resident tensors (docs/qwen35-architecture.md §2.2), by layer
+// kind and architecture. hf.Classify checks every name and gives its shape.
+var (
+	synthNorms      = []string{"input_layernorm.weight", "post_attention_layernorm.weight"}
+	synthLinearAttn = []string{
+		"linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight",
+		"linear_attn.in_proj_a.weight", "linear_attn.conv1d.weight", "linear_attn.A_log", "linear_attn.dt_bias",
+		"linear_attn.norm.weight", "linear_attn.out_proj.weight",
+	}
+	synthFullAttn = []string{
+		"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+		"self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+	}
+	synthDenseMLP = []string{"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}
+	synthMoEMLP   = []string{
+		"mlp.gate.weight", "mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
+		"mlp.shared_expert.down_proj.weight", "mlp.shared_expert_gate.weight",
+	}
+)
+
+// residentSpecs names every resident tensor of the geometry with its shape.
+func (p *synthPlan) residentSpecs() ([]residentSpec, error) {
+	g := &p.geo.Geometry
+	names := []string{"model.embed_tokens.weight"}
+	for l, lt := range g.LayerTypes {
+		suffixes := append([]string(nil), synthNorms...)
+		if lt == hf.FullAttention {
+			suffixes = append(suffixes, synthFullAttn...)
+		} else {
+			suffixes = append(suffixes, synthLinearAttn...)
+		}
+		if p.geo.Architecture == packexperts.ArchQwen35MoE {
+			suffixes = append(suffixes, synthMoEMLP...)
+		} else {
+			suffixes = append(suffixes, synthDenseMLP...)
+		}
+		for _, s := range suffixes {
+			names = append(names, "model.layers."+strconv.Itoa(l)+"."+s)
+		}
+	}
+	names = append(names, "model.norm.weight")
+	if !g.TieWordEmbeddings {
+		names = append(names, "lm_head.weight")
+	}
+	specs := make([]residentSpec, len(names))
+	for i, n := range names {
+		c, err := hf.Classify(n, p.geo.Architecture, g)
+		if err != nil || c.Role != hf.Resident {
+			return nil, fmt.Errorf("internal error: synth tensor %s is not a resident tensor of %s: %v", n, p.geo.Architecture, err)
+		}
+		specs[i] = residentSpec{n, c.ExpectedShape(g)}
+	}
+	return specs, nil
+}
+
+func (p *synthPlan) planResident(bits int) error {
+	specs, err := p.residentSpecs()
+	if err != nil {
+		return err
+	}
+	tensors, size, err := layoutResident(specs, bits)
+	if err != nil {
+		return err
+	}
+	p.man.Tensors = tensors
+	f := &synthFile{name: packexperts.ResidentFile, size: size}
+	for i := range tensors {
+		if err := f.addTensor(&tensors[i], 0, tensors[i].Name); err != nil {
+			return err
+		}
+	}
+	p.files = append(p.files, f)
+	return nil
+}
+
+func (p *synthPlan) planExperts(bits int) error {
+	g := &p.geo.Geometry
+	if p.geo.Architecture != packexperts.ArchQwen35MoE {
+		return nil
+	}
+	parts, stride, err := packexperts.LayoutExperts(g.HiddenSize, g.MoeIntermediateSize, ExpertEncoding(bits))
+	if err != nil {
+		return fmt.Errorf("expert layout: %w", err)
+	}
+	x := &packexperts.Experts{Count: g.NumExperts, TopK: g.NumExpertsPerTok, Stride: stride, Parts: parts}
+	for l := 0; l < g.NumLayers; l++ {
+		name := packexperts.ExpertFileName(l)
+		x.Layers = append(x.Layers, packexperts.ExpertLayer{Layer: l, File: name})
+		f := &synthFile{name: name, size: int64(x.Count) * stride}
+		for e := 0; e < x.Count; e++ {
+			for i := range parts {
+				key := fmt.Sprintf("experts.%d.%d.%s", l, e, parts[i].Name)
+				if err := f.addTensor(&parts[i], int64(e)*stride, key); err != nil {
+					return err
+				}
+			}
+		}
+		p.files = append(p.files, f)
+	}
+	p.man.Experts = x
+	return nil
+}
+
+// planMetadata generates config.json and generation_config.json from the
+// geometry and takes the tokenizer from the embedded assets. config.json is
+// parsed back with the converter's own reader, so it cannot disagree with
+// the manifest geometry.
+func (p *synthPlan) planMetadata() error {
+	cfg, err := p.geo.configJSON(p.seed)
+	if err != nil {
+		return err
+	}
+	arch, g, err := hf.ParseConfig(cfg, "synthetic config.json")
+	if err != nil {
+		return fmt.Errorf("internal error: %w", err)
+	}
+	if arch != p.geo.Architecture || !reflect.DeepEqual(g, p.geo.Geometry) {
+		return fmt.Errorf("internal error: synthetic config.json reads back as %s %+v, want %s %+v", arch, g, p.geo.Architecture, p.geo.Geometry)
+	}
+	gen, err := generationConfigJSON()
+	if err != nil {
+		return err
+	}
+	p.meta = []metaFile{{"config.json", cfg}, {"generation_config.json", gen}}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		data, err := synthAssets.ReadFile("synthassets/" + name)
+		if err != nil {
+			return err
+		}
+		p.meta = append(p.meta, metaFile{name, data})
+	}
+	return nil
+}
+
+// listFiles records every payload and metadata file with its size.
+func (p *synthPlan) listFiles() {
+	p.man.Files = nil
+	for _, f := range p.files {
+		p.man.Files = append(p.man.Files, packexperts.Payload{Name: f.name, Size: f.size})
+	}
+	for _, m := range p.meta {
+		p.man.Files = append(p.man.Files, packexperts.Payload{Name: m.name, Size: int64(len(m.data))})
+	}
+	sort.Slice(p.man.Files, func(i, j int) bool { return p.man.Files[i].Name < p.man.Files[j].Name })
+}
+
+func (p *synthPlan) totalBytes() int64 {
+	var n int64
+	for _, f := range p.man.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// seal writes every file into staging: payloads (hashed as they are
+// written), metadata, manifest, and the receipt last.
+func (p *synthPlan) seal(ctx context.Context, staging string, opt *SynthOptions) error {
+	if p.man.Experts != nil {
+		if err := os.Mkdir(filepath.Join(staging, packexperts.ExpertDir), 0o755); err != nil {
+			return err
+		}
+	}
+	sums, err := writeSynthFiles(ctx, staging, p.files, p.seed, opt.Threads, p.progress(opt.Progress))
+	if err != nil {
+		return err
+	}
+	metaNames := make([]string, len(p.meta))
+	for i, m := range p.meta {
+		if err := writeFileSynced(filepath.Join(staging, m.name), m.data); err != nil {
+			return err
+		}
+		metaNames[i] = m.name
+	}
+	raw, err := EncodeManifest(p.man)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSynced(filepath.Join(staging, packexperts.ManifestFile), raw); err != nil {
+		return err
+	}
+	// Re-reading gigabytes of payload only to hash it again would double
+	// the I/O; the payload hashes were taken from the bytes as written.
+	rc, err := receipt.Build(staging, packexperts.ManifestFile, metaNames, opt.Tool, opt.Threads)
+	if err != nil {
+		return err
+	}
+	for i, f := range p.files {
+		rc.Files = append(rc.Files, receipt.File{Name: f.name, Size: f.size, SHA256: sums[i]})
+	}
+	if err := receipt.Write(filepath.Join(staging, packexperts.ReceiptFile), rc); err != nil {
+		return err
+	}
+	if p.man.Experts != nil {
+		if err := syncDir(filepath.Join(staging, packexperts.ExpertDir)); err != nil {
+			return err
+		}
+	}
+	return syncDir(staging)
+}
+
+// progress adapts opt.Progress to the writers' byte counts.
+func (p *synthPlan) progress(report func(done, total int64)) func(n int64) {
+	if report == nil {
+		return func(int64) {}
+	}
+	var total int64
+	for _, f := range p.files {
+		total += f.size
+	}
+	var done int64
+	return func(n int64) {
+		done += n
+		report(done, total)
+	}
+}
+
+func writeFileSynced(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// checkFreeSpace refuses to start a write that cannot fit, rather than
+// failing gigabytes in.
+func checkFreeSpace(dir string, need int64) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil // unknown: let the write itself report a full disk
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if need > free {
+		return fmt.Errorf("the install needs %.1f GB but %s has only %.1f GB free; free some space, choose another --output, or write fewer --layers", float64(need)/1e9, dir, float64(free)/1e9)
+	}
+	return nil
+}
