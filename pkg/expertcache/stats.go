@@ -1,0 +1,39 @@
+package expertcache
+
+// Stats are a cache's counters since New.
+type Stats struct {
+	Hits, Misses  int64   // experts served from a slot / read from disk
+	BytesRead     int64   // bytes read into slots
+	ReadSeconds   float64 // wall time with at least one read of a request in flight
+	WaitSeconds   float64 // time callers spent blocked waiting for reads
+	Mode          string  // resolved read mode: dontcache, direct, dropbehind or buffered
+	Policy        string  // eviction policy
+	SlotsPerLayer int
+	IOThreads     int
+	BudgetBytes   int64 // memory held by slots: slots × stride × layers
+}
+
+// HitRate is Hits / (Hits + Misses), or 0 before any request.
+func (s Stats) HitRate() float64 {
+	if s.Hits+s.Misses == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Hits+s.Misses)
+}
+
+// ReadRate is the read throughput in bytes per second while reads were in
+// flight, or 0 before any read.
+func (s Stats) ReadRate() float64 {
+	if s.ReadSeconds <= 0 {
+		return 0
+	}
+	return float64(s.BytesRead) / s.ReadSeconds
+}
+
+// Stats returns a snapshot of the counters; it may be called from any
+// goroutine.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
