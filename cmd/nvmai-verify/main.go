@@ -1,11 +1,14 @@
-// Command nvmai-verify checks nvmai installs: --verify-install re-hashes an
-// install against its receipt and manifest.
+// Command nvmai-verify checks nvmai installs (--verify-install re-hashes an
+// install against its receipt and manifest) and runs the golden release gate
+// (golden: fixed greedy generations compared byte for byte with stored
+// baselines, with a coverage guard and a proof that the models directory was
+// not touched).
 package main
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
+	"io"
 	"runtime"
 
 	"github.com/urfave/cli/v2"
@@ -18,37 +21,50 @@ func main() { cliutil.Run(app()) }
 
 func app() *cli.App {
 	return &cli.App{
-		Name:      "nvmai-verify",
-		Usage:     "check nvmai installs against their receipts",
-		UsageText: "nvmai-verify --verify-install DIR [--json] [--reissue]",
+		Name:  "nvmai-verify",
+		Usage: "check nvmai installs against their receipts, and golden baselines",
+		UsageText: `nvmai-verify --verify-install DIR [--json] [--reissue]
+nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--record [--force]] [--json]`,
 		Description: `--verify-install re-hashes every payload file of DIR against verified-install.json, checks the
 manifest (ceilings, tensor ranges inside their files, expert files of exactly experts × stride
 bytes), that the tokenizer and configs are present and that no stray file was added. Exit status 0
-when sound, 1 with every problem listed (file, expected, found). --reissue rewrites the receipt, and
-only after a full check found nothing wrong but the receipt itself.`,
+when sound, 1 with every problem listed (file, expected, found), 2 for a bad command line.
+--reissue rewrites the receipt, and only after a full check found nothing wrong but the receipt
+itself.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "verify-install", Usage: "install `DIR` to check", Required: true},
+			&cli.StringFlag{Name: "verify-install", Usage: "install `DIR` to check"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
 			&cli.BoolFlag{Name: "reissue", Usage: "rewrite verified-install.json after a successful full check"},
 			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "files hashed in parallel"},
 		},
-		Action: verifyInstall,
+		Commands:     []*cli.Command{goldenCommand()},
+		Action:       verifyInstall,
+		OnUsageError: usageError,
 	}
 }
 
+// usageError makes flag-parsing mistakes exit with status 2, like every
+// other command-line mistake.
+func usageError(_ *cli.Context, err error, _ bool) error { return cliutil.Usagef("%v", err) }
+
 func verifyInstall(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q (commands: golden; or use --verify-install DIR)", c.Args().First())
+	}
+	if c.String("verify-install") == "" {
+		return cliutil.Usagef("nothing to do: give --verify-install DIR, or the golden command (see --help)")
+	}
 	rep, err := verify.Install(c.String("verify-install"), c.Int("threads"), c.Bool("reissue"))
 	if err != nil {
 		return err
 	}
+	out := c.App.Writer
 	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(out, rep); err != nil {
 			return err
 		}
 	} else {
-		printReport(rep)
+		printReport(out, rep)
 	}
 	if !rep.OK() {
 		return cli.Exit("", cliutil.ExitFailure)
@@ -56,17 +72,24 @@ func verifyInstall(c *cli.Context) error {
 	return nil
 }
 
-func printReport(rep *verify.Report) {
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func printReport(w io.Writer, rep *verify.Report) {
 	for _, p := range rep.Problems {
-		fmt.Printf("FAIL %s\n", p)
+		fmt.Fprintf(w, "FAIL %s\n", p)
 	}
 	status := "ok"
 	if !rep.OK() {
 		status = fmt.Sprintf("%d problem(s)", len(rep.Problems))
 	}
-	fmt.Printf("%s: %s (%s %d-bit, %d files, %s hashed)", rep.Dir, status, rep.ModelID, rep.Bits, rep.Files, cliutil.HumanBytes(rep.Bytes))
+	fmt.Fprintf(w, "%s: %s (%s %d-bit, %d files, %s hashed)", rep.Dir, status, rep.ModelID, rep.Bits, rep.Files, cliutil.HumanBytes(rep.Bytes))
 	if rep.Reissued {
-		fmt.Print("; receipt reissued")
+		fmt.Fprint(w, "; receipt reissued")
 	}
-	fmt.Println()
+	fmt.Fprintln(w)
 }

@@ -179,7 +179,7 @@ func (c *Client) roundTripper() http.RoundTripper {
 func (c *Client) endpointURL() (*url.URL, error) {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("Hub endpoint %q is not an http(s) URL: check HF_ENDPOINT", c.Endpoint)
+		return nil, fmt.Errorf("the Hub endpoint %q is not an http(s) URL: check HF_ENDPOINT", c.Endpoint)
 	}
 	return u, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/download/fakehub"
 	"github.com/nvmai/nvmai/pkg/registry"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/verify"
 )
 
 const repo = "nvmai/tiny-moe"
@@ -111,6 +112,15 @@ func TestWanted(t *testing.T) {
 	} {
 		if Wanted(p) != want {
 			t.Errorf("Wanted(%q) = %v", p, !want)
+		}
+	}
+}
+
+// The golden gate finds registry installs where nvmai-install puts them.
+func TestInstallDirAgreesWithGoldenGate(t *testing.T) {
+	for _, w := range []int{4, 8, 16} {
+		if got, want := Dir("m", "katcoder", w), filepath.Join("m", verify.RegistryInstallDir("katcoder", w)); got != want {
+			t.Errorf("install.Dir = %s, golden gate expects %s", got, want)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 // Package verify checks installs against their receipts and manifests, and
-// (later) runs the golden-baseline release gate.
+// runs the golden-baseline release gate: fixed greedy generations compared
+// byte for byte with stored baselines, a coverage guard over the installed
+// models, and a fingerprint proving the gate left the models directory alone.
 package verify
 
 import (
@@ -48,18 +50,44 @@ func Install(dir string, threads int, reissue bool) (*Report, error) {
 	}
 	m, _, err := packexperts.ReadManifest(dir)
 	if err != nil {
+		// Without a manifest the receipt still says what the install held:
+		// check against it, so one bad edit does not hide every other defect.
 		rep.add(packexperts.ManifestFile, "a valid nvmai manifest", err.Error())
+		if rc := checkReceipt(dir, nil, threads, rep); rc != nil {
+			checkStrays(dir, receiptNames(rc), rep)
+		}
+		if reissue {
+			return rep, fmt.Errorf("not reissuing the receipt: %s has no valid manifest (%v)", dir, err)
+		}
 		return rep, nil
 	}
 	rep.ModelID, rep.Bits = m.ModelID, m.Bits
 	checkPayloadSizes(dir, m, rep)
 	checkMetadata(m, rep)
-	checkStrays(dir, m, rep)
+	checkStrays(dir, manifestNames(m), rep)
 	checkReceipt(dir, m, threads, rep)
 	if reissue {
 		return rep, reissueReceipt(dir, m, threads, rep)
 	}
 	return rep, nil
+}
+
+// manifestNames lists every file an install with manifest m may hold.
+func manifestNames(m *packexperts.Manifest) []string {
+	names := []string{packexperts.ManifestFile, packexperts.ReceiptFile}
+	for _, f := range m.Files {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// receiptNames lists every file the receipt accounts for, itself included.
+func receiptNames(rc *receipt.Receipt) []string {
+	names := []string{packexperts.ReceiptFile}
+	for _, f := range rc.Files {
+		names = append(names, f.Name)
+	}
+	return names
 }
 
 func (r *Report) add(file, expected, found string) {
@@ -94,10 +122,10 @@ func checkMetadata(m *packexperts.Manifest, rep *Report) {
 
 // checkStrays reports files in the install that neither the manifest nor the
 // receipt accounts for: something wrote into the install after it was sealed.
-func checkStrays(dir string, m *packexperts.Manifest, rep *Report) {
-	known := map[string]bool{packexperts.ManifestFile: true, packexperts.ReceiptFile: true}
-	for _, f := range m.Files {
-		known[f.Name] = true
+func checkStrays(dir string, allowed []string, rep *Report) {
+	known := map[string]bool{}
+	for _, n := range allowed {
+		known[n] = true
 	}
 	var strays []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -116,9 +144,10 @@ func checkStrays(dir string, m *packexperts.Manifest, rep *Report) {
 	}
 }
 
-// checkReceipt re-hashes every file the receipt lists and checks that the
-// receipt covers exactly the manifest's files plus the manifest itself.
-func checkReceipt(dir string, m *packexperts.Manifest, threads int, rep *Report) {
+// checkReceipt re-hashes every file the receipt lists and, when the manifest
+// m is known, checks that the receipt covers exactly the manifest's files plus
+// the manifest itself. It returns the receipt, or nil when it is unreadable.
+func checkReceipt(dir string, m *packexperts.Manifest, threads int, rep *Report) *receipt.Receipt {
 	rc, err := receipt.Read(filepath.Join(dir, packexperts.ReceiptFile))
 	if err != nil {
 		found := err.Error()
@@ -126,29 +155,41 @@ func checkReceipt(dir string, m *packexperts.Manifest, threads int, rep *Report)
 			found = "missing"
 		}
 		rep.add(packexperts.ReceiptFile, "a canonical receipt", found)
-		return
-	}
-	want := map[string]int64{packexperts.ManifestFile: -1}
-	for _, f := range m.Files {
-		want[f.Name] = f.Size
+		return nil
 	}
 	for _, f := range rc.Files {
-		if _, in := want[f.Name]; !in {
-			rep.add(packexperts.ReceiptFile, "only files of the manifest", "an entry for "+f.Name)
-		}
-		delete(want, f.Name)
 		rep.Files++
 		rep.Bytes += f.Size
-	}
-	for name := range want {
-		rep.add(packexperts.ReceiptFile, "an entry for "+name, "none")
-	}
-	for _, f := range rc.Files {
 		if f.Name == packexperts.ManifestFile && f.SHA256 != rc.ManifestSHA256 {
 			rep.add(packexperts.ReceiptFile, "manifest_sha256 equal to the manifest.json entry", rc.ManifestSHA256)
 		}
 	}
+	if m != nil {
+		checkReceiptCoversManifest(rc, m, rep)
+	}
 	rep.Problems = append(rep.Problems, receipt.Check(dir, rc, true, threads)...)
+	return rc
+}
+
+func checkReceiptCoversManifest(rc *receipt.Receipt, m *packexperts.Manifest, rep *Report) {
+	want := map[string]bool{packexperts.ManifestFile: true}
+	for _, f := range m.Files {
+		want[f.Name] = true
+	}
+	for _, f := range rc.Files {
+		if !want[f.Name] {
+			rep.add(packexperts.ReceiptFile, "only files of the manifest", "an entry for "+f.Name)
+		}
+		delete(want, f.Name)
+	}
+	missing := make([]string, 0, len(want))
+	for name := range want {
+		missing = append(missing, name)
+	}
+	sort.Strings(missing)
+	for _, name := range missing {
+		rep.add(packexperts.ReceiptFile, "an entry for "+name, "none")
+	}
 }
 
 // reissueReceipt rewrites the receipt from the files on disk, refusing when

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/verify"
+)
+
+func goldenCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "golden",
+		Usage:     "compare fixed greedy generations with the stored baselines (the release gate)",
+		UsageText: "nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--targets FILE] [--record [--force]] [--json]",
+		Description: `For every target declared in GOLDEN_DIR/targets.json (the embedded model at 4, 8 and 16 bits,
+and with "registry": true every registry model at each width), runs its prompt greedily for exactly
+its number of tokens on MODELS_DIR/INSTALL and compares the text byte for byte with
+GOLDEN_DIR/TARGET.txt. A target whose install is absent is NOT CHECKED: listed, never skipped
+silently. An installed model (a directory holding manifest.json) that no target covers fails the
+gate unless targets.json lists it under not_golden with its reason. The models directory is
+fingerprinted before and after; any change fails the gate. Nothing is downloaded, converted or
+written there. --record writes missing baselines (never over one without --force).
+Exit status 0 when the gate passes, 1 when it fails, 2 for a bad command line.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "models-dir", Usage: "`DIR` holding the installs (never written)"},
+			&cli.StringFlag{Name: "golden-dir", Value: filepath.Join("benchmark", "golden"), Usage: "`DIR` holding the baselines"},
+			&cli.StringFlag{Name: "targets", Usage: "targets `FILE` (default GOLDEN_DIR/targets.json)"},
+			&cli.BoolFlag{Name: "record", Usage: "write a baseline for every target with an install and none recorded yet"},
+			&cli.BoolFlag{Name: "force", Usage: "with --record, replace existing baselines"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
+			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"},
+			&cli.StringFlag{Name: "commit", Value: buildCommit(), Usage: "commit recorded in new baselines (informational)"},
+		},
+		Action:       goldenAction,
+		OnUsageError: usageError,
+	}
+}
+
+// buildCommit is the VCS revision the binary was built from, when recorded.
+func buildCommit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+func goldenAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q", c.Args().First())
+	}
+	if c.String("models-dir") == "" {
+		return cliutil.Usagef("--models-dir DIR is required (the directory holding the installs)")
+	}
+	if c.Bool("force") && !c.Bool("record") {
+		return cliutil.Usagef("--force only applies to --record")
+	}
+	targetsPath := c.String("targets")
+	if targetsPath == "" {
+		targetsPath = filepath.Join(c.String("golden-dir"), verify.TargetsFile)
+	}
+	ts, err := verify.ReadTargets(targetsPath)
+	if err != nil {
+		return err
+	}
+	out := c.App.Writer
+	opt := verify.GateOptions{
+		ModelsDir: c.String("models-dir"), GoldenDir: c.String("golden-dir"), Targets: ts,
+		Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Commit: c.String("commit"),
+	}
+	if !c.Bool("json") {
+		opt.OnResult = func(r verify.TargetResult) { printResult(out, r) }
+	}
+	rep, err := verify.Gate(c.Context, opt)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		printGateSummary(out, rep)
+	}
+	if !rep.OK() {
+		return cli.Exit("golden gate failed", cliutil.ExitFailure)
+	}
+	return nil
+}
+
+// printResult prints one target's line. Release tooling greps the
+// "NOT CHECKED " prefix: keep it stable.
+func printResult(w io.Writer, r verify.TargetResult) {
+	switch r.Status {
+	case verify.StatusPassed:
+		fmt.Fprintf(w, "PASS %s (%s)\n", r.Target, r.Install)
+	case verify.StatusRecorded:
+		fmt.Fprintf(w, "RECORDED %s -> %s\n", r.Target, r.Baseline)
+	case verify.StatusNotChecked:
+		fmt.Fprintf(w, "NOT CHECKED %s: %s\n", r.Target, r.Problem)
+	default:
+		fmt.Fprintf(w, "FAIL %s: %s\n", r.Target, r.Problem)
+	}
+}
+
+func printGateSummary(w io.Writer, rep *verify.GateReport) {
+	for _, in := range rep.Uncovered {
+		fmt.Fprintf(w, "UNCOVERED %s: installed, but no golden target checks it; declare a target in targets.json or list it under not_golden with its reason\n", in)
+	}
+	for _, e := range rep.Excused {
+		fmt.Fprintf(w, "EXCUSED %s: %s\n", e.Install, e.Reason)
+	}
+	for _, ch := range rep.ModelsDirChanges {
+		fmt.Fprintf(w, "CHANGED %s\n", ch)
+	}
+	verdict := "passed"
+	if !rep.OK() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "golden gate %s: %d passed, %d failed, %d recorded, %d not checked, %d uncovered, %d change(s) to %s\n",
+		verdict, rep.Passed, rep.Failed, rep.Recorded, len(rep.NotChecked), len(rep.Uncovered), len(rep.ModelsDirChanges), rep.ModelsDir)
+	if len(rep.NotChecked) > 0 {
+		fmt.Fprintf(w, "not checked: %s\n", strings.Join(rep.NotChecked, ", "))
+	}
+}

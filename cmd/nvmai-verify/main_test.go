@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/convert"
+)
+
+// run executes the command in-process and returns its stdout and the exit
+// status cliutil.Run would give the process.
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	a := app()
+	var out, errOut bytes.Buffer
+	a.Writer, a.ErrWriter = &out, &errOut
+	a.ExitErrHandler = func(*cli.Context, error) {}
+	err := a.RunContext(context.Background(), append([]string{"nvmai-verify"}, args...))
+	if err != nil {
+		t.Logf("error: %v", err)
+	}
+	return out.String(), cliutil.ExitCode(err)
+}
+
+var shared struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// install converts the embedded model at 4 bits once and returns a fresh
+// copy inside a new models directory: MODELS/m4.
+func install(t *testing.T) (models string) {
+	t.Helper()
+	root := repoRoot(t)
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "nvmai-verify-cmd-*")
+		if shared.err == nil {
+			_, shared.err = convert.Run(context.Background(), convert.Options{
+				Input:   filepath.Join(root, "testdata", "tiny-moe-fused"),
+				Targets: []convert.Target{{Bits: 4, Dir: filepath.Join(shared.dir, "m4")}},
+			})
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	models = t.TempDir()
+	copyDir(t, filepath.Join(shared.dir, "m4"), filepath.Join(models, "m4"))
+	return models
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+func TestVerifyInstallExitCodesAndJSON(t *testing.T) {
+	models := install(t)
+	dir := filepath.Join(models, "m4")
+
+	out, code := run(t, "--verify-install", dir)
+	if code != 0 || !strings.Contains(out, dir+": ok") {
+		t.Fatalf("sound install: exit %d, output %q", code, out)
+	}
+
+	out, code = run(t, "--verify-install", dir, "--json")
+	var sound map[string]any
+	if err := json.Unmarshal([]byte(out), &sound); err != nil || code != 0 {
+		t.Fatalf("--json: exit %d, %v, output %q", code, err, out)
+	}
+	for _, key := range []string{"dir", "model_id", "bits", "files_checked", "bytes_hashed", "problems"} {
+		if _, ok := sound[key]; !ok {
+			t.Errorf("--json report lacks %q: %v", key, sound)
+		}
+	}
+	if p, ok := sound["problems"].([]any); !ok || len(p) != 0 {
+		t.Errorf("problems of a sound install: %v (want an empty list, not null)", sound["problems"])
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "stray.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run(t, "--verify-install", dir, "--json")
+	var damaged struct {
+		Problems []map[string]string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(out), &damaged); err != nil || code != cliutil.ExitFailure {
+		t.Fatalf("damaged install: exit %d, %v", code, err)
+	}
+	if len(damaged.Problems) != 1 || damaged.Problems[0]["file"] != "stray.txt" || damaged.Problems[0]["expected"] == "" || damaged.Problems[0]["found"] == "" {
+		t.Errorf("problems %v, want one naming stray.txt with expected and found", damaged.Problems)
+	}
+	out, code = run(t, "--verify-install", dir)
+	if code != cliutil.ExitFailure || !strings.Contains(out, "FAIL stray.txt: expected") {
+		t.Errorf("text report: exit %d, %q", code, out)
+	}
+	if _, code := run(t, "--verify-install", dir, "--reissue"); code != cliutil.ExitFailure {
+		t.Errorf("--reissue over a stray file: exit %d", code)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	models := t.TempDir()
+	for _, args := range [][]string{
+		{},
+		{"--no-such-flag"},
+		{"--verify-install", models, "extra-argument"},
+		{"golden"},
+		{"golden", "--models-dir", models, "--force"},
+		{"golden", "--models-dir", models, "--bogus"},
+	} {
+		if _, code := run(t, args...); code != cliutil.ExitUsage {
+			t.Errorf("%q: exit %d, want %d", args, code, cliutil.ExitUsage)
+		}
+	}
+	if _, code := run(t, "--verify-install", filepath.Join(models, "absent")); code != cliutil.ExitFailure {
+		t.Errorf("missing install: exit %d, want %d", code, cliutil.ExitFailure)
+	}
+}
+
+func writeTargets(t *testing.T, golden, json string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(golden, "targets.json"), []byte(json), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGoldenCommand(t *testing.T) {
+	models := install(t)
+	golden := t.TempDir()
+	writeTargets(t, golden, `{"defaults": {"prompt": "Once upon a", "tokens": 3, "seed": 1},
+ "targets": [{"name": "m4", "install": "m4", "bits": 4}, {"name": "absent-8bit", "install": "absent-8bit", "bits": 8}]}`)
+	base := []string{"golden", "--models-dir", models, "--golden-dir", golden, "--threads", "2"}
+
+	out, code := run(t, append(base, "--record", "--commit", "abc")...)
+	if code != 0 || !strings.Contains(out, "RECORDED m4 -> ") || !strings.Contains(out, "NOT CHECKED absent-8bit: ") {
+		t.Fatalf("record: exit %d\n%s", code, out)
+	}
+	if _, code := run(t, append(base, "--record")...); code != cliutil.ExitFailure {
+		t.Errorf("second --record without --force: exit %d, want 1", code)
+	}
+
+	out, code = run(t, base...)
+	if code != 0 || !strings.Contains(out, "PASS m4 (") || !strings.Contains(out, "not checked: absent-8bit\n") {
+		t.Errorf("check: exit %d\n%s", code, out)
+	}
+
+	out, code = run(t, append(base, "--json")...)
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
+	}
+	for _, key := range []string{"models_dir", "golden_dir", "results", "not_checked", "uncovered", "excused", "models_dir_changes", "passed", "failed", "recorded"} {
+		if _, ok := rep[key]; !ok {
+			t.Errorf("--json report lacks %q", key)
+		}
+	}
+	var results []map[string]string
+	var notChecked []string
+	json.Unmarshal(rep["results"], &results)
+	json.Unmarshal(rep["not_checked"], &notChecked)
+	if len(results) != 2 || results[0]["target"] != "m4" || results[0]["status"] != "passed" || results[1]["status"] != "not-checked" {
+		t.Errorf("results %v", results)
+	}
+	if !slices.Equal(notChecked, []string{"absent-8bit"}) {
+		t.Errorf("not_checked %v", notChecked)
+	}
+
+	// An install no target covers fails the gate, named.
+	copyDir(t, filepath.Join(models, "m4"), filepath.Join(models, "extra"))
+	out, code = run(t, base...)
+	if code != cliutil.ExitFailure || !strings.Contains(out, "UNCOVERED extra: ") {
+		t.Errorf("uncovered install: exit %d\n%s", code, out)
+	}
+	// ... unless excused with a reason.
+	writeTargets(t, golden, `{"defaults": {"prompt": "Once upon a", "tokens": 3, "seed": 1},
+ "targets": [{"name": "m4", "install": "m4", "bits": 4}], "not_golden": [{"install": "extra", "reason": "a test copy"}]}`)
+	out, code = run(t, base...)
+	if code != 0 || !strings.Contains(out, "EXCUSED extra: a test copy") {
+		t.Errorf("excused install: exit %d\n%s", code, out)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found")
+		}
+		dir = parent
+	}
+}
+
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if fi.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,257 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+)
+
+// Golden check outcomes.
+const (
+	StatusPassed     = "passed"
+	StatusFailed     = "failed"
+	StatusRecorded   = "recorded"
+	StatusNotChecked = "not-checked"
+)
+
+// GateOptions configures a run of the golden gate.
+type GateOptions struct {
+	ModelsDir string   // where installs live; never written
+	GoldenDir string   // where baselines live; written only with Record
+	Targets   *Targets // what to check
+	Record    bool     // write baselines instead of comparing
+	Force     bool     // with Record, replace existing baselines
+	Threads   int      // compute threads (0: all cores); the text must not depend on it
+	Machine   string   // recorded in new baselines (default: Machine())
+	Commit    string   // recorded in new baselines
+	// OnResult, when set, is called as each target finishes.
+	OnResult func(TargetResult)
+}
+
+// TargetResult is the outcome of one target.
+type TargetResult struct {
+	Target   string `json:"target"`
+	Install  string `json:"install"`
+	Baseline string `json:"baseline"`
+	Status   string `json:"status"`
+	Problem  string `json:"problem,omitempty"`
+	Text     string `json:"text,omitempty"` // the generated text, when it failed or was recorded
+}
+
+// GateReport is the outcome of the gate. It passes when no target failed,
+// every installed model is covered or excused, and the models directory is
+// unchanged. Targets not checked do not fail it but are always listed.
+type GateReport struct {
+	ModelsDir  string         `json:"models_dir"`
+	GoldenDir  string         `json:"golden_dir"`
+	Results    []TargetResult `json:"results"`
+	NotChecked []string       `json:"not_checked"`
+	// Uncovered are installs (relative to ModelsDir) no target checks and no
+	// exception excuses: each is a failure.
+	Uncovered []string `json:"uncovered"`
+	// Excused are installs present but excused, with their reasons.
+	Excused []Exception `json:"excused"`
+	// ModelsDirChanges lists what the run changed under ModelsDir: each is a failure.
+	ModelsDirChanges []string `json:"models_dir_changes"`
+	Passed           int      `json:"passed"`
+	Failed           int      `json:"failed"`
+	Recorded         int      `json:"recorded"`
+}
+
+// OK reports whether the gate passed.
+func (r *GateReport) OK() bool {
+	return r.Failed == 0 && len(r.Uncovered) == 0 && len(r.ModelsDirChanges) == 0
+}
+
+// afterTargets is a test seam: it runs between the checks and the final
+// fingerprint, so a test can prove a write into the models directory fails
+// the gate.
+var afterTargets func(modelsDir string)
+
+// Gate runs every target against its install, checks that every installed
+// model is covered, and proves the models directory was not changed. It
+// returns an error only when it cannot run at all (bad directories, unreadable
+// models directory); check failures are in the report.
+func Gate(ctx context.Context, opt GateOptions) (*GateReport, error) {
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	before, err := takeFingerprint(opt.ModelsDir)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprinting the models directory: %w", err)
+	}
+	rep := &GateReport{ModelsDir: opt.ModelsDir, GoldenDir: opt.GoldenDir, Results: []TargetResult{},
+		NotChecked: []string{}, Uncovered: []string{}, Excused: []Exception{}, ModelsDirChanges: []string{}}
+	if err := rep.checkCoverage(opt.ModelsDir, opt.Targets); err != nil {
+		return nil, err
+	}
+	for i := range opt.Targets.Targets {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res := runTarget(ctx, &opt, &opt.Targets.Targets[i])
+		rep.tally(res)
+		if opt.OnResult != nil {
+			opt.OnResult(res)
+		}
+	}
+	if afterTargets != nil {
+		afterTargets(opt.ModelsDir)
+	}
+	after, err := takeFingerprint(opt.ModelsDir)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprinting the models directory again: %w", err)
+	}
+	rep.ModelsDirChanges = append(rep.ModelsDirChanges, before.changes(after)...)
+	return rep, nil
+}
+
+func (opt *GateOptions) check() error {
+	if opt.Targets == nil {
+		return errors.New("no golden targets given")
+	}
+	for _, d := range []string{opt.ModelsDir, opt.GoldenDir} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%q is not a directory: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(opt.ModelsDir, packexperts.ManifestFile)); err == nil {
+		return fmt.Errorf("%s is itself an install; pass the directory that holds the installs", opt.ModelsDir)
+	}
+	if opt.Machine == "" {
+		opt.Machine = Machine()
+	}
+	return nil
+}
+
+func (r *GateReport) tally(res TargetResult) {
+	r.Results = append(r.Results, res)
+	switch res.Status {
+	case StatusPassed:
+		r.Passed++
+	case StatusFailed:
+		r.Failed++
+	case StatusRecorded:
+		r.Recorded++
+	case StatusNotChecked:
+		r.NotChecked = append(r.NotChecked, res.Target)
+	}
+}
+
+// checkCoverage finds every installed model and sorts it into covered (a
+// target checks it), excused, or uncovered.
+func (r *GateReport) checkCoverage(modelsDir string, ts *Targets) error {
+	installs, err := findInstalls(modelsDir)
+	if err != nil {
+		return fmt.Errorf("looking for installs in %s: %w", modelsDir, err)
+	}
+	covered := map[string]bool{}
+	for _, t := range ts.Targets {
+		covered[t.Install] = true
+	}
+	reasons := map[string]string{}
+	for _, e := range ts.Exceptions {
+		reasons[e.Install] = e.Reason
+	}
+	for _, in := range installs {
+		switch reason, excused := reasons[in]; {
+		case covered[in]:
+		case excused:
+			r.Excused = append(r.Excused, Exception{Install: in, Reason: reason})
+		default:
+			r.Uncovered = append(r.Uncovered, in)
+		}
+	}
+	return nil
+}
+
+// runTarget generates the target's text and compares or records it.
+func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
+	dir := filepath.Join(opt.ModelsDir, filepath.FromSlash(t.Install))
+	res := TargetResult{Target: t.Name, Install: dir, Baseline: BaselinePath(opt.GoldenDir, t.Name)}
+	fail := func(format string, args ...any) TargetResult {
+		res.Status, res.Problem = StatusFailed, fmt.Sprintf(format, args...)
+		return res
+	}
+	if _, err := os.Stat(filepath.Join(dir, packexperts.ManifestFile)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(dir); err == nil {
+			return fail("%s exists but holds no %s: a partial or damaged install; remove or reinstall it", dir, packexperts.ManifestFile)
+		}
+		res.Status, res.Problem = StatusNotChecked, "no install at "+dir
+		return res
+	}
+	var want *Baseline
+	if !opt.Record || !opt.Force {
+		b, err := ReadBaseline(res.Baseline)
+		switch {
+		case opt.Record && err == nil:
+			return fail("%s exists; pass --force to record over it (a mismatch is never a reason to)", res.Baseline)
+		case opt.Record && !errors.Is(err, fs.ErrNotExist):
+			return fail("%v; pass --force to replace it", err)
+		case !opt.Record && errors.Is(err, fs.ErrNotExist):
+			return fail("no baseline %s; record one with nvmai-verify golden --record", res.Baseline)
+		case !opt.Record && err != nil:
+			return fail("%v", err)
+		case !opt.Record:
+			if diff := b.mismatch(t); diff != "" {
+				return fail("%s was recorded with %s; the target changed, so record a new baseline deliberately (--record --force)", res.Baseline, diff)
+			}
+			want = b
+		}
+	}
+	text, err := Generate(ctx, dir, t, opt.Threads)
+	if err != nil {
+		return fail("%v", err)
+	}
+	res.Text = text
+	if opt.Record {
+		b := &Baseline{Target: t.Name, Prompt: t.Prompt, Tokens: t.Tokens, Seed: t.Seed, Bits: t.Bits,
+			Machine: opt.Machine, Commit: opt.Commit, Text: text}
+		if err := writeBaseline(res.Baseline, b); err != nil {
+			return fail("writing the baseline: %v", err)
+		}
+		res.Status = StatusRecorded
+		return res
+	}
+	if diff := textDiff(want.Text, text); diff != "" {
+		return fail("%s", diff)
+	}
+	res.Status, res.Text = StatusPassed, ""
+	return res
+}
+
+// Generate loads the install at dir and runs t's prompt greedily for exactly
+// t.Tokens tokens (EOS does not stop it, so every baseline has the same
+// length), returning the text. It fails when the install's width is not the
+// target's.
+func Generate(ctx context.Context, dir string, t *Target, threads int) (string, error) {
+	e, err := runtime.Load(dir, runtime.Options{Threads: threads})
+	if err != nil {
+		return "", err
+	}
+	defer e.Close()
+	if got := e.Install.Manifest.Bits; got != t.Bits {
+		return "", fmt.Errorf("%s is a %d-bit install; target %s declares %d bits", dir, got, t.Name, t.Bits)
+	}
+	ids := e.Tokenizer.Encode(t.Prompt)
+	if len(ids) == 0 {
+		return "", fmt.Errorf("target %s: the prompt encodes to no tokens", t.Name)
+	}
+	sess := e.NewSession(runtime.SessionOptions{KVInitial: len(ids) + t.Tokens})
+	res, err := sess.Generate(ctx, ids, runtime.GenerateOptions{
+		MaxTokens: t.Tokens,
+		Sampling:  sample.Params{Temperature: 0, TopP: 1, Seed: t.Seed},
+		IgnoreEOS: true,
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", dir, err)
+	}
+	return res.Text, nil
+}
