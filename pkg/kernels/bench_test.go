@@ -3,7 +3,10 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // benchRows×benchCols is a 4096×4096 projection: 8.5 MiB at Q4 with its
@@ -80,4 +83,176 @@ func sumWords(buf []uint64) uint64 {
 		d += v[3]
 	}
 	return a + b + c + d
+}
+
+// fastBenchShapes are the integer path's benchmark shapes: square, the MoE
+// expert projections (512×2048 gate/up, 2048×512 down) and one far beyond
+// L2 and L3 (8192×4096: 18 MiB at Q4, 34 MiB at Q8).
+var fastBenchShapes = [][2]int{{2048, 2048}, {512, 2048}, {2048, 512}, {8192, 4096}}
+
+func benchMatVecFast(b *testing.B, enc Encoding) {
+	for _, shape := range fastBenchShapes {
+		rng := rand.New(rand.NewPCG(1, 2))
+		m := rawQMatrix(rng, enc, shape[0], shape[1], codesRandom)
+		x := randomVector(rng, shape[1])
+		dst := make([]float32, shape[0])
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%dx%d/threads=%d", shape[0], shape[1], threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				b.SetBytes(weightBytes(m))
+				for b.Loop() {
+					p.MatVecFast(dst, m, x)
+				}
+			})
+		}
+	}
+}
+
+// MatVecFast throughput in weight bytes/s; compare each with
+// BenchmarkMemReadShapes of the same encoding, shape and threads, run
+// interleaved (scripts: run the test binary alternately, see the report).
+func BenchmarkMatVecFastQ4(b *testing.B) { benchMatVecFast(b, Q4) }
+func BenchmarkMatVecFastQ8(b *testing.B) { benchMatVecFast(b, Q8) }
+
+// BenchmarkMemReadShapes is BenchmarkMemRead at the size of each
+// fastBenchShapes matrix, on 1 and 2 goroutines (each summing half).
+func BenchmarkMemReadShapes(b *testing.B) {
+	for _, enc := range []Encoding{Q4, Q8} {
+		for _, shape := range fastBenchShapes {
+			size := matrixBytes(enc, shape[0], shape[1])
+			buf := make([]uint64, size/8)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%v/%dx%d/threads=%d", enc, shape[0], shape[1], threads), func(b *testing.B) {
+					b.SetBytes(int64(size))
+					sums := make([]uint64, threads)
+					for b.Loop() {
+						sumSplit(buf, sums)
+					}
+				})
+			}
+		}
+	}
+}
+
+// sumSplit sums buf with len(sums) goroutines (the caller is one of them).
+func sumSplit(buf []uint64, sums []uint64) {
+	n := len(sums)
+	if n == 1 {
+		sums[0] += sumWords(buf)
+		return
+	}
+	var wg sync.WaitGroup
+	for t := 1; t < n; t++ {
+		wg.Go(func() { sums[t] += sumWords(buf[len(buf)*t/n : len(buf)*(t+1)/n]) })
+	}
+	sums[0] += sumWords(buf[:len(buf)/n])
+	wg.Wait()
+}
+
+func BenchmarkQuantizeActivation(b *testing.B) {
+	for _, cols := range []int{512, 2048, 4096} {
+		b.Run(fmt.Sprint(cols), func(b *testing.B) {
+			x := randomVector(rand.New(rand.NewPCG(1, 2)), cols)
+			qa := new(QActivation)
+			b.SetBytes(int64(4 * cols))
+			for b.Loop() {
+				qa.Quantize(x, cols)
+			}
+		})
+	}
+}
+
+// BenchmarkQKernels runs each integer kernel directly (activation already
+// quantized, no pool) on in-L2 matrices: compute throughput, not memory.
+func BenchmarkQKernels(b *testing.B) {
+	impls := append([]qImplementation{}, qImplementations...)
+	for _, enc := range quantEncodings {
+		for _, shape := range [][2]int{{256, 512}, {64, 2048}, {32, 4096}} {
+			rng := rand.New(rand.NewPCG(3, 4))
+			m := rawQMatrix(rng, enc, shape[0], shape[1], codesRandom)
+			qa := QuantizeActivation(randomVector(rng, shape[1]))
+			dst := make([]float32, shape[0])
+			for _, impl := range impls {
+				b.Run(fmt.Sprintf("%s/%v/%dx%d", impl.name, enc, shape[0], shape[1]), func(b *testing.B) {
+					b.SetBytes(weightBytes(m))
+					for b.Loop() {
+						impl.rows(dst, m, qa, 0, 0, m.Rows)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMatMulFastQ4 is a prefill of 8 tokens over the out-of-cache
+// shape. SetBytes counts the weights once per token, so a rate above
+// BenchmarkMatVecFastQ4's shows the row chunks reusing weights from L2.
+func BenchmarkMatMulFastQ4(b *testing.B) {
+	const tokens = 8
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := rawQMatrix(rng, Q4, 8192, 4096, codesRandom)
+	x := randomVector(rng, tokens*m.Cols)
+	dst := make([]float32, tokens*m.Rows)
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("8192x4096/tokens=%d/threads=%d", tokens, threads), func(b *testing.B) {
+			p := NewPool(threads)
+			defer p.Close()
+			b.SetBytes(tokens * weightBytes(m))
+			for b.Loop() {
+				p.MatMulFast(dst, m, x, tokens)
+			}
+		})
+	}
+}
+
+// BenchmarkMatVecFastVsRead alternates, within one process and repetition by
+// repetition, MatVecFast and a plain read (sumWords, as BenchmarkMemRead)
+// of the same number of bytes, and reports the median of each in GB/s and
+// their ratio: on a shared, noisy machine this is steadier than comparing
+// separate benchmark runs. 16384×8192 (72 MiB at Q4) is far beyond L3.
+func BenchmarkMatVecFastVsRead(b *testing.B) {
+	for _, enc := range quantEncodings {
+		for _, shape := range [][2]int{{8192, 4096}, {16384, 8192}} {
+			rng := rand.New(rand.NewPCG(5, 6))
+			m := rawQMatrix(rng, enc, shape[0], shape[1], codesRandom)
+			x := randomVector(rng, shape[1])
+			dst := make([]float32, shape[0])
+			size := weightBytes(m)
+			buf := make([]uint64, size/8)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%v/%dx%d/threads=%d", enc, shape[0], shape[1], threads), func(b *testing.B) {
+					p := NewPool(threads)
+					defer p.Close()
+					sums := make([]uint64, threads)
+					var kernel, read []float64
+					for b.Loop() {
+						t0 := time.Now()
+						p.MatVecFast(dst, m, x)
+						t1 := time.Now()
+						sumSplit(buf, sums)
+						t2 := time.Now()
+						kernel = append(kernel, float64(size)/t1.Sub(t0).Seconds()/1e9)
+						read = append(read, float64(size)/t2.Sub(t1).Seconds()/1e9)
+					}
+					k, r := median(kernel), median(read)
+					b.ReportMetric(k, "kernel-GB/s")
+					b.ReportMetric(r, "read-GB/s")
+					b.ReportMetric(100*k/r, "kernel/read-%")
+				})
+			}
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestPoolIsBitwiseSingleThreaded(t *testing.T) {
@@ -80,4 +81,106 @@ func TestPoolConcurrentCallers(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestPoolFastIsBitwiseSingleThreaded: the Fast and Q entry points give the
+// single-threaded bits for any thread count, encoding and row split.
+func TestPoolFastIsBitwiseSingleThreaded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, threads := range []int{1, 2, 3, 7} {
+		p := NewPool(threads)
+		p.minWork, p.minWorkQ = 0, 0
+		for _, enc := range allEncodings {
+			for _, rows := range []int{1, 2, 3, 7, 17, 64} {
+				m := randomMatrix(t, rng, enc, rows, 192)
+				x := randomVector(rng, 3*m.Cols)
+				want := make([]float32, 3*rows)
+				MatMulFast(want, m, x, 3)
+				got := make([]float32, 3*rows)
+				p.MatMulFast(got, m, x, 3)
+				what := fmt.Sprintf("%d threads, %v, %d rows", threads, enc, rows)
+				assertSameFloats(t, what+", MatMulFast", got, want)
+				got = got[:rows]
+				p.MatVecFast(got, m, x[:m.Cols])
+				assertSameFloats(t, what+", MatVecFast", got, want[:rows])
+				if enc.quantized() {
+					qa := new(QActivation)
+					qa.Quantize(x, m.Cols)
+					all := make([]float32, 3*rows)
+					p.MatMulQ(all, m, qa)
+					assertSameFloats(t, what+", MatMulQ", all, want)
+					qa.Quantize(x[:m.Cols], m.Cols)
+					p.MatVecQ(got, m, qa)
+					assertSameFloats(t, what+", MatVecQ", got, want[:rows])
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
+func TestPoolFastConcurrentCallers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	p := NewPool(3)
+	defer p.Close()
+	p.minWorkQ = 0
+	m := randomMatrix(t, rng, Q8, 9, 256)
+	var wg sync.WaitGroup
+	for range 4 {
+		x := randomVector(rng, m.Cols)
+		want := make([]float32, m.Rows)
+		MatVecFast(want, m, x)
+		wg.Go(func() {
+			got := make([]float32, m.Rows)
+			for range 50 {
+				p.MatVecFast(got, m, x)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("concurrent caller got %g at %d, want %g", got[i], i, want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestPoolParksAndWakes: a job after the helpers have parked (long idle)
+// still completes, and so does a pool whose helpers never spin.
+func TestPoolParksAndWakes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	m := randomMatrix(t, rng, Q4, 40, 256)
+	x := randomVector(rng, m.Cols)
+	want := make([]float32, m.Rows)
+	MatVecFast(want, m, x)
+	for _, spin := range []int{0, spinPolls} {
+		p := newPool(2, spin)
+		p.minWorkQ = 0
+		got := make([]float32, m.Rows)
+		for i := range 5 {
+			time.Sleep(time.Duration(i) * time.Millisecond) // let the helper park
+			clear(got)
+			p.MatVecFast(got, m, x)
+			assertSameFloats(t, fmt.Sprintf("spin %d, call %d", spin, i), got, want)
+		}
+		p.Close()
+	}
+}
+
+// BenchmarkPoolHandoff is the cost of splitting a tiny product across the
+// pool (the work itself is a few nanoseconds): wake, run, wait.
+func BenchmarkPoolHandoff(b *testing.B) {
+	m := randomMatrix(b, rand.New(rand.NewPCG(1, 1)), F32, 2, 8)
+	x, dst := make([]float32, 8), make([]float32, 2)
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			p := NewPool(threads)
+			defer p.Close()
+			p.minWork = 0
+			for b.Loop() {
+				p.MatVec(dst, m, x)
+			}
+		})
+	}
 }
