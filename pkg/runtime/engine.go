@@ -1,0 +1,336 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/hf"
+	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/tokenizer"
+)
+
+// Options configures loading.
+type Options struct {
+	Threads int // compute threads; default all cores
+	Experts ExpertOptions
+}
+
+// Engine is a loaded model ready to generate.
+type Engine struct {
+	Install    *Install
+	Model      *qwen35.Model
+	Tokenizer  *tokenizer.Tokenizer
+	Generation *hf.GenerationConfig // nil when the install has no generation_config.json
+	pool       *kernels.Pool
+	cache      *expertcache.Cache // nil for dense models
+	trace      *tracedExperts     // set when NVMAI_ROUTE_TRACE names a file
+	experts    interface{ Close() error }
+}
+
+// Load opens the install at dir and builds its model.
+func Load(dir string, opt Options) (*Engine, error) {
+	if opt.Threads <= 0 {
+		opt.Threads = goruntime.NumCPU()
+	}
+	in, err := OpenInstall(dir)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{Install: in}
+	if err := e.load(opt); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) load(opt Options) error {
+	dir, m := e.Install.Dir, e.Install.Manifest
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return err
+	}
+	e.Tokenizer = tok
+	if e.Generation, err = readGeneration(dir, m.Geometry.VocabSize); err != nil {
+		return err
+	}
+	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	if err != nil {
+		return err
+	}
+	var ex qwen35.Experts
+	if m.Experts != nil {
+		if e.cache, err = openExperts(e.Install, opt.Experts); err != nil {
+			return err
+		}
+		e.experts, ex = e.cache, e.cache
+		if p := os.Getenv(RouteTraceEnv); p != "" {
+			if e.trace, err = newTracedExperts(e.cache, p); err != nil {
+				return err
+			}
+			e.experts, ex = e.trace, e.trace
+		}
+	}
+	e.pool = kernels.NewPool(opt.Threads)
+	e.Model, err = qwen35.New(cfg, e.Install, ex, e.pool)
+	return err
+}
+
+func readGeneration(dir string, vocab int) (*hf.GenerationConfig, error) {
+	p := filepath.Join(dir, "generation_config.json")
+	raw, err := packexperts.ReadBounded(p, limits.SnapshotJSON)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return hf.ParseGenerationConfig(raw, p, vocab)
+}
+
+// Close releases the mappings and worker threads.
+func (e *Engine) Close() {
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.experts != nil {
+		e.experts.Close()
+	}
+	e.Install.Close()
+}
+
+// DefaultSampling returns the generation config's sampling settings
+// (greedy when it asks for no sampling or is absent).
+func (e *Engine) DefaultSampling() sample.Params {
+	g := e.Generation
+	p := sample.Params{TopP: 1}
+	if g == nil || (g.DoSample != nil && !*g.DoSample) {
+		return p
+	}
+	p.Temperature = 1
+	if g.Temperature != nil {
+		p.Temperature = *g.Temperature
+	}
+	if g.TopK != nil {
+		p.TopK = *g.TopK
+	}
+	if g.TopP != nil {
+		p.TopP = *g.TopP
+	}
+	return p
+}
+
+// EOSIDs are the ids that end generation by default.
+func (e *Engine) EOSIDs() []int {
+	if e.Generation != nil && len(e.Generation.EOSTokenIDs) > 0 {
+		return e.Generation.EOSTokenIDs
+	}
+	if id, ok := e.Tokenizer.TokenID("<|endoftext|>"); ok {
+		return []int{id}
+	}
+	return nil
+}
+
+// Session is one conversation: model state that persists across Generate calls.
+type Session struct {
+	e       *Engine
+	state   *qwen35.State
+	pending []int // sampled but not yet fed to the model (the last stop token)
+	logits  []float32
+}
+
+// SessionOptions sizes a session's KV cache.
+type SessionOptions struct {
+	KVInitial  int // starting KV capacity in tokens (default 8192)
+	MaxContext int // most tokens the session may hold (default the model's maximum)
+}
+
+// NewSession starts an empty conversation.
+func (e *Engine) NewSession(opt SessionOptions) *Session {
+	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	return &Session{e: e, state: st, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
+}
+
+// GenerateOptions controls one generation.
+type GenerateOptions struct {
+	MaxTokens    int
+	Sampling     sample.Params
+	StopIDs      []int // generation ends after emitting one of these (unless IgnoreEOS)
+	IgnoreEOS    bool
+	PrefillChunk int                       // prompt tokens per forward (default 256)
+	OnToken      func(id int, text string) // streamed: text holds only complete UTF-8
+	OnLogits     func(row []float32) error // the distribution each generated token was drawn from
+}
+
+// Result is the outcome of a generation.
+type Result struct {
+	PromptIDs   []int         `json:"prompt_ids"`
+	IDs         []int         `json:"ids"`
+	Text        string        `json:"text"`
+	StopReason  string        `json:"stop_reason"` // "eos", "max_tokens"
+	PrefillTokS float64       `json:"prefill_tok_s"`
+	DecodeTokS  float64       `json:"decode_tok_s"`
+	PrefillSecs float64       `json:"prefill_s"`
+	DecodeSecs  float64       `json:"decode_s"`
+	Experts     *ExpertReport `json:"experts,omitempty"` // MoE only: the expert cache during this generation
+	PeakRSS     int64         `json:"peak_rss_bytes"`
+}
+
+// ExpertReport is what the expert cache did during one generation.
+type ExpertReport struct {
+	Hits          int64   `json:"hits"`
+	Misses        int64   `json:"misses"`
+	HitRate       float64 `json:"hit_rate"`
+	BytesRead     int64   `json:"bytes_read"`
+	ReadRate      float64 `json:"read_bytes_per_s"` // while reading
+	ReadSeconds   float64 `json:"read_s"`
+	WaitSeconds   float64 `json:"io_wait_s"` // compute stalled on reads
+	BytesPerToken float64 `json:"bytes_read_per_token"`
+	SlotsPerLayer int     `json:"slots_per_layer"`
+	BudgetBytes   int64   `json:"budget_bytes"`
+	IOMode        string  `json:"io_mode"`
+	IOThreads     int     `json:"io_threads"`
+}
+
+func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
+	r := &ExpertReport{
+		Hits: after.Hits - before.Hits, Misses: after.Misses - before.Misses, BytesRead: after.BytesRead - before.BytesRead,
+		ReadSeconds: after.ReadSeconds - before.ReadSeconds, WaitSeconds: after.WaitSeconds - before.WaitSeconds,
+		SlotsPerLayer: after.SlotsPerLayer, BudgetBytes: after.BudgetBytes, IOMode: after.Mode, IOThreads: after.IOThreads,
+	}
+	if n := r.Hits + r.Misses; n > 0 {
+		r.HitRate = float64(r.Hits) / float64(n)
+	}
+	if r.ReadSeconds > 0 {
+		r.ReadRate = float64(r.BytesRead) / r.ReadSeconds
+	}
+	if tokens > 0 {
+		r.BytesPerToken = float64(r.BytesRead) / float64(tokens)
+	}
+	return r
+}
+
+// Generate feeds promptIDs after whatever the session already holds and
+// generates up to MaxTokens tokens.
+func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOptions) (*Result, error) {
+	if len(promptIDs) == 0 && len(s.pending) == 0 && s.state.Len() == 0 {
+		return nil, fmt.Errorf("empty prompt")
+	}
+	sampler, err := sample.New(opt.Sampling)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
+	before := s.e.ExpertStats()
+	defer func() {
+		if s.e.cache != nil {
+			res.Experts = expertReport(before, s.e.ExpertStats(), len(res.PromptIDs)+len(res.IDs))
+		}
+		res.PeakRSS, _ = expertcache.PeakRSS()
+	}()
+	start := time.Now()
+	if err := s.prefill(ctx, append(s.pending, promptIDs...), opt.PrefillChunk); err != nil {
+		return nil, err
+	}
+	s.pending = nil
+	res.PrefillSecs = time.Since(start).Seconds()
+	res.PrefillTokS = float64(len(promptIDs)) / max(res.PrefillSecs, 1e-9)
+	return res, s.decode(ctx, sampler, opt, res)
+}
+
+func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
+	if chunk <= 0 {
+		chunk = 256
+	}
+	for len(ids) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(chunk, len(ids))
+		if err := s.e.Model.Forward(s.state, ids[:n], s.logits, false); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt GenerateOptions, res *Result) error {
+	stream := s.e.Tokenizer.NewStreamDecoder(tokenizer.DecodeOptions{})
+	start, steps := time.Now(), 0
+	var text []byte
+	emit := func(id int, t string) {
+		text = append(text, t...)
+		if opt.OnToken != nil {
+			opt.OnToken(id, t)
+		}
+	}
+	res.StopReason = "max_tokens"
+	for len(res.IDs) < opt.MaxTokens {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if opt.OnLogits != nil {
+			if err := opt.OnLogits(s.logits); err != nil {
+				return err
+			}
+		}
+		id, err := sampler.Sample(s.logits)
+		if err != nil {
+			return err
+		}
+		res.IDs = append(res.IDs, id)
+		if !opt.IgnoreEOS && slices.Contains(opt.StopIDs, id) {
+			// The stop token ends the text; its id is kept, its text is not shown.
+			s.pending, res.StopReason = []int{id}, "eos"
+			break
+		}
+		emit(id, stream.Push(id))
+		if len(res.IDs) == opt.MaxTokens {
+			s.pending = []int{id}
+			break
+		}
+		if err := s.forwardOne(id); err != nil {
+			return err
+		}
+		steps++
+	}
+	if rest := stream.Flush(); rest != "" {
+		emit(-1, rest)
+	}
+	res.Text = string(text)
+	res.DecodeSecs = time.Since(start).Seconds()
+	res.DecodeTokS = float64(steps) / max(res.DecodeSecs, 1e-9)
+	return nil
+}
+
+// forwardOne feeds one decoded token, telling the route trace its position.
+func (s *Session) forwardOne(id int) error {
+	if t := s.e.trace; t != nil {
+		t.position, t.decoding = s.state.Len(), true
+		defer func() { t.decoding = false }()
+	}
+	return s.e.Model.Forward(s.state, []int{id}, s.logits, false)
+}
+
+// ExpertStats reports the expert cache's counters (zero for dense models).
+func (e *Engine) ExpertStats() expertcache.Stats {
+	if e.cache == nil {
+		return expertcache.Stats{}
+	}
+	return e.cache.Stats()
+}
+
+// Len is the number of tokens the session's model state holds.
+func (s *Session) Len() int { return s.state.Len() }

@@ -1,0 +1,83 @@
+package runtime
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+)
+
+// RouteTraceEnv names a file that receives one line per (decode position,
+// layer): "position layer e0 … ek", the experts that layer used.
+const RouteTraceEnv = "NVMAI_ROUTE_TRACE"
+
+// ExpertOptions sizes the expert cache.
+type ExpertOptions struct {
+	Budget    int64 // bytes for expert slots, all layers together; 0 = expertcache.DefaultBudget
+	Slots     int   // slots per layer; overrides Budget when positive
+	IOThreads int   // reader goroutines; 0 = expertcache.DefaultIOThreads
+}
+
+func openExperts(in *Install, opt ExpertOptions) (*expertcache.Cache, error) {
+	mode, err := expertcache.BoundedIOFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return expertcache.New(in.Dir, in.Manifest, expertcache.Options{Budget: opt.Budget, Slots: opt.Slots, IOThreads: opt.IOThreads, IO: mode})
+}
+
+// tracedExperts records the routing of decode steps to a trace file; it
+// passes everything else through to the cache.
+type tracedExperts struct {
+	*expertcache.Cache
+	w        *bufio.Writer
+	f        *os.File
+	position int  // of the token being decoded
+	decoding bool // only single-token steps are traced
+}
+
+func newTracedExperts(c *expertcache.Cache, path string) (*tracedExperts, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", RouteTraceEnv, err)
+	}
+	return &tracedExperts{Cache: c, f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (t *tracedExperts) record(layer int, ids []int) {
+	if !t.decoding {
+		return
+	}
+	line := strconv.AppendInt(nil, int64(t.position), 10)
+	line = append(line, ' ')
+	line = strconv.AppendInt(line, int64(layer), 10)
+	for _, e := range ids {
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, int64(e), 10)
+	}
+	t.w.Write(append(line, '\n'))
+}
+
+func (t *tracedExperts) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), error) {
+	t.record(layer, ids)
+	return t.Cache.Acquire(layer, ids)
+}
+
+func (t *tracedExperts) Visit(layer int, ids []int, fn func(int, qwen35.ExpertMats) error) error {
+	t.record(layer, ids)
+	return t.Cache.Visit(layer, ids, fn)
+}
+
+func (t *tracedExperts) Close() error {
+	err := t.w.Flush()
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := t.Cache.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,210 @@
+package qwen35
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
+)
+
+// Architecture names as written in an install manifest.
+const (
+	ArchMoE   = "qwen3_5_moe" // routed experts plus a shared expert in every layer
+	ArchDense = "qwen3_5"     // a dense SwiGLU MLP in every layer
+)
+
+// LayerKind is the token mixer of one decoder layer.
+type LayerKind uint8
+
+const (
+	LinearAttention LayerKind = iota // Gated DeltaNet: fixed-size recurrent state
+	FullAttention                    // gated softmax attention over a growing KV cache
+)
+
+func (k LayerKind) String() string {
+	switch k {
+	case LinearAttention:
+		return "linear_attention"
+	case FullAttention:
+		return "full_attention"
+	}
+	return fmt.Sprintf("LayerKind(%d)", uint8(k))
+}
+
+// Defaults transformers applies when config.json leaves a field out
+// (docs/qwen35-architecture.md §1.2).
+const (
+	defaultPartialRotaryFactor   = 0.25
+	defaultFullAttentionInterval = 4
+)
+
+// Config is the text decoder's geometry in the form the forward pass uses.
+// Build it with ConfigFromGeometry; Validate says whether New can use it.
+type Config struct {
+	Arch       string // ArchMoE or ArchDense
+	VocabSize  int    // V: rows of the embedding and of lm_head
+	HiddenSize int    // H: residual width
+	Layers     []LayerKind
+	RMSNormEps float32
+	MaxContext int // max_position_embeddings: the default State.MaxContext
+
+	// Full attention.
+	NumHeads   int     // Hq
+	NumKVHeads int     // Hkv
+	HeadDim    int     // Dh
+	RopeTheta  float64 // θ
+	RotaryDim  int     // rd: leading dims of each head that RoPE rotates
+
+	// Gated DeltaNet.
+	ConvKernel       int // K
+	LinearKeyHeads   int // Hk
+	LinearValueHeads int // Hv
+	LinearKeyDim     int // Dk
+	LinearValueDim   int // Dv
+
+	// Dense MLP (ArchDense).
+	Intermediate int
+
+	// MoE block (ArchMoE).
+	NumExperts         int // E
+	ExpertsPerToken    int // k
+	ExpertIntermediate int // I
+	SharedIntermediate int // Is
+
+	TiedEmbeddings bool // lm_head is the embedding matrix when lm_head.weight is absent
+}
+
+// ConfigFromGeometry converts the manifest geometry of an install of
+// architecture arch and validates the result.
+func ConfigFromGeometry(arch string, g packexperts.Geometry) (Config, error) {
+	prf := g.PartialRotaryFactor
+	if prf == 0 {
+		prf = defaultPartialRotaryFactor
+	}
+	c := Config{
+		Arch:               arch,
+		VocabSize:          g.VocabSize,
+		HiddenSize:         g.HiddenSize,
+		RMSNormEps:         float32(g.RMSNormEps),
+		MaxContext:         g.MaxPositionEmbeddings,
+		NumHeads:           g.NumAttentionHeads,
+		NumKVHeads:         g.NumKeyValueHeads,
+		HeadDim:            g.HeadDim,
+		RopeTheta:          g.RopeTheta,
+		RotaryDim:          int(float64(g.HeadDim) * prf),
+		ConvKernel:         g.LinearConvKernelDim,
+		LinearKeyHeads:     g.LinearNumKeyHeads,
+		LinearValueHeads:   g.LinearNumValueHeads,
+		LinearKeyDim:       g.LinearKeyHeadDim,
+		LinearValueDim:     g.LinearValueHeadDim,
+		Intermediate:       g.IntermediateSize,
+		NumExperts:         g.NumExperts,
+		ExpertsPerToken:    g.NumExpertsPerTok,
+		ExpertIntermediate: g.MoeIntermediateSize,
+		SharedIntermediate: g.SharedExpertIntermediateSize,
+		TiedEmbeddings:     g.TieWordEmbeddings,
+	}
+	if g.HiddenAct != "silu" {
+		return Config{}, fmt.Errorf("qwen35: geometry hidden_act %q: only \"silu\" is supported", g.HiddenAct)
+	}
+	if prf < 0 || prf > 1 || math.IsNaN(prf) {
+		return Config{}, fmt.Errorf("qwen35: geometry partial_rotary_factor %v is outside (0, 1]", prf)
+	}
+	kinds, err := layerKinds(g.LayerTypes, g.NumLayers)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Layers = kinds
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// layerKinds parses layer_types, or derives them as transformers does when
+// the field is absent: every fourth layer is full attention.
+func layerKinds(types []string, numLayers int) ([]LayerKind, error) {
+	if numLayers <= 0 {
+		return nil, fmt.Errorf("qwen35: geometry num_hidden_layers %d must be positive", numLayers)
+	}
+	kinds := make([]LayerKind, numLayers)
+	if len(types) == 0 {
+		for i := range kinds {
+			if (i+1)%defaultFullAttentionInterval == 0 {
+				kinds[i] = FullAttention
+			}
+		}
+		return kinds, nil
+	}
+	if len(types) != numLayers {
+		return nil, fmt.Errorf("qwen35: geometry has %d layer_types for %d layers", len(types), numLayers)
+	}
+	for i, t := range types {
+		switch t {
+		case "linear_attention":
+			kinds[i] = LinearAttention
+		case "full_attention":
+			kinds[i] = FullAttention
+		default:
+			return nil, fmt.Errorf("qwen35: geometry layer_types[%d] = %q: want \"linear_attention\" or \"full_attention\"", i, t)
+		}
+	}
+	return kinds, nil
+}
+
+// Validate reports the first field that makes c unusable.
+func (c Config) Validate() error {
+	type positive struct {
+		name string
+		v    int
+	}
+	checks := []positive{
+		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"num_hidden_layers", len(c.Layers)},
+		{"max_position_embeddings", c.MaxContext},
+		{"num_attention_heads", c.NumHeads}, {"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
+		{"linear_conv_kernel_dim", c.ConvKernel}, {"linear_num_key_heads", c.LinearKeyHeads},
+		{"linear_num_value_heads", c.LinearValueHeads}, {"linear_key_head_dim", c.LinearKeyDim},
+		{"linear_value_head_dim", c.LinearValueDim},
+	}
+	switch c.Arch {
+	case ArchMoE:
+		checks = append(checks, positive{"num_experts", c.NumExperts}, positive{"num_experts_per_tok", c.ExpertsPerToken},
+			positive{"moe_intermediate_size", c.ExpertIntermediate}, positive{"shared_expert_intermediate_size", c.SharedIntermediate})
+	case ArchDense:
+		checks = append(checks, positive{"intermediate_size", c.Intermediate})
+	default:
+		return fmt.Errorf("qwen35: architecture %q: want %q or %q", c.Arch, ArchMoE, ArchDense)
+	}
+	for _, p := range checks {
+		if p.v <= 0 {
+			return fmt.Errorf("qwen35: config %s = %d, must be positive", p.name, p.v)
+		}
+	}
+	switch {
+	case c.NumHeads%c.NumKVHeads != 0:
+		return fmt.Errorf("qwen35: config num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	case c.LinearValueHeads%c.LinearKeyHeads != 0:
+		return fmt.Errorf("qwen35: config linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearValueHeads, c.LinearKeyHeads)
+	case c.RotaryDim <= 0 || c.RotaryDim%2 != 0 || c.RotaryDim > c.HeadDim:
+		return fmt.Errorf("qwen35: config rotary dim %d (head_dim × partial_rotary_factor) must be even and in (0, head_dim=%d]", c.RotaryDim, c.HeadDim)
+	case !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0):
+		return fmt.Errorf("qwen35: config rope_theta %v must be a finite number above 1", c.RopeTheta)
+	case !(c.RMSNormEps > 0) || math.IsInf(float64(c.RMSNormEps), 0):
+		return fmt.Errorf("qwen35: config rms_norm_eps %v must be positive and finite", c.RMSNormEps)
+	case c.Arch == ArchMoE && c.ExpertsPerToken > c.NumExperts:
+		return fmt.Errorf("qwen35: config num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerToken, c.NumExperts)
+	}
+	for i, k := range c.Layers {
+		if k != LinearAttention && k != FullAttention {
+			return fmt.Errorf("qwen35: config layer %d has unknown kind %v", i, k)
+		}
+	}
+	return nil
+}
+
+// ConvChannels is C = 2·Hk·Dk + Hv·Dv, the width of in_proj_qkv and of the conv.
+func (c Config) ConvChannels() int { return 2*c.keyDim() + c.valueDim() }
+
+func (c Config) keyDim() int   { return c.LinearKeyHeads * c.LinearKeyDim }
+func (c Config) valueDim() int { return c.LinearValueHeads * c.LinearValueDim }
+func (c Config) kvDim() int    { return c.NumKVHeads * c.HeadDim }

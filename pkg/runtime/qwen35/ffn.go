@@ -1,0 +1,244 @@
+package qwen35
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// ffnScratch holds the per-chunk buffers of the MoE block and dense MLP.
+type ffnScratch struct {
+	gate, up   []float32     // [T, I]
+	router     []float32     // router logits [T, E]
+	sel        []int         // selected experts per token, ascending [T, k]
+	weight     []float32     // their renormalised weights [T, k]
+	probs      []float32     // one token's softmax [E]
+	users      [][]tokenSlot // per expert: the (token, slot) pairs routed to it
+	ids        []int         // distinct experts of the chunk, ascending
+	visited    []bool        // per index of ids: handed over by Visit
+	xs, ys     []float32     // gathered inputs [n, H] and outputs [n, H] of one expert
+	routed     []float32     // every routed expert output [T, k, H], weighted later
+	sharedGate []float32     // [T]
+}
+
+type tokenSlot struct{ token, slot int }
+
+// denseMLP is y = W_down · (silu(W_gate x) ⊙ (W_up x)) for T rows.
+func (m *Model) denseMLP(w *mlpWeights, sc *ffnScratch, u, out []float32, T int) {
+	inter := w.gate.Rows
+	g := grow(&sc.gate, T*inter)
+	up := grow(&sc.up, T*inter)
+	m.matmul(g, w.gate, u, T)
+	m.matmul(up, w.up, u, T)
+	swiglu(g, up)
+	m.matmul(out, w.down, g, T)
+}
+
+// moeBlock is docs/qwen35-architecture.md §3.5 for T tokens. Tokens are
+// grouped by expert so each expert is acquired and multiplied once per
+// chunk; each token then sums its experts in ascending id order and adds
+// the gated shared expert last, exactly as a single-token call does.
+func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []float32, T int) error {
+	c := &m.cfg
+	E, k, H := c.NumExperts, c.ExpertsPerToken, c.HiddenSize
+	logits := grow(&sc.router, T*E)
+	m.matmul(logits, w.router, u, T)
+	if cap(sc.sel) < T*k {
+		sc.sel = make([]int, T*k)
+	}
+	sel := sc.sel[:T*k]
+	weight := grow(&sc.weight, T*k)
+	if cap(sc.probs) < E {
+		sc.probs = make([]float32, E)
+	}
+	for t := range T {
+		route(logits[t*E:(t+1)*E], sc.probs[:E], sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
+	}
+
+	routed := grow(&sc.routed, T*k*H)
+	if err := m.runExperts(layer, sc, u, sel, routed, T); err != nil {
+		return err
+	}
+
+	sg := w.shared
+	m.denseMLP(&sg, sc, u, out, T) // out = shared expert output
+	gates := grow(&sc.sharedGate, T)
+	m.matmul(gates, w.sharedGate, u, T)
+	for t := range T {
+		sigma := sigmoid32(gates[t])
+		o := out[t*H : (t+1)*H]
+		for i := range o {
+			var acc float32
+			for s := range k {
+				acc += weight[t*k+s] * routed[(t*k+s)*H+i]
+			}
+			o[i] = acc + sigma*o[i]
+		}
+	}
+	return nil
+}
+
+// route computes the router softmax in float64 rounded to float32 (the
+// precision transformers keeps), picks the k most probable experts, the lower
+// index first on ties, and writes them in ascending id order with weights
+// renormalised over the selection.
+func route(logits []float32, probs []float32, sel []int, weight []float32) {
+	maxLogit := math.Inf(-1)
+	for _, l := range logits {
+		maxLogit = max(maxLogit, float64(l))
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - maxLogit)
+	}
+	for e, l := range logits {
+		probs[e] = float32(math.Exp(float64(l)-maxLogit) / sum)
+	}
+	for s := range sel {
+		best := -1
+		for e, p := range probs {
+			if (best < 0 || p > probs[best]) && !slices.Contains(sel[:s], e) {
+				best = e
+			}
+		}
+		sel[s] = best
+	}
+	slices.Sort(sel)
+	var total float32
+	for _, e := range sel {
+		total += probs[e]
+	}
+	for s, e := range sel {
+		weight[s] = probs[e] / total
+	}
+}
+
+// runExperts computes every selected expert's output for its tokens into
+// routed [T, k, H] (unweighted). Each output lands in its own (token, slot)
+// row and is summed later in ascending expert order, so the order experts
+// are computed in — Visit's arrival order, or ascending Acquire batches —
+// never changes the result.
+func (m *Model) runExperts(layer int, sc *ffnScratch, u []float32, sel []int, routed []float32, T int) error {
+	c := &m.cfg
+	E, k := c.NumExperts, c.ExpertsPerToken
+	if len(sc.users) < E {
+		sc.users = make([][]tokenSlot, E)
+	}
+	users := sc.users[:E]
+	for e := range users {
+		users[e] = users[e][:0]
+	}
+	for t := range T {
+		for s, e := range sel[t*k : (t+1)*k] {
+			users[e] = append(users[e], tokenSlot{token: t, slot: s})
+		}
+	}
+	ids := sc.ids[:0]
+	for e := range users {
+		if len(users[e]) > 0 {
+			ids = append(ids, e)
+		}
+	}
+	sc.ids = ids
+	if v, ok := m.experts.(ExpertVisitor); ok {
+		return m.visitExperts(v, layer, sc, u, ids, routed)
+	}
+	batch := len(ids)
+	if lim, ok := m.experts.(AcquireLimiter); ok {
+		if n := lim.MaxAcquire(); n > 0 {
+			batch = n
+		}
+	}
+	for start := 0; start < len(ids); start += batch {
+		part := ids[start:min(start+batch, len(ids))]
+		if err := m.acquireBatch(layer, sc, u, part, routed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Model) acquireBatch(layer int, sc *ffnScratch, u []float32, ids []int, routed []float32) error {
+	mats, release, err := m.experts.Acquire(layer, ids)
+	if err != nil {
+		return fmt.Errorf("qwen35: layer %d: acquiring experts %v: %w", layer, ids, err)
+	}
+	defer release()
+	if len(mats) != len(ids) {
+		return fmt.Errorf("qwen35: layer %d: Experts.Acquire returned %d experts for %d ids", layer, len(mats), len(ids))
+	}
+	for i, e := range ids {
+		if err := m.runExpert(layer, e, mats[i], sc, u, routed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visitExperts computes the experts in the order v hands them over, and
+// checks that every one was handed over exactly once: a skipped expert would
+// leave stale rows in routed.
+func (m *Model) visitExperts(v ExpertVisitor, layer int, sc *ffnScratch, u []float32, ids []int, routed []float32) error {
+	if cap(sc.visited) < len(ids) {
+		sc.visited = make([]bool, len(ids))
+	}
+	visited := sc.visited[:len(ids)]
+	clear(visited)
+	err := v.Visit(layer, ids, func(i int, em ExpertMats) error {
+		if i < 0 || i >= len(ids) || visited[i] {
+			return fmt.Errorf("qwen35: layer %d: Experts.Visit handed over index %d of %d twice or out of range", layer, i, len(ids))
+		}
+		visited[i] = true
+		return m.runExpert(layer, ids[i], em, sc, u, routed)
+	})
+	if err != nil {
+		return fmt.Errorf("qwen35: layer %d: visiting experts %v: %w", layer, ids, err)
+	}
+	for i, ok := range visited {
+		if !ok {
+			return fmt.Errorf("qwen35: layer %d: Experts.Visit never handed over expert %d", layer, ids[i])
+		}
+	}
+	return nil
+}
+
+// runExpert computes expert e for the tokens routed to it, as one batched
+// product per matrix, and scatters the rows to their (token, slot) places.
+func (m *Model) runExpert(layer, e int, em ExpertMats, sc *ffnScratch, u, routed []float32) error {
+	c := &m.cfg
+	H, I, k := c.HiddenSize, c.ExpertIntermediate, c.ExpertsPerToken
+	if err := checkExpert(em, I, H); err != nil {
+		return fmt.Errorf("qwen35: layer %d expert %d: %w", layer, e, err)
+	}
+	rs := sc.users[e]
+	n := len(rs)
+	xs := grow(&sc.xs, n*H)
+	for j, r := range rs {
+		copy(xs[j*H:(j+1)*H], u[r.token*H:(r.token+1)*H])
+	}
+	g := grow(&sc.gate, n*I)
+	up := grow(&sc.up, n*I)
+	m.matmul(g, em.Gate, xs, n)
+	m.matmul(up, em.Up, xs, n)
+	swiglu(g, up)
+	ys := grow(&sc.ys, n*H)
+	m.matmul(ys, em.Down, g, n)
+	for j, r := range rs {
+		slot := r.token*k + r.slot
+		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])
+	}
+	return nil
+}
+
+func checkExpert(em ExpertMats, I, H int) error {
+	if err := checkMatrix(em.Gate, I, H); err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	if err := checkMatrix(em.Up, I, H); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	if err := checkMatrix(em.Down, H, I); err != nil {
+		return fmt.Errorf("down: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package qwen35
+
+import (
+	"fmt"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
+
+// maxChunk bounds how many tokens one pass through the layers carries, and
+// so the scratch memory of a long prefill. Chunking never changes results;
+// it is a variable only so tests can shrink it.
+var maxChunk = 256
+
+// TapPoint says which hidden state a Tap sees.
+type TapPoint uint8
+
+const (
+	TapEmbeddings TapPoint = iota // the embedding rows (layer is −1)
+	TapLayer                      // the residual stream after decoder layer `layer`
+	TapFinalNorm                  // the final norm's output (layer is len(layers)), only for rows that get logits
+)
+
+// Tap observes hidden states during Forward: hidden is [rows, H] for the
+// tokens at positions pos, pos+1, …; it is only valid during the call.
+type Tap func(point TapPoint, layer, pos int, hidden []float32)
+
+// workspace is the per-State scratch of Forward, sized for the largest chunk
+// seen so far.
+type workspace struct {
+	x, u, mix []float32 // residual, normed input, mixer/FFN output [T, H]
+	cos, sin  []float32 // RoPE tables [T, rd/2]
+	gdn       gdnScratch
+	attn      attnScratch
+	ffn       ffnScratch
+	final     []float32
+}
+
+// Forward feeds ids to the sequence st. When logits is non-nil it receives
+// the logits [len(ids), V] when allLogits, else [1, V] for the last token.
+// A nil logits skips lm_head (prefill whose logits nobody reads).
+//
+// Arguments are checked before anything changes. If Forward fails later
+// (an expert that cannot be read), st is left inconsistent and refuses
+// further use until Reset or CopyFrom.
+func (m *Model) Forward(st *State, ids []int, logits []float32, allLogits bool) error {
+	if err := m.checkForward(st, ids, logits, allLogits); err != nil {
+		return err
+	}
+	if err := st.growKV(st.pos + len(ids)); err != nil {
+		return err
+	}
+	V := m.cfg.VocabSize
+	for start := 0; start < len(ids); start += maxChunk {
+		end := min(start+maxChunk, len(ids))
+		var out []float32
+		switch {
+		case logits == nil:
+		case allLogits:
+			out = logits[start*V : end*V]
+		case end == len(ids):
+			out = logits
+		}
+		if err := m.forwardChunk(st, ids[start:end], out, allLogits); err != nil {
+			st.failed = err
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Model) checkForward(st *State, ids []int, logits []float32, allLogits bool) error {
+	switch {
+	case st == nil || st.model != m:
+		return fmt.Errorf("qwen35: Forward: the state was not made by this model's NewState")
+	case st.failed != nil:
+		return fmt.Errorf("qwen35: Forward: the state is inconsistent after an earlier failure (%v); Reset it or CopyFrom a snapshot", st.failed)
+	case len(ids) == 0:
+		return fmt.Errorf("qwen35: Forward: no tokens")
+	}
+	for i, id := range ids {
+		if id < 0 || id >= m.cfg.VocabSize {
+			return fmt.Errorf("qwen35: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, m.cfg.VocabSize)
+		}
+	}
+	if logits != nil {
+		rows := 1
+		if allLogits {
+			rows = len(ids)
+		}
+		if len(logits) != rows*m.cfg.VocabSize {
+			return fmt.Errorf("qwen35: Forward: logits has %d values, want %d rows × vocab %d = %d", len(logits), rows, m.cfg.VocabSize, rows*m.cfg.VocabSize)
+		}
+	}
+	if st.pos+len(ids) > st.maxContext {
+		return fmt.Errorf("qwen35: Forward: %d tokens after %d would pass the state's max context of %d", len(ids), st.pos, st.maxContext)
+	}
+	return nil
+}
+
+// forwardChunk runs T tokens through every layer. Every per-token step uses
+// the same code whatever T is, which is what makes chunking invisible.
+func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) error {
+	c := &m.cfg
+	T, H := len(ids), c.HiddenSize
+	ws := &st.ws
+	x := grow(&ws.x, T*H)
+	u := grow(&ws.u, T*H)
+	mix := grow(&ws.mix, T*H)
+	for t, id := range ids {
+		m.embed.Row(x[t*H:(t+1)*H], id)
+	}
+	st.observe(TapEmbeddings, -1, x)
+	m.ropeTables(ws, st.pos, T)
+
+	for l := range m.layers {
+		ly := &m.layers[l]
+		rmsNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
+		switch ly.kind {
+		case LinearAttention:
+			m.gdnMixer(ly.gdn, &st.layers[l], &ws.gdn, u, mix, T)
+		case FullAttention:
+			m.attnMixer(ly.attn, &st.layers[l], &ws.attn, ws, st.pos, u, mix, T)
+		}
+		addTo(x, mix)
+		rmsNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
+		if ly.moe != nil {
+			if err := m.moeBlock(l, ly.moe, &ws.ffn, u, mix, T); err != nil {
+				return err
+			}
+		} else {
+			m.denseMLP(ly.mlp, &ws.ffn, u, mix, T)
+		}
+		addTo(x, mix)
+		st.observe(TapLayer, l, x)
+	}
+
+	rows, first := T, 0
+	if !allRows {
+		rows, first = 1, T-1
+	}
+	if out == nil && st.tap == nil {
+		st.pos += T
+		return nil
+	}
+	final := grow(&ws.final, rows*H)
+	rmsNormRows(final, x[first*H:], m.norm, H, c.RMSNormEps)
+	if st.tap != nil {
+		st.tap(TapFinalNorm, len(m.layers), st.pos+first, final)
+	}
+	if out != nil {
+		m.matmul(out, m.lmHead, final, rows)
+	}
+	st.pos += T
+	return nil
+}
+
+func (st *State) observe(p TapPoint, layer int, hidden []float32) {
+	if st.tap != nil {
+		st.tap(p, layer, st.pos, hidden)
+	}
+}
+
+// ropeTables fills cos/sin for positions pos0 … pos0+T−1, shared by every
+// attention layer of the chunk.
+func (m *Model) ropeTables(ws *workspace, pos0, T int) {
+	half := m.cfg.RotaryDim / 2
+	cos := grow(&ws.cos, T*half)
+	sin := grow(&ws.sin, T*half)
+	for t := range T {
+		m.rope.tables(pos0+t, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half])
+	}
+}
+
+// matmul computes dst [n, w.Rows] = x [n, w.Cols] · wᵀ. A single row goes
+// through MatVec; the kernels guarantee MatMul rows are bitwise equal to it,
+// for any pool size (a nil pool computes on this goroutine).
+func (m *Model) matmul(dst []float32, w *kernels.Matrix, x []float32, n int) {
+	dst = dst[:n*w.Rows]
+	x = x[:n*w.Cols]
+	if n == 1 {
+		m.pool.MatVec(dst, w, x)
+		return
+	}
+	m.pool.MatMul(dst, w, x, n)
+}

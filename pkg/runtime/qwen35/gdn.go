@@ -1,0 +1,162 @@
+package qwen35
+
+import "math"
+
+// gdnScratch holds the per-chunk buffers of a Gated DeltaNet layer.
+type gdnScratch struct {
+	proj    []float32 // m: pre-conv projections [T, C]
+	conv    []float32 // m': after conv and silu [T, C]
+	z       []float32 // [T, Hv·Dv]
+	b, a    []float32 // [T, Hv]
+	o       []float32 // gated-normed outputs [T, Hv·Dv]
+	window  [][]float32
+	convOld []float32 // conv state before the chunk
+	workers []gdnWorker
+}
+
+// gdnWorker is one thread's scratch for the recurrence.
+type gdnWorker struct {
+	q, k     []float32 // one token's normalised q and k for one key head [Dk]
+	p, delta []float32 // [Dv]
+}
+
+// gdnMixer is docs/qwen35-architecture.md §3.3 for T tokens, continuing the
+// layer's conv window and recurrent state in ls. The recurrence runs token by
+// token, so a chunk computes exactly what T single-token calls compute.
+func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out []float32, T int) {
+	c := &m.cfg
+	C, Hv, vd := c.ConvChannels(), c.LinearValueHeads, c.valueDim()
+	proj := grow(&sc.proj, T*C)
+	z := grow(&sc.z, T*vd)
+	b := grow(&sc.b, T*Hv)
+	a := grow(&sc.a, T*Hv)
+	m.matmul(proj, w.qkv, u, T)
+	m.matmul(z, w.z, u, T)
+	m.matmul(b, w.b, u, T)
+	m.matmul(a, w.a, u, T)
+
+	conv := grow(&sc.conv, T*C)
+	m.causalConv(w.conv, ls.conv, sc, proj, conv, T)
+
+	o := grow(&sc.o, T*vd)
+	sc.workers = workerSlots(sc.workers, m.pool.Threads())
+	m.parallelHeads(Hv, func(worker, lo, hi int) {
+		m.gdnHeads(w, ls, &sc.workers[worker], conv, z, a, b, o, T, lo, hi)
+	})
+	m.matmul(out, w.out, o, T)
+}
+
+// gdnHeads runs the gated delta rule and the gated norm for value heads
+// [lo, hi) over the chunk's T tokens. Each value head normalises its own
+// copy of its key head's q and k: redundant when Hv > Hk, but it keeps the
+// heads independent, and costs Dk per head against Dk·Dv for the state.
+func (m *Model) gdnHeads(w *gdnWeights, ls *layerState, sc *gdnWorker, conv, z, a, b, o []float32, T, lo, hi int) {
+	c := &m.cfg
+	C, Hv, Dv, Dk := c.ConvChannels(), c.LinearValueHeads, c.LinearValueDim, c.LinearKeyDim
+	kd, vd := c.keyDim(), c.valueDim()
+	ratio := Hv / c.LinearKeyHeads
+	qScale := float32(1 / math.Sqrt(float64(Dk)))
+	q := grow(&sc.q, Dk)
+	k := grow(&sc.k, Dk)
+	step := deltaStep{q: q, k: k, p: grow(&sc.p, Dv), delta: grow(&sc.delta, Dv)}
+	for t := range T {
+		row := conv[t*C : (t+1)*C]
+		for h := lo; h < hi; h++ {
+			kh := h / ratio // repeat-interleave: value heads 0…r−1 share key head 0
+			l2NormScaled(q, row[kh*Dk:(kh+1)*Dk], qScale)
+			l2NormScaled(k, row[kd+kh*Dk:kd+(kh+1)*Dk], 1)
+			g := w.negExpA[h] * softplus32(a[t*Hv+h]+w.dtBias[h])
+			step.S = ls.rec[h*Dk*Dv : (h+1)*Dk*Dv]
+			step.v = row[2*kd+h*Dv : 2*kd+(h+1)*Dv]
+			step.decay = exp32(g)
+			step.beta = sigmoid32(b[t*Hv+h])
+			oh := o[t*vd+h*Dv : t*vd+(h+1)*Dv]
+			step.run(oh)
+			gatedNorm(oh, z[t*vd+h*Dv:t*vd+(h+1)*Dv], w.norm, c.RMSNormEps)
+		}
+	}
+}
+
+// causalConv is the depthwise causal conv with silu over the projections of
+// a chunk, reading the K−1 previous projections from state, then leaves the
+// last K−1 projections in state for the next chunk.
+func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []float32, T int) {
+	C, K := m.cfg.ConvChannels(), m.cfg.ConvKernel
+	old := grow(&sc.convOld, len(state))
+	copy(old, state)
+	// source returns the projection of chunk-relative token s (s < 0: from
+	// the state, whose last row is token −1).
+	source := func(s int) []float32 {
+		if s >= 0 {
+			return proj[s*C : (s+1)*C]
+		}
+		r := K - 1 + s
+		return old[r*C : (r+1)*C]
+	}
+	if cap(sc.window) < K {
+		sc.window = make([][]float32, K)
+	}
+	window := sc.window[:K]
+	for t := range T {
+		for j := range K {
+			window[j] = source(t - (K - 1) + j) // tap K−1 is the current token
+		}
+		d := dst[t*C : (t+1)*C]
+		for ch := range C {
+			taps := weight[ch*K : (ch+1)*K]
+			var acc float32
+			for j, wj := range taps {
+				acc += wj * window[j][ch]
+			}
+			d[ch] = silu32(acc)
+		}
+	}
+	for r := range K - 1 {
+		copy(state[r*C:(r+1)*C], source(T-(K-1)+r))
+	}
+}
+
+// deltaStep is one token of the gated delta rule for one value head.
+type deltaStep struct {
+	S           []float32 // [Dk, Dv], updated in place
+	q, k, v     []float32
+	decay, beta float32
+	p, delta    []float32 // scratch [Dv]
+}
+
+// run does S ← decay·S; p = Sᵀk; δ = β(v − p); S ← S + k⊗δ; o = Sᵀq, with
+// every sum over the key index in ascending order.
+func (d *deltaStep) run(o []float32) {
+	Dv := len(d.v)
+	p, delta, v := d.p[:Dv], d.delta[:Dv], d.v[:Dv]
+	clear(p)
+	for i, ki := range d.k {
+		row := d.S[i*Dv : (i+1)*Dv]
+		for j := range row {
+			row[j] *= d.decay
+			p[j] += row[j] * ki
+		}
+	}
+	for j := range delta {
+		delta[j] = (v[j] - p[j]) * d.beta
+	}
+	o = o[:Dv]
+	clear(o)
+	for i, ki := range d.k {
+		row := d.S[i*Dv : (i+1)*Dv]
+		qi := d.q[i]
+		for j := range row {
+			row[j] += ki * delta[j]
+			o[j] += row[j] * qi
+		}
+	}
+}
+
+// gatedNorm is the GDN output norm over one head: x / rms(x) · w · silu(z),
+// with a plain w (not 1+w), in place.
+func gatedNorm(x, z, w []float32, eps float32) {
+	inv := invRMS(x, eps)
+	for i, v := range x {
+		x[i] = w[i] * (v * inv) * silu32(z[i])
+	}
+}

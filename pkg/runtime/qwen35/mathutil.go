@@ -1,0 +1,114 @@
+package qwen35
+
+import "math"
+
+// Scalar functions in float32 with float64 intermediates: Go has no float32
+// exp, and rounding once from float64 is at least as accurate as torch's
+// float32 kernels. Each is a pure function of its input, which is all the
+// determinism contract needs.
+
+func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func silu32(x float32) float32 { return x * sigmoid32(x) }
+
+// softplus32 is ln(1+eˣ) with torch's default threshold: above 20 it is x.
+func softplus32(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return float32(math.Log1p(math.Exp(float64(x))))
+}
+
+// rmsNorm writes x / sqrt(mean(x²) + eps) · scale into dst (len(x) values).
+// scale is 1+w for the zero-centred norms.
+func rmsNorm(dst, x, scale []float32, eps float32) {
+	inv := invRMS(x, eps)
+	for i, v := range x {
+		dst[i] = v * inv * scale[i]
+	}
+}
+
+// invRMS is 1 / sqrt(mean(x²) + eps); the sum of squares is accumulated in
+// float64 in index order.
+func invRMS(x []float32, eps float32) float32 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	mean := float32(ss / float64(len(x)))
+	return float32(1 / math.Sqrt(float64(mean+eps)))
+}
+
+// rmsNormRows applies rmsNorm to each row of width n.
+func rmsNormRows(dst, x, scale []float32, n int, eps float32) {
+	for r := 0; r+n <= len(x); r += n {
+		rmsNorm(dst[r:r+n], x[r:r+n], scale, eps)
+	}
+}
+
+// l2NormScaled writes x / sqrt(Σx² + 1e-6) · post into dst. The GDN's L2
+// norm uses a fixed 1e-6, not rms_norm_eps; post is 1/sqrt(Dk) for queries
+// (applied after normalising, as transformers does) and 1 for keys.
+func l2NormScaled(dst, x []float32, post float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(float64(float32(ss)+1e-6)))
+	for i, v := range x {
+		dst[i] = v * inv * post
+	}
+}
+
+// addTo does dst += src element-wise.
+func addTo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// swiglu writes silu(gate) ⊙ up into gate.
+func swiglu(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		gate[i] = silu32(g) * up[i]
+	}
+}
+
+// grow returns a slice of length n backed by *buf, reallocating only when
+// the capacity is short. Contents are unspecified.
+func grow(buf *[]float32, n int) []float32 {
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	return (*buf)[:n]
+}
+
+// dot is Σ a[i]·b[i] with four interleaved float32 accumulators combined as
+// (s0+s1)+(s2+s3): a fixed order, and four independent chains for the CPU.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy does dst += alpha·x.
+func axpy(dst []float32, alpha float32, x []float32) {
+	x = x[:len(dst)]
+	for i := range dst {
+		dst[i] += alpha * x[i]
+	}
+}

@@ -1,0 +1,209 @@
+// Package qwen35 is the forward pass of the Qwen3.5 text decoder, both the
+// MoE (qwen3_5_moe) and the dense (qwen3_5) variant, exactly as
+// docs/qwen35-architecture.md writes it: float32 compute over weights in any
+// kernels encoding, Gated DeltaNet state in float32, every reduction in a
+// fixed order.
+//
+// Determinism is a contract: a Forward over a chunk of tokens gives logits
+// bitwise equal to feeding the same tokens one at a time, and the result
+// does not depend on the kernels.Pool's thread count. Both follow from the
+// kernels contract (MatMul rows are bitwise MatVec, whatever the split), from
+// doing every per-token reduction here with the same code in the same order
+// whatever the chunk, and from splitting attention and Gated DeltaNet work
+// over the pool's threads only by whole heads.
+package qwen35
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
+
+// Model holds the resident weights. It is immutable after New, so several
+// States may run on it concurrently if the pool and Experts allow it.
+type Model struct {
+	cfg     Config
+	pool    *kernels.Pool
+	experts Experts
+
+	embed  *kernels.Matrix
+	lmHead *kernels.Matrix
+	norm   []float32 // 1 + w
+
+	layers []layer
+	rope   rope
+}
+
+type layer struct {
+	kind      LayerKind
+	inputNorm []float32 // 1 + w
+	postNorm  []float32 // 1 + w
+	gdn       *gdnWeights
+	attn      *attnWeights
+	moe       *moeWeights
+	mlp       *mlpWeights
+}
+
+type gdnWeights struct {
+	qkv, z, b, a, out *kernels.Matrix
+	conv              []float32 // [C, K]
+	negExpA           []float32 // −exp(A_log) per value head
+	dtBias            []float32
+	norm              []float32 // plain w of the gated norm
+}
+
+type attnWeights struct {
+	q, k, v, o   *kernels.Matrix
+	qNorm, kNorm []float32 // 1 + w
+}
+
+type mlpWeights struct{ gate, up, down *kernels.Matrix }
+
+type moeWeights struct {
+	router     *kernels.Matrix // [E, H]
+	shared     mlpWeights
+	sharedGate *kernels.Matrix // [1, H]
+}
+
+// New fetches every resident tensor from w and checks it against cfg, so a
+// mismatched install fails here, naming the tensor, not in the middle of a
+// generation. ex serves routed experts and must be non-nil for ArchMoE.
+// pool may be nil (single-threaded kernels).
+func New(cfg Config, w Weights, ex Experts, pool *kernels.Pool) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, fmt.Errorf("qwen35: no weights")
+	}
+	if cfg.Arch == ArchMoE && ex == nil {
+		return nil, fmt.Errorf("qwen35: architecture %s needs routed experts, got none", cfg.Arch)
+	}
+	m := &Model{cfg: cfg, pool: pool, experts: ex}
+	ld := &loader{w: w}
+	V, H := cfg.VocabSize, cfg.HiddenSize
+	m.embed = ld.matrix(nameEmbed, V, H)
+	m.norm = onePlus(ld.vector(nameNorm, H))
+	switch {
+	case w.Has(nameLMHead):
+		m.lmHead = ld.matrix(nameLMHead, V, H)
+	case cfg.TiedEmbeddings:
+		m.lmHead = m.embed
+	default:
+		if ld.err == nil {
+			ld.err = fmt.Errorf("qwen35: tensor %s is missing and tie_word_embeddings is false; the install is incomplete", nameLMHead)
+		}
+	}
+	m.layers = make([]layer, len(cfg.Layers))
+	for i, kind := range cfg.Layers {
+		m.layers[i] = loadLayer(ld, cfg, i, kind)
+	}
+	if ld.err != nil {
+		return nil, ld.err
+	}
+	m.rope = newRope(cfg.RopeTheta, cfg.RotaryDim)
+	return m, nil
+}
+
+func loadLayer(ld *loader, c Config, i int, kind LayerKind) layer {
+	name := func(s string) string { return layerTensor(i, s) }
+	H := c.HiddenSize
+	ly := layer{
+		kind:      kind,
+		inputNorm: onePlus(ld.vector(name("input_layernorm.weight"), H)),
+		postNorm:  onePlus(ld.vector(name("post_attention_layernorm.weight"), H)),
+	}
+	switch kind {
+	case LinearAttention:
+		C, Hv, vd := c.ConvChannels(), c.LinearValueHeads, c.valueDim()
+		g := &gdnWeights{
+			qkv:    ld.matrix(name("linear_attn.in_proj_qkv.weight"), C, H),
+			z:      ld.matrix(name("linear_attn.in_proj_z.weight"), vd, H),
+			b:      ld.matrix(name("linear_attn.in_proj_b.weight"), Hv, H),
+			a:      ld.matrix(name("linear_attn.in_proj_a.weight"), Hv, H),
+			conv:   ld.vector(name("linear_attn.conv1d.weight"), C*c.ConvKernel),
+			dtBias: ld.vector(name("linear_attn.dt_bias"), Hv),
+			norm:   ld.vector(name("linear_attn.norm.weight"), c.LinearValueDim),
+			out:    ld.matrix(name("linear_attn.out_proj.weight"), H, vd),
+		}
+		if aLog := ld.vector(name("linear_attn.A_log"), Hv); aLog != nil {
+			g.negExpA = make([]float32, Hv)
+			for h, v := range aLog {
+				g.negExpA[h] = -exp32(v)
+			}
+		}
+		ly.gdn = g
+	case FullAttention:
+		Dh := c.HeadDim
+		ly.attn = &attnWeights{
+			q:     ld.matrix(name("self_attn.q_proj.weight"), 2*c.NumHeads*Dh, H),
+			k:     ld.matrix(name("self_attn.k_proj.weight"), c.kvDim(), H),
+			v:     ld.matrix(name("self_attn.v_proj.weight"), c.kvDim(), H),
+			o:     ld.matrix(name("self_attn.o_proj.weight"), H, c.NumHeads*Dh),
+			qNorm: onePlus(ld.vector(name("self_attn.q_norm.weight"), Dh)),
+			kNorm: onePlus(ld.vector(name("self_attn.k_norm.weight"), Dh)),
+		}
+	}
+	if c.Arch == ArchMoE {
+		Is := c.SharedIntermediate
+		ly.moe = &moeWeights{
+			router: ld.matrix(name("mlp.gate.weight"), c.NumExperts, H),
+			shared: mlpWeights{
+				gate: ld.matrix(name("mlp.shared_expert.gate_proj.weight"), Is, H),
+				up:   ld.matrix(name("mlp.shared_expert.up_proj.weight"), Is, H),
+				down: ld.matrix(name("mlp.shared_expert.down_proj.weight"), H, Is),
+			},
+			sharedGate: ld.matrix(name("mlp.shared_expert_gate.weight"), 1, H),
+		}
+	} else {
+		I := c.Intermediate
+		ly.mlp = &mlpWeights{
+			gate: ld.matrix(name("mlp.gate_proj.weight"), I, H),
+			up:   ld.matrix(name("mlp.up_proj.weight"), I, H),
+			down: ld.matrix(name("mlp.down_proj.weight"), H, I),
+		}
+	}
+	return ly
+}
+
+// onePlus turns a zero-centred RMSNorm weight into the factor it multiplies
+// by, 1 + w, rounded to float32 as transformers does before multiplying.
+func onePlus(w []float32) []float32 {
+	if w == nil {
+		return nil
+	}
+	out := make([]float32, len(w))
+	for i, v := range w {
+		out[i] = 1 + v
+	}
+	return out
+}
+
+// Config returns the geometry the model was built with.
+func (m *Model) Config() Config { return m.cfg }
+
+// rope holds the inverse frequencies of partial rotary embedding, computed
+// in float32 like transformers: f_j = 1 / θ^(2j/rd).
+type rope struct {
+	invFreq []float32 // [rd/2]
+}
+
+func newRope(theta float64, rd int) rope {
+	inv := make([]float32, rd/2)
+	for j := range inv {
+		exponent := float32(2*j) / float32(rd)
+		inv[j] = 1 / float32(math.Pow(theta, float64(exponent)))
+	}
+	return rope{invFreq: inv}
+}
+
+// tables fills cos and sin [rd/2] for position p; the angle is rounded to
+// float32 before cos/sin, as transformers computes it.
+func (r rope) tables(p int, cos, sin []float32) {
+	for j, f := range r.invFreq {
+		angle := float32(p) * f
+		cos[j] = float32(math.Cos(float64(angle)))
+		sin[j] = float32(math.Sin(float64(angle)))
+	}
+}

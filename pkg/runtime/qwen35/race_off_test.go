@@ -1,0 +1,5 @@
+//go:build !race
+
+package qwen35
+
+const raceEnabled = false

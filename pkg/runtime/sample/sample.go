@@ -1,0 +1,248 @@
+// Package sample picks the next token from logits the way Hugging Face
+// transformers does with a generation_config.json: greedy when not
+// sampling, otherwise temperature, then top-k, then top-p, then a draw from
+// the remaining distribution. The draw uses math/rand/v2's PCG seeded from
+// Params.Seed, so a seed reproduces a generation exactly (transformers'
+// torch RNG stream itself cannot be reproduced).
+package sample
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Params are the sampling settings. The zero value is greedy decoding.
+type Params struct {
+	// Temperature divides the logits; 0 means greedy (argmax, lowest id on
+	// ties), which is also what do_sample=false means.
+	Temperature float64
+	// TopK keeps the TopK highest logits (and any tied with the K-th); 0
+	// disables it, as in transformers.
+	TopK int
+	// TopP keeps the most probable tokens whose cumulative probability
+	// reaches TopP (transformers' nucleus rule); 1 disables it. 0 also
+	// disables it, so that Params{Temperature: 0.7} means plain sampling;
+	// transformers would treat top_p 0 as keep-only-the-best, which a tiny
+	// positive TopP gives here.
+	TopP float64
+	// Seed seeds the PCG generator.
+	Seed uint64
+}
+
+// Validate reports parameters transformers would refuse, and ours.
+func (p Params) Validate() error {
+	switch {
+	case math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) || p.Temperature < 0:
+		return fmt.Errorf("sample: temperature %v must be a finite number ≥ 0 (0 = greedy)", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("sample: top_k %d must be ≥ 0 (0 = disabled)", p.TopK)
+	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
+		return fmt.Errorf("sample: top_p %v must be in [0, 1] (0 or 1 = disabled)", p.TopP)
+	}
+	return nil
+}
+
+// Sampler draws tokens; it is not safe for concurrent use.
+type Sampler struct {
+	p   Params
+	rng *rand.Rand
+
+	cand  []candidate // scratch: surviving tokens
+	probs []float64
+	heap  []float32
+}
+
+type candidate struct {
+	id    int
+	logit float64 // after temperature
+}
+
+// seedStream is the PCG stream selector; fixed so a seed alone determines
+// the sequence.
+const seedStream = 0x6e766d6169 // "nvmai"
+
+// New returns a Sampler for p.
+func New(p Params) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, seedStream))}, nil
+}
+
+// Params returns the sampler's settings.
+func (s *Sampler) Params() Params { return s.p }
+
+// Greedy returns the index of the largest logit, the lowest on ties.
+// It fails on empty logits or on NaN, which means a broken forward pass.
+func Greedy(logits []float32) (int, error) {
+	if len(logits) == 0 {
+		return 0, fmt.Errorf("sample: no logits")
+	}
+	best := -1
+	for i, v := range logits {
+		if v != v {
+			return 0, fmt.Errorf("sample: logit %d is NaN", i)
+		}
+		if best < 0 || v > logits[best] {
+			best = i
+		}
+	}
+	return best, nil
+}
+
+// Sample picks the next token from logits [V].
+func (s *Sampler) Sample(logits []float32) (int, error) {
+	if s.p.Temperature == 0 {
+		return Greedy(logits)
+	}
+	if err := checkLogits(logits); err != nil {
+		return 0, err
+	}
+	cand := s.topK(logits)
+	cand = s.topP(cand)
+	return s.draw(cand), nil
+}
+
+func checkLogits(logits []float32) error {
+	if len(logits) == 0 {
+		return fmt.Errorf("sample: no logits")
+	}
+	finite := false
+	for i, v := range logits {
+		switch {
+		case v != v:
+			return fmt.Errorf("sample: logit %d is NaN", i)
+		case math.IsInf(float64(v), 1):
+			return fmt.Errorf("sample: logit %d is +Inf", i)
+		case !math.IsInf(float64(v), -1):
+			finite = true
+		}
+	}
+	if !finite {
+		return fmt.Errorf("sample: every logit is -Inf")
+	}
+	return nil
+}
+
+// topK applies the temperature and keeps the tokens whose logit is at least
+// the K-th largest (transformers removes those strictly below it, so ties
+// with the K-th all stay). −Inf logits never survive. The K-th value comes
+// from a size-K heap, so a 248k vocabulary is not sorted per token.
+func (s *Sampler) topK(logits []float32) []candidate {
+	threshold := float32(math.Inf(-1))
+	if k := s.p.TopK; k > 0 && k < len(logits) {
+		threshold = s.kthLargest(logits, k)
+	}
+	cand := s.cand[:0]
+	for id, l := range logits {
+		if l >= threshold && !math.IsInf(float64(l), -1) {
+			cand = append(cand, candidate{id: id, logit: float64(l) / s.p.Temperature})
+		}
+	}
+	s.cand = cand
+	return cand
+}
+
+// kthLargest returns the k-th largest value of x (1 ≤ k < len(x)).
+func (s *Sampler) kthLargest(x []float32, k int) float32 {
+	h := append(s.heap[:0], x[:k]...) // min-heap of the k largest so far
+	for i := k/2 - 1; i >= 0; i-- {
+		siftDown(h, i)
+	}
+	for _, v := range x[k:] {
+		if v > h[0] {
+			h[0] = v
+			siftDown(h, 0)
+		}
+	}
+	s.heap = h
+	return h[0]
+}
+
+func siftDown(h []float32, i int) {
+	for {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l] < h[least] {
+			least = l
+		}
+		if r < len(h) && h[r] < h[least] {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+}
+
+// sortDescending orders by logit, highest first, lower id first on ties.
+func sortDescending(c []candidate) {
+	slices.SortFunc(c, func(a, b candidate) int {
+		if r := cmp.Compare(b.logit, a.logit); r != 0 {
+			return r
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+}
+
+// topP is transformers' TopPLogitsWarper: sort ascending, accumulate the
+// softmax from the least probable token, drop tokens while the cumulative
+// probability is ≤ 1−top_p, and always keep the most probable one.
+func (s *Sampler) topP(cand []candidate) []candidate {
+	if s.p.TopP >= 1 || s.p.TopP == 0 {
+		return cand
+	}
+	sortDescending(cand)
+	probs := softmax(cand, &s.probs)
+	// Walking from the least probable (the end): a token is removed while
+	// the mass accumulated up to and including it is ≤ 1−top_p.
+	var cum float64
+	keep := len(cand)
+	for i := len(cand) - 1; i >= 1; i-- {
+		cum += probs[i]
+		if cum > 1-s.p.TopP {
+			break
+		}
+		keep = i
+	}
+	return cand[:keep]
+}
+
+// softmax returns the probabilities of cand in float64.
+func softmax(cand []candidate, buf *[]float64) []float64 {
+	if cap(*buf) < len(cand) {
+		*buf = make([]float64, len(cand))
+	}
+	p := (*buf)[:len(cand)]
+	m := math.Inf(-1)
+	for _, c := range cand {
+		m = max(m, c.logit)
+	}
+	var sum float64
+	for i, c := range cand {
+		p[i] = math.Exp(c.logit - m)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// draw samples one candidate in proportion to softmax of its logit.
+func (s *Sampler) draw(cand []candidate) int {
+	probs := softmax(cand, &s.probs)
+	u := s.rng.Float64()
+	var cum float64
+	for i, p := range probs {
+		cum += p
+		if u < cum {
+			return cand[i].id
+		}
+	}
+	return cand[len(cand)-1].id // u within rounding of 1
+}
