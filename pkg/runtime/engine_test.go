@@ -93,7 +93,7 @@ func TestSixteenBitMatchesTransformers(t *testing.T) {
 			}
 			defer e.Close()
 			for i, p := range loadRefs(t, tc.refs) {
-				if testing.Short() && len(p.IDs) > 100 {
+				if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
 					continue
 				}
 				var row0 []float32

@@ -174,12 +174,16 @@ func (m *Model) ropeTables(ws *workspace, pos0, T int) {
 // matmul computes dst [n, w.Rows] = x [n, w.Cols] · wᵀ. A single row goes
 // through MatVec; the kernels guarantee MatMul rows are bitwise equal to it,
 // for any pool size (a nil pool computes on this goroutine).
+// matmul multiplies n rows of x by w. Quantized weights take the int8-
+// activation kernels (whose rows are bitwise equal between the batched and
+// single-token forms, so chunked prefill still equals decode); float weights
+// take the float reference, which keeps 16-bit installs exact.
 func (m *Model) matmul(dst []float32, w *kernels.Matrix, x []float32, n int) {
 	dst = dst[:n*w.Rows]
 	x = x[:n*w.Cols]
 	if n == 1 {
-		m.pool.MatVec(dst, w, x)
+		m.pool.MatVecFast(dst, w, x)
 		return
 	}
-	m.pool.MatMul(dst, w, x, n)
+	m.pool.MatMulFast(dst, w, x, n)
 }
