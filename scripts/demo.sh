@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default model (README's first command): build the four commands,
-# convert testdata/tiny-moe-fused to 4-, 8- and 16-bit installs, verify each, and generate from each.
+# convert testdata/tiny-moe-fused to 4-, 8- and 16-bit installs, verify each, generate from each,
+# and check the generated text against the committed golden baselines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -21,3 +22,6 @@ for bits in 4 8 16; do
   echo "== generate from $dir (greedy)"
   bin/nvmai-run --model "$dir" --prompt "$prompt" --temperature 0 --max-tokens 24
 done
+
+echo "== golden gate: the generated text must equal the committed baselines byte for byte"
+bin/nvmai-verify golden --models-dir "$models" --golden-dir benchmark/golden

@@ -153,6 +153,7 @@ func generateAction(c *cli.Context) error {
 		return enc.Encode(res)
 	}
 	out.WriteString("\n")
+	out.Flush()
 	printTiming(res, opt.Sampling)
 	if c.Bool("stats") {
 		printStats(res)
