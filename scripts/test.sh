@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # The test suite (README's second command): lint gates (gofmt, vet, the converter's expert-order
-# probe), every package with the race detector, then kernels and quant again without assembly.
+# probe), every package with the race detector, the kernels again without assembly, and the arm64
+# kernels under qemu user emulation when qemu-aarch64-static is installed (.ci/run installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== lint gates"; scripts/lint.sh
 echo "== go test -race"; go test -race -count=1 -timeout 20m ./...
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
+echo "== arm64 kernels under qemu"
+if command -v qemu-aarch64-static >/dev/null 2>&1; then
+  bin=$(mktemp -d)/kernels.arm64
+  GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
+  (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
+  rm -rf "$(dirname "$bin")"
+else
+  echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
+fi
