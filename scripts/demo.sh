@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 models=${MODELS_DIR:-models}
-prompt=${PROMPT:-"Once upon a"}
+prompt=${PROMPT:-"The capital of France is"}
 
 echo "== build"
 go build -o bin/ ./cmd/...

@@ -231,6 +231,10 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	if err != nil {
 		return nil, err
 	}
+	if held, limit := s.state.Len()+len(s.pending), s.state.MaxContext(); held+len(promptIDs) > limit {
+		return nil, fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
+			len(promptIDs), held, limit, s.e.Install.Manifest.Geometry.MaxPositionEmbeddings)
+	}
 	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
 	before := s.e.ExpertStats()
 	defer func() {
@@ -297,8 +301,11 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 			break
 		}
 		emit(id, stream.Push(id))
-		if len(res.IDs) == opt.MaxTokens {
+		if len(res.IDs) == opt.MaxTokens || s.state.Len() == s.state.MaxContext() {
 			s.pending = []int{id}
+			if len(res.IDs) < opt.MaxTokens {
+				res.StopReason = "context_full"
+			}
 			break
 		}
 		if err := s.forwardOne(id); err != nil {

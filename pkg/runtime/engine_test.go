@@ -40,17 +40,24 @@ type refPrompt struct {
 
 func loadRefs(t testing.TB, name string) []refPrompt {
 	t.Helper()
+	var prompts []refPrompt
+	loadJSON(t, name, &prompts)
+	return prompts
+}
+
+// loadJSON decodes the "prompts" array of a refs file into prompts.
+func loadJSON(t testing.TB, name string, prompts any) {
+	t.Helper()
 	raw, err := os.ReadFile(fixturePath(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refs struct {
-		Prompts []refPrompt `json:"prompts"`
-	}
+	refs := struct {
+		Prompts any `json:"prompts"`
+	}{prompts}
 	if err := json.Unmarshal(raw, &refs); err != nil {
 		t.Fatal(err)
 	}
-	return refs.Prompts
 }
 
 var installs sync.Map // "snapshot/bits" → install dir, shared by the tests of one run
