@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -59,7 +60,9 @@ func Run(app *cli.App) {
 	defer stop()
 	app.ExitErrHandler = func(*cli.Context, error) {} // we map errors ourselves
 	app.UseShortOptionHandling = true
+	stopProfile := startProfile(app.Name)
 	err := app.RunContext(ctx, os.Args)
+	stopProfile()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("interrupted; nothing was left half-written")
@@ -71,6 +74,26 @@ func Run(app *cli.App) {
 		}
 	}
 	os.Exit(ExitCode(err))
+}
+
+// ProfileEnv names a file that receives a CPU profile of the whole command
+// (go tool pprof reads it).
+const ProfileEnv = "NVMAI_CPUPROFILE"
+
+func startProfile(name string) func() {
+	path := os.Getenv(ProfileEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %s: %v\n", name, ProfileEnv, err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // IsTerminal reports whether f is a terminal.

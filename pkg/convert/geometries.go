@@ -285,3 +285,14 @@ func indentJSON(v any) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
+
+// SynthConfigFiles returns the config.json and generation_config.json a
+// synthetic geometry is described by (seed 0), for tools that write a
+// Hugging Face-format snapshot of it.
+func SynthConfigFiles(sg SynthGeometry) (config, generation []byte, err error) {
+	if config, err = sg.configJSON(0); err != nil {
+		return nil, nil, err
+	}
+	generation, err = generationConfigJSON()
+	return config, generation, err
+}

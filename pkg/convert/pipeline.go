@@ -1,12 +1,10 @@
 package convert
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -112,28 +110,81 @@ func (c *converter) stream(ctx context.Context) error {
 	return c.acc.complete()
 }
 
+// shardReader reads one shard front to back. A goroutine reads ahead in
+// blocks and hashes them, so the disk read and the sha256 of the source
+// overlap the quantization of the previous blocks.
 type shardReader struct {
-	r    *bufio.Reader
-	h    hash.Hash
-	pos  int64
-	c    *converter
-	ctx  context.Context
-	name string
+	chunks <-chan readChunk
+	cur    []byte
+	err    error
+	pos    int64
+	c      *converter
+	ctx    context.Context
+	stop   chan struct{}
+	sum    chan []byte
+}
+
+type readChunk struct {
+	data []byte
+	err  error
+}
+
+// readAheadChunks bounds the memory read ahead: chunks × blockBytes.
+const readAheadChunks = 2
+
+func newShardReader(ctx context.Context, c *converter, f *os.File) *shardReader {
+	chunks := make(chan readChunk, readAheadChunks)
+	s := &shardReader{chunks: chunks, c: c, ctx: ctx, stop: make(chan struct{}), sum: make(chan []byte, 1)}
+	go func() {
+		defer close(chunks)
+		h := sha256.New()
+		for {
+			buf := make([]byte, blockBytes)
+			n, err := io.ReadFull(f, buf)
+			h.Write(buf[:n])
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				err = io.EOF
+				s.sum <- h.Sum(nil)
+			}
+			select {
+			case chunks <- readChunk{buf[:n], err}:
+			case <-s.stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s
 }
 
 func (s *shardReader) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
 		return 0, err
 	}
-	n, err := s.r.Read(p)
-	s.h.Write(p[:n])
+	for len(s.cur) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		ch, ok := <-s.chunks
+		if !ok {
+			return 0, io.EOF
+		}
+		s.cur, s.err = ch.data, ch.err
+	}
+	n := copy(p, s.cur)
+	s.cur = s.cur[n:]
 	s.pos += int64(n)
 	s.c.done += int64(n)
 	if s.c.opt.Progress != nil {
 		s.c.opt.Progress(s.c.done, s.c.total)
 	}
-	return n, err
+	return n, nil
 }
+
+// close stops the read-ahead goroutine early (on an error).
+func (s *shardReader) close() { close(s.stop) }
 
 func (c *converter) streamShard(ctx context.Context, name string, tensors []*hf.SourceTensor) error {
 	path := filepath.Join(c.snap.Dir, filepath.FromSlash(name))
@@ -148,7 +199,8 @@ func (c *converter) streamShard(ctx context.Context, name string, tensors []*hf.
 		return err
 	}
 	defer f.Close()
-	sr := &shardReader{r: bufio.NewReaderSize(f, 4<<20), h: sha256.New(), c: c, ctx: ctx, name: name}
+	sr := newShardReader(ctx, c, f)
+	defer sr.close()
 	if _, err := io.CopyN(io.Discard, sr, dataOff); err != nil {
 		return fmt.Errorf("%s: reading header: %w", path, err)
 	}
@@ -165,7 +217,7 @@ func (c *converter) streamShard(ctx context.Context, name string, tensors []*hf.
 	if _, err := io.Copy(io.Discard, sr); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	c.sources = append(c.sources, packexperts.SourceFile{Name: name, Size: sr.pos, SHA256: hex.EncodeToString(sr.h.Sum(nil))})
+	c.sources = append(c.sources, packexperts.SourceFile{Name: name, Size: sr.pos, SHA256: hex.EncodeToString(<-sr.sum)})
 	return nil
 }
 

@@ -89,10 +89,11 @@ func QuantizeRow(dst, scales, biases []byte, row []float32, bits int) error {
 	var codes [GroupSize]uint8
 	for g := 0; g < len(row)/GroupSize; g++ {
 		group := row[g*GroupSize : (g+1)*GroupSize]
-		if err := checkQuantizable(group, g); err != nil {
+		wMin, wMax, err := groupRange(group, g)
+		if err != nil {
 			return err
 		}
-		s, b := quantizeGroup(&codes, group, bits)
+		s, b := quantizeGroup(&codes, group, wMin, wMax, bits)
 		binary.LittleEndian.PutUint16(scales[2*g:], s)
 		binary.LittleEndian.PutUint16(biases[2*g:], b)
 		packCodes(dst[g*GroupSize*bits/8:], &codes, bits)
@@ -164,20 +165,28 @@ const maxGroupRange = math.MaxFloat32 / 2
 // checkQuantizable rejects what the format cannot represent: NaN and
 // infinities, values whose bfloat16 bias would overflow, and groups whose
 // max−min exceeds maxGroupRange (their dequantized grid would overflow).
-func checkQuantizable(group []float32, g int) error {
-	wMin, wMax := group[0], group[0]
+// groupRange returns the group's minimum and maximum in one pass, refusing
+// what cannot be quantized: NaN, ±Inf, values beyond MaxBF16, and groups
+// whose range would overflow float32 when dequantized.
+func groupRange(group []float32, g int) (wMin, wMax float32, err error) {
+	wMin, wMax = group[0], group[0]
 	for i, v := range group {
-		if !(math.Abs(float64(v)) <= float64(MaxBF16)) {
-			return fmt.Errorf("quant: element %d (group %d) is %g; only finite values within ±%g can be quantized",
+		if !(v <= MaxBF16 && v >= -MaxBF16) { // also catches NaN
+			return 0, 0, fmt.Errorf("quant: element %d (group %d) is %g; only finite values within ±%g can be quantized",
 				g*GroupSize+i, g, v, MaxBF16)
 		}
-		wMin, wMax = min(wMin, v), max(wMax, v)
+		if v < wMin {
+			wMin = v
+		}
+		if v > wMax {
+			wMax = v
+		}
 	}
 	if float64(wMax)-float64(wMin) > maxGroupRange {
-		return fmt.Errorf("quant: group %d spans %g..%g, wider than %g: its dequantized values would overflow float32",
+		return 0, 0, fmt.Errorf("quant: group %d spans %g..%g, wider than %g: its dequantized values would overflow float32",
 			g, wMin, wMax, maxGroupRange)
 	}
-	return nil
+	return wMin, wMax, nil
 }
 
 // groupParams is MLX's affine_quantize (mlx/ops.cpp, cpu-kernels-and-io.md
@@ -187,12 +196,8 @@ func checkQuantizable(group []float32, g int) error {
 // edge is an integer number of steps from 0, which makes 0 a code (−q0) up to
 // float32 rounding of edge/q0. When the edge is under half a step from 0 the
 // bias is 0 instead.
-func groupParams(group []float32, bits int) (scale, bias float32) {
+func groupParams(wMin, wMax float32, bits int) (scale, bias float32) {
 	nBins := float32(int(1)<<bits - 1)
-	wMin, wMax := group[0], group[0]
-	for _, v := range group {
-		wMin, wMax = min(wMin, v), max(wMax, v)
-	}
 	scale = max((wMax-wMin)/nBins, minScale)
 	edge := wMin
 	if !(abs32(wMin) > abs32(wMax)) {
@@ -206,8 +211,8 @@ func groupParams(group []float32, bits int) (scale, bias float32) {
 }
 
 // quantizeGroup fills codes and returns the bfloat16 scale and bias.
-func quantizeGroup(codes *[GroupSize]uint8, group []float32, bits int) (scaleBF16, biasBF16 uint16) {
-	scale, bias := groupParams(group, bits)
+func quantizeGroup(codes *[GroupSize]uint8, group []float32, wMin, wMax float32, bits int) (scaleBF16, biasBF16 uint16) {
+	scale, bias := groupParams(wMin, wMax, bits)
 	scaleBF16, biasBF16 = F32ToBF16(scale), F32ToBF16(bias)
 	s, b := BF16ToF32(scaleBF16), BF16ToF32(biasBF16)
 	nBins := float32(int(1)<<bits - 1)

@@ -213,7 +213,11 @@ func TestZeroIsACodeWhenTheGroupSpansZero(t *testing.T) {
 		}
 		group[trial%GroupSize] = 0
 		for _, bits := range []int{4, 8} {
-			s, b := groupParams(group, bits)
+			lo, hi, err := groupRange(group, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, b := groupParams(lo, hi, bits)
 			if b == 0 {
 				continue // edge under half a step from 0: bias 0 makes code 0 exact
 			}
