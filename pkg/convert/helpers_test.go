@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -15,25 +16,7 @@ import (
 // root, skipping the test when the fixtures are not there.
 func fixtureDir(t testing.TB, name string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "fixtures", "dev", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("fixture %s not available: %v", p, err)
-	}
-	return p
+	return testfix.Shared(t, "dev/"+name)
 }
 
 // loadTensors reads every tensor of a snapshot's shards.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/download/fakehub"
 )
 
@@ -237,23 +238,5 @@ func damage(t *testing.T, path string, off int64) {
 // folder holding go.mod), or skips.
 func fixtureDir(t *testing.T, rel string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the package: cannot locate ../shared/fixtures")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "fixtures", filepath.FromSlash(rel))
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("fixture %s absent (%v): the fixtures live in ../shared/fixtures next to the repository", p, err)
-	}
-	return p
+	return testfix.Shared(t, rel)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -16,25 +17,7 @@ import (
 // (the directory holding go.mod), or skips the test when it is absent.
 func fixtureDir(t testing.TB, name string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found above the test directory; cannot locate fixtures")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "fixtures", "dev", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("fixture %s absent (%v); fixtures live in ../shared/fixtures next to the repository", p, err)
-	}
-	return p
+	return testfix.Shared(t, "dev/"+name)
 }
 
 // fakeTensor is one tensor of a snapshot the tests assemble and then write.

@@ -3,12 +3,12 @@ package install
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/download"
 	"github.com/nvmai/nvmai/pkg/download/fakehub"
 	"github.com/nvmai/nvmai/pkg/registry"
@@ -20,13 +20,7 @@ const repo = "nvmai/tiny-moe"
 
 func embeddedModel(t *testing.T) string {
 	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "testdata", "tiny-moe-fused")
-		}
-		dir = filepath.Dir(dir)
-	}
+	return testfix.Embedded(t)
 }
 
 func testClient(t *testing.T, h *fakehub.Hub) *download.Client {

@@ -10,24 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 func fixturePath(t testing.TB, name string) string {
 	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		dir = filepath.Dir(dir)
-	}
-	p := filepath.Join(dir, "..", "shared", "fixtures", "dev", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("fixture %s not available", p)
-	}
-	return p
+	return testfix.Shared(t, "dev/"+name)
 }
 
 type refPrompt struct {

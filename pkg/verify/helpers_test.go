@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/convert"
 )
 
@@ -33,20 +34,7 @@ func TestMain(m *testing.M) {
 // repoRoot walks up from the package directory to go.mod.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the package directory")
-		}
-		dir = parent
-	}
+	return testfix.RepoRoot(t)
 }
 
 // embeddedModels returns a models directory with the embedded model

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
@@ -38,25 +39,7 @@ func pick[T any](quick, full T) T {
 // directory holding go.mod); tests skip when it is absent.
 func fixturesDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the test directory; cannot locate ../shared/fixtures")
-		}
-		dir = parent
-	}
-	fx := filepath.Join(dir, "..", "shared", "fixtures", "dev")
-	if _, err := os.Stat(fx); err != nil {
-		t.Skipf("fixtures absent at %s: these tests need the transformers reference fixtures", fx)
-	}
-	return fx
+	return testfix.Shared(t, "dev")
 }
 
 // rawTensor is one tensor of a snapshot held in memory.
