@@ -65,7 +65,7 @@ func (c *converter) readMetadata() ([]metaFile, error) {
 	var out []metaFile
 	for _, m := range metadataFiles {
 		p := filepath.Join(c.snap.Dir, m.name)
-		data, err := packexperts.ReadBounded(p, m.limit)
+		data, err := limits.ReadFile(p, m.limit)
 		if os.IsNotExist(err) && !m.required {
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // A partial download is two files next to the final blob:
@@ -306,19 +308,7 @@ func hashRange(r io.ReaderAt, off, n int64) (string, error) {
 }
 
 func readFileLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
+	return limits.ReadFile(path, limit)
 }
 
 // writeFileAtomic writes path via a temporary file and rename, so a reader

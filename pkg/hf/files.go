@@ -8,32 +8,17 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
-// readBounded reads a whole file of at most limit bytes. The size is checked
-// on the (symlink-followed) stat before anything is allocated, and again while
-// reading in case the file grows underneath us.
+// readBounded reads a whole, non-empty file of at most limit bytes.
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	b, err := limits.ReadFile(path, limit)
+	if err == nil && len(b) == 0 {
+		err = fmt.Errorf("%s: file is empty; the download is probably incomplete", path)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSize(path, st, limit); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: grew past the %d-byte ceiling while being read", path, limit)
-	}
-	return b, nil
+	return b, err
 }
 
 // checkSize refuses anything but a non-empty regular file of at most limit bytes.

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -32,7 +30,7 @@ func formatErr(format string, args ...any) error {
 // bytes too, since the receipt hashes exactly those.
 func ReadManifest(dir string) (*Manifest, []byte, error) {
 	p := filepath.Join(dir, ManifestFile)
-	raw, err := ReadBounded(p, limits.Manifest)
+	raw, err := limits.ReadFile(p, limits.Manifest)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,34 +56,6 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 		return nil, err
 	}
 	return &m, nil
-}
-
-// ReadBounded reads a whole file after checking its size against max, so a
-// hostile file cannot make us allocate more than the format allows.
-func ReadBounded(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", p)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s: %d bytes exceeds the %d-byte ceiling for this file", p, st.Size(), max)
-	}
-	buf, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if int64(len(buf)) > max {
-		return nil, fmt.Errorf("%s: grew past the %d-byte ceiling while being read", p, max)
-	}
-	return buf, nil
 }
 
 // ValidRelPath reports whether name is a clean relative slash path that stays

@@ -116,12 +116,7 @@ func isHex64(s string) bool {
 
 // Read loads and parses the receipt at path.
 func Read(path string) (*Receipt, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, limits.Receipt+1))
+	raw, err := limits.ReadFile(path, limits.Receipt)
 	if err != nil {
 		return nil, err
 	}

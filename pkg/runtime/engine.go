@@ -14,7 +14,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
-	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -89,7 +88,7 @@ func (e *Engine) load(opt Options) error {
 
 func readGeneration(dir string, vocab int) (*hf.GenerationConfig, error) {
 	p := filepath.Join(dir, "generation_config.json")
-	raw, err := packexperts.ReadBounded(p, limits.SnapshotJSON)
+	raw, err := limits.ReadFile(p, limits.SnapshotJSON)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

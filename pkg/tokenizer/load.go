@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -74,26 +72,15 @@ func parse(jsonName string, tokJSON []byte, cfgName string, cfg []byte) (*Tokeni
 	return t, nil
 }
 
-// readBounded reads a whole file, refusing one larger than limit before
-// reading it (and again while reading, in case it grows).
+// readBounded reads a whole file, refusing one larger than limit.
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := limits.ReadFile(path, limit)
+	var tl *limits.TooLargeError
+	if errors.As(err, &tl) {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("%d bytes is more than the %d-byte limit for %s", tl.Size, limit, filepath.Base(path))}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	defer f.Close()
-	tooLarge := func(size int64) error {
-		return &FormatError{File: path, Msg: fmt.Sprintf("%d bytes is more than the %d-byte limit for %s", size, limit, filepath.Base(path))}
-	}
-	if st, err := f.Stat(); err == nil && st.Size() > limit {
-		return nil, tooLarge(st.Size())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, tooLarge(int64(len(data)))
 	}
 	return data, nil
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // Baseline is a stored golden generation. Prompt, Tokens, Seed and Bits must
@@ -132,7 +132,7 @@ func (b *Baseline) setField(key, value string) error {
 
 // ReadBaseline reads and parses a baseline file.
 func ReadBaseline(path string) (*Baseline, error) {
-	raw, err := packexperts.ReadBounded(path, maxBaselineBytes)
+	raw, err := limits.ReadFile(path, maxBaselineBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func Machine() string {
 }
 
 func cpuModel() string {
-	raw, err := packexperts.ReadBounded("/proc/cpuinfo", 1<<22)
+	raw, err := limits.ReadFile("/proc/cpuinfo", 1<<22)
 	if err != nil {
 		return ""
 	}

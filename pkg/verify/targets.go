@@ -72,7 +72,7 @@ var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 // ReadTargets reads and validates a targets file.
 func ReadTargets(path string) (*Targets, error) {
 	// A hand-written JSON configuration: bounded like the snapshot configs.
-	raw, err := packexperts.ReadBounded(path, limits.SnapshotJSON)
+	raw, err := limits.ReadFile(path, limits.SnapshotJSON)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,48 @@
+package limits
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// TooLargeError reports a file over the ceiling its format allows.
+type TooLargeError struct {
+	Path  string
+	Size  int64 // bytes seen (at least Limit+1 when it grew while being read)
+	Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s: %d bytes is over the %d-byte ceiling for this file", e.Path, e.Size, e.Limit)
+}
+
+// ReadFile reads a whole regular file of at most limit bytes. The size is
+// checked before anything is allocated and again while reading, in case the
+// file grows underneath us, so a hostile file cannot make a reader allocate
+// more than its format allows. Links are followed.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (mode %v)", path, st.Mode())
+	}
+	if st.Size() > limit {
+		return nil, &TooLargeError{path, st.Size(), limit}
+	}
+	buf, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(buf)) > limit {
+		return nil, &TooLargeError{path, int64(len(buf)), limit}
+	}
+	return buf, nil
+}
