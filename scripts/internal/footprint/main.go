@@ -27,10 +27,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmai/nvmai/internal/pagecache"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
@@ -55,7 +55,7 @@ func main() {
 	case "cached":
 		err = cached(args)
 	case "drop":
-		err = drop(args)
+		err = pagecache.Drop(args)
 	case "directread":
 		err = directRead(args)
 	case "watch":
@@ -134,65 +134,11 @@ func stateBytes(m *packexperts.Manifest, kvTokens int) (int64, error) {
 }
 
 func cached(paths []string) error {
-	var total int64
-	for _, p := range paths {
-		n, err := cachedBytes(p)
-		if err != nil {
-			return err
-		}
-		total += n
+	total, err := pagecache.CachedAll(paths)
+	if err != nil {
+		return err
 	}
 	fmt.Println(total)
-	return nil
-}
-
-// cachedBytes maps path read-only (which faults nothing in) and counts the
-// pages mincore reports resident.
-func cachedBytes(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || st.Size() == 0 {
-		return 0, err
-	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 0, fmt.Errorf("mapping %s: %w", path, err)
-	}
-	defer unix.Munmap(data)
-	page := int64(os.Getpagesize())
-	vec := make([]byte, (st.Size()+page-1)/page)
-	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0])))
-	if errno != 0 {
-		return 0, fmt.Errorf("mincore %s: %w", path, errno)
-	}
-	var pages int64
-	for _, v := range vec {
-		pages += int64(v & 1)
-	}
-	return pages * page, nil
-}
-
-// drop writes back and evicts each file's pages. Pages another process has
-// mapped stay (FADV_DONTNEED skips mapped pages).
-func drop(paths []string) error {
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if err == nil {
-			err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		}
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("dropping %s from the page cache: %w", p, err)
-		}
-	}
 	return nil
 }
 
