@@ -75,6 +75,9 @@ func groupSums(buf []float32, m *Matrix, x []float32, n int) []float32 {
 // matMulRows computes rows [lo, hi) of m against each of the n rows of x.
 // It is the one place a dot product is produced, for every entry point.
 func matMulRows(dst []float32, m *Matrix, x []float32, n int, sumX []float32, lo, hi int) {
+	if m.Enc == BF16 && bf16RowsAsm(dst, m, x, n, lo, hi) {
+		return
+	}
 	groups := m.Cols / GroupSize
 	for r := lo; r < hi; r++ {
 		for j := range n {
@@ -156,6 +159,9 @@ func dotF32(w []byte, x []float32) float32 {
 }
 
 func dotBF16(w []byte, x []float32) float32 {
+	if y, ok := dotBF16Asm(w, x); ok {
+		return y
+	}
 	var l0, l1, l2, l3, l4, l5, l6, l7 float32
 	n := len(x) &^ 7
 	for i := 0; i < n; i += 8 {

@@ -6,12 +6,19 @@ import (
 	"sync/atomic"
 )
 
-// Pool runs MatVec and MatMul on persistent worker goroutines, splitting the
-// rows of the matrix into one contiguous span per thread. Each output element
-// is still produced by the single-threaded code, so results are bitwise
-// identical for any thread count. A nil *Pool computes on the caller's
-// goroutine. Calls on one Pool are serialised; use one Pool per decoding
-// goroutine.
+// Pool runs MatVec and MatMul on persistent worker goroutines. Each output
+// element is still produced by the single-threaded code, so results are
+// bitwise identical for any thread count and any split. A nil *Pool
+// computes on the caller's goroutine. Calls on one Pool are serialised; use
+// one Pool per decoding goroutine.
+//
+// Work split: a job's rows (of one matrix, or of several matrices sharing
+// one input, see MatMulFastMulti) form one index space, cut into one
+// contiguous range per thread. Each thread eats its own range chunk by
+// chunk from the front and, when it is empty, steals chunks from the back of
+// the others' ranges. On an idle machine every thread streams its own
+// contiguous range as a static split would; on a shared one a thread the
+// OS has descheduled no longer holds half the job hostage.
 //
 // Hand-off: the caller publishes a job by bumping an atomic sequence number;
 // helpers spin on it for a bounded time after each job (decode issues
@@ -22,7 +29,7 @@ import (
 // would wait until the spin ends or the runtime steals it (microseconds).
 type Pool struct {
 	mu       sync.Mutex
-	helpers  []*helper // the caller computes span 0 itself
+	helpers  []*helper // the caller is worker 0 and computes too
 	minWork  int       // below this many weight·row products, stay single-threaded
 	minWorkQ int       // the same for the integer path, which is several times faster
 	spin     int       // polls before parking; 0 when helpers cannot all run at once
@@ -35,23 +42,48 @@ type Pool struct {
 
 	// The current job, written under mu before seq is bumped (the atomic
 	// orders these writes before the helpers read them).
-	dst, x []float32
-	m      *Matrix
-	n      int
-	sumX   []float32
-	qa     *QActivation // non-nil: the integer path (Q4/Q8 Fast and Q entry points)
+	job    job
+	ranges []rowRange // one per thread
+	chunk  int        // rows taken at a time
+	active int        // threads taking part in the job
 
-	sumBuf []float32
-	qaBuf  QActivation // MatVecFast/MatMulFast quantize x here, once per call
+	sumBuf   []float32
+	qaBuf    QActivation // the Fast entry points quantize x here, once per call
+	partsBuf []jobPart
+
+	handoffs atomic.Uint64 // jobs handed to the helpers (not run serially)
+}
+
+// job is one parallel product or loop. Rows [offs[i], offs[i+1]) of the
+// index space are rows of parts[i].
+type job struct {
+	parts []jobPart
+	total int
+	x     []float32    // float input: n rows of Cols values
+	n     int          // input rows (tokens)
+	sumX  []float32    // Σx per group: the float reference over Q4/Q8 (MatVec, MatMul)
+	qa    *QActivation // the integer path for Q4/Q8 parts (Fast and Q entry points)
+	loop  func(worker, lo, hi int)
+}
+
+type jobPart struct {
+	dst    []float32
+	m      *Matrix
+	lo, hi int // its rows in the job's index space
 }
 
 type helper struct {
-	span     span          // rows of the current job, written before seq
 	sleeping atomic.Bool   // parked on wake
 	wake     chan struct{} // capacity 1; a stale token only causes a re-check
 }
 
-type span struct{ lo, hi int }
+// rowRange is a thread's remaining rows [front, back), packed front<<32 |
+// back so owner and thieves claim chunks with one compare-and-swap; padded
+// to its own cache line.
+type rowRange struct {
+	v atomic.Uint64
+	_ [56]byte
+}
 
 // minParallelWork is the number of weight×input products below which a Pool
 // does not wake its helpers: waking a parked helper costs microseconds,
@@ -61,6 +93,15 @@ const minParallelWork = 1 << 14
 // minParallelWorkQ is minParallelWork for the integer path, which streams
 // weights at memory speed.
 const minParallelWorkQ = 1 << 16
+
+// chunkBytes is the least weight bytes a thread claims at a time: large
+// enough that the claim (an atomic) and the kernel call vanish beside it,
+// small enough that a stalled thread leaves little for the others to wait
+// on. A job is also cut into at least chunksPerThread chunks per thread.
+const (
+	chunkBytes      = 32 << 10
+	chunksPerThread = 16
+)
 
 // spinPolls bounds the busy wait before parking: some 10–20 µs of atomic
 // loads and yields, longer than the gap between a token's products, short
@@ -85,11 +126,12 @@ func NewPool(threads int) *Pool {
 }
 
 func newPool(threads, spin int) *Pool {
-	p := &Pool{done: make(chan struct{}, 1), minWork: minParallelWork, minWorkQ: minParallelWorkQ, spin: spin}
-	for range threads - 1 {
+	p := &Pool{done: make(chan struct{}, 1), minWork: minParallelWork, minWorkQ: minParallelWorkQ, spin: spin,
+		ranges: make([]rowRange, threads)}
+	for w := range threads - 1 {
 		h := &helper{wake: make(chan struct{}, 1)}
 		p.helpers = append(p.helpers, h)
-		go p.serve(h)
+		go p.serve(h, w+1)
 	}
 	return p
 }
@@ -100,6 +142,16 @@ func (p *Pool) Threads() int {
 		return 1
 	}
 	return len(p.helpers) + 1
+}
+
+// Handoffs is the number of jobs the pool has split across its threads so
+// far (each costs a wake-up and a barrier); products too small to split and
+// a single-threaded pool's work are not counted.
+func (p *Pool) Handoffs() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.handoffs.Load()
 }
 
 // Close stops the helpers. The Pool stays usable, single-threaded.
@@ -117,14 +169,16 @@ func (p *Pool) Close() {
 	p.helpers = nil
 }
 
-func (p *Pool) serve(h *helper) {
+func (p *Pool) serve(h *helper, worker int) {
 	var last uint32
 	for {
 		last = p.awaitJob(h, last)
 		if p.stop {
 			return
 		}
-		p.compute(h.span.lo, h.span.hi)
+		if worker < p.active {
+			p.work(worker)
+		}
 		if p.pending.Add(-1) == 0 && p.waiting.Load() {
 			notify(p.done)
 			runtime.Gosched() // let the caller, queued on this P, run now
@@ -153,8 +207,8 @@ func (p *Pool) awaitJob(h *helper, last uint32) uint32 {
 	}
 }
 
-// publish starts the job whose fields and spans are set: every helper runs
-// its span (possibly empty).
+// publish starts the job whose fields and ranges are set: every helper looks
+// at it (those past active only report back).
 func (p *Pool) publish() {
 	p.pending.Store(int32(len(p.helpers)))
 	p.seq.Add(1)
@@ -194,16 +248,79 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// compute runs rows [lo, hi) of the current job.
-func (p *Pool) compute(lo, hi int) {
-	if lo >= hi {
+// work runs worker's own range, then steals from the others' until every
+// range is empty.
+func (p *Pool) work(worker int) {
+	own := &p.ranges[worker]
+	for {
+		lo, hi, ok := own.takeFront(p.chunk)
+		if !ok {
+			break
+		}
+		p.compute(worker, lo, hi)
+	}
+	for i := 1; i < p.active; i++ {
+		victim := &p.ranges[(worker+i)%p.active]
+		for {
+			lo, hi, ok := victim.takeBack(p.chunk)
+			if !ok {
+				break
+			}
+			p.compute(worker, lo, hi)
+		}
+	}
+}
+
+func (r *rowRange) set(front, back int) { r.v.Store(uint64(front)<<32 | uint64(back)) }
+
+func (r *rowRange) takeFront(chunk int) (lo, hi int, ok bool) {
+	for {
+		v := r.v.Load()
+		front, back := int(v>>32), int(uint32(v))
+		if front >= back {
+			return 0, 0, false
+		}
+		n := min(chunk, back-front)
+		if r.v.CompareAndSwap(v, uint64(front+n)<<32|uint64(back)) {
+			return front, front + n, true
+		}
+	}
+}
+
+func (r *rowRange) takeBack(chunk int) (lo, hi int, ok bool) {
+	for {
+		v := r.v.Load()
+		front, back := int(v>>32), int(uint32(v))
+		if front >= back {
+			return 0, 0, false
+		}
+		n := min(chunk, back-front)
+		if r.v.CompareAndSwap(v, uint64(front)<<32|uint64(back-n)) {
+			return back - n, back, true
+		}
+	}
+}
+
+// compute runs index rows [lo, hi) of the current job.
+func (p *Pool) compute(worker, lo, hi int) {
+	j := &p.job
+	if j.loop != nil {
+		j.loop(worker, lo, hi)
 		return
 	}
-	if p.qa != nil {
-		qMatMulRows(p.dst, p.m, p.qa, lo, hi)
-		return
+	for i := range j.parts {
+		part := &j.parts[i]
+		a, b := max(lo, part.lo), min(hi, part.hi)
+		if a >= b {
+			continue
+		}
+		a, b = a-part.lo, b-part.lo
+		if j.qa != nil && part.m.Enc.quantized() {
+			qMatMulRows(part.dst, part.m, j.qa, a, b)
+		} else {
+			matMulRows(part.dst, part.m, j.x, j.n, j.sumX, a, b)
+		}
 	}
-	matMulRows(p.dst, p.m, p.x, p.n, p.sumX, lo, hi)
 }
 
 // MatVec is MatVec split across the pool's threads.
@@ -234,7 +351,8 @@ func (p *Pool) run(dst []float32, m *Matrix, x []float32, n int) {
 		p.sumBuf = groupSums(p.sumBuf[:0], m, x, n)
 		sumX = p.sumBuf
 	}
-	p.dst, p.m, p.x, p.n, p.sumX = dst, m, x, n, sumX
+	p.setParts([]*Matrix{m}, [][]float32{dst})
+	p.job.x, p.job.n, p.job.sumX = x, n, sumX
 	p.split(m.Rows*m.Cols*n < p.minWork)
 }
 
@@ -299,29 +417,84 @@ func (p *Pool) lockedRunQ(dst []float32, m *Matrix, qa *QActivation) {
 }
 
 func (p *Pool) runQ(dst []float32, m *Matrix, qa *QActivation) {
-	p.dst, p.m, p.qa = dst, m, qa
+	p.setParts([]*Matrix{m}, [][]float32{dst})
+	p.job.qa = qa
 	p.split(m.Rows*m.Cols*qa.tokens < p.minWorkQ)
 }
 
-// split runs the current job on up to Threads() threads, one contiguous span
-// of rows each, or on the caller alone when serial. Called under mu.
+// setParts lays the matrices out in the job's index space. Called under mu.
+func (p *Pool) setParts(ms []*Matrix, dsts [][]float32) {
+	parts := p.partsBuf[:0]
+	total := 0
+	for i, m := range ms {
+		parts = append(parts, jobPart{dst: dsts[i], m: m, lo: total, hi: total + m.Rows})
+		total += m.Rows
+	}
+	p.partsBuf = parts
+	p.job.parts, p.job.total = parts, total
+}
+
+// split runs the current job on up to Threads() threads, or on the caller
+// alone when serial. Called under mu.
 func (p *Pool) split(serial bool) {
-	rows := p.m.Rows
-	threads := min(len(p.helpers)+1, rows)
+	j := &p.job
+	total := j.total
+	threads := min(len(p.helpers)+1, total)
 	if serial || threads <= 1 {
-		p.compute(0, rows)
+		p.compute(0, 0, total)
 	} else {
-		for t, h := range p.helpers {
-			lo, hi := rows*(t+1)/threads, rows*(t+2)/threads
-			if t+1 >= threads {
-				lo, hi = 0, 0
-			}
-			h.span = span{lo, hi}
+		p.active = threads
+		p.chunk = p.chunkRows(threads)
+		// Range boundaries of products on multiples of 8 rows keep the
+		// row-pair kernels on even spans.
+		align := ^7
+		if j.loop != nil {
+			align = ^0
 		}
+		for t := range threads {
+			lo, hi := (total*t/threads)&align, (total*(t+1)/threads)&align
+			if t == threads-1 {
+				hi = total
+			}
+			p.ranges[t].set(lo, hi)
+		}
+		p.handoffs.Add(1)
 		p.publish()
-		p.compute(0, rows/threads)
+		p.work(0)
 		p.awaitHelpers()
 	}
 	// Drop the references so a finished job does not pin caller memory.
-	p.dst, p.m, p.x, p.sumX, p.qa = nil, nil, nil, nil, nil
+	p.job = job{}
+	clear(p.partsBuf)
+}
+
+// chunkRows is how many rows a thread claims at a time: at least chunkBytes
+// of weights (a multiple of 8 rows), at most a 1/chunksPerThread share of a
+// thread's range; batched products claim whole L2 row chunks of qMatMulRows.
+// A Parallel loop claims whole ranges (its indices are heads, each much
+// work, and a span of heads may share reads).
+func (p *Pool) chunkRows(threads int) int {
+	j := &p.job
+	if j.loop != nil {
+		return (j.total + threads - 1) / threads
+	}
+	rowBytes := 1
+	for _, part := range j.parts {
+		rowBytes = max(rowBytes, weightRowBytes(part.m))
+	}
+	rows := max(chunkBytes/rowBytes, j.total/(threads*chunksPerThread))
+	if j.n > 1 || (j.qa != nil && j.qa.tokens > 1) {
+		rows = max(rows, matMulChunkBytes/rowBytes)
+	}
+	return (rows + 7) &^ 7
+}
+
+func weightRowBytes(m *Matrix) int {
+	switch m.Enc {
+	case Q4, Q8:
+		return qRowBytes(m)
+	case F32:
+		return 4 * m.Cols
+	}
+	return 2 * m.Cols
 }

@@ -1,6 +1,10 @@
 package qwen35
 
-import "math"
+import (
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
 
 // attnScratch holds the per-chunk buffers of a full-attention layer.
 type attnScratch struct {
@@ -14,6 +18,7 @@ type attnScratch struct {
 type attnWorker struct {
 	q      []float32 // the normed, rotated queries of one head group [heads, Dh]
 	scores []float32 // their scores, then weights [heads, positions attended]
+	tmp    []float32 // one position's scores or weights [heads]
 }
 
 // attnMixer is docs/qwen35-architecture.md §3.4 for T tokens at positions
@@ -28,9 +33,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	q2 := grow(&sc.q2, T*2*Hq*Dh)
 	k := grow(&sc.k, T*kvd)
 	v := grow(&sc.v, T*kvd)
-	m.matmul(q2, w.q, u, T)
-	m.matmul(k, w.k, u, T)
-	m.matmul(v, w.v, u, T)
+	m.matmulMulti([][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
 
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
@@ -77,7 +80,7 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 				rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n))
+			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n), grow(&sc.tmp, heads))
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				oh := og[j*Dh : (j+1)*Dh]
@@ -104,13 +107,13 @@ func rotate(x, cos, sin []float32) {
 // attendGroup writes softmax(q·Kᵀ·scale)·V for each query of qs [heads, Dh]
 // over the first n cached tokens of one KV head (at column off of rows of
 // width stride) into o [heads, Dh]. Per head, every sum runs over positions
-// in ascending order; scores is scratch [heads, n].
-func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale float32, scores []float32) {
+// in ascending order; scores is scratch [heads, n], tmp [heads].
+func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale float32, scores, tmp []float32) {
 	heads := len(qs) / Dh
 	for tau := range n {
-		kr := keys[tau*stride+off:][:Dh]
-		for j := range heads {
-			scores[j*n+tau] = dot(qs[j*Dh:(j+1)*Dh], kr) * scale
+		kernels.DotRows(tmp, qs, keys[tau*stride+off:][:Dh])
+		for j, d := range tmp {
+			scores[j*n+tau] = d * scale
 		}
 	}
 	for j := range heads {
@@ -118,10 +121,10 @@ func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale fl
 	}
 	clear(o)
 	for tau := range n {
-		vr := values[tau*stride+off:][:Dh]
 		for j := range heads {
-			axpy(o[j*Dh:(j+1)*Dh], scores[j*n+tau], vr)
+			tmp[j] = scores[j*n+tau]
 		}
+		kernels.AxpyRows(o, tmp, values[tau*stride+off:][:Dh])
 	}
 }
 

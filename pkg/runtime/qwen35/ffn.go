@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
 )
 
 // ffnScratch holds the per-chunk buffers of the MoE block and dense MLP.
 type ffnScratch struct {
 	gate, up   []float32     // [T, I]
+	sharedG    []float32     // shared expert gate, then swiglu [T, Is]
+	sharedU    []float32     // shared expert up [T, Is]
 	router     []float32     // router logits [T, E]
 	sel        []int         // selected experts per token, ascending [T, k]
 	weight     []float32     // their renormalised weights [T, k]
@@ -28,8 +32,7 @@ func (m *Model) denseMLP(w *mlpWeights, sc *ffnScratch, u, out []float32, T int)
 	inter := w.gate.Rows
 	g := grow(&sc.gate, T*inter)
 	up := grow(&sc.up, T*inter)
-	m.matmul(g, w.gate, u, T)
-	m.matmul(up, w.up, u, T)
+	m.matmulMulti([][]float32{g, up}, []*kernels.Matrix{w.gate, w.up}, u, T)
 	swiglu(g, up)
 	m.matmul(out, w.down, g, T)
 }
@@ -42,7 +45,13 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	c := &m.cfg
 	E, k, H := c.NumExperts, c.ExpertsPerToken, c.HiddenSize
 	logits := grow(&sc.router, T*E)
-	m.matmul(logits, w.router, u, T)
+	// Everything that reads u goes in one pool job: the router, the shared
+	// expert's gate and up, and its gate.
+	Is := w.shared.gate.Rows
+	sg, su := grow(&sc.sharedG, T*Is), grow(&sc.sharedU, T*Is)
+	gates := grow(&sc.sharedGate, T)
+	m.matmulMulti([][]float32{logits, sg, su, gates},
+		[]*kernels.Matrix{w.router, w.shared.gate, w.shared.up, w.sharedGate}, u, T)
 	if cap(sc.sel) < T*k {
 		sc.sel = make([]int, T*k)
 	}
@@ -60,10 +69,8 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 		return err
 	}
 
-	sg := w.shared
-	m.denseMLP(&sg, sc, u, out, T) // out = shared expert output
-	gates := grow(&sc.sharedGate, T)
-	m.matmul(gates, w.sharedGate, u, T)
+	swiglu(sg, su)
+	m.matmul(out, w.shared.down, sg, T) // out = shared expert output
 	for t := range T {
 		sigma := sigmoid32(gates[t])
 		o := out[t*H : (t+1)*H]
@@ -218,8 +225,7 @@ func (m *Model) runExpert(layer, e int, em ExpertMats, sc *ffnScratch, u, routed
 	}
 	g := grow(&sc.gate, n*I)
 	up := grow(&sc.up, n*I)
-	m.matmul(g, em.Gate, xs, n)
-	m.matmul(up, em.Up, xs, n)
+	m.matmulMulti([][]float32{g, up}, []*kernels.Matrix{em.Gate, em.Up}, xs, n)
 	swiglu(g, up)
 	ys := grow(&sc.ys, n*H)
 	m.matmul(ys, em.Down, g, n)

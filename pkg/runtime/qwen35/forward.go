@@ -187,3 +187,13 @@ func (m *Model) matmul(dst []float32, w *kernels.Matrix, x []float32, n int) {
 	}
 	m.pool.MatMulFast(dst, w, x, n)
 }
+
+// matmulMulti is matmul for several matrices reading the same x, as one
+// pool job (one quantization of x, one hand-off); each dst is bitwise what
+// matmul gives.
+func (m *Model) matmulMulti(dsts [][]float32, ws []*kernels.Matrix, x []float32, n int) {
+	for i, w := range ws {
+		dsts[i] = dsts[i][:n*w.Rows]
+	}
+	m.pool.MatMulFastMulti(dsts, ws, x[:n*ws[0].Cols], n)
+}

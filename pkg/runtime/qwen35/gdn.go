@@ -1,6 +1,10 @@
 package qwen35
 
-import "math"
+import (
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
 
 // gdnScratch holds the per-chunk buffers of a Gated DeltaNet layer.
 type gdnScratch struct {
@@ -9,7 +13,6 @@ type gdnScratch struct {
 	z       []float32 // [T, Hv·Dv]
 	b, a    []float32 // [T, Hv]
 	o       []float32 // gated-normed outputs [T, Hv·Dv]
-	window  [][]float32
 	convOld []float32 // conv state before the chunk
 	workers []gdnWorker
 }
@@ -30,10 +33,7 @@ func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out [
 	z := grow(&sc.z, T*vd)
 	b := grow(&sc.b, T*Hv)
 	a := grow(&sc.a, T*Hv)
-	m.matmul(proj, w.qkv, u, T)
-	m.matmul(z, w.z, u, T)
-	m.matmul(b, w.b, u, T)
-	m.matmul(a, w.a, u, T)
+	m.matmulMulti([][]float32{proj, z, b, a}, []*kernels.Matrix{w.qkv, w.z, w.b, w.a}, u, T)
 
 	conv := grow(&sc.conv, T*C)
 	m.causalConv(w.conv, ls.conv, sc, proj, conv, T)
@@ -79,7 +79,8 @@ func (m *Model) gdnHeads(w *gdnWeights, ls *layerState, sc *gdnWorker, conv, z, 
 
 // causalConv is the depthwise causal conv with silu over the projections of
 // a chunk, reading the K−1 previous projections from state, then leaves the
-// last K−1 projections in state for the next chunk.
+// last K−1 projections in state for the next chunk. Channels are
+// independent, so the pool's threads split them.
 func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []float32, T int) {
 	C, K := m.cfg.ConvChannels(), m.cfg.ConvKernel
 	old := grow(&sc.convOld, len(state))
@@ -93,24 +94,28 @@ func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []
 		r := K - 1 + s
 		return old[r*C : (r+1)*C]
 	}
-	if cap(sc.window) < K {
-		sc.window = make([][]float32, K)
-	}
-	window := sc.window[:K]
-	for t := range T {
-		for j := range K {
-			window[j] = source(t - (K - 1) + j) // tap K−1 is the current token
+	m.pool.Parallel(C, func(_, lo, hi int) {
+		var stack [8][]float32
+		window := stack[:0]
+		if K > len(stack) {
+			window = make([][]float32, 0, K)
 		}
-		d := dst[t*C : (t+1)*C]
-		for ch := range C {
-			taps := weight[ch*K : (ch+1)*K]
-			var acc float32
-			for j, wj := range taps {
-				acc += wj * window[j][ch]
+		for t := range T {
+			window = window[:0]
+			for j := range K {
+				window = append(window, source(t-(K-1)+j)) // tap K−1 is the current token
 			}
-			d[ch] = silu32(acc)
+			d := dst[t*C : (t+1)*C]
+			for ch := lo; ch < hi; ch++ {
+				taps := weight[ch*K : (ch+1)*K]
+				var acc float32
+				for j, wj := range taps {
+					acc += float32(wj * window[j][ch])
+				}
+				d[ch] = silu32(acc)
+			}
 		}
-	}
+	})
 	for r := range K - 1 {
 		copy(state[r*C:(r+1)*C], source(T-(K-1)+r))
 	}
@@ -125,31 +130,19 @@ type deltaStep struct {
 }
 
 // run does S ← decay·S; p = Sᵀk; δ = β(v − p); S ← S + k⊗δ; o = Sᵀq, with
-// every sum over the key index in ascending order.
+// every sum over the key index in ascending order (the kernels' row order),
+// each product and sum rounded on its own.
 func (d *deltaStep) run(o []float32) {
 	Dv := len(d.v)
 	p, delta, v := d.p[:Dv], d.delta[:Dv], d.v[:Dv]
 	clear(p)
-	for i, ki := range d.k {
-		row := d.S[i*Dv : (i+1)*Dv]
-		for j := range row {
-			row[j] *= d.decay
-			p[j] += row[j] * ki
-		}
-	}
+	kernels.DecayProject(d.S, d.decay, d.k, p)
 	for j := range delta {
 		delta[j] = (v[j] - p[j]) * d.beta
 	}
 	o = o[:Dv]
 	clear(o)
-	for i, ki := range d.k {
-		row := d.S[i*Dv : (i+1)*Dv]
-		qi := d.q[i]
-		for j := range row {
-			row[j] += ki * delta[j]
-			o[j] += row[j] * qi
-		}
-	}
+	kernels.UpdateProject(d.S, d.k, delta, d.q, o)
 }
 
 // gatedNorm is the GDN output norm over one head: x / rms(x) · w · silu(z),

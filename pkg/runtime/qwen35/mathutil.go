@@ -86,29 +86,3 @@ func grow(buf *[]float32, n int) []float32 {
 	}
 	return (*buf)[:n]
 }
-
-// dot is Σ a[i]·b[i] with four interleaved float32 accumulators combined as
-// (s0+s1)+(s2+s3): a fixed order, and four independent chains for the CPU.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// axpy does dst += alpha·x.
-func axpy(dst []float32, alpha float32, x []float32) {
-	x = x[:len(dst)]
-	for i := range dst {
-		dst[i] += alpha * x[i]
-	}
-}

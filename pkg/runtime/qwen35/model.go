@@ -10,7 +10,8 @@
 // kernels contract (MatMul rows are bitwise MatVec, whatever the split), from
 // doing every per-token reduction here with the same code in the same order
 // whatever the chunk, and from splitting attention and Gated DeltaNet work
-// over the pool's threads only by whole heads.
+// over the pool's threads only by whole heads (and the causal conv by whole
+// channels).
 package qwen35
 
 import (

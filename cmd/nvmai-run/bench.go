@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/runtime"
+)
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "bench",
+		Usage:     "measure prefill and decode speed on fixed prompts (greedy)",
+		UsageText: "nvmai-run bench --model DIR [--tokens 512] [--prompt-tokens N] [--json] [--cpuprofile FILE]",
+		Description: `Generates --tokens tokens greedily (EOS ignored) from each fixed prompt (counting, prose,
+code) in a fresh session and reports per prompt prefill and decode tok/s, the decode's expert-cache
+hit rate, bytes read from disk per token and peak RSS, then the median across prompts. It also
+measures, in the same process, the plain memory-read rate (1 … --threads goroutines summing a
+512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.`,
+		Flags: append(benchModelFlags(),
+			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt"},
+			&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"},
+			&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
+			&cli.BoolFlag{Name: "kv", Usage: "print one line of key=value pairs (labels and medians), for scripts"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the first prompt's decode to `FILE`"},
+			&cli.StringFlag{Name: "prefill-cpuprofile", Usage: "write a CPU profile of the first prompt's prefill to `FILE`"},
+			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
+		),
+		Action: benchAction,
+	}
+}
+
+// benchModelFlags are the model and cache flags of modelFlags; sampling and
+// length flags make no sense for a fixed benchmark.
+func benchModelFlags() []cli.Flag {
+	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true}
+	var out []cli.Flag
+	for _, f := range modelFlags() {
+		if keep[f.Names()[0]] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func benchAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q", c.Args().First())
+	}
+	if c.Int("tokens") < 2 {
+		return cliutil.Usagef("--tokens must be at least 2 (one decode step)")
+	}
+	if c.Int("prompt-tokens") < 0 || c.Int("warmup") < 0 {
+		return cliutil.Usagef("--prompt-tokens and --warmup must be positive")
+	}
+	e, err := loadEngine(c)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
+		PrefillCPUProfile: c.String("prefill-cpuprofile")}
+	if c.Bool("skip-bandwidth") {
+		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
+	}
+	r, err := e.Bench(c.Context, opt)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Bool("json"):
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", " ")
+		return enc.Encode(r)
+	case c.Bool("kv"):
+		printBenchKV(os.Stdout, r)
+		return nil
+	}
+	printBench(os.Stdout, r)
+	return nil
+}
+
+func printBench(w io.Writer, r *runtime.BenchReport) {
+	fmt.Fprintf(w, "engine %s | %s (%s), %d layers, %d-bit | budget %s (%d/%d slots per layer, %s I/O × %d) | threads %d | %s\n",
+		r.Engine, r.Model, r.ModelID, r.Layers, r.Width, expertcache.FormatSize(r.BudgetBytes), r.SlotsPerLayer, r.Experts,
+		r.IOMode, r.IOThreads, r.Threads, r.CPU)
+	fmt.Fprintf(w, "%-9s %6s %5s %9s %9s %6s %10s %9s %8s %9s | %7s %9s %8s\n",
+		"prompt", "tokens", "gen", "prefill/s", "decode/s", "hit", "read/tok", "read/s", "io wait", "peak RSS",
+		"pf hit", "pf read", "pf wait")
+	for _, run := range append(r.Runs, r.Median) {
+		fmt.Fprintf(w, "%-9s %6d %5d %9.2f %9.2f %5.1f%% %10s %7s/s %6.1fms %9s | %6.1f%% %9s %7.2fs\n",
+			run.Prompt, run.PromptTokens, run.Generated, run.PrefillTokS, run.DecodeTokS, 100*run.HitRate,
+			expertcache.FormatSize(int64(run.BytesPerToken)), expertcache.FormatSize(int64(run.ReadRate)),
+			1e3*run.IOWaitPerTok, expertcache.FormatSize(run.PeakRSS),
+			100*run.PrefillHitRate, expertcache.FormatSize(run.PrefillBytesRead), run.PrefillIOWait)
+	}
+	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f\n", r.Median.HandoffsPerToken)
+	fmt.Fprintf(w, "weights per decode token %s → %.1f GB/s at the median decode rate\n",
+		expertcache.FormatSize(r.WeightBytesPerToken), r.WeightRate/1e9)
+	for t := 1; t <= r.Threads; t++ {
+		if v, ok := r.MemRead[t]; ok {
+			fmt.Fprintf(w, "memory read, %d thread(s): %.1f GB/s (weights/token rate = %.0f%% of it)\n", t, v/1e9, 100*r.WeightRate/v)
+		}
+	}
+	if r.DiskRead > 0 {
+		fmt.Fprintf(w, "raw %s reads of random experts × %d: %.2f GB/s; decode's disk time per token ÷ measured time per token = %.2f\n",
+			r.IOMode, r.IOThreads, r.DiskRead/1e9, r.DiskBound)
+	}
+}
+
+// printBenchKV writes the labels and the median as key=value pairs on one
+// line (sizes in MiB or GiB, rates in GB/s), for scripts/bench.sh.
+func printBenchKV(w io.Writer, r *runtime.BenchReport) {
+	m := r.Median
+	const mib, gib = 1 << 20, 1 << 30
+	fmt.Fprintf(w, "model=%s layers=%d width=%d threads=%d engine=%s budget_gib=%.2f slots=%d experts=%d io=%s io_threads=%d",
+		r.Model, r.Layers, r.Width, r.Threads, r.Engine, float64(r.BudgetBytes)/gib, r.SlotsPerLayer, r.Experts, r.IOMode, r.IOThreads)
+	fmt.Fprintf(w, " prompt_tokens=%d gen=%d prefill_tok_s=%.2f decode_tok_s=%.2f hit=%.3f read_mib_tok=%.1f read_gbs=%.2f io_wait_ms=%.1f peak_rss_gib=%.2f",
+		m.PromptTokens, m.Generated, m.PrefillTokS, m.DecodeTokS, m.HitRate, m.BytesPerToken/mib, m.ReadRate/1e9, 1e3*m.IOWaitPerTok, float64(m.PeakRSS)/gib)
+	fmt.Fprintf(w, " pf_hit=%.3f pf_read_gib=%.2f pf_wait_s=%.2f weight_mib_tok=%.1f weight_gbs=%.2f mem1_gbs=%.2f mem2_gbs=%.2f disk_gbs=%.2f disk_bound=%.2f handoffs_tok=%.0f\n",
+		m.PrefillHitRate, float64(m.PrefillBytesRead)/gib, m.PrefillIOWait, float64(r.WeightBytesPerToken)/mib, r.WeightRate/1e9,
+		r.MemRead[1]/1e9, r.MemRead[2]/1e9, r.DiskRead/1e9, r.DiskBound, m.HandoffsPerToken)
+}

@@ -1,0 +1,132 @@
+package kernels
+
+import "fmt"
+
+// Element-wise float32 row kernels for the recurrent and attention math of
+// the models (the Gated DeltaNet state update). Every product and every sum
+// is rounded to float32 on its own (the explicit conversions forbid fused
+// multiply-adds), each output column is a chain over the rows in ascending
+// order, and columns never mix, so the SIMD versions are bitwise equal to
+// these references on every CPU and GOAMD64 level.
+
+// DecayProject updates S (len(k) rows of len(p) columns, row-major) and p:
+// for each row i in order, S[i,:] = S[i,:]·decay, then p += k[i]·S[i,:].
+func DecayProject(S []float32, decay float32, k, p []float32) {
+	checkRows("DecayProject", S, len(k), len(p))
+	if decayProjectAsm(S, decay, k, p) {
+		return
+	}
+	decayProjectGeneric(S, decay, k, p)
+}
+
+// UpdateProject updates S (len(k) rows of len(delta) columns) and o: for each
+// row i in order, S[i,:] += k[i]·delta, then o += q[i]·S[i,:]. q must have
+// len(k) values and o len(delta).
+func UpdateProject(S []float32, k, delta, q, o []float32) {
+	checkRows("UpdateProject", S, len(k), len(delta))
+	if len(q) != len(k) || len(o) != len(delta) {
+		panic(fmt.Sprintf("kernels.UpdateProject: %d rows need %d values of q (got %d); %d columns need %d of o (got %d)",
+			len(k), len(k), len(q), len(delta), len(delta), len(o)))
+	}
+	if updateProjectAsm(S, k, delta, q, o) {
+		return
+	}
+	updateProjectGeneric(S, k, delta, q, o)
+}
+
+func checkRows(fn string, S []float32, rows, cols int) {
+	if len(S) != rows*cols {
+		panic(fmt.Sprintf("kernels.%s: %d values of S for %d rows × %d columns", fn, len(S), rows, cols))
+	}
+}
+
+func decayProjectGeneric(S []float32, decay float32, k, p []float32) {
+	cols := len(p)
+	for i, ki := range k {
+		row := S[i*cols : (i+1)*cols : (i+1)*cols]
+		for j := range row {
+			row[j] = float32(row[j] * decay)
+			p[j] += float32(row[j] * ki)
+		}
+	}
+}
+
+func updateProjectGeneric(S []float32, k, delta, q, o []float32) {
+	cols := len(delta)
+	for i, ki := range k {
+		row := S[i*cols : (i+1)*cols : (i+1)*cols]
+		qi := q[i]
+		for j := range row {
+			row[j] += float32(ki * delta[j])
+			o[j] += float32(row[j] * qi)
+		}
+	}
+}
+
+// bf16RowsAsm is matMulRows for BF16 through the assembly dot, four rows at
+// a time, reporting false (nothing computed) where there is none. Each
+// output is bitwise dotBF16's.
+func bf16RowsAsm(dst []float32, m *Matrix, x []float32, n, lo, hi int) bool {
+	c := m.Cols
+	var four [4]float32
+	if hi-lo < 4 || !dotBF16x4Asm(&four, m.Data[lo*2*c:(lo+4)*2*c], 2*c, x[:c]) {
+		return false
+	}
+	r := lo
+	for ; r+4 <= hi; r += 4 {
+		w := m.Data[r*2*c : (r+4)*2*c]
+		for j := range n {
+			dotBF16x4Asm(&four, w, 2*c, x[j*c:(j+1)*c])
+			copy(dst[j*m.Rows+r:j*m.Rows+r+4], four[:])
+		}
+	}
+	for ; r < hi; r++ {
+		for j := range n {
+			dst[j*m.Rows+r] = dotBF16(m.Data[r*2*c:(r+1)*2*c], x[j*c:(j+1)*c])
+		}
+	}
+	return true
+}
+
+// DotRows sets dst[j] = a[j]·b for every row j of a (len(dst) rows of len(b)
+// values, row-major): per row, four float32 lanes, lane l summing the
+// products of the elements i ≡ l (mod 4) in order, the len(b) mod 4 tail
+// added to lane 0 in order, then (l0+l1)+(l2+l3).
+func DotRows(dst, a, b []float32) {
+	checkRows("DotRows", a, len(dst), len(b))
+	n := len(b)
+	j := dotRowsAsm(dst, a, b)
+	for ; j < len(dst); j++ {
+		dst[j] = dot4Generic(a[j*n:(j+1)*n], b)
+	}
+}
+
+func dot4Generic(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += float32(a[i] * b[i])
+		s1 += float32(a[i+1] * b[i+1])
+		s2 += float32(a[i+2] * b[i+2])
+		s3 += float32(a[i+3] * b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += float32(a[i] * b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// AxpyRows does dst[j,:] += alpha[j]·x for every row j of dst (len(alpha)
+// rows of len(x) values), each product rounded to float32 before the add.
+func AxpyRows(dst, alpha, x []float32) {
+	checkRows("AxpyRows", dst, len(alpha), len(x))
+	n := len(x)
+	done := axpyRowsAsm(dst, alpha, x)
+	for j, al := range alpha {
+		row := dst[j*n : (j+1)*n : (j+1)*n]
+		for i := done; i < n; i++ {
+			row[i] += float32(al * x[i])
+		}
+	}
+}

@@ -1,0 +1,108 @@
+//go:build !purego
+
+package kernels
+
+// The float row kernels in floatvec_amd64.s: bit for bit the references of
+// floatvec.go and kernels_generic.go (no fused multiply-adds, the same
+// per-lane order).
+
+//go:noescape
+func decayProjectAVX512(s *float32, rows, cols int, decay float32, k, p *float32)
+
+//go:noescape
+func updateProjectAVX512(s *float32, rows, cols int, k, delta, q, o *float32)
+
+//go:noescape
+func dotBF16AVX2(w *byte, x *float32, n int) float32
+
+//go:noescape
+func dotBF16x4AVX2(dst *[4]float32, w *byte, stride int, x *float32, n int)
+
+// useFloatAVX512 and useBF16AVX2 select the assembly; the tests turn them
+// off to compare with the references.
+var (
+	useFloatAVX512 = hasAVX512
+	useBF16AVX2    = hasAVX2
+)
+
+// floatBlock is the column granularity of the AVX-512 row kernels (one
+// 16-lane register; they take 64 columns per pass where they can); other
+// widths take the reference.
+const floatBlock = 16
+
+func decayProjectAsm(S []float32, decay float32, k, p []float32) bool {
+	rows, cols := len(k), len(p)
+	if !useFloatAVX512 || rows == 0 || cols == 0 || cols%floatBlock != 0 {
+		return false
+	}
+	_ = S[rows*cols-1]
+	decayProjectAVX512(&S[0], rows, cols, decay, &k[0], &p[0])
+	return true
+}
+
+func updateProjectAsm(S []float32, k, delta, q, o []float32) bool {
+	rows, cols := len(k), len(delta)
+	if !useFloatAVX512 || rows == 0 || cols == 0 || cols%floatBlock != 0 {
+		return false
+	}
+	_ = S[rows*cols-1]
+	_ = q[rows-1]
+	_ = o[cols-1]
+	updateProjectAVX512(&S[0], rows, cols, &k[0], &delta[0], &q[0], &o[0])
+	return true
+}
+
+// dotBF16Asm is dotBF16 for len(x) a positive multiple of 8.
+func dotBF16Asm(w []byte, x []float32) (float32, bool) {
+	n := len(x)
+	if !useBF16AVX2 || n == 0 || n%8 != 0 {
+		return 0, false
+	}
+	_ = w[2*n-1]
+	return dotBF16AVX2(&w[0], &x[0], n), true
+}
+
+// dotBF16x4Asm is dotBF16 of four rows, stride bytes apart from w, with x.
+func dotBF16x4Asm(dst *[4]float32, w []byte, stride int, x []float32) bool {
+	n := len(x)
+	if !useBF16AVX2 || n == 0 || n%8 != 0 {
+		return false
+	}
+	_ = w[3*stride+2*n-1]
+	dotBF16x4AVX2(dst, &w[0], stride, &x[0], n)
+	return true
+}
+
+//go:noescape
+func dotRows4AVX(dst, a *float32, n int, b *float32)
+
+//go:noescape
+func axpyRowsAVX512(dst *float32, rows, stride int, alpha *float32, x *float32, n int)
+
+// dotRowsAsm computes DotRows for rows in blocks of four, returning how many
+// rows it did (0 without AVX or for lengths not a multiple of 4).
+func dotRowsAsm(dst, a, b []float32) int {
+	n, rows := len(b), len(dst)
+	if !useFloatAVX512 || n == 0 || n%4 != 0 || rows < 4 {
+		return 0
+	}
+	done := rows &^ 3
+	_ = a[done*n-1]
+	for j := 0; j < done; j += 4 {
+		dotRows4AVX(&dst[j], &a[j*n], n, &b[0])
+	}
+	return done
+}
+
+// axpyRowsAsm does AxpyRows over the first n&^15 columns of every row and
+// returns that count.
+func axpyRowsAsm(dst, alpha, x []float32) int {
+	n, rows := len(x), len(alpha)
+	cols := n &^ 15
+	if !useFloatAVX512 || cols == 0 || rows == 0 {
+		return 0
+	}
+	_ = dst[(rows-1)*n+cols-1]
+	axpyRowsAVX512(&dst[0], rows, n, &alpha[0], &x[0], cols)
+	return cols
+}

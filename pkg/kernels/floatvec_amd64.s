@@ -1,0 +1,360 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// func decayProjectAVX512(s *float32, rows, cols int, decay float32, k, p *float32)
+//
+// For each block of 64 columns (then of 16): p's block lives in Z0–Z3; for each row i,
+// S[i,block] = S[i,block]·decay (stored), then p += S[i,block]·k[i].
+TEXT ·decayProjectAVX512(SB), NOSPLIT, $0-48
+	MOVQ s+0(FP), SI
+	MOVQ rows+8(FP), CX
+	MOVQ cols+16(FP), R9
+	VBROADCASTSS decay+24(FP), Z31
+	MOVQ k+32(FP), R8
+	MOVQ p+40(FP), DI
+	SHLQ $2, R9              // row stride in bytes
+	XORQ R10, R10            // byte offset of the column block
+
+dpBlock:
+	MOVQ R9, AX
+	SUBQ R10, AX             // bytes of columns left
+	JLE  dpDone
+	CMPQ AX, $256
+	JLT  dpNarrow
+	VMOVUPS 0(DI)(R10*1), Z0
+	VMOVUPS 64(DI)(R10*1), Z1
+	VMOVUPS 128(DI)(R10*1), Z2
+	VMOVUPS 192(DI)(R10*1), Z3
+	LEAQ (SI)(R10*1), R11    // &S[0, block]
+	MOVQ R8, R12             // &k[0]
+	MOVQ CX, R13             // rows left
+
+dpRow:
+	VBROADCASTSS (R12), Z30
+	VMULPS 0(R11), Z31, Z4
+	VMULPS 64(R11), Z31, Z5
+	VMULPS 128(R11), Z31, Z6
+	VMULPS 192(R11), Z31, Z7
+	VMOVUPS Z4, 0(R11)
+	VMOVUPS Z5, 64(R11)
+	VMOVUPS Z6, 128(R11)
+	VMOVUPS Z7, 192(R11)
+	VMULPS Z30, Z4, Z4
+	VMULPS Z30, Z5, Z5
+	VMULPS Z30, Z6, Z6
+	VMULPS Z30, Z7, Z7
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VADDPS Z6, Z2, Z2
+	VADDPS Z7, Z3, Z3
+	ADDQ R9, R11
+	ADDQ $4, R12
+	DECQ R13
+	JNZ  dpRow
+
+	VMOVUPS Z0, 0(DI)(R10*1)
+	VMOVUPS Z1, 64(DI)(R10*1)
+	VMOVUPS Z2, 128(DI)(R10*1)
+	VMOVUPS Z3, 192(DI)(R10*1)
+	ADDQ $256, R10
+	JMP  dpBlock
+
+dpNarrow:                    // a block of 16 columns
+	VMOVUPS 0(DI)(R10*1), Z0
+	LEAQ (SI)(R10*1), R11
+	MOVQ R8, R12
+	MOVQ CX, R13
+
+dpNarrowRow:
+	VBROADCASTSS (R12), Z30
+	VMULPS 0(R11), Z31, Z4
+	VMOVUPS Z4, 0(R11)
+	VMULPS Z30, Z4, Z4
+	VADDPS Z4, Z0, Z0
+	ADDQ R9, R11
+	ADDQ $4, R12
+	DECQ R13
+	JNZ  dpNarrowRow
+
+	VMOVUPS Z0, 0(DI)(R10*1)
+	ADDQ $64, R10
+	JMP  dpBlock
+
+dpDone:
+	VZEROUPPER
+	RET
+
+// func updateProjectAVX512(s *float32, rows, cols int, k, delta, q, o *float32)
+//
+// For each block of 64 columns (then of 16): delta's block in Z8–Z11, o's in Z0–Z3; for
+// each row i, S[i,block] += k[i]·delta (stored), then o += S[i,block]·q[i].
+TEXT ·updateProjectAVX512(SB), NOSPLIT, $0-56
+	MOVQ s+0(FP), SI
+	MOVQ rows+8(FP), CX
+	MOVQ cols+16(FP), R9
+	MOVQ k+24(FP), R8
+	MOVQ delta+32(FP), DX
+	MOVQ q+40(FP), BX
+	MOVQ o+48(FP), DI
+	SHLQ $2, R9
+	XORQ R10, R10
+
+upBlock:
+	MOVQ R9, AX
+	SUBQ R10, AX
+	JLE  upDone
+	CMPQ AX, $256
+	JLT  upNarrow
+	VMOVUPS 0(DI)(R10*1), Z0
+	VMOVUPS 64(DI)(R10*1), Z1
+	VMOVUPS 128(DI)(R10*1), Z2
+	VMOVUPS 192(DI)(R10*1), Z3
+	VMOVUPS 0(DX)(R10*1), Z8
+	VMOVUPS 64(DX)(R10*1), Z9
+	VMOVUPS 128(DX)(R10*1), Z10
+	VMOVUPS 192(DX)(R10*1), Z11
+	LEAQ (SI)(R10*1), R11
+	MOVQ R8, R12             // &k[0]
+	MOVQ BX, R14             // &q[0]
+	MOVQ CX, R13
+
+upRow:
+	VBROADCASTSS (R12), Z30
+	VBROADCASTSS (R14), Z29
+	VMULPS Z8, Z30, Z4
+	VMULPS Z9, Z30, Z5
+	VMULPS Z10, Z30, Z6
+	VMULPS Z11, Z30, Z7
+	VADDPS 0(R11), Z4, Z4
+	VADDPS 64(R11), Z5, Z5
+	VADDPS 128(R11), Z6, Z6
+	VADDPS 192(R11), Z7, Z7
+	VMOVUPS Z4, 0(R11)
+	VMOVUPS Z5, 64(R11)
+	VMOVUPS Z6, 128(R11)
+	VMOVUPS Z7, 192(R11)
+	VMULPS Z29, Z4, Z4
+	VMULPS Z29, Z5, Z5
+	VMULPS Z29, Z6, Z6
+	VMULPS Z29, Z7, Z7
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VADDPS Z6, Z2, Z2
+	VADDPS Z7, Z3, Z3
+	ADDQ R9, R11
+	ADDQ $4, R12
+	ADDQ $4, R14
+	DECQ R13
+	JNZ  upRow
+
+	VMOVUPS Z0, 0(DI)(R10*1)
+	VMOVUPS Z1, 64(DI)(R10*1)
+	VMOVUPS Z2, 128(DI)(R10*1)
+	VMOVUPS Z3, 192(DI)(R10*1)
+	ADDQ $256, R10
+	JMP  upBlock
+
+upNarrow:                    // a block of 16 columns
+	VMOVUPS 0(DI)(R10*1), Z0
+	VMOVUPS 0(DX)(R10*1), Z8
+	LEAQ (SI)(R10*1), R11
+	MOVQ R8, R12
+	MOVQ BX, R14
+	MOVQ CX, R13
+
+upNarrowRow:
+	VBROADCASTSS (R12), Z30
+	VBROADCASTSS (R14), Z29
+	VMULPS Z8, Z30, Z4
+	VADDPS 0(R11), Z4, Z4
+	VMOVUPS Z4, 0(R11)
+	VMULPS Z29, Z4, Z4
+	VADDPS Z4, Z0, Z0
+	ADDQ R9, R11
+	ADDQ $4, R12
+	ADDQ $4, R14
+	DECQ R13
+	JNZ  upNarrowRow
+
+	VMOVUPS Z0, 0(DI)(R10*1)
+	ADDQ $64, R10
+	JMP  upBlock
+
+upDone:
+	VZEROUPPER
+	RET
+
+// REDUCE8 folds the 8 lanes of Y into X's lane 0 in the reference order
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), using T as scratch.
+#define REDUCE8(Y, X, TY, TX) \
+	VEXTRACTF128 $1, Y, TX \
+	VADDPS TX, X, X \
+	VMOVHLPS X, X, TX \
+	VADDPS TX, X, X \
+	VMOVSHDUP X, TX \
+	VADDSS TX, X, X
+
+// BF16x8 widens the 8 bfloat16 at addr into Y (as float32).
+#define BF16x8(addr, Y) \
+	VPMOVZXWD addr, Y \
+	VPSLLD $16, Y, Y
+
+// func dotBF16AVX2(w *byte, x *float32, n int) float32
+//
+// Lane l accumulates w[i]·x[i] for i ≡ l (mod 8), in element order.
+TEXT ·dotBF16AVX2(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+d1Loop:
+	BF16x8((SI), Y1)
+	VMULPS (DI), Y1, Y1
+	VADDPS Y1, Y0, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  d1Loop
+
+	REDUCE8(Y0, X0, Y1, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotBF16x4AVX2(dst *[4]float32, w *byte, stride int, x *float32, n int)
+//
+// dotBF16AVX2 of four rows at once (independent chains hide the add
+// latency).
+TEXT ·dotBF16x4AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), R8
+	MOVQ w+8(FP), SI
+	MOVQ stride+16(FP), DX
+	MOVQ x+24(FP), DI
+	MOVQ n+32(FP), CX
+	LEAQ (SI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+d4Loop:
+	VMOVUPS (DI), Y8
+	BF16x8((SI), Y4)
+	BF16x8((R9), Y5)
+	BF16x8((R10), Y6)
+	BF16x8((R11), Y7)
+	VMULPS Y8, Y4, Y4
+	VMULPS Y8, Y5, Y5
+	VMULPS Y8, Y6, Y6
+	VMULPS Y8, Y7, Y7
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS Y6, Y2, Y2
+	VADDPS Y7, Y3, Y3
+	ADDQ $16, SI
+	ADDQ $16, R9
+	ADDQ $16, R10
+	ADDQ $16, R11
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  d4Loop
+
+	REDUCE8(Y0, X0, Y4, X4)
+	REDUCE8(Y1, X1, Y5, X5)
+	REDUCE8(Y2, X2, Y6, X6)
+	REDUCE8(Y3, X3, Y7, X7)
+	VMOVSS X0, 0(R8)
+	VMOVSS X1, 4(R8)
+	VMOVSS X2, 8(R8)
+	VMOVSS X3, 12(R8)
+	VZEROUPPER
+	RET
+
+// REDUCE4 folds X's 4 lanes into lane 0 as (l0+l1)+(l2+l3), T scratch.
+#define REDUCE4(X, T) \
+	VMOVSHDUP X, T \
+	VADDPS T, X, X \
+	VMOVHLPS X, X, T \
+	VADDSS T, X, X
+
+// func dotRows4AVX(dst, a *float32, n int, b *float32)
+//
+// dst[0..3] = rows 0..3 of a (n floats apart) · b: one 4-lane accumulator
+// per row (four independent chains), n a positive multiple of 4.
+TEXT ·dotRows4AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), R8
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ b+24(FP), DI
+	MOVQ CX, DX
+	SHLQ $2, DX              // row stride in bytes
+	LEAQ (SI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
+	VXORPS X2, X2, X2
+	VXORPS X3, X3, X3
+	XORQ AX, AX
+
+drLoop:
+	VMOVUPS (DI)(AX*1), X4
+	VMULPS (SI)(AX*1), X4, X5
+	VMULPS (R9)(AX*1), X4, X6
+	VMULPS (R10)(AX*1), X4, X7
+	VMULPS (R11)(AX*1), X4, X8
+	VADDPS X5, X0, X0
+	VADDPS X6, X1, X1
+	VADDPS X7, X2, X2
+	VADDPS X8, X3, X3
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JLT  drLoop
+
+	REDUCE4(X0, X5)
+	REDUCE4(X1, X6)
+	REDUCE4(X2, X7)
+	REDUCE4(X3, X8)
+	VMOVSS X0, 0(R8)
+	VMOVSS X1, 4(R8)
+	VMOVSS X2, 8(R8)
+	VMOVSS X3, 12(R8)
+	VZEROUPPER
+	RET
+
+// func axpyRowsAVX512(dst *float32, rows, stride int, alpha *float32, x *float32, n int)
+//
+// Row j of dst (stride floats apart): dst[i] += alpha[j]·x[i] for i < n, n a
+// positive multiple of 16.
+TEXT ·axpyRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ rows+8(FP), BX
+	MOVQ stride+16(FP), DX
+	MOVQ alpha+24(FP), R8
+	MOVQ x+32(FP), SI
+	MOVQ n+40(FP), CX
+	SHLQ $2, DX
+	SHLQ $2, CX
+
+axRow:
+	VBROADCASTSS (R8), Z31
+	XORQ AX, AX
+
+axLoop:
+	VMULPS (SI)(AX*1), Z31, Z0
+	VADDPS (DI)(AX*1), Z0, Z0
+	VMOVUPS Z0, (DI)(AX*1)
+	ADDQ $64, AX
+	CMPQ AX, CX
+	JLT  axLoop
+
+	ADDQ DX, DI
+	ADDQ $4, R8
+	DECQ BX
+	JNZ  axRow
+	VZEROUPPER
+	RET

@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package kernels
+
+func useBF16AVX2Flag() bool { return false }
+func setBF16AVX2(bool)      {}

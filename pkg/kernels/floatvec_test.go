@@ -1,0 +1,152 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// floatEdgeVector mixes normal values with zeros, negative zeros, tiny
+// (subnormal-producing) and huge values, so a reordered or fused operation
+// shows up as a different bit.
+func floatEdgeVector(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		switch rng.IntN(12) {
+		case 0:
+			x[i] = 0
+		case 1:
+			x[i] = float32(math.Copysign(0, -1))
+		case 2:
+			x[i] = float32(rng.NormFloat64() * 1e-38)
+		case 3:
+			x[i] = float32(rng.NormFloat64() * 1e30)
+		default:
+			x[i] = float32(rng.NormFloat64())
+		}
+	}
+	return x
+}
+
+// floatVecShapes covers the assembly's 64- and 16-column blocks and their
+// mixes, and widths the reference alone handles.
+var floatVecShapes = [][2]int{{1, 64}, {3, 64}, {128, 128}, {7, 192}, {5, 256}, {16, 16}, {32, 32}, {3, 48}, {2, 80}, {5, 112}, {4, 100}, {2, 1}}
+
+// TestFloatRowKernelsBitwise: DecayProject and UpdateProject give the
+// references' bits (asm on, asm off), for several shapes and edge values.
+func TestFloatRowKernelsBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	for _, sh := range floatVecShapes {
+		rows, cols := sh[0], sh[1]
+		t.Run(fmt.Sprintf("%dx%d", rows, cols), func(t *testing.T) {
+			S := floatEdgeVector(rng, rows*cols)
+			k, q := floatEdgeVector(rng, rows), floatEdgeVector(rng, rows)
+			p, delta, o := floatEdgeVector(rng, cols), floatEdgeVector(rng, cols), floatEdgeVector(rng, cols)
+			decay := float32(0.93)
+
+			wantS, wantP := slices.Clone(S), slices.Clone(p)
+			decayProjectGeneric(wantS, decay, k, wantP)
+			gotS, gotP := slices.Clone(S), slices.Clone(p)
+			DecayProject(gotS, decay, k, gotP)
+			assertSameFloats(t, "DecayProject S", gotS, wantS)
+			assertSameFloats(t, "DecayProject p", gotP, wantP)
+
+			wantO := slices.Clone(o)
+			updateProjectGeneric(wantS, k, delta, q, wantO)
+			gotO := slices.Clone(o)
+			UpdateProject(gotS, k, delta, q, gotO)
+			assertSameFloats(t, "UpdateProject S", gotS, wantS)
+			assertSameFloats(t, "UpdateProject o", gotO, wantO)
+		})
+	}
+}
+
+// TestFloatRowKernelsPanics: mismatched lengths are refused, naming the
+// kernel, before any memory is touched.
+func TestFloatRowKernelsPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"DecayProject": func() { DecayProject(make([]float32, 10), 1, make([]float32, 2), make([]float32, 4)) },
+		"UpdateProject S": func() {
+			UpdateProject(make([]float32, 10), make([]float32, 2), make([]float32, 4), make([]float32, 2), make([]float32, 4))
+		},
+		"UpdateProject q/o": func() {
+			UpdateProject(make([]float32, 8), make([]float32, 2), make([]float32, 4), make([]float32, 1), make([]float32, 4))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			f()
+		})
+	}
+}
+
+// TestBF16AsmBitwise: BF16 MatVec and MatMul through the assembly give the
+// pure-Go reference's bits for every column count 1..72 and model widths,
+// rows 1..9 (four-row blocks and the rest), and sub-ranges of rows.
+func TestBF16AsmBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, cols := range colsFor(BF16) {
+		for rows := 1; rows <= 9; rows++ {
+			m := randomMatrix(t, rng, BF16, rows, cols)
+			x := floatEdgeVector(rng, 3*cols)
+			got := make([]float32, 3*rows)
+			MatMul(got, m, x, 3)
+			want := withoutBF16Asm(func() []float32 {
+				w := make([]float32, 3*rows)
+				MatMul(w, m, x, 3)
+				return w
+			})
+			assertSameFloats(t, fmt.Sprintf("BF16 %d×%d", rows, cols), got, want)
+			if rows >= 6 {
+				part := make([]float32, 3*rows)
+				matMulRows(part, m, x, 3, nil, 1, rows-1)
+				for j := range 3 {
+					assertSameFloats(t, fmt.Sprintf("BF16 %d×%d rows [1,%d) token %d", rows, cols, rows-1, j),
+						part[j*rows+1:j*rows+rows-1], want[j*rows+1:j*rows+rows-1])
+				}
+			}
+		}
+	}
+}
+
+func withoutBF16Asm(f func() []float32) []float32 {
+	saved := useBF16AVX2Flag()
+	setBF16AVX2(false)
+	defer setBF16AVX2(saved)
+	return f()
+}
+
+// TestDotRowsAndAxpyRowsBitwise: the attention kernels give the scalar
+// references' bits for row counts around the 4-row blocks and lengths around
+// the 4- and 16-element steps.
+func TestDotRowsAndAxpyRowsBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	for _, n := range []int{1, 3, 4, 8, 15, 16, 17, 32, 48, 256, 260} {
+		for rows := 1; rows <= 9; rows++ {
+			a, b := floatEdgeVector(rng, rows*n), floatEdgeVector(rng, n)
+			got := make([]float32, rows)
+			DotRows(got, a, b)
+			want := make([]float32, rows)
+			for j := range want {
+				want[j] = dot4Generic(a[j*n:(j+1)*n], b)
+			}
+			assertSameFloats(t, fmt.Sprintf("DotRows %d×%d", rows, n), got, want)
+
+			alpha := floatEdgeVector(rng, rows)
+			gotA, wantA := slices.Clone(a), slices.Clone(a)
+			AxpyRows(gotA, alpha, b)
+			for j, al := range alpha {
+				for i := range n {
+					wantA[j*n+i] += float32(al * b[i])
+				}
+			}
+			assertSameFloats(t, fmt.Sprintf("AxpyRows %d×%d", rows, n), gotA, wantA)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package kernels
+
+import "fmt"
+
+// MatMulFastMulti sets dsts[i] = ms[i]·x for every matrix, n activation rows
+// of x each (all matrices have the same Cols), as one job: quantized
+// matrices share one quantization of x and the pool's threads split the
+// rows of all matrices together, so one hand-off serves them all. Each
+// dsts[i] is bitwise what MatMulFast(dsts[i], ms[i], x, n) gives.
+func (p *Pool) MatMulFastMulti(dsts [][]float32, ms []*Matrix, x []float32, n int) {
+	if len(dsts) != len(ms) {
+		panic(fmt.Sprintf("kernels.Pool.MatMulFastMulti: %d outputs for %d matrices", len(dsts), len(ms)))
+	}
+	work, quantized := 0, false
+	for i, m := range ms {
+		checkShapes("Pool.MatMulFastMulti", dsts[i], m, x, n)
+		if m.Cols != ms[0].Cols {
+			panic(fmt.Sprintf("kernels.Pool.MatMulFastMulti: matrix %d has %d columns, matrix 0 has %d; they must share the input", i, m.Cols, ms[0].Cols))
+		}
+		work += m.Rows * m.Cols * n
+		quantized = quantized || m.Enc.quantized()
+	}
+	if p == nil || len(ms) == 0 || n == 0 {
+		for i, m := range ms {
+			MatMulFast(dsts[i], m, x, n)
+		}
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setParts(ms, dsts)
+	p.job.x, p.job.n = x, n
+	minWork := p.minWork
+	if quantized {
+		p.qaBuf.Quantize(x, ms[0].Cols)
+		p.job.qa = &p.qaBuf
+		minWork = p.minWorkQ
+	}
+	p.split(work < minWork)
+}
+
+// Parallel calls fn over the indices [0, n), split across the pool's
+// threads like the rows of a product: every index is passed exactly once,
+// in spans [lo, hi); worker (0 ≤ worker < Threads()) names the thread, and
+// calls with the same worker never overlap, so fn may use per-worker
+// scratch. A nil Pool calls fn(0, 0, n).
+func (p *Pool) Parallel(n int, fn func(worker, lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if p == nil {
+		fn(0, 0, n)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.job.loop, p.job.total = fn, n
+	p.split(false)
+}

@@ -1,0 +1,549 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+)
+
+// BenchPrompt is one fixed prompt of the benchmark.
+type BenchPrompt struct {
+	Name string
+	Text string
+}
+
+// BenchPrompts are the benchmark's fixed prompts: a counting, a prose and a
+// code prompt, so routing sees a repetitive, a natural and a structured text.
+var BenchPrompts = []BenchPrompt{
+	{Name: "counting", Text: "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,"},
+	{Name: "prose", Text: "The old lighthouse keeper climbed the spiral stairs one last time. Outside, the storm " +
+		"had finally passed, and the sea lay flat and grey under a sky the colour of pewter. He thought"},
+	{Name: "code", Text: "// fib returns the n-th Fibonacci number.\nfunc fib(n int) int {\n\tif n < 2 {\n\t\treturn n\n\t}\n" +
+		"\treturn fib(n-1) + fib(n-2)\n}\n\n// primes returns the primes below n, by the sieve of Eratosthenes.\nfunc primes(n int) []int {\n"},
+}
+
+// BenchOptions configures Engine.Bench.
+type BenchOptions struct {
+	Tokens       int           // tokens generated per prompt, greedy, EOS ignored (default 512)
+	PromptTokens int           // when positive, every prompt is repeated or cut to exactly this many tokens
+	Prompts      []BenchPrompt // default BenchPrompts
+	// Warmup, when positive, first prefills a throwaway session with this
+	// many pseudo-random tokens, so the expert cache starts warm (512 random
+	// tokens reach every expert of a 256-expert layer with near certainty).
+	Warmup int
+	// CPUProfile, when set, receives a CPU profile of the first prompt's
+	// decode steps only (no load, no prefill); PrefillCPUProfile one of the
+	// first prompt's prefill.
+	CPUProfile, PrefillCPUProfile string
+	// MemBandwidthBytes is the buffer the memory-read measurement sums
+	// (default 512 MiB, far beyond any last-level cache); negative skips it.
+	MemBandwidthBytes int64
+	// DiskReads is how many random experts the raw read measurement reads
+	// (default 256); negative skips it. Dense models skip it.
+	DiskReads int
+}
+
+// BenchRun is one prompt's measurement.
+type BenchRun struct {
+	Prompt       string  `json:"prompt"`
+	PromptTokens int     `json:"prompt_tokens"`
+	Generated    int     `json:"generated_tokens"`
+	PrefillTokS  float64 `json:"prefill_tok_s"`
+	DecodeTokS   float64 `json:"decode_tok_s"`
+	// Decode-only expert cache figures (prefill excluded).
+	HitRate       float64 `json:"hit_rate"`
+	Misses        int64   `json:"misses"`
+	BytesPerToken float64 `json:"bytes_read_per_token"` // bytes read from disk per decode step
+	ReadRate      float64 `json:"read_bytes_per_s"`     // while reads were in flight
+	IOWaitPerTok  float64 `json:"io_wait_s_per_token"`
+	PeakRSS       int64   `json:"peak_rss_bytes"` // of the process so far
+	// HandoffsPerToken is how many products or loops per decode step the
+	// compute pool split across its threads (each a wake-up and a barrier).
+	HandoffsPerToken float64 `json:"handoffs_per_token"`
+	// The prefill's expert cache figures.
+	PrefillHitRate   float64 `json:"prefill_hit_rate"`
+	PrefillBytesRead int64   `json:"prefill_bytes_read"`
+	PrefillIOWait    float64 `json:"prefill_io_wait_s"`
+}
+
+// BenchReport is a whole benchmark: labels, every prompt and their median.
+type BenchReport struct {
+	Engine        string     `json:"engine"` // nvmai and the integer kernel this CPU runs
+	Model         string     `json:"model"`
+	ModelID       string     `json:"model_id"`
+	Layers        int        `json:"layers"`
+	Width         int        `json:"width_bits"`
+	BudgetBytes   int64      `json:"budget_bytes"`
+	SlotsPerLayer int        `json:"slots_per_layer"`
+	Experts       int        `json:"experts_per_layer"`
+	IOMode        string     `json:"io_mode"`
+	IOThreads     int        `json:"io_threads"`
+	Threads       int        `json:"threads"`
+	CPU           string     `json:"cpu"`
+	Runs          []BenchRun `json:"runs"`
+	Median        BenchRun   `json:"median"`
+
+	// WeightBytesPerToken is what one decode step reads from memory: every
+	// resident matrix but the embedding (one row), and top-k experts per
+	// MoE layer. WeightRate is that over the median time per token.
+	WeightBytesPerToken int64   `json:"weight_bytes_per_token"`
+	WeightRate          float64 `json:"weight_bytes_per_s"`
+	// MemRead is a plain sum of a large buffer on 1 … Threads goroutines,
+	// measured in this process after the prompts (bytes/s, best of 5).
+	MemRead map[int]float64 `json:"mem_read_bytes_per_s,omitempty"`
+	// DiskRead is raw reads of random whole experts in the cache's IOMode
+	// with IOThreads readers (bytes/s): the ceiling the expert cache's
+	// misses are read at.
+	DiskRead float64 `json:"disk_read_bytes_per_s,omitempty"`
+	// DiskBound is, at the median, misses × stride ÷ DiskRead per token over
+	// the measured time per token: 1 means decode runs at the disk's limit.
+	DiskBound float64 `json:"disk_bound_ratio,omitempty"`
+}
+
+// Bench generates greedily from every prompt in a fresh session and reports
+// each prompt's prefill and decode rates and expert-cache figures, their
+// median, and the machine's memory and raw disk read rates measured in the
+// same process.
+func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, error) {
+	if opt.Tokens <= 0 {
+		opt.Tokens = 512
+	}
+	if len(opt.Prompts) == 0 {
+		opt.Prompts = BenchPrompts
+	}
+	r := e.benchLabels()
+	if opt.Warmup > 0 {
+		if err := e.benchWarmup(ctx, opt.Warmup); err != nil {
+			return nil, err
+		}
+	}
+	for i, p := range opt.Prompts {
+		ids, err := e.benchPromptIDs(p, opt.PromptTokens)
+		if err != nil {
+			return nil, err
+		}
+		var prof benchProfiles
+		if i == 0 {
+			prof = benchProfiles{prefill: opt.PrefillCPUProfile, decode: opt.CPUProfile}
+		}
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof)
+		if err != nil {
+			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
+		}
+		r.Runs = append(r.Runs, run)
+	}
+	r.Median = medianRun(r.Runs)
+	if r.Median.DecodeTokS > 0 {
+		r.WeightRate = float64(r.WeightBytesPerToken) * r.Median.DecodeTokS
+	}
+	if opt.MemBandwidthBytes >= 0 {
+		r.MemRead = MemReadRates(opt.MemBandwidthBytes, r.Threads)
+	}
+	if e.cache != nil && opt.DiskReads >= 0 {
+		rate, err := DiskReadRate(e.Install, opt.DiskReads, r.IOThreads, r.IOMode)
+		if err != nil {
+			return nil, err
+		}
+		r.DiskRead = rate
+		if rate > 0 && r.Median.DecodeTokS > 0 {
+			r.DiskBound = r.Median.BytesPerToken / rate * r.Median.DecodeTokS
+		}
+	}
+	return r, nil
+}
+
+func (e *Engine) benchLabels() *BenchReport {
+	m := e.Install.Manifest
+	st := e.ExpertStats()
+	r := &BenchReport{
+		Engine: "nvmai/" + kernels.Implementation(), Model: filepath.Base(e.Install.Dir), ModelID: m.ModelID,
+		Layers: m.Geometry.NumLayers, Width: m.Bits, BudgetBytes: st.BudgetBytes, SlotsPerLayer: st.SlotsPerLayer,
+		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Threads: e.pool.Threads(),
+		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
+	}
+	return r
+}
+
+// benchWarmup prefills a throwaway session with n pseudo-random token ids
+// (fixed seed): varied tokens route to every expert, where a repeated prompt
+// would keep to a few.
+func (e *Engine) benchWarmup(ctx context.Context, n int) error {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = rng.IntN(e.Install.Manifest.Geometry.VocabSize)
+	}
+	sess := e.NewSession(SessionOptions{KVInitial: n + 1})
+	if _, err := sess.Generate(ctx, ids, GenerateOptions{MaxTokens: 1, IgnoreEOS: true}); err != nil {
+		return fmt.Errorf("bench warm-up: %w", err)
+	}
+	return nil
+}
+
+// benchPromptIDs encodes p; with n > 0 it repeats the text until it gives at
+// least n tokens and keeps the first n.
+func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
+	ids := e.Tokenizer.Encode(p.Text)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("bench prompt %q encodes to no tokens", p.Name)
+	}
+	if n <= 0 {
+		return ids, nil
+	}
+	text := p.Text
+	for len(ids) < n {
+		text += "\n" + p.Text
+		ids = e.Tokenizer.Encode(text)
+	}
+	return ids[:n], nil
+}
+
+// benchProfiles names the CPU profiles one prompt writes ("" for none).
+type benchProfiles struct{ prefill, decode string }
+
+// benchOne runs one prompt in a fresh session. The expert counters are
+// snapshotted when the first distribution is ready (prefill done), so the
+// run's cache figures split into the prefill's and the decode's.
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles) (run BenchRun, err error) {
+	sess := e.NewSession(SessionOptions{KVInitial: len(ids) + tokens + 1})
+	var prof0 *os.File
+	stop := func() {
+		if prof0 != nil {
+			pprof.StopCPUProfile()
+			if cerr := prof0.Close(); err == nil {
+				err = cerr
+			}
+			prof0 = nil
+		}
+	}
+	defer stop()
+	start := e.ExpertStats()
+	if prof.prefill != "" {
+		if prof0, err = startProfile(prof.prefill); err != nil {
+			return run, err
+		}
+	}
+	var atDecode expertcache.Stats
+	var handoffs uint64
+	first := true
+	opt := GenerateOptions{
+		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true,
+		OnLogits: func([]float32) error {
+			if !first {
+				return nil
+			}
+			first = false
+			atDecode, handoffs = e.ExpertStats(), e.pool.Handoffs()
+			stop()
+			if err != nil {
+				return err
+			}
+			if prof.decode != "" {
+				prof0, err = startProfile(prof.decode)
+			}
+			return err
+		},
+	}
+	res, gerr := sess.Generate(ctx, ids, opt)
+	stop()
+	if gerr != nil {
+		return run, gerr
+	}
+	if err != nil {
+		return run, err
+	}
+	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
+		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
+	if steps := len(res.IDs) - 1; steps > 0 {
+		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
+	}
+	if e.cache != nil {
+		pre := expertReport(start, atDecode, len(ids))
+		run.PrefillHitRate, run.PrefillBytesRead, run.PrefillIOWait = pre.HitRate, pre.BytesRead, pre.WaitSeconds
+		steps := max(len(res.IDs)-1, 0) // the last sampled token is never fed back
+		x := expertReport(atDecode, e.ExpertStats(), steps)
+		run.HitRate, run.Misses, run.BytesPerToken, run.ReadRate = x.HitRate, x.Misses, x.BytesPerToken, x.ReadRate
+		if steps > 0 {
+			run.IOWaitPerTok = x.WaitSeconds / float64(steps)
+		}
+	}
+	return run, nil
+}
+
+func startProfile(path string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// medianRun is the per-field median of runs (each field on its own).
+func medianRun(runs []BenchRun) BenchRun {
+	med := func(get func(BenchRun) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = get(r)
+		}
+		return median(v)
+	}
+	return BenchRun{
+		Prompt:        "median",
+		PromptTokens:  int(med(func(r BenchRun) float64 { return float64(r.PromptTokens) })),
+		Generated:     int(med(func(r BenchRun) float64 { return float64(r.Generated) })),
+		PrefillTokS:   med(func(r BenchRun) float64 { return r.PrefillTokS }),
+		DecodeTokS:    med(func(r BenchRun) float64 { return r.DecodeTokS }),
+		HitRate:       med(func(r BenchRun) float64 { return r.HitRate }),
+		Misses:        int64(med(func(r BenchRun) float64 { return float64(r.Misses) })),
+		BytesPerToken: med(func(r BenchRun) float64 { return r.BytesPerToken }),
+		ReadRate:      med(func(r BenchRun) float64 { return r.ReadRate }),
+		IOWaitPerTok:  med(func(r BenchRun) float64 { return r.IOWaitPerTok }),
+		PeakRSS:       int64(med(func(r BenchRun) float64 { return float64(r.PeakRSS) })),
+
+		HandoffsPerToken: med(func(r BenchRun) float64 { return r.HandoffsPerToken }),
+		PrefillHitRate:   med(func(r BenchRun) float64 { return r.PrefillHitRate }),
+		PrefillBytesRead: int64(med(func(r BenchRun) float64 { return float64(r.PrefillBytesRead) })),
+		PrefillIOWait:    med(func(r BenchRun) float64 { return r.PrefillIOWait }),
+	}
+}
+
+// median of v (the mean of the middle two for an even count); 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// DecodeWeightBytes is the weight bytes one decode step reads: every
+// resident matrix (packed codes, scales and biases) except the embedding,
+// of which one row is read, and, per MoE layer, top-k experts' parts.
+// Norms and other vectors are widened once at load and not counted.
+func DecodeWeightBytes(m *packexperts.Manifest) int64 {
+	var total int64
+	for _, t := range m.Tensors {
+		if len(t.Shape) != 2 {
+			continue
+		}
+		n := tensorBytes(t)
+		if t.Name == "model.embed_tokens.weight" && t.Shape[0] > 0 {
+			n /= t.Shape[0]
+		}
+		total += n
+	}
+	if x := m.Experts; x != nil {
+		var expert int64
+		for _, p := range x.Parts {
+			expert += tensorBytes(p)
+		}
+		total += int64(x.TopK) * int64(len(x.Layers)) * expert
+	}
+	return total
+}
+
+func tensorBytes(t packexperts.Tensor) int64 {
+	n := t.Length
+	if t.Scales != nil {
+		n += t.Scales.Length
+	}
+	if t.Biases != nil {
+		n += t.Biases.Length
+	}
+	return n
+}
+
+// MemReadRates sums one buffer of size bytes (default 512 MiB when size is
+// 0) on 1 … threads goroutines, alternating the thread counts over
+// memReadPasses rounds, and returns the best rate of each in bytes/s: the
+// plain memory-read ceiling the kernels are compared with. Alternating and
+// taking the best keeps a burst of load from another process out of it.
+func MemReadRates(size int64, threads int) map[int]float64 {
+	if size <= 0 {
+		size = 512 << 20
+	}
+	buf := make([]uint64, size/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	best := map[int]float64{}
+	sums := make([]uint64, threads)
+	for range memReadPasses {
+		for t := 1; t <= threads; t++ {
+			t0 := time.Now()
+			sumSplit(buf, sums[:t])
+			best[t] = max(best[t], float64(len(buf)*8)/time.Since(t0).Seconds())
+		}
+	}
+	if sums[0] == 1 { // keep the sums observable so the reads are not optimised away
+		fmt.Fprint(io.Discard, sums[0])
+	}
+	return best
+}
+
+// memReadPasses is how many rounds MemReadRates alternates over: about a
+// second of reading at this machine's rates.
+const memReadPasses = 24
+
+func sumSplit(buf, sums []uint64) {
+	n := len(sums)
+	var wg sync.WaitGroup
+	for t := 1; t < n; t++ {
+		wg.Go(func() { sums[t] += sumWords(buf[len(buf)*t/n : len(buf)*(t+1)/n]) })
+	}
+	sums[0] += sumWords(buf[:len(buf)/n])
+	wg.Wait()
+}
+
+// sumWords sums 8 bytes at a time with four accumulators, as the kernels'
+// plain-read benchmark does.
+func sumWords(buf []uint64) uint64 {
+	var a, b, c, d uint64
+	for i := 0; i+4 <= len(buf); i += 4 {
+		v := buf[i : i+4 : i+4]
+		a += v[0]
+		b += v[1]
+		c += v[2]
+		d += v[3]
+	}
+	return a + b + c + d
+}
+
+// DiskReadRate reads n random whole experts (stride bytes each, from random
+// layers) on threads readers, the way mode (an expertcache read mode:
+// "direct", "dontcache", "dropbehind" or "buffered") reads, and returns
+// bytes/s: the raw rate the expert cache's misses could at best be read at.
+func DiskReadRate(in *Install, n, threads int, mode string) (float64, error) {
+	x := in.Manifest.Experts
+	if x == nil || len(x.Layers) == 0 {
+		return 0, nil
+	}
+	if x.Stride%limits.DirectIOAlign != 0 {
+		return 0, fmt.Errorf("%s: expert stride %d is not a multiple of %d; run nvmai-verify --verify-install %s", in.Dir, x.Stride, limits.DirectIOAlign, in.Dir)
+	}
+	if n <= 0 {
+		n = 256
+	}
+	threads = max(threads, 1)
+	fds := make([]int, 0, len(x.Layers))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, l := range x.Layers {
+		path := filepath.Join(in.Dir, filepath.FromSlash(l.File))
+		fd, err := openForRate(path, mode)
+		if err != nil {
+			return 0, fmt.Errorf("raw read rate: %w", err)
+		}
+		fds = append(fds, fd)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	jobs := make(chan [2]int, n)
+	for range n {
+		jobs <- [2]int{rng.IntN(len(fds)), rng.IntN(x.Count)}
+	}
+	close(jobs)
+	errs := make([]error, threads)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for t := range threads {
+		wg.Go(func() { errs[t] = readExperts(fds, x.Stride, mode, jobs) })
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	for _, err := range errs {
+		if err != nil {
+			return 0, fmt.Errorf("raw read rate in %s: %w", in.Dir, err)
+		}
+	}
+	return float64(int64(n)*x.Stride) / secs, nil
+}
+
+func openForRate(path, mode string) (int, error) {
+	flags := unix.O_RDONLY | unix.O_CLOEXEC
+	if mode == "direct" {
+		flags |= unix.O_DIRECT
+	}
+	fd, err := unix.Open(path, flags, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open (" + mode + ")", Path: path, Err: err}
+	}
+	if mode == "dontcache" || mode == "dropbehind" {
+		unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM) // as the cache opens them: no readahead
+	}
+	return fd, nil
+}
+
+func readExperts(fds []int, stride int64, mode string, jobs <-chan [2]int) error {
+	buf, err := unix.Mmap(-1, 0, int(stride), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(buf)
+	for j := range jobs {
+		fd, off := fds[j[0]], int64(j[1])*stride
+		for done := 0; done < len(buf); {
+			var k int
+			var err error
+			if mode == "dontcache" {
+				k, err = unix.Preadv2(fd, [][]byte{buf[done:]}, off+int64(done), unix.RWF_DONTCACHE)
+			} else {
+				k, err = unix.Pread(fd, buf[done:], off+int64(done))
+			}
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return err
+			case k == 0:
+				return fmt.Errorf("short read at offset %d", off+int64(done))
+			}
+			done += k
+		}
+		if mode == "dropbehind" {
+			unix.Fadvise(fd, off, stride, unix.FADV_DONTNEED)
+		}
+	}
+	return nil
+}
+
+// cpuName is the model name /proc/cpuinfo gives, with the core count.
+func cpuName() string {
+	raw, _ := os.ReadFile("/proc/cpuinfo")
+	name := goruntime.GOARCH
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			name = strings.TrimSpace(v)
+			break
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs", name, goruntime.NumCPU())
+}

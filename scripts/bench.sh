@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Rebuilds the README's performance table on this machine: the Q4/Q8 GEMV kernels against a plain
+# memory read, decode with every expert cached (4- and 12-layer synthetic 35B-A3B installs, projected
+# to 40 layers), decode and prefill of the full 40-layer 4-bit synthetic install under an 8 GiB expert
+# budget, and a decode CPU profile grouped by what the time is spent on. Synthetic installs have random
+# weights, which route almost uniformly: the worst case for an expert cache.
+#
+#   scripts/bench.sh [--synth-dir DIR] [--tokens N] [--no-full] [--update-readme] [--delete]
+#
+#   --synth-dir DIR   where the synthetic installs are (created when missing; default models/synth)
+#   --tokens N        tokens generated per prompt (default 128)
+#   --no-full         skip the 40-layer install (18.7 GiB on disk)
+#   --update-readme   replace the table between the bench markers in README.md
+#   --delete          remove the synthetic installs this run created
+#
+# Needs only Go and POSIX tools. Output: out/bench/ (performance.md, the raw key=value lines, the
+# kernel benchmark and the profile). Every number in the table comes from this run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+synth=models/synth tokens=128 full=1 update=0 delete=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --synth-dir) synth=$2; shift 2 ;;
+    --tokens) tokens=$2; shift 2 ;;
+    --no-full) full=0; shift ;;
+    --update-readme) update=1; shift ;;
+    --delete) delete=1; shift ;;
+    *) echo "bench.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+
+out=out/bench
+mkdir -p "$out" "$synth"
+echo "== build"
+go build -o bin/ ./cmd/...
+
+created=()
+ensure() { # ensure LAYERS DIR: a 4-bit synthetic 35B-A3B install with LAYERS layers
+  if [ ! -f "$2/manifest.json" ]; then
+    echo "== writing $2 ($1 layers)"
+    bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers "$1" --output "$2" --quiet
+    created+=("$2")
+  fi
+}
+cleanup() { if [ "$delete" = 1 ]; then for d in "${created[@]}"; do rm -rf "$d"; done; fi; }
+trap cleanup EXIT
+
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }      # kv KEY LINE
+bench() { # bench LABEL ARGS...: one bench run, its key=value line saved and echoed
+  local label=$1; shift
+  echo "== $label: nvmai-run bench $*" >&2
+  local line; line=$(bin/nvmai-run bench "$@" --kv)
+  echo "$label $line" >>"$out/runs.txt"
+  echo "$line"
+}
+: >"$out/runs.txt"
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+machine="$cpu, $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), $(go env GOVERSION)"
+echo "== machine: $machine (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+echo "== GEMV kernels against a plain read of the same bytes (BenchmarkMatVecFastVsRead, 3 runs)"
+go test ./pkg/kernels/ -run '^$' -bench 'MatVecFastVsRead' -benchtime 40x -count 3 | tee "$out/kernels.txt" |
+  grep '^Benchmark' || true
+# Median over the runs of each case's kernel/read %, and of the kernel and read GB/s.
+kernels=$(awk '/^BenchmarkMatVecFastVsRead/ {
+    split($1, p, "/"); key = p[2] " " p[3] " " p[4]; sub(/-[0-9]+$/, "", key)
+    for (i = 2; i < NF; i++) { if ($(i+1) == "kernel-GB/s") k[key] = k[key] " " $i
+      if ($(i+1) == "read-GB/s") r[key] = r[key] " " $i; if ($(i+1) == "kernel/read-%") q[key] = q[key] " " $i }
+    keys[key] = 1 }
+  function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+      if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+  END { for (key in keys) { split(key, f, " "); sub("threads=", "", f[3])
+      printf "| %s | %s | %s | %.1f | %.1f | **%.0f%%** |\n", f[1], f[2], f[3], med(k[key]), med(r[key]), med(q[key]) } }' \
+  "$out/kernels.txt" | sort)
+
+echo "== decode with every expert cached (4 and 12 layers, 512-token random warm-up)"
+ensure 4 "$synth/35b-4bit-l4"
+ensure 12 "$synth/35b-4bit-l12"
+declare -A cached
+for t in 1 2; do
+  for l in 4 12; do
+    cached[$l,$t]=$(bench "cached-l$l-t$t" --model "$synth/35b-4bit-l$l" --expert-cache-slots 256 --warmup 512 \
+      --tokens "$tokens" --threads "$t")
+  done
+done
+bin/nvmai-run bench --model "$synth/35b-4bit-l12" --expert-cache-slots 256 --warmup 512 --tokens "$tokens" \
+  --cpuprofile "$out/decode.prof" --skip-bandwidth >/dev/null
+
+cached_rows=""
+projection=""
+for t in 1 2; do
+  a=${cached[4,$t]} b=${cached[12,$t]}
+  for l in 4 12; do
+    line=${cached[$l,$t]}
+    mem=$(kv "mem${t}_gbs" "$line")
+    cached_rows+=$(awk -v l="$l" -v t="$t" -v d="$(kv decode_tok_s "$line")" -v w="$(kv weight_mib_tok "$line")" \
+      -v g="$(kv weight_gbs "$line")" -v m="$mem" -v rss="$(kv peak_rss_gib "$line")" \
+      'BEGIN { printf "| %d layers, all 256 experts cached | %d | %.2f | %.0f MiB | %.1f GB/s | %.1f GB/s | **%.0f%%** | %.2f GiB |\n", l, t, d, w, g, m, 100*g/m, rss }')$'\n'
+  done
+  # Time per token is a + b·layers: fit it on 4 and 12 layers, and the weight bytes likewise.
+  projection+=$(awk -v t="$t" -v d4="$(kv decode_tok_s "$a")" -v d12="$(kv decode_tok_s "$b")" \
+    -v w4="$(kv weight_mib_tok "$a")" -v w12="$(kv weight_mib_tok "$b")" -v m="$(kv "mem${t}_gbs" "$b")" \
+    'BEGIN { t4 = 1/d4; t12 = 1/d12; s = (t12 - t4)/8; t40 = t4 + 36*s; w40 = w4 + 36*(w12 - w4)/8
+      g = w40*1048576/t40/1e9
+      printf "| 40 layers, projected from 4 and 12 | %d | %.2f | %.0f MiB | %.1f GB/s | %.1f GB/s | **%.0f%%** | – |\n", t, 1/t40, w40, g, m, 100*g/m }')$'\n'
+done
+
+full_rows=""
+if [ "$full" = 1 ]; then
+  echo "== the full 40-layer install under an 8 GiB expert budget"
+  ensure 40 "$synth/35b-4bit"
+  for t in 1 2; do
+    line=$(bench "full-8G-t$t" --model "$synth/35b-4bit" --ram-budget 8G --tokens "$tokens" --threads "$t")
+    full_rows+=$(awk -v t="$t" -v d="$(kv decode_tok_s "$line")" -v h="$(kv hit "$line")" -v r="$(kv read_mib_tok "$line")" \
+      -v rr="$(kv read_gbs "$line")" -v disk="$(kv disk_gbs "$line")" -v b="$(kv disk_bound "$line")" -v s="$(kv slots "$line")" \
+      -v io="$(kv io "$line")" -v w="$(kv io_wait_ms "$line")" -v rss="$(kv peak_rss_gib "$line")" \
+      'BEGIN { printf "| 40 layers, 8 GiB (%d of 256 slots) | %d | %.2f | %.1f%% | %.0f MiB | %.2f GB/s | %.2f GB/s (%s) | %.0f ms | **%.2f** | %.2f GiB |\n", s, t, d, 100*h, r, rr, disk, io, w, b, rss }')$'\n'
+  done
+  line=$(bench "prefill-512" --model "$synth/35b-4bit" --ram-budget 8G --prompt-tokens 512 --tokens 2 \
+    --prefill-cpuprofile "$out/prefill.prof")
+  prefill_row=$(awk -v p="$(kv prefill_tok_s "$line")" -v h="$(kv pf_hit "$line")" -v r="$(kv pf_read_gib "$line")" \
+    -v w="$(kv pf_wait_s "$line")" -v disk="$(kv disk_gbs "$line")" \
+    'BEGIN { s = 512/p; printf "| 512-token prompt, 40 layers, 8 GiB, 2 threads | %.1f tok/s | %.1f s | %.1f%% | %.1f GiB | %.1f s | %.1f s |\n", p, s, 100*h, r, r*1.073741824/disk, w }')
+fi
+
+# Decode profile, flat time grouped by what it is spent on.
+group() { # group PROFILE: "| group | share |" rows, largest first
+  go tool pprof -top -nodecount=100000 bin/nvmai-run "$1" 2>/dev/null | awk '
+    function secs(v) { if (v ~ /ms$/) return substr(v, 1, length(v)-2)/1000; if (v ~ /us$|µs$/) return 0; sub(/s$/, "", v); return v + 0 }
+    $1 ~ /^[0-9.]+(m|µ|u)?s$/ && NF >= 6 {
+      f = $6; for (i = 7; i <= NF; i++) f = f " " $i; s = secs($1)
+      if (f ~ /q[48](Rows|Pairs)|qRowsGeneric|sdotRows/) g = "Q4/Q8 GEMV kernels (weights)"
+      else if (f ~ /dotBF16|rowDot|matMulRows/) g = "BF16 GEMV (router, GDN a/b, shared-expert gate)"
+      else if (f ~ /decayProject|updateProject|deltaStep|gdnHeads|l2Norm|gatedNorm|causalConv/) g = "Gated DeltaNet recurrence, conv, gated norm"
+      else if (f ~ /attendGroup|DotRows|AxpyRows|dotRows4|axpyRows|softmax|rotate|attnHeads/) g = "attention (scores, softmax, values, RoPE)"
+      else if (f ~ /rmsNorm|invRMS|addTo/) g = "RMS norms, residual adds"
+      else if (f ~ /Exp|sigmoid32|silu32|swiglu|softplus|exp32/) g = "exp, sigmoid, SiLU (scalar float64 exp)"
+      else if (f ~ /route|sample\.|Greedy/) g = "router top-k, sampling"
+      else if (f ~ /quantize|Quantize/) g = "activation quantization"
+      else if (f ~ /Syscall|pread|Pread/) g = "expert reads (syscalls)"
+      else if (f ~ /^runtime\.|internal\/runtime|sync\/atomic|sync\./) g = "Go runtime: scheduling, spinning, GC"
+      else g = "other"
+      t[g] += s; total += s }
+    END { for (g in t) printf "%.4f|%s\n", t[g], g | "sort -t\"|\" -k1,1 -rn"; close("sort -t\"|\" -k1,1 -rn"); printf "%.4f|TOTAL\n", total }' |
+    awk -F'|' '$2 == "TOTAL" { next } { rows[++n] = $0; tot += $1 } END { for (i = 1; i <= n; i++) { split(rows[i], f, "|"); printf "| %s | %.1f%% |\n", f[2], 100*f[1]/tot } }'
+}
+profile_rows=$(group "$out/decode.prof")
+go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-profile.txt" 2>/dev/null || true
+
+{
+  echo "<!-- bench:begin (generated by scripts/bench.sh; do not edit by hand) -->"
+  echo "Measured $(date -u +%Y-%m-%d) on $machine; 4-bit synthetic Qwen3.5-35B-A3B installs (random weights:"
+  echo "routing is close to uniform, the worst case for the expert cache); greedy, $tokens tokens per prompt,"
+  echo "medians over the counting, prose and code prompts; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+  echo "**GEMV kernels** (\`go test ./pkg/kernels -bench MatVecFastVsRead\`, medians of 3 runs; target ≥ 80%):"
+  echo
+  echo "| width | shape | threads | kernel GB/s | plain read GB/s | kernel ÷ read |"
+  echo "|---|---|---|---|---|---|"
+  echo "$kernels"
+  echo
+  echo "**Decode, every expert in RAM** (\`nvmai-run bench --expert-cache-slots 256 --warmup 512\`; weight bytes read"
+  echo "per token ÷ time per token against a plain read measured in the same process; target ≥ 70%):"
+  echo
+  echo "| install | threads | decode tok/s | weights/token | weights rate | plain read | ratio | peak RSS |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s%s' "$cached_rows" "$projection"
+  if [ "$full" = 1 ]; then
+    echo
+    echo "**Decode, full 40-layer install, \`--ram-budget 8G\`** (bound = misses × stride ÷ raw read rate per token,"
+    echo "over the measured time per token: 1 would be disk-bound):"
+    echo
+    echo "| install | threads | decode tok/s | hit rate | read/token | read rate | raw reads | I/O wait/token | disk bound | peak RSS |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s' "$full_rows"
+    echo
+    echo "**Prefill** (\`--prompt-tokens 512\`; disk time = bytes read ÷ raw read rate):"
+    echo
+    echo "| prompt | prefill | time | hit rate | read | disk time | I/O wait |"
+    echo "|---|---|---|---|---|---|---|"
+    echo "$prefill_row"
+  fi
+  echo
+  echo "**Where a decode step's CPU time goes** (12 layers, all cached, 2 threads; \`--cpuprofile\`, flat samples):"
+  echo
+  echo "| spent on | share |"
+  echo "|---|---|"
+  echo "$profile_rows"
+  echo "<!-- bench:end -->"
+} >"$out/performance.md"
+
+echo
+cat "$out/performance.md"
+if [ "$update" = 1 ]; then
+  if ! grep -q '<!-- bench:begin' README.md; then
+    echo "bench.sh: README.md has no bench markers; paste $out/performance.md by hand" >&2
+    exit 1
+  fi
+  awk -v f="$out/performance.md" '
+    /<!-- bench:begin/ { while ((getline l < f) > 0) print l; skip = 1; next }
+    /<!-- bench:end/ { skip = 0; next }
+    !skip' README.md >README.md.bench && mv README.md.bench README.md
+  echo "== README.md updated"
+fi
