@@ -139,17 +139,7 @@ func kvBytes(m *packexperts.Manifest, kvTokens int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tokens := int64(min(kvTokens, c.MaxContext))
-	var floats int64
-	for _, kind := range c.Layers {
-		switch kind {
-		case qwen35.FullAttention:
-			floats += 2 * tokens * int64(c.NumKVHeads*c.HeadDim)
-		case qwen35.LinearAttention:
-			floats += int64((c.ConvKernel-1)*c.ConvChannels() + c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
-		}
-	}
-	return 4 * floats, nil
+	return c.StateBytes(kvTokens), nil
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

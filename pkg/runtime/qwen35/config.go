@@ -208,3 +208,21 @@ func (c Config) ConvChannels() int { return 2*c.keyDim() + c.valueDim() }
 func (c Config) keyDim() int   { return c.LinearKeyHeads * c.LinearKeyDim }
 func (c Config) valueDim() int { return c.LinearValueHeads * c.LinearValueDim }
 func (c Config) kvDim() int    { return c.NumKVHeads * c.HeadDim }
+
+// StateBytes is what NewState allocates for a sequence holding kvTokens of
+// KV capacity (clamped to MaxContext): K and V of every full-attention layer
+// and the conv window and recurrent matrix of every Gated DeltaNet layer,
+// all float32. The footprint documentation and its checks use it.
+func (c Config) StateBytes(kvTokens int) int64 {
+	tokens := int64(min(kvTokens, c.MaxContext))
+	var floats int64
+	for _, kind := range c.Layers {
+		switch kind {
+		case FullAttention:
+			floats += 2 * tokens * int64(c.NumKVHeads*c.HeadDim)
+		case LinearAttention:
+			floats += int64((c.ConvKernel-1)*c.ConvChannels() + c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
+		}
+	}
+	return 4 * floats
+}
