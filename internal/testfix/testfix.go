@@ -45,3 +45,26 @@ func Embedded(t testing.TB) string {
 	t.Helper()
 	return filepath.Join(RepoRoot(t), "testdata", "tiny-moe-fused")
 }
+
+// CopyTree copies the regular files and directories under src to dst
+// (following links), for tests that damage or move a copy of an install.
+func CopyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if fi.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

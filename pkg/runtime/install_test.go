@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
@@ -13,23 +14,7 @@ import (
 func copyInstall(t *testing.T, src string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "m")
-	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if fi.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testfix.CopyTree(t, src, dst)
 	return dst
 }
 
