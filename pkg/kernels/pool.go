@@ -1,9 +1,12 @@
 package kernels
 
 import (
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Pool runs MatVec and MatMul on persistent worker goroutines. Each output
@@ -29,10 +32,10 @@ import (
 // would wait until the spin ends or the runtime steals it (microseconds).
 type Pool struct {
 	mu       sync.Mutex
-	helpers  []*helper // the caller is worker 0 and computes too
-	minWork  int       // below this many weight·row products, stay single-threaded
-	minWorkQ int       // the same for the integer path, which is several times faster
-	spin     int       // polls before parking; 0 when helpers cannot all run at once
+	helpers  []*helper     // the caller is worker 0 and computes too
+	minWork  int           // below this many weight·row products, stay single-threaded
+	minWorkQ int           // the same for the integer path, which is several times faster
+	spin     time.Duration // how long to spin before parking; 0 when helpers cannot all run at once
 
 	seq     atomic.Uint32 // job number: helpers run a job when it changes
 	pending atomic.Int32  // helpers still on the current job
@@ -52,6 +55,7 @@ type Pool struct {
 	partsBuf []jobPart
 
 	handoffs atomic.Uint64 // jobs handed to the helpers (not run serially)
+	parks    atomic.Uint64 // times a helper or the caller parked instead of spinning
 }
 
 // job is one parallel product or loop. Rows [offs[i], offs[i+1]) of the
@@ -103,14 +107,26 @@ const (
 	chunksPerThread = 16
 )
 
-// spinPolls bounds the busy wait before parking: some 10–20 µs of atomic
-// loads and yields, longer than the gap between a token's products, short
-// enough that an idle decoder gives its cores back at once. Every
-// pollsPerYield polls the spinner calls runtime.Gosched.
+// spinTime bounds the busy wait before parking. It must outlast the gap
+// between a token's products (serial norms, routing, recurrences: tens of
+// µs), because a parked thread's wake-up is slow: on the 2-vCPU dev VM a
+// helper woken through a channel started its share 115–190 µs late
+// (BenchmarkPoolWake), and with a 10–20 µs spin decode parked ~50 times a
+// token. 200 µs cut that to ~1 and still hands the cores back almost at
+// once when decoding stops. NVMAI_POOL_SPIN_US overrides it (0 parks at
+// once: for machines shared with other work). Every pollsPerYield polls
+// the spinner calls runtime.Gosched and looks at the clock.
 const (
-	spinPolls     = 1 << 12
+	spinTime      = 200 * time.Microsecond
 	pollsPerYield = 32
 )
+
+func spinSetting() time.Duration {
+	if v, err := strconv.Atoi(os.Getenv("NVMAI_POOL_SPIN_US")); err == nil && v >= 0 {
+		return time.Duration(v) * time.Microsecond
+	}
+	return spinTime
+}
 
 // NewPool starts threads−1 helper goroutines (the caller is the remaining
 // thread). threads < 1 means runtime.GOMAXPROCS(0).
@@ -118,14 +134,14 @@ func NewPool(threads int) *Pool {
 	if threads < 1 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	spin := spinPolls
+	spin := spinSetting()
 	if runtime.GOMAXPROCS(0) < threads {
 		spin = 0 // a spinner could hold the P its peer needs
 	}
 	return newPool(threads, spin)
 }
 
-func newPool(threads, spin int) *Pool {
+func newPool(threads int, spin time.Duration) *Pool {
 	p := &Pool{done: make(chan struct{}, 1), minWork: minParallelWork, minWorkQ: minParallelWorkQ, spin: spin,
 		ranges: make([]rowRange, threads)}
 	for w := range threads - 1 {
@@ -152,6 +168,16 @@ func (p *Pool) Handoffs() uint64 {
 		return 0
 	}
 	return p.handoffs.Load()
+}
+
+// Parks is how many times a helper (between jobs) or the caller (waiting
+// for helpers) has parked on a channel after its spin ran out; each later
+// costs a wake-up, which on a virtual machine can take 100 µs.
+func (p *Pool) Parks() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.parks.Load()
 }
 
 // Close stops the helpers. The Pool stays usable, single-threaded.
@@ -188,13 +214,8 @@ func (p *Pool) serve(h *helper, worker int) {
 
 // awaitJob returns the next job number after last, spinning then parking.
 func (p *Pool) awaitJob(h *helper, last uint32) uint32 {
-	for i := range p.spin {
-		if s := p.seq.Load(); s != last {
-			return s
-		}
-		if i%pollsPerYield == pollsPerYield-1 {
-			runtime.Gosched()
-		}
+	if p.spinFor(func() bool { return p.seq.Load() != last }) {
+		return p.seq.Load()
 	}
 	for {
 		h.sleeping.Store(true)
@@ -202,8 +223,30 @@ func (p *Pool) awaitJob(h *helper, last uint32) uint32 {
 			h.sleeping.Store(false)
 			return s
 		}
+		p.parks.Add(1)
 		<-h.wake
 		h.sleeping.Store(false)
+	}
+}
+
+// spinFor polls ready for up to p.spin and reports whether it came true.
+func (p *Pool) spinFor(ready func() bool) bool {
+	if p.spin <= 0 {
+		return false
+	}
+	var start time.Time
+	for i := 1; ; i++ {
+		if ready() {
+			return true
+		}
+		if i%pollsPerYield == 0 {
+			runtime.Gosched()
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > p.spin {
+				return false
+			}
+		}
 	}
 }
 
@@ -221,13 +264,8 @@ func (p *Pool) publish() {
 
 // awaitHelpers returns once every helper has finished the current job.
 func (p *Pool) awaitHelpers() {
-	for i := range p.spin {
-		if p.pending.Load() == 0 {
-			return
-		}
-		if i%pollsPerYield == pollsPerYield-1 {
-			runtime.Gosched()
-		}
+	if p.spinFor(func() bool { return p.pending.Load() == 0 }) {
+		return
 	}
 	for {
 		p.waiting.Store(true)
@@ -235,6 +273,7 @@ func (p *Pool) awaitHelpers() {
 			p.waiting.Store(false)
 			return
 		}
+		p.parks.Add(1)
 		<-p.done
 		p.waiting.Store(false)
 	}

@@ -3,7 +3,9 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -154,7 +156,7 @@ func TestPoolParksAndWakes(t *testing.T) {
 	x := randomVector(rng, m.Cols)
 	want := make([]float32, m.Rows)
 	MatVecFast(want, m, x)
-	for _, spin := range []int{0, spinPolls} {
+	for _, spin := range []time.Duration{0, spinTime} {
 		p := newPool(2, spin)
 		p.minWorkQ = 0
 		got := make([]float32, m.Rows)
@@ -182,5 +184,42 @@ func BenchmarkPoolHandoff(b *testing.B) {
 				p.MatVec(dst, m, x)
 			}
 		})
+	}
+}
+
+// BenchmarkPoolWake measures how late a parked helper starts its share of
+// a job (µs from the publish to its first index): the cost the spin before
+// parking avoids. spin=0 parks at once; spin=default finds it spinning
+// when the gap between jobs (gap) is shorter than the spin.
+func BenchmarkPoolWake(b *testing.B) {
+	for _, spin := range []time.Duration{0, spinTime} {
+		for _, gap := range []time.Duration{20 * time.Microsecond, time.Millisecond} {
+			b.Run(fmt.Sprintf("spin=%v/gap=%v", spin, gap), func(b *testing.B) {
+				p := newPool(2, spin)
+				defer p.Close()
+				var delays []float64
+				var start time.Time
+				var late atomic.Int64
+				for b.Loop() {
+					for t0 := time.Now(); time.Since(t0) < gap; {
+					}
+					start = time.Now()
+					late.Store(-1)
+					p.Parallel(2, func(worker, lo, hi int) {
+						if worker == 1 {
+							late.Store(int64(time.Since(start)))
+							return
+						}
+						// Hold the caller here so it cannot steal the helper's index.
+						for late.Load() < 0 && time.Since(start) < 10*time.Millisecond {
+						}
+					})
+					delays = append(delays, float64(late.Load())/1e3)
+				}
+				slices.Sort(delays)
+				b.ReportMetric(delays[len(delays)/2], "median-µs")
+				b.ReportMetric(delays[len(delays)*9/10], "p90-µs")
+			})
+		}
 	}
 }
