@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmai/nvmai/internal/hugemem"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
@@ -66,12 +67,13 @@ type Cache struct {
 }
 
 type layerCache struct {
-	index int
-	path  string
-	fd    int
-	slab  []byte // slots × stride bytes, anonymous mapping
-	views []qwen35.ExpertMats
-	res   residency
+	index  int
+	path   string
+	fd     int
+	slab   []byte // slots × stride bytes of region
+	region *hugemem.Region
+	views  []qwen35.ExpertMats
+	res    residency
 }
 
 var (
@@ -197,11 +199,11 @@ func (c *Cache) checkFile(path string) error {
 }
 
 func (lc *layerCache) allocate(slots int, stride int64, parts []packexperts.Tensor) error {
-	slab, err := unix.Mmap(-1, 0, slots*int(stride), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	region, err := hugemem.Alloc(slots * int(stride))
 	if err != nil {
 		return fmt.Errorf("allocating %d expert slots of %s: %w", slots, FormatSize(stride), err)
 	}
-	lc.slab = slab
+	lc.region, lc.slab = region, region.Bytes
 	lc.views = make([]qwen35.ExpertMats, slots)
 	for s := range slots {
 		if lc.views[s], err = slotMats(lc.slot(s, stride), parts); err != nil {
@@ -489,7 +491,7 @@ func (c *Cache) Close() error {
 			lc.fd = -1
 		}
 		if lc.slab != nil {
-			if err := unix.Munmap(lc.slab); err != nil && first == nil {
+			if err := lc.region.Free(); err != nil && first == nil {
 				first = fmt.Errorf("unmapping the slots of %s: %w", lc.path, err)
 			}
 			lc.slab, lc.views = nil, nil
