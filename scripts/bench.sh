@@ -65,14 +65,14 @@ go test ./pkg/kernels/ -run '^$' -bench 'MatVecFastVsRead' -benchtime 40x -count
   grep '^Benchmark' || true
 # Median over the runs of each case's kernel/read %, and of the kernel and read GB/s.
 kernels=$(awk '/^BenchmarkMatVecFastVsRead/ {
-    split($1, p, "/"); key = p[2] " " p[3] " " p[4]; sub(/-[0-9]+$/, "", key)
+    split($1, p, "/"); key = p[2] " " p[3] " " p[4] " " p[5]; sub(/-[0-9]+$/, "", key)
     for (i = 2; i < NF; i++) { if ($(i+1) == "kernel-GB/s") k[key] = k[key] " " $i
       if ($(i+1) == "read-GB/s") r[key] = r[key] " " $i; if ($(i+1) == "kernel/read-%") q[key] = q[key] " " $i }
     keys[key] = 1 }
   function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
       if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
-  END { for (key in keys) { split(key, f, " "); sub("threads=", "", f[3])
-      printf "| %s | %s | %s | %.1f | %.1f | **%.0f%%** |\n", f[1], f[2], f[3], med(k[key]), med(r[key]), med(q[key]) } }' \
+  END { for (key in keys) { split(key, f, " "); sub("threads=", "", f[3]); sub("pages=", "", f[4])
+      printf "| %s | %s | %s | %s | %.1f | %.1f | **%.0f%%** |\n", f[1], f[2], f[4], f[3], med(k[key]), med(r[key]), med(q[key]) } }' \
   "$out/kernels.txt" | sort)
 
 echo "== decode with every expert cached (4 and 12 layers, 512-token random warm-up)"
@@ -155,10 +155,11 @@ go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-
   echo "routing is close to uniform, the worst case for the expert cache); greedy, $tokens tokens per prompt,"
   echo "medians over the counting, prose and code prompts; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
-  echo "**GEMV kernels** (\`go test ./pkg/kernels -bench MatVecFastVsRead\`, medians of 3 runs; target ≥ 80%):"
+  echo "**GEMV kernels** (\`go test ./pkg/kernels -bench MatVecFastVsRead\`, medians of 3 runs; target ≥ 80%). Pages 2M:"
+  echo "matrix and read buffer in huge-page memory, as the runtime holds weights (internal/hugemem); 4K: the Go heap."
   echo
-  echo "| width | shape | threads | kernel GB/s | plain read GB/s | kernel ÷ read |"
-  echo "|---|---|---|---|---|---|"
+  echo "| width | shape | pages | threads | kernel GB/s | plain read GB/s | kernel ÷ read |"
+  echo "|---|---|---|---|---|---|---|"
   echo "$kernels"
   echo
   echo "**Decode, every expert in RAM** (\`nvmai-run bench --expert-cache-slots 256 --warmup 512\`; weight bytes read"

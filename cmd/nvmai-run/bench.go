@@ -101,7 +101,10 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			1e3*run.IOWaitPerTok, expertcache.FormatSize(run.PeakRSS),
 			100*run.PrefillHitRate, expertcache.FormatSize(run.PrefillBytesRead), run.PrefillIOWait)
 	}
-	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f\n", r.Median.HandoffsPerToken)
+	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
+	if r.HugePageBytes >= 0 {
+		fmt.Fprintf(w, "huge pages back %s of the process's memory (NVMAI_HUGEPAGES=0 turns them off)\n", expertcache.FormatSize(r.HugePageBytes))
+	}
 	fmt.Fprintf(w, "weights per decode token %s → %.1f GB/s at the median decode rate\n",
 		expertcache.FormatSize(r.WeightBytesPerToken), r.WeightRate/1e9)
 	for t := 1; t <= r.Threads; t++ {
@@ -124,7 +127,7 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 		r.Model, r.Layers, r.Width, r.Threads, r.Engine, float64(r.BudgetBytes)/gib, r.SlotsPerLayer, r.Experts, r.IOMode, r.IOThreads)
 	fmt.Fprintf(w, " prompt_tokens=%d gen=%d prefill_tok_s=%.2f decode_tok_s=%.2f hit=%.3f read_mib_tok=%.1f read_gbs=%.2f io_wait_ms=%.1f peak_rss_gib=%.2f",
 		m.PromptTokens, m.Generated, m.PrefillTokS, m.DecodeTokS, m.HitRate, m.BytesPerToken/mib, m.ReadRate/1e9, 1e3*m.IOWaitPerTok, float64(m.PeakRSS)/gib)
-	fmt.Fprintf(w, " pf_hit=%.3f pf_read_gib=%.2f pf_wait_s=%.2f weight_mib_tok=%.1f weight_gbs=%.2f mem1_gbs=%.2f mem2_gbs=%.2f disk_gbs=%.2f disk_bound=%.2f handoffs_tok=%.0f\n",
+	fmt.Fprintf(w, " pf_hit=%.3f pf_read_gib=%.2f pf_wait_s=%.2f weight_mib_tok=%.1f weight_gbs=%.2f mem1_gbs=%.2f mem2_gbs=%.2f disk_gbs=%.2f disk_bound=%.2f handoffs_tok=%.0f parks_tok=%.1f huge_gib=%.2f\n",
 		m.PrefillHitRate, float64(m.PrefillBytesRead)/gib, m.PrefillIOWait, float64(r.WeightBytesPerToken)/mib, r.WeightRate/1e9,
-		r.MemRead[1]/1e9, r.MemRead[2]/1e9, r.DiskRead/1e9, r.DiskBound, m.HandoffsPerToken)
+		r.MemRead[1]/1e9, r.MemRead[2]/1e9, r.DiskRead/1e9, r.DiskBound, m.HandoffsPerToken, m.ParksPerToken, float64(r.HugePageBytes)/gib)
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/nvmai/nvmai/internal/hugemem"
 )
 
 // benchRows×benchCols is a 4096×4096 projection: 8.5 MiB at Q4 with its
@@ -214,45 +217,150 @@ func BenchmarkMatMulFastQ4(b *testing.B) {
 // of the same number of bytes, and reports the median of each in GB/s and
 // their ratio: on a shared, noisy machine this is steadier than comparing
 // separate benchmark runs. 16384×8192 (72 MiB at Q4) is far beyond L3.
+// pages=2M puts the matrix and the read buffer in huge-page memory, as the
+// runtime holds weights; pages=4K in the Go heap, for comparison.
 func BenchmarkMatVecFastVsRead(b *testing.B) {
 	for _, enc := range quantEncodings {
 		for _, shape := range [][2]int{{8192, 4096}, {16384, 8192}} {
 			rng := rand.New(rand.NewPCG(5, 6))
-			m := rawQMatrix(rng, enc, shape[0], shape[1], codesRandom)
+			heapM := rawQMatrix(rng, enc, shape[0], shape[1], codesRandom)
 			x := randomVector(rng, shape[1])
 			dst := make([]float32, shape[0])
-			size := weightBytes(m)
-			buf := make([]uint64, size/8)
-			for i := range buf {
-				buf[i] = uint64(i)
-			}
-			for _, threads := range []int{1, 2} {
-				b.Run(fmt.Sprintf("%v/%dx%d/threads=%d", enc, shape[0], shape[1], threads), func(b *testing.B) {
-					p := NewPool(threads)
-					defer p.Close()
-					sums := make([]uint64, threads)
-					var kernel, read []float64
-					for b.Loop() {
-						t0 := time.Now()
-						p.MatVecFast(dst, m, x)
-						t1 := time.Now()
-						sumSplit(buf, sums)
-						t2 := time.Now()
-						kernel = append(kernel, float64(size)/t1.Sub(t0).Seconds()/1e9)
-						read = append(read, float64(size)/t2.Sub(t1).Seconds()/1e9)
-					}
-					k, r := median(kernel), median(read)
-					b.ReportMetric(k, "kernel-GB/s")
-					b.ReportMetric(r, "read-GB/s")
-					b.ReportMetric(100*k/r, "kernel/read-%")
-				})
+			size := weightBytes(heapM)
+			for _, pages := range []string{"2M", "4K"} {
+				m, buf := heapM, make([]uint64, size/8)
+				if pages == "2M" {
+					var free func()
+					m, buf, free = hugeCopy(b, heapM)
+					defer free()
+				}
+				for i := range buf {
+					buf[i] = uint64(i)
+				}
+				for _, threads := range []int{1, 2} {
+					name := fmt.Sprintf("%v/%dx%d/threads=%d/pages=%s", enc, shape[0], shape[1], threads, pages)
+					b.Run(name, func(b *testing.B) { kernelVsRead(b, m, x, dst, buf, threads) })
+				}
 			}
 		}
 	}
+}
+
+func kernelVsRead(b *testing.B, m *Matrix, x, dst []float32, buf []uint64, threads int) {
+	p := NewPool(threads)
+	defer p.Close()
+	size := weightBytes(m)
+	sums := make([]uint64, threads)
+	var kernel, read []float64
+	for b.Loop() {
+		t0 := time.Now()
+		p.MatVecFast(dst, m, x)
+		t1 := time.Now()
+		sumSplit(buf, sums)
+		t2 := time.Now()
+		kernel = append(kernel, float64(size)/t1.Sub(t0).Seconds()/1e9)
+		read = append(read, float64(size)/t2.Sub(t1).Seconds()/1e9)
+	}
+	k, r := median(kernel), median(read)
+	b.ReportMetric(k, "kernel-GB/s")
+	b.ReportMetric(r, "read-GB/s")
+	b.ReportMetric(100*k/r, "kernel/read-%")
+}
+
+// hugeCopy copies m into huge-page memory laid out as an install lays a
+// tensor out (codes, then scales, then biases), and returns it with a
+// plain-read buffer of the same size, also in huge pages.
+func hugeCopy(b *testing.B, m *Matrix) (*Matrix, []uint64, func()) {
+	size := int(weightBytes(m))
+	weights, err := hugemem.Alloc(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	read, err := hugemem.Alloc(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := weights.Bytes
+	c := *m
+	c.Data = w[:len(m.Data):len(m.Data)]
+	c.Scales = w[len(m.Data) : len(m.Data)+len(m.Scales) : len(m.Data)+len(m.Scales)]
+	c.Biases = w[len(m.Data)+len(m.Scales):]
+	copy(c.Data, m.Data)
+	copy(c.Scales, m.Scales)
+	copy(c.Biases, m.Biases)
+	buf := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(read.Bytes))), size/8)
+	return &c, buf, func() { weights.Free(); read.Free() }
 }
 
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkExpertStream replays one MoE layer's routed experts as decode
+// reads them: a huge-page slab of 256 Qwen3.5-35B-A3B experts (gate and up
+// 512×2048, down 2048×512, Q4), 8 random experts per step, gate and up as
+// one job, then down. It reports the weights' GB/s next to a plain read of
+// the same slab, so per-matrix costs (short streams, pool hand-offs,
+// activation quantization) show up that the single-matrix benchmarks miss.
+func BenchmarkExpertStream(b *testing.B) {
+	const experts, topK, inter, hidden = 256, 8, 512, 2048
+	rng := rand.New(rand.NewPCG(9, 10))
+	proto := []*Matrix{rawQMatrix(rng, Q4, inter, hidden, codesRandom), rawQMatrix(rng, Q4, inter, hidden, codesRandom),
+		rawQMatrix(rng, Q4, hidden, inter, codesRandom)}
+	stride := 0
+	for _, m := range proto {
+		stride += int(weightBytes(m))
+	}
+	slab, err := hugemem.Alloc(experts * stride)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer slab.Free()
+	mats := make([][3]*Matrix, experts)
+	for e := range experts {
+		off := e * stride
+		for i, m := range proto {
+			c := *m
+			for _, f := range []*[]byte{&c.Data, &c.Scales, &c.Biases} {
+				n := len(*f)
+				dst := slab.Bytes[off : off+n : off+n]
+				copy(dst, *f)
+				*f, off = dst, off+n
+			}
+			mats[e][i] = &c
+		}
+	}
+	read := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(slab.Bytes))), len(slab.Bytes)/8)
+	x := randomVector(rng, hidden)
+	gate, up, down := make([]float32, inter), make([]float32, inter), make([]float32, hidden)
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			p := NewPool(threads)
+			defer p.Close()
+			sums := make([]uint64, threads)
+			var kernel, plain []float64
+			for b.Loop() {
+				t0 := time.Now()
+				for range topK {
+					m := mats[rng.IntN(experts)]
+					p.MatMulFastMulti([][]float32{gate, up}, m[:2], x, 1)
+					p.MatVecFast(down, m[2], gate)
+				}
+				t1 := time.Now()
+				for range topK {
+					e := rng.IntN(experts)
+					sumSplit(read[e*stride/8:(e+1)*stride/8], sums)
+				}
+				t2 := time.Now()
+				kernel = append(kernel, float64(topK*stride)/t1.Sub(t0).Seconds()/1e9)
+				plain = append(plain, float64(topK*stride)/t2.Sub(t1).Seconds()/1e9)
+			}
+			k, r := median(kernel), median(plain)
+			b.ReportMetric(k, "kernel-GB/s")
+			b.ReportMetric(r, "read-GB/s")
+			b.ReportMetric(100*k/r, "kernel/read-%")
+		})
+	}
 }

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmai/nvmai/internal/hugemem"
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
@@ -77,6 +79,9 @@ type BenchRun struct {
 	// HandoffsPerToken is how many products or loops per decode step the
 	// compute pool split across its threads (each a wake-up and a barrier).
 	HandoffsPerToken float64 `json:"handoffs_per_token"`
+	// ParksPerToken is how many times per decode step a pool thread gave
+	// up spinning and parked (each a slow wake-up later).
+	ParksPerToken float64 `json:"parks_per_token"`
 	// The prefill's expert cache figures.
 	PrefillHitRate   float64 `json:"prefill_hit_rate"`
 	PrefillBytesRead int64   `json:"prefill_bytes_read"`
@@ -105,6 +110,10 @@ type BenchReport struct {
 	// MoE layer. WeightRate is that over the median time per token.
 	WeightBytesPerToken int64   `json:"weight_bytes_per_token"`
 	WeightRate          float64 `json:"weight_bytes_per_s"`
+	// HugePageBytes is how much of the process's anonymous memory (expert
+	// slots, resident weights) the kernel backed with huge pages after the
+	// prompts; -1 when it does not say. See internal/hugemem.
+	HugePageBytes int64 `json:"huge_page_bytes"`
 	// MemRead is a plain sum of a large buffer on 1 … Threads goroutines,
 	// measured in this process after the prompts (bytes/s, best of 5).
 	MemRead map[int]float64 `json:"mem_read_bytes_per_s,omitempty"`
@@ -150,6 +159,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		r.Runs = append(r.Runs, run)
 	}
 	r.Median = medianRun(r.Runs)
+	r.HugePageBytes = hugemem.ProcessHugeBytes()
 	if r.Median.DecodeTokS > 0 {
 		r.WeightRate = float64(r.WeightBytesPerToken) * r.Median.DecodeTokS
 	}
@@ -241,7 +251,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 		}
 	}
 	var atDecode expertcache.Stats
-	var handoffs uint64
+	var handoffs, parks uint64
 	first := true
 	opt := GenerateOptions{
 		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true,
@@ -250,7 +260,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 				return nil
 			}
 			first = false
-			atDecode, handoffs = e.ExpertStats(), e.pool.Handoffs()
+			atDecode, handoffs, parks = e.ExpertStats(), e.pool.Handoffs(), e.pool.Parks()
 			stop()
 			if err != nil {
 				return err
@@ -273,6 +283,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
 	if steps := len(res.IDs) - 1; steps > 0 {
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
+		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
 	}
 	if e.cache != nil {
 		pre := expertReport(start, atDecode, len(ids))
@@ -322,6 +333,7 @@ func medianRun(runs []BenchRun) BenchRun {
 		PeakRSS:       int64(med(func(r BenchRun) float64 { return float64(r.PeakRSS) })),
 
 		HandoffsPerToken: med(func(r BenchRun) float64 { return r.HandoffsPerToken }),
+		ParksPerToken:    med(func(r BenchRun) float64 { return r.ParksPerToken }),
 		PrefillHitRate:   med(func(r BenchRun) float64 { return r.PrefillHitRate }),
 		PrefillBytesRead: int64(med(func(r BenchRun) float64 { return float64(r.PrefillBytesRead) })),
 		PrefillIOWait:    med(func(r BenchRun) float64 { return r.PrefillIOWait }),
@@ -388,7 +400,14 @@ func MemReadRates(size int64, threads int) map[int]float64 {
 	if size <= 0 {
 		size = 512 << 20
 	}
-	buf := make([]uint64, size/8)
+	// The same huge-page memory the weights live in (see internal/hugemem):
+	// the ceiling the kernels are held to is the best plain read.
+	region, err := hugemem.Alloc(int(size))
+	if err != nil {
+		return map[int]float64{}
+	}
+	defer region.Free()
+	buf := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(region.Bytes))), size/8)
 	for i := range buf {
 		buf[i] = uint64(i)
 	}
