@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package kernels
+
+func activateAsm(dst, x, y []float32, mode int) bool { return false }
