@@ -83,10 +83,7 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n), grow(&sc.tmp, heads))
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
-				oh := og[j*Dh : (j+1)*Dh]
-				for i := range oh {
-					oh[i] *= sigmoid32(gate[i])
-				}
+				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
 			}
 			h = end
 		}

@@ -112,8 +112,9 @@ func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []
 				for j, wj := range taps {
 					acc += float32(wj * window[j][ch])
 				}
-				d[ch] = silu32(acc)
+				d[ch] = acc
 			}
+			kernels.SiLU(d[lo:hi], d[lo:hi])
 		}
 	})
 	for r := range K - 1 {
@@ -146,10 +147,11 @@ func (d *deltaStep) run(o []float32) {
 }
 
 // gatedNorm is the GDN output norm over one head: x / rms(x) · w · silu(z),
-// with a plain w (not 1+w), in place.
+// with a plain w (not 1+w), in place; z (scratch) is overwritten by silu(z).
 func gatedNorm(x, z, w []float32, eps float32) {
 	inv := invRMS(x, eps)
+	kernels.SiLU(z, z)
 	for i, v := range x {
-		x[i] = w[i] * (v * inv) * silu32(z[i])
+		x[i] = w[i] * (v * inv) * z[i]
 	}
 }

@@ -1,17 +1,22 @@
 package qwen35
 
-import "math"
+import (
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
 
 // Scalar functions in float32 with float64 intermediates: Go has no float32
 // exp, and rounding once from float64 is at least as accurate as torch's
 // float32 kernels. Each is a pure function of its input, which is all the
-// determinism contract needs.
+// determinism contract needs. The activations over whole vectors (SiLU in
+// the conv and gated norm, SwiGLU, the attention output gate) use the
+// kernels package's float32 versions instead: they run thousands of times a
+// layer, and are within a few ulp of these (kernels.Sigmoid).
 
 func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
 
 func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
-
-func silu32(x float32) float32 { return x * sigmoid32(x) }
 
 // softplus32 is ln(1+eˣ) with torch's default threshold: above 20 it is x.
 func softplus32(x float32) float32 {
@@ -71,12 +76,7 @@ func addTo(dst, src []float32) {
 }
 
 // swiglu writes silu(gate) ⊙ up into gate.
-func swiglu(gate, up []float32) {
-	up = up[:len(gate)]
-	for i, g := range gate {
-		gate[i] = silu32(g) * up[i]
-	}
-}
+func swiglu(gate, up []float32) { kernels.SwiGLU(gate, up[:len(gate)]) }
 
 // grow returns a slice of length n backed by *buf, reallocating only when
 // the capacity is short. Contents are unspecified.
