@@ -114,9 +114,11 @@ type BenchReport struct {
 	// slots, resident weights) the kernel backed with huge pages after the
 	// prompts; -1 when it does not say. See internal/hugemem.
 	HugePageBytes int64 `json:"huge_page_bytes"`
-	// MemRead is a plain sum of a large buffer on 1 … Threads goroutines,
-	// measured in this process after the prompts (bytes/s, best of 5).
-	MemRead map[int]float64 `json:"mem_read_bytes_per_s,omitempty"`
+	// MemRead is a plain sum of a large huge-page buffer on 1 … Threads
+	// goroutines, measured in this process after the prompts (bytes/s,
+	// median of memReadPasses); MemReadBest the best pass.
+	MemRead     map[int]float64 `json:"mem_read_bytes_per_s,omitempty"`
+	MemReadBest map[int]float64 `json:"mem_read_best_bytes_per_s,omitempty"`
 	// DiskRead is raw reads of random whole experts in the cache's IOMode
 	// with IOThreads readers (bytes/s): the ceiling the expert cache's
 	// misses are read at.
@@ -164,7 +166,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		r.WeightRate = float64(r.WeightBytesPerToken) * r.Median.DecodeTokS
 	}
 	if opt.MemBandwidthBytes >= 0 {
-		r.MemRead = MemReadRates(opt.MemBandwidthBytes, r.Threads)
+		r.MemRead, r.MemReadBest = MemReadRates(opt.MemBandwidthBytes, r.Threads)
 	}
 	if e.cache != nil && opt.DiskReads >= 0 {
 		rate, err := DiskReadRate(e.Install, opt.DiskReads, r.IOThreads, r.IOMode)
@@ -393,37 +395,42 @@ func tensorBytes(t packexperts.Tensor) int64 {
 
 // MemReadRates sums one buffer of size bytes (default 512 MiB when size is
 // 0) on 1 … threads goroutines, alternating the thread counts over
-// memReadPasses rounds, and returns the best rate of each in bytes/s: the
-// plain memory-read ceiling the kernels are compared with. Alternating and
-// taking the best keeps a burst of load from another process out of it.
-func MemReadRates(size int64, threads int) map[int]float64 {
+// memReadPasses rounds, and returns each thread count's median and best
+// rate in bytes/s: the plain memory-read rate the kernels are compared
+// with. Decode rates are medians of averages over many tokens, so the
+// like-for-like comparison is with the median; the best shows what the
+// machine reaches when nothing else loads it.
+func MemReadRates(size int64, threads int) (med, best map[int]float64) {
+	med, best = map[int]float64{}, map[int]float64{}
 	if size <= 0 {
 		size = 512 << 20
 	}
-	// The same huge-page memory the weights live in (see internal/hugemem):
-	// the ceiling the kernels are held to is the best plain read.
+	// The same huge-page memory the weights live in (see internal/hugemem).
 	region, err := hugemem.Alloc(int(size))
 	if err != nil {
-		return map[int]float64{}
+		return med, best
 	}
 	defer region.Free()
 	buf := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(region.Bytes))), size/8)
 	for i := range buf {
 		buf[i] = uint64(i)
 	}
-	best := map[int]float64{}
+	rates := map[int][]float64{}
 	sums := make([]uint64, threads)
 	for range memReadPasses {
 		for t := 1; t <= threads; t++ {
 			t0 := time.Now()
 			sumSplit(buf, sums[:t])
-			best[t] = max(best[t], float64(len(buf)*8)/time.Since(t0).Seconds())
+			rates[t] = append(rates[t], float64(len(buf)*8)/time.Since(t0).Seconds())
 		}
 	}
 	if sums[0] == 1 { // keep the sums observable so the reads are not optimised away
 		fmt.Fprint(io.Discard, sums[0])
 	}
-	return best
+	for t, r := range rates {
+		med[t], best[t] = median(r), slices.Max(r)
+	}
+	return med, best
 }
 
 // memReadPasses is how many rounds MemReadRates alternates over: about a
