@@ -19,8 +19,7 @@ type gdnScratch struct {
 
 // gdnWorker is one thread's scratch for the recurrence.
 type gdnWorker struct {
-	q, k     []float32 // one token's normalised q and k for one key head [Dk]
-	p, delta []float32 // [Dv]
+	q, k []float32 // one token's normalised q and k for one key head [Dk]
 }
 
 // gdnMixer is docs/qwen35-architecture.md §3.3 for T tokens, continuing the
@@ -58,7 +57,7 @@ func (m *Model) gdnHeads(w *gdnWeights, ls *layerState, sc *gdnWorker, conv, z, 
 	qScale := float32(1 / math.Sqrt(float64(Dk)))
 	q := grow(&sc.q, Dk)
 	k := grow(&sc.k, Dk)
-	step := deltaStep{q: q, k: k, p: grow(&sc.p, Dv), delta: grow(&sc.delta, Dv)}
+	step := deltaStep{q: q, k: k}
 	for t := range T {
 		row := conv[t*C : (t+1)*C]
 		for h := lo; h < hi; h++ {
@@ -127,23 +126,13 @@ type deltaStep struct {
 	S           []float32 // [Dk, Dv], updated in place
 	q, k, v     []float32
 	decay, beta float32
-	p, delta    []float32 // scratch [Dv]
 }
 
 // run does S ← decay·S; p = Sᵀk; δ = β(v − p); S ← S + k⊗δ; o = Sᵀq, with
-// every sum over the key index in ascending order (the kernels' row order),
-// each product and sum rounded on its own.
+// every sum over the key index in ascending order, each product and sum
+// rounded on its own (kernels.DeltaRule, one pass over S per column block).
 func (d *deltaStep) run(o []float32) {
-	Dv := len(d.v)
-	p, delta, v := d.p[:Dv], d.delta[:Dv], d.v[:Dv]
-	clear(p)
-	kernels.DecayProject(d.S, d.decay, d.k, p)
-	for j := range delta {
-		delta[j] = (v[j] - p[j]) * d.beta
-	}
-	o = o[:Dv]
-	clear(o)
-	kernels.UpdateProject(d.S, d.k, delta, d.q, o)
+	kernels.DeltaRule(d.S, d.decay, d.beta, d.k, d.v, d.q, o[:len(d.v)])
 }
 
 // gatedNorm is the GDN output norm over one head: x / rms(x) · w · silu(z),
