@@ -76,6 +76,11 @@ type BenchRun struct {
 	ReadRate      float64 `json:"read_bytes_per_s"`     // while reads were in flight
 	IOWaitPerTok  float64 `json:"io_wait_s_per_token"`
 	PeakRSS       int64   `json:"peak_rss_bytes"` // of the process so far
+	// StateBytesPerToken is the sequence state one decode step reads, on
+	// average over the steps: the K and V of every full-attention layer up
+	// to the current position and every Gated DeltaNet layer's conv window
+	// and recurrent matrix (qwen35.Config.StateBytes).
+	StateBytesPerToken float64 `json:"state_bytes_per_token"`
 	// HandoffsPerToken is how many products or loops per decode step the
 	// compute pool split across its threads (each a wake-up and a barrier).
 	HandoffsPerToken float64 `json:"handoffs_per_token"`
@@ -110,6 +115,10 @@ type BenchReport struct {
 	// MoE layer. WeightRate is that over the median time per token.
 	WeightBytesPerToken int64   `json:"weight_bytes_per_token"`
 	WeightRate          float64 `json:"weight_bytes_per_s"`
+	// ReadRate adds the median state bytes per token (BenchRun
+	// StateBytesPerToken) to the weights: all a decode step reads from
+	// memory, over the median time per token.
+	ReadRate float64 `json:"read_bytes_per_s"`
 	// HugePageBytes is how much of the process's anonymous memory (expert
 	// slots, resident weights) the kernel backed with huge pages after the
 	// prompts; -1 when it does not say. See internal/hugemem.
@@ -164,6 +173,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 	r.HugePageBytes = hugemem.ProcessHugeBytes()
 	if r.Median.DecodeTokS > 0 {
 		r.WeightRate = float64(r.WeightBytesPerToken) * r.Median.DecodeTokS
+		r.ReadRate = (float64(r.WeightBytesPerToken) + r.Median.StateBytesPerToken) * r.Median.DecodeTokS
 	}
 	if opt.MemBandwidthBytes >= 0 {
 		r.MemRead, r.MemReadBest = MemReadRates(opt.MemBandwidthBytes, r.Threads)
@@ -284,6 +294,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
 	if steps := len(res.IDs) - 1; steps > 0 {
+		run.StateBytesPerToken = e.meanStateBytes(len(ids), steps)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
 	}
@@ -298,6 +309,18 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 		}
 	}
 	return run, nil
+}
+
+// meanStateBytes is the state a decode step reads, averaged over steps
+// steps after a prompt of promptTokens: step s attends over promptTokens+s
+// positions (the prompt, the tokens fed back, and its own).
+func (e *Engine) meanStateBytes(promptTokens, steps int) float64 {
+	cfg := e.Model.Config()
+	var sum float64
+	for s := 1; s <= steps; s++ {
+		sum += float64(cfg.StateBytes(promptTokens + s))
+	}
+	return sum / float64(steps)
 }
 
 func startProfile(path string) (*os.File, error) {
@@ -333,6 +356,8 @@ func medianRun(runs []BenchRun) BenchRun {
 		ReadRate:      med(func(r BenchRun) float64 { return r.ReadRate }),
 		IOWaitPerTok:  med(func(r BenchRun) float64 { return r.IOWaitPerTok }),
 		PeakRSS:       int64(med(func(r BenchRun) float64 { return float64(r.PeakRSS) })),
+
+		StateBytesPerToken: med(func(r BenchRun) float64 { return r.StateBytesPerToken }),
 
 		HandoffsPerToken: med(func(r BenchRun) float64 { return r.HandoffsPerToken }),
 		ParksPerToken:    med(func(r BenchRun) float64 { return r.ParksPerToken }),

@@ -55,6 +55,21 @@ func TestBench(t *testing.T) {
 	if r.MemRead[1] <= 0 || r.MemRead[2] <= 0 || r.DiskRead <= 0 {
 		t.Errorf("rates: memory %v, disk %g", r.MemRead, r.DiskRead)
 	}
+	for t2 := 1; t2 <= 2; t2++ {
+		if r.MemReadBest[t2] < r.MemRead[t2] {
+			t.Errorf("%d threads: best read %g below the median %g", t2, r.MemReadBest[t2], r.MemRead[t2])
+		}
+	}
+	// The state a step reads grows with its position: between the state at
+	// the prompt's end and at the last step.
+	run, cfg := r.Runs[0], e.Model.Config()
+	lo, hi := float64(cfg.StateBytes(run.PromptTokens+1)), float64(cfg.StateBytes(run.PromptTokens+run.Generated-1))
+	if run.StateBytesPerToken < lo || run.StateBytesPerToken > hi || lo <= 0 {
+		t.Errorf("state bytes per token %g, want within [%g, %g]", run.StateBytesPerToken, lo, hi)
+	}
+	if want := (float64(r.WeightBytesPerToken) + r.Median.StateBytesPerToken) * r.Median.DecodeTokS; math.Abs(r.ReadRate-want) > 1e-6*want {
+		t.Errorf("read rate %g, want %g", r.ReadRate, want)
+	}
 }
 
 // TestBenchPromptIDs: a prompt is repeated or cut to exactly the asked-for
