@@ -217,6 +217,24 @@ func (lc *layerCache) slot(s int, stride int64) []byte {
 	return lc.slab[int64(s)*stride : int64(s+1)*stride : int64(s+1)*stride]
 }
 
+// FilledSlots returns, per layer, the memory of every slot that holds an
+// expert now. It is for measurements that read the very memory decode
+// reads (nvmai-run bench's plain read); the slices must only be read, and
+// only while no Acquire or Visit runs.
+func (c *Cache) FilledSlots() [][][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([][][]byte, len(c.layers))
+	for l, lc := range c.layers {
+		for s, st := range lc.res.slots {
+			if st.expert >= 0 {
+				out[l] = append(out[l], lc.slot(s, c.stride))
+			}
+		}
+	}
+	return out
+}
+
 // MaxAcquire is the number of slots per layer: the most experts one Acquire
 // can hold (qwen35.AcquireLimiter).
 func (c *Cache) MaxAcquire() int { return c.slots }

@@ -128,6 +128,10 @@ type BenchReport struct {
 	// median of memReadPasses); MemReadBest the best pass.
 	MemRead     map[int]float64 `json:"mem_read_bytes_per_s,omitempty"`
 	MemReadBest map[int]float64 `json:"mem_read_best_bytes_per_s,omitempty"`
+	// WeightMemRead is a plain read of the weights' own memory as a decode
+	// step reads it (Engine.WeightMemoryRates): median and best bytes/s.
+	WeightMemRead     map[int]float64 `json:"weight_mem_read_bytes_per_s,omitempty"`
+	WeightMemReadBest map[int]float64 `json:"weight_mem_read_best_bytes_per_s,omitempty"`
 	// DiskRead is raw reads of random whole experts in the cache's IOMode
 	// with IOThreads readers (bytes/s): the ceiling the expert cache's
 	// misses are read at.
@@ -177,6 +181,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 	}
 	if opt.MemBandwidthBytes >= 0 {
 		r.MemRead, r.MemReadBest = MemReadRates(opt.MemBandwidthBytes, r.Threads)
+		r.WeightMemRead, r.WeightMemReadBest = e.WeightMemoryRates(r.Threads)
 	}
 	if e.cache != nil && opt.DiskReads >= 0 {
 		rate, err := DiskReadRate(e.Install, opt.DiskReads, r.IOThreads, r.IOMode)

@@ -56,6 +56,9 @@ func TestBench(t *testing.T) {
 		t.Errorf("rates: memory %v, disk %g", r.MemRead, r.DiskRead)
 	}
 	for t2 := 1; t2 <= 2; t2++ {
+		if r.WeightMemRead[t2] <= 0 || r.WeightMemReadBest[t2] < r.WeightMemRead[t2] {
+			t.Errorf("%d threads: weight-memory read median %g, best %g", t2, r.WeightMemRead[t2], r.WeightMemReadBest[t2])
+		}
 		if r.MemReadBest[t2] < r.MemRead[t2] {
 			t.Errorf("%d threads: best read %g below the median %g", t2, r.MemReadBest[t2], r.MemRead[t2])
 		}

@@ -25,6 +25,7 @@ type Install struct {
 	Manifest     *packexperts.Manifest
 	resident     []byte // resident.bin: residentCopy's bytes or a read-only mapping of the file
 	residentCopy *hugemem.Region
+	hotStart     int64 // resident[hotStart:] is read whole every token (all but a leading, untied embedding)
 	tensors      map[string]*packexperts.Tensor
 }
 
@@ -87,10 +88,12 @@ func (in *Install) loadResident(path string) error {
 	if err != nil {
 		return err
 	}
-	region, err := hugemem.LoadFile(f, st.Size(), in.coldResidentEnd())
+	cold := in.coldResidentEnd()
+	region, err := hugemem.LoadFile(f, st.Size(), cold)
 	if err != nil {
 		return err
 	}
+	in.hotStart = min(cold, st.Size())
 	in.residentCopy, in.resident = region, region.Bytes
 	return nil
 }
@@ -123,6 +126,10 @@ func (in *Install) Close() error {
 	in.residentCopy, in.resident = nil, nil
 	return err
 }
+
+// HotResident is the part of the resident weights a decode step reads
+// whole: everything but an untied embedding table at the front.
+func (in *Install) HotResident() []byte { return in.resident[in.hotStart:] }
 
 // Has reports whether the install holds the resident tensor name.
 func (in *Install) Has(name string) bool { _, ok := in.tensors[name]; return ok }
