@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
@@ -76,7 +77,7 @@ func (c *converter) readMetadata() ([]metaFile, error) {
 		c.sources = append(c.sources, packexperts.SourceFile{Name: m.name, Size: int64(len(data)), SHA256: receipt.SHA256Hex(data)})
 	}
 	for _, idx := range []string{"model.safetensors.index.json"} {
-		if size, sum, err := receipt.HashFile(filepath.Join(c.snap.Dir, idx)); err == nil {
+		if size, sum, err := filehash.SHA256(filepath.Join(c.snap.Dir, idx)); err == nil {
 			c.sources = append(c.sources, packexperts.SourceFile{Name: idx, Size: size, SHA256: sum})
 		}
 	}

@@ -1,10 +1,7 @@
 package hf
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -43,21 +40,6 @@ func statBounded(path string, limit int64) (int64, error) {
 		return 0, err
 	}
 	return st.Size(), checkSize(path, st, limit)
-}
-
-// HashFile streams path through sha256, returning its size and hex digest.
-func HashFile(path string) (size int64, sha string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", fmt.Errorf("hashing %s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // checkRelativeName refuses a file name from the index that could point

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
@@ -342,7 +343,7 @@ func listError(headline string, items []string) error {
 }
 
 // SourceFiles lists every file Open read (configs, tokenizer files, index,
-// shards), sorted by name, with its size at Open. Hash them with HashFile, or
+// shards), sorted by name, with its size at Open. Hash them with filehash.SHA256, or
 // all at once with HashSourceFiles.
 func (s *Snapshot) SourceFiles() []SourceFile { return slices.Clone(s.files) }
 
@@ -351,7 +352,7 @@ func (s *Snapshot) SourceFiles() []SourceFile { return slices.Clone(s.files) }
 func (s *Snapshot) HashSourceFiles() ([]packexperts.SourceFile, error) {
 	out := make([]packexperts.SourceFile, 0, len(s.files))
 	for _, f := range s.files {
-		size, sum, err := HashFile(f.Path)
+		size, sum, err := filehash.SHA256(f.Path)
 		if err != nil {
 			return nil, err
 		}

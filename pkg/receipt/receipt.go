@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,6 +23,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/limits"
 )
 
@@ -158,21 +158,6 @@ func WriteFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// HashFile returns the size and sha256 of the file at path.
-func HashFile(path string) (int64, string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", fmt.Errorf("%s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // SHA256Hex is the lowercase hex sha256 of b.
 func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
@@ -188,7 +173,7 @@ func Build(dir, manifestName string, names []string, tool string, threads int) (
 	g.SetLimit(max(threads, 1))
 	for i, name := range all {
 		g.Go(func() error {
-			size, sum, err := HashFile(filepath.Join(dir, filepath.FromSlash(name)))
+			size, sum, err := filehash.SHA256(filepath.Join(dir, filepath.FromSlash(name)))
 			files[i] = File{Name: name, Size: size, SHA256: sum}
 			return err
 		})
@@ -243,7 +228,7 @@ func checkOne(dir string, f File, full bool) []Problem {
 	if !full {
 		return nil
 	}
-	_, sum, err := HashFile(p)
+	_, sum, err := filehash.SHA256(p)
 	if err != nil {
 		return []Problem{{f.Name, "sha256 " + f.SHA256, "unreadable (" + err.Error() + ")"}}
 	}

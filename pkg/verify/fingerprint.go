@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/receipt"
 )
 
 // maxModelsDepth bounds how deep the gate looks into the models directory,
@@ -55,7 +55,7 @@ func (fp fingerprint) walk(root, rel string, depth int) error {
 		}
 		desc += fmt.Sprintf("%s %d bytes, modified %d", fi.Mode().Type(), fi.Size(), fi.ModTime().UnixNano())
 		if fi.Mode().IsRegular() && e.Name() == packexperts.ReceiptFile {
-			_, sum, err := receipt.HashFile(full)
+			_, sum, err := filehash.SHA256(full)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
 )
@@ -144,7 +145,7 @@ func TestInstallFlippedByteNamesBothHashes(t *testing.T) {
 		}
 	}
 	flipByte(t, filepath.Join(dir, name), 1)
-	_, got, err := receipt.HashFile(filepath.Join(dir, name))
+	_, got, err := filehash.SHA256(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
