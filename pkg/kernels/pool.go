@@ -51,7 +51,8 @@ type Pool struct {
 	active int        // threads taking part in the job
 
 	sumBuf   []float32
-	qaBuf    QActivation // the Fast entry points quantize x here, once per call
+	qaBuf    QActivation   // the Fast entry points quantize x here, once per call
+	qaEach   []QActivation // MatVecFastEach: one quantized input per matrix
 	partsBuf []jobPart
 
 	handoffs atomic.Uint64 // jobs handed to the helpers (not run serially)
@@ -73,7 +74,8 @@ type job struct {
 type jobPart struct {
 	dst    []float32
 	m      *Matrix
-	lo, hi int // its rows in the job's index space
+	lo, hi int          // its rows in the job's index space
+	qa     *QActivation // this part's own input (MatVecFastEach); nil: the job's
 }
 
 type helper struct {
@@ -106,6 +108,12 @@ const (
 	chunkBytes      = 32 << 10
 	chunksPerThread = 16
 )
+
+// maxChunkBytes caps a single-token chunk: a job ends when its last chunk
+// does, so the other threads wait up to one chunk's time at the barrier.
+// Uncapped, a 1/32 share of the 540 MB lm_head was a 17 MB chunk (~0.8 ms);
+// the fused expert jobs' 280 KiB chunks left ~14 µs per job.
+const maxChunkBytes = 128 << 10
 
 // spinTime bounds the busy wait before parking. It must outlast the gap
 // between a token's products (serial norms, routing, recurrences: tens of
@@ -354,7 +362,9 @@ func (p *Pool) compute(worker, lo, hi int) {
 			continue
 		}
 		a, b = a-part.lo, b-part.lo
-		if j.qa != nil && part.m.Enc.quantized() {
+		if part.qa != nil {
+			qMatMulRows(part.dst, part.m, part.qa, a, b)
+		} else if j.qa != nil && part.m.Enc.quantized() {
 			qMatMulRows(part.dst, part.m, j.qa, a, b)
 		} else {
 			matMulRows(part.dst, part.m, j.x, j.n, j.sumX, a, b)
@@ -507,9 +517,10 @@ func (p *Pool) split(serial bool) {
 	clear(p.partsBuf)
 }
 
-// chunkRows is how many rows a thread claims at a time: at least chunkBytes
-// of weights (a multiple of 8 rows), at most a 1/chunksPerThread share of a
-// thread's range; batched products claim whole L2 row chunks of qMatMulRows.
+// chunkRows is how many rows a thread claims at a time: a 1/chunksPerThread
+// share of a thread's range, but at least chunkBytes and at most
+// maxChunkBytes of weights (a multiple of 8 rows); batched products claim
+// whole L2 row chunks of qMatMulRows.
 // A Parallel loop claims whole ranges (its indices are heads, each much
 // work, and a span of heads may share reads).
 func (p *Pool) chunkRows(threads int) int {
@@ -521,7 +532,7 @@ func (p *Pool) chunkRows(threads int) int {
 	for _, part := range j.parts {
 		rowBytes = max(rowBytes, weightRowBytes(part.m))
 	}
-	rows := max(chunkBytes/rowBytes, j.total/(threads*chunksPerThread))
+	rows := max(chunkBytes/rowBytes, min(j.total/(threads*chunksPerThread), maxChunkBytes/rowBytes))
 	if j.n > 1 || (j.qa != nil && j.qa.tokens > 1) {
 		rows = max(rows, matMulChunkBytes/rowBytes)
 	}

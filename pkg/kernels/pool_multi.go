@@ -57,3 +57,48 @@ func (p *Pool) Parallel(n int, fn func(worker, lo, hi int)) {
 	p.job.loop, p.job.total = fn, n
 	p.split(false)
 }
+
+// MatVecFastEach sets dsts[i] = ms[i]·xs[i] for every matrix, each with its
+// own input vector, as one job: every xs[i] is quantized once and the
+// pool's threads split the rows of all matrices together, so one hand-off
+// serves them all (a MoE layer's expert down projections). Each dsts[i] is
+// bitwise what MatVecFast(dsts[i], ms[i], xs[i]) gives. Matrices that are
+// not Q4 or Q8 are multiplied one at a time.
+func (p *Pool) MatVecFastEach(dsts [][]float32, ms []*Matrix, xs [][]float32) {
+	if len(dsts) != len(ms) || len(xs) != len(ms) {
+		panic(fmt.Sprintf("kernels.Pool.MatVecFastEach: %d outputs and %d inputs for %d matrices", len(dsts), len(xs), len(ms)))
+	}
+	for i, m := range ms {
+		checkShapes("Pool.MatVecFastEach", dsts[i], m, xs[i], 1)
+	}
+	if p == nil || len(ms) < 2 || !allQuantized(ms) {
+		for i, m := range ms {
+			p.MatVecFast(dsts[i], m, xs[i])
+		}
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.qaEach) < len(ms) {
+		p.qaEach = make([]QActivation, len(ms))
+	}
+	work := 0
+	for i, m := range ms {
+		p.qaEach[i].Quantize(xs[i], m.Cols)
+		work += m.Rows * m.Cols
+	}
+	p.setParts(ms, dsts)
+	for i := range p.job.parts {
+		p.job.parts[i].qa = &p.qaEach[i]
+	}
+	p.split(work < p.minWorkQ)
+}
+
+func allQuantized(ms []*Matrix) bool {
+	for _, m := range ms {
+		if !m.Enc.quantized() {
+			return false
+		}
+	}
+	return true
+}

@@ -43,6 +43,40 @@ func TestMatMulFastMultiIsBitwise(t *testing.T) {
 	}
 }
 
+// TestMatVecFastEachIsBitwise: every matrix against its own input, in one
+// job, gives bitwise MatVecFast's output, for any thread count and mix of
+// widths and shapes (the expert down projections have 8 groups per row).
+func TestMatVecFastEachIsBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 54))
+	encs := [][]Encoding{{Q4, Q4, Q4}, {Q4, Q8}, {Q4, BF16}, {Q8}}
+	for _, threads := range []int{0, 1, 2, 3, 7} {
+		var p *Pool
+		if threads > 0 {
+			p = NewPool(threads)
+			p.minWork, p.minWorkQ = 0, 0
+		}
+		for _, set := range encs {
+			for _, shape := range [][2]int{{1, 64}, {9, 512}, {301, 192}, {64, 2048}} {
+				var ms []*Matrix
+				var dsts, wants, xs [][]float32
+				for i, enc := range set {
+					m := randomMatrix(t, rng, enc, shape[0]+3*i, shape[1])
+					x := randomVector(rng, shape[1])
+					want := make([]float32, m.Rows)
+					MatVecFast(want, m, x)
+					ms, xs, wants = append(ms, m), append(xs, x), append(wants, want)
+					dsts = append(dsts, make([]float32, m.Rows))
+				}
+				p.MatVecFastEach(dsts, ms, xs)
+				for i := range ms {
+					assertSameFloats(t, fmt.Sprintf("%d threads, %v, shape %v, matrix %d", threads, set, shape, i), dsts[i], wants[i])
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
 // TestParallelCoversEveryIndexOnce: every index is passed exactly once,
 // worker ids stay below Threads(), and one worker's calls never overlap.
 func TestParallelCoversEveryIndexOnce(t *testing.T) {
