@@ -77,8 +77,10 @@ type layerCache struct {
 }
 
 var (
-	_ qwen35.Experts        = (*Cache)(nil)
-	_ qwen35.AcquireLimiter = (*Cache)(nil)
+	_ qwen35.Experts            = (*Cache)(nil)
+	_ qwen35.AcquireLimiter     = (*Cache)(nil)
+	_ qwen35.ExpertVisitor      = (*Cache)(nil)
+	_ qwen35.ExpertGroupVisitor = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already
@@ -312,6 +314,22 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 // The first error from fn stops further calls and is returned after the
 // reads in flight finish.
 func (c *Cache) Visit(layer int, ids []int, fn func(i int, m qwen35.ExpertMats) error) error {
+	return c.VisitGroups(layer, ids, func(idx []int, mats []qwen35.ExpertMats) error {
+		for j, i := range idx {
+			if err := fn(i, mats[j]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// VisitGroups is Visit handing over, in one call, every expert that is
+// ready at the same time: all the resident ones of a batch together, then
+// each missing one as its read lands. fn gets the indices into ids and
+// their mats (both valid only until it returns), so a caller can compute a
+// group's products as one parallel job.
+func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen35.ExpertMats) error) error {
 	lc, err := c.enter(layer, ids)
 	if err != nil {
 		return err
@@ -339,18 +357,17 @@ func (c *Cache) Visit(layer int, ids []int, fn func(i int, m qwen35.ExpertMats) 
 	return nil
 }
 
-func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func(int, qwen35.ExpertMats) error) error {
+func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.ExpertMats) error) error {
 	slotOf := make([]int, len(batch))
 	load, err := c.placeBatch(lc, batch, slotOf)
 	if err != nil {
 		return err
 	}
-	pinned := len(batch)
 	unpin := func(i int) {
 		c.mu.Lock()
 		lc.res.unpin(slotOf[i])
 		c.mu.Unlock()
-		slotOf[i], pinned = -1, pinned-1
+		slotOf[i] = -1
 	}
 	start := c.submit(lc, batch, slotOf, load)
 	outstanding := len(load)
@@ -367,17 +384,26 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func(int, qwen35.Expe
 			}
 		}
 	}()
-	call := func(i int) {
-		if firstErr == nil {
-			firstErr = fn(c.position[batch[i]], lc.views[slotOf[i]])
+	idx, mats := make([]int, 0, len(batch)), make([]qwen35.ExpertMats, 0, len(batch))
+	call := func(group []int) {
+		if firstErr == nil && len(group) > 0 {
+			idx, mats = idx[:0], mats[:0]
+			for _, i := range group {
+				idx, mats = append(idx, c.position[batch[i]]), append(mats, lc.views[slotOf[i]])
+			}
+			firstErr = fn(idx, mats)
 		}
-		unpin(i)
+		for _, i := range group {
+			unpin(i)
+		}
 	}
+	var resident []int
 	for i, s := range slotOf {
 		if c.loading[s] < 0 {
-			call(i)
+			resident = append(resident, i)
 		}
 	}
+	call(resident)
 	var lastEnd time.Time
 	for ; outstanding > 0; outstanding-- {
 		d := c.await()
@@ -390,7 +416,7 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func(int, qwen35.Expe
 			unpin(i)
 			continue
 		}
-		call(i)
+		call([]int{i})
 	}
 	c.addReadTime(start, lastEnd, len(load))
 	return firstErr

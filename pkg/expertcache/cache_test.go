@@ -247,6 +247,46 @@ func TestVisitServesHitsFirst(t *testing.T) {
 	}
 }
 
+// TestVisitGroupsHandsResidentExpertsOverTogether: the resident experts come
+// in one call, each missing one in a call of its own, every index once.
+func TestVisitGroupsHandsResidentExpertsOverTogether(t *testing.T) {
+	dir, m := tinyInstall(t, 4)
+	files := expertFiles(t, dir, m)
+	x := m.Experts
+	c := newCache(t, dir, m, Options{Slots: x.Count})
+	warm := []int{3, 5, 9}
+	if err := c.Visit(0, warm, func(int, qwen35.ExpertMats) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int{1, 3, 5, 2, 9}
+	var groups [][]int
+	seen := make([]bool, len(ids))
+	err := c.VisitGroups(0, ids, func(idx []int, mats []qwen35.ExpertMats) error {
+		var group []int
+		for j, i := range idx {
+			if seen[i] {
+				t.Fatalf("index %d handed over twice", i)
+			}
+			seen[i] = true
+			checkMats(t, files, m, 0, ids[i], mats[j])
+			group = append(group, ids[i])
+		}
+		groups = append(groups, group)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 3 || !slices.Equal(groups[0], warm) || len(groups[1]) != 1 || len(groups[2]) != 1 {
+		t.Fatalf("groups %v: want the resident %v together, then 1 and 2 one by one", groups, warm)
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Fatalf("index %d never handed over", i)
+		}
+	}
+}
+
 // A failed read must not leave a slot that claims to hold the expert.
 func TestFailedReadForgetsSlot(t *testing.T) {
 	dir := t.TempDir()
