@@ -71,6 +71,15 @@ func (t *tracedExperts) Visit(layer int, ids []int, fn func(int, qwen35.ExpertMa
 	return t.Cache.Visit(layer, ids, fn)
 }
 
+var _ qwen35.ExpertGroupVisitor = (*tracedExperts)(nil)
+
+// VisitGroups must be wrapped too: the embedded Cache's would be promoted
+// and skip the trace.
+func (t *tracedExperts) VisitGroups(layer int, ids []int, fn func([]int, []qwen35.ExpertMats) error) error {
+	t.record(layer, ids)
+	return t.Cache.VisitGroups(layer, ids, fn)
+}
+
 func (t *tracedExperts) Close() error {
 	err := t.w.Flush()
 	if cerr := t.f.Close(); err == nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
 )
 
 // TestExpertsAcquiredOncePerChunk checks the grouping: in one Forward every
@@ -202,5 +204,74 @@ func TestExpertVisitor(t *testing.T) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// groupVisitingExperts hands a layer's experts over in groups: the odd
+// indices together (last first), then the even ones one by one.
+type groupVisitingExperts struct {
+	*snapshotWeights
+	groups, fused int
+}
+
+func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, []ExpertMats) error) error {
+	var odd []int
+	for i := len(ids) - 1; i >= 0; i-- {
+		if i%2 == 1 {
+			odd = append(odd, i)
+		}
+	}
+	groups := [][]int{odd}
+	for i := 0; i < len(ids); i += 2 {
+		groups = append(groups, []int{i})
+	}
+	for _, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		var mats []ExpertMats
+		for _, i := range g {
+			em, err := v.expert(layer, ids[i])
+			if err != nil {
+				return err
+			}
+			mats = append(mats, em)
+		}
+		v.groups++
+		if len(g) > 1 {
+			v.fused++
+		}
+		if err := fn(g, mats); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestExpertGroupVisitor: decode through VisitGroups (fused groups of
+// experts, one pool job per projection, on 1 to 3 threads) gives bitwise
+// the logits of the plain Acquire path.
+func TestExpertGroupVisitor(t *testing.T) {
+	fx := fixturesDir(t)
+	dir := filepath.Join(fx, "tiny-moe-fused")
+	ref := loadRefs(t, filepath.Join(fx, fixtureModels[0].refs))[0]
+	plain, _ := fixtureModels[0].open(t, nil)
+	want, _ := prefill(t, plain, StateOptions{}, ref.IDs, []int{len(ref.IDs)})
+	sw := loadSnapshot(t, dir)
+	for _, threads := range []int{1, 2, 3} {
+		pool := kernels.NewPool(threads)
+		ge := &groupVisitingExperts{snapshotWeights: sw}
+		m, err := New(fixtureConfig(t, dir), sw, ge, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := prefill(t, m, StateOptions{}, ref.IDs, ones(len(ref.IDs)))
+		pool.Close()
+		if i := bitwiseDiff(got, want); i >= 0 {
+			t.Fatalf("%d threads: logit %d = %v, Acquire path %v", threads, i, got[i], want[i])
+		}
+		if ge.fused == 0 || len(sw.acquires) != 0 {
+			t.Fatalf("%d threads: %d fused groups of %d, %d Acquire calls; want fused groups and no Acquire", threads, ge.fused, ge.groups, len(sw.acquires))
+		}
 	}
 }

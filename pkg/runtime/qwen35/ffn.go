@@ -23,6 +23,12 @@ type ffnScratch struct {
 	xs, ys     []float32     // gathered inputs [n, H] and outputs [n, H] of one expert
 	routed     []float32     // every routed expert output [T, k, H], weighted later
 	sharedGate []float32     // [T]
+
+	// runExpertGroup's scratch: gate, up and down outputs of the group's
+	// experts back to back, and the job's operand lists.
+	groupGate, groupUp, groupY []float32
+	groupDsts, groupIns        [][]float32
+	groupMats                  []*kernels.Matrix
 }
 
 type tokenSlot struct{ token, slot int }
@@ -147,6 +153,9 @@ func (m *Model) runExperts(layer int, sc *ffnScratch, u []float32, sel []int, ro
 		}
 	}
 	sc.ids = ids
+	if v, ok := m.experts.(ExpertGroupVisitor); ok {
+		return m.visitExpertGroups(v, layer, sc, u, ids, routed, T)
+	}
 	if v, ok := m.experts.(ExpertVisitor); ok {
 		return m.visitExperts(v, layer, sc, u, ids, routed)
 	}
@@ -205,6 +214,80 @@ func (m *Model) visitExperts(v ExpertVisitor, layer int, sc *ffnScratch, u []flo
 		if !ok {
 			return fmt.Errorf("qwen35: layer %d: Experts.Visit never handed over expert %d", layer, ids[i])
 		}
+	}
+	return nil
+}
+
+// visitExpertGroups is visitExperts for an ExpertGroupVisitor: a group of
+// two or more experts in a one-token chunk (decode) runs fused
+// (runExpertGroup), anything else expert by expert.
+func (m *Model) visitExpertGroups(v ExpertGroupVisitor, layer int, sc *ffnScratch, u []float32, ids []int, routed []float32, T int) error {
+	if cap(sc.visited) < len(ids) {
+		sc.visited = make([]bool, len(ids))
+	}
+	visited := sc.visited[:len(ids)]
+	clear(visited)
+	err := v.VisitGroups(layer, ids, func(idx []int, mats []ExpertMats) error {
+		if len(idx) != len(mats) {
+			return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups handed over %d indices with %d experts", layer, len(idx), len(mats))
+		}
+		for _, i := range idx {
+			if i < 0 || i >= len(ids) || visited[i] {
+				return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups handed over index %d of %d twice or out of range", layer, i, len(ids))
+			}
+			visited[i] = true
+		}
+		if T == 1 && len(idx) > 1 {
+			return m.runExpertGroup(layer, idx, mats, sc, u, routed)
+		}
+		for j, i := range idx {
+			if err := m.runExpert(layer, ids[i], mats[j], sc, u, routed); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("qwen35: layer %d: visiting experts %v: %w", layer, ids, err)
+	}
+	for i, ok := range visited {
+		if !ok {
+			return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups never handed over expert %d", layer, ids[i])
+		}
+	}
+	return nil
+}
+
+// runExpertGroup computes several experts for the chunk's single token:
+// every gate and up product as one pool job (they share the input), SwiGLU
+// over all of them, then every down product as one job, each output
+// bitwise what runExpert gives.
+func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnScratch, u, routed []float32) error {
+	c := &m.cfg
+	H, I, n := c.HiddenSize, c.ExpertIntermediate, len(idx)
+	gate, up, ys := grow(&sc.groupGate, n*I), grow(&sc.groupUp, n*I), grow(&sc.groupY, n*H)
+	sc.groupDsts, sc.groupMats = sc.groupDsts[:0], sc.groupMats[:0]
+	for j, em := range mats {
+		if err := checkExpert(em, I, H); err != nil {
+			return fmt.Errorf("qwen35: layer %d expert %d: %w", layer, sc.ids[idx[j]], err)
+		}
+		sc.groupDsts = append(sc.groupDsts, gate[j*I:(j+1)*I], up[j*I:(j+1)*I])
+		sc.groupMats = append(sc.groupMats, em.Gate, em.Up)
+	}
+	m.matmulMulti(sc.groupDsts, sc.groupMats, u[:H], 1)
+	swiglu(gate, up)
+	sc.groupDsts, sc.groupMats, sc.groupIns = sc.groupDsts[:0], sc.groupMats[:0], sc.groupIns[:0]
+	for j, em := range mats {
+		sc.groupDsts = append(sc.groupDsts, ys[j*H:(j+1)*H])
+		sc.groupMats = append(sc.groupMats, em.Down)
+		sc.groupIns = append(sc.groupIns, gate[j*I:(j+1)*I])
+	}
+	m.pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
+	k := c.ExpertsPerToken
+	for j, i := range idx {
+		r := sc.users[sc.ids[i]][0] // the chunk's one token
+		slot := r.token*k + r.slot
+		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])
 	}
 	return nil
 }

@@ -49,6 +49,16 @@ type ExpertVisitor interface {
 	Visit(layer int, ids []int, fn func(i int, m ExpertMats) error) error
 }
 
+// ExpertGroupVisitor is ExpertVisitor handing over, in one call, every
+// expert that is available at the same time (fn gets indices into ids and
+// their mats, valid until it returns; every index exactly once overall).
+// The model prefers it: in decode a group's gate and up products, and then
+// its down products, each run as one parallel job instead of one per
+// expert. Grouping never changes results.
+type ExpertGroupVisitor interface {
+	VisitGroups(layer int, ids []int, fn func(idx []int, mats []ExpertMats) error) error
+}
+
 // ExpertMats are the three matrices of one routed expert.
 type ExpertMats struct{ Gate, Up, Down *kernels.Matrix }
 
