@@ -7,10 +7,10 @@ import "fmt"
 //	S ← decay·S;  p = Sᵀk;  δ = (v − p)·β;  S ← S + k⊗δ;  o = Sᵀq
 //
 // S has len(k) rows of len(v) columns (row-major); q has len(k) values and o
-// len(v). It is bitwise DecayProject, then δ, then UpdateProject (every
-// product and sum rounded on its own, sums over rows ascending), but it
-// reads S from memory once instead of twice and writes it once instead of
-// twice: δ for a column depends only on that column, so each block of
+// len(v). It is bitwise the two passes it replaced (S ← decay·S and p over
+// all rows, then the update and o; every product and sum rounded on its
+// own, sums over rows ascending), but it reads S from memory once instead
+// of twice and writes it once instead of twice: δ for a column depends only on that column, so each block of
 // columns is finished (p, δ, the update, o) while its rows are still in L1.
 // The state is 2 MiB per Gated DeltaNet layer of Qwen3.5-35B-A3B, read and
 // written every token, so this halves the recurrence's memory traffic.

@@ -3,63 +3,15 @@ package kernels
 import "fmt"
 
 // Element-wise float32 row kernels for the recurrent and attention math of
-// the models (the Gated DeltaNet state update). Every product and every sum
+// the models (the Gated DeltaNet state update is DeltaRule, deltarule.go). Every product and every sum
 // is rounded to float32 on its own (the explicit conversions forbid fused
 // multiply-adds), each output column is a chain over the rows in ascending
 // order, and columns never mix, so the SIMD versions are bitwise equal to
 // these references on every CPU and GOAMD64 level.
 
-// DecayProject updates S (len(k) rows of len(p) columns, row-major) and p:
-// for each row i in order, S[i,:] = S[i,:]·decay, then p += k[i]·S[i,:].
-func DecayProject(S []float32, decay float32, k, p []float32) {
-	checkRows("DecayProject", S, len(k), len(p))
-	if decayProjectAsm(S, decay, k, p) {
-		return
-	}
-	decayProjectGeneric(S, decay, k, p)
-}
-
-// UpdateProject updates S (len(k) rows of len(delta) columns) and o: for each
-// row i in order, S[i,:] += k[i]·delta, then o += q[i]·S[i,:]. q must have
-// len(k) values and o len(delta).
-func UpdateProject(S []float32, k, delta, q, o []float32) {
-	checkRows("UpdateProject", S, len(k), len(delta))
-	if len(q) != len(k) || len(o) != len(delta) {
-		panic(fmt.Sprintf("kernels.UpdateProject: %d rows need %d values of q (got %d); %d columns need %d of o (got %d)",
-			len(k), len(k), len(q), len(delta), len(delta), len(o)))
-	}
-	if updateProjectAsm(S, k, delta, q, o) {
-		return
-	}
-	updateProjectGeneric(S, k, delta, q, o)
-}
-
 func checkRows(fn string, S []float32, rows, cols int) {
 	if len(S) != rows*cols {
 		panic(fmt.Sprintf("kernels.%s: %d values of S for %d rows × %d columns", fn, len(S), rows, cols))
-	}
-}
-
-func decayProjectGeneric(S []float32, decay float32, k, p []float32) {
-	cols := len(p)
-	for i, ki := range k {
-		row := S[i*cols : (i+1)*cols : (i+1)*cols]
-		for j := range row {
-			row[j] = float32(row[j] * decay)
-			p[j] += float32(row[j] * ki)
-		}
-	}
-}
-
-func updateProjectGeneric(S []float32, k, delta, q, o []float32) {
-	cols := len(delta)
-	for i, ki := range k {
-		row := S[i*cols : (i+1)*cols : (i+1)*cols]
-		qi := q[i]
-		for j := range row {
-			row[j] += float32(ki * delta[j])
-			o[j] += float32(row[j] * qi)
-		}
 	}
 }
 

@@ -7,12 +7,6 @@ package kernels
 // per-lane order).
 
 //go:noescape
-func decayProjectAVX512(s *float32, rows, cols int, decay float32, k, p *float32)
-
-//go:noescape
-func updateProjectAVX512(s *float32, rows, cols int, k, delta, q, o *float32)
-
-//go:noescape
 func dotBF16AVX2(w *byte, x *float32, n int) float32
 
 //go:noescape
@@ -29,28 +23,6 @@ var (
 // 16-lane register; they take 64 columns per pass where they can); other
 // widths take the reference.
 const floatBlock = 16
-
-func decayProjectAsm(S []float32, decay float32, k, p []float32) bool {
-	rows, cols := len(k), len(p)
-	if !useFloatAVX512 || rows == 0 || cols == 0 || cols%floatBlock != 0 {
-		return false
-	}
-	_ = S[rows*cols-1]
-	decayProjectAVX512(&S[0], rows, cols, decay, &k[0], &p[0])
-	return true
-}
-
-func updateProjectAsm(S []float32, k, delta, q, o []float32) bool {
-	rows, cols := len(k), len(delta)
-	if !useFloatAVX512 || rows == 0 || cols == 0 || cols%floatBlock != 0 {
-		return false
-	}
-	_ = S[rows*cols-1]
-	_ = q[rows-1]
-	_ = o[cols-1]
-	updateProjectAVX512(&S[0], rows, cols, &k[0], &delta[0], &q[0], &o[0])
-	return true
-}
 
 // dotBF16Asm is dotBF16 for len(x) a positive multiple of 8.
 func dotBF16Asm(w []byte, x []float32) (float32, bool) {

@@ -2,10 +2,6 @@
 
 package kernels
 
-func decayProjectAsm(S []float32, decay float32, k, p []float32) bool { return false }
-
-func updateProjectAsm(S []float32, k, delta, q, o []float32) bool { return false }
-
 func dotBF16Asm(w []byte, x []float32) (float32, bool) { return 0, false }
 
 func dotBF16x4Asm(dst *[4]float32, w []byte, stride int, x []float32) bool { return false }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,51 +35,46 @@ func floatEdgeVector(rng *rand.Rand, n int) []float32 {
 // mixes, and widths the reference alone handles.
 var floatVecShapes = [][2]int{{1, 64}, {3, 64}, {128, 128}, {7, 192}, {5, 256}, {16, 16}, {32, 32}, {3, 48}, {2, 80}, {5, 112}, {4, 100}, {2, 1}}
 
-// TestFloatRowKernelsBitwise: DecayProject and UpdateProject give the
-// references' bits (asm on, asm off), for several shapes and edge values.
-func TestFloatRowKernelsBitwise(t *testing.T) {
+// TestDeltaRuleEdgeValuesBitwise: DeltaRule gives the two-pass oracle's
+// bits for edge-valued inputs (zeros, signed zeros, huge and tiny values),
+// over the assembly's 64- and 16-column blocks, their mixes and widths the
+// reference alone handles.
+func TestDeltaRuleEdgeValuesBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for _, sh := range floatVecShapes {
 		rows, cols := sh[0], sh[1]
 		t.Run(fmt.Sprintf("%dx%d", rows, cols), func(t *testing.T) {
 			S := floatEdgeVector(rng, rows*cols)
 			k, q := floatEdgeVector(rng, rows), floatEdgeVector(rng, rows)
-			p, delta, o := floatEdgeVector(rng, cols), floatEdgeVector(rng, cols), floatEdgeVector(rng, cols)
-			decay := float32(0.93)
+			v := floatEdgeVector(rng, cols)
+			decay, beta := float32(0.93), float32(0.61)
 
-			wantS, wantP := slices.Clone(S), slices.Clone(p)
-			decayProjectGeneric(wantS, decay, k, wantP)
-			gotS, gotP := slices.Clone(S), slices.Clone(p)
-			DecayProject(gotS, decay, k, gotP)
-			assertSameFloats(t, "DecayProject S", gotS, wantS)
-			assertSameFloats(t, "DecayProject p", gotP, wantP)
-
-			wantO := slices.Clone(o)
-			updateProjectGeneric(wantS, k, delta, q, wantO)
-			gotO := slices.Clone(o)
-			UpdateProject(gotS, k, delta, q, gotO)
-			assertSameFloats(t, "UpdateProject S", gotS, wantS)
-			assertSameFloats(t, "UpdateProject o", gotO, wantO)
+			wantS, wantO := slices.Clone(S), make([]float32, cols)
+			twoPassDeltaRule(wantS, decay, beta, k, v, q, wantO)
+			gotS, gotO := slices.Clone(S), make([]float32, cols)
+			DeltaRule(gotS, decay, beta, k, v, q, gotO)
+			assertSameFloats(t, "DeltaRule S", gotS, wantS)
+			assertSameFloats(t, "DeltaRule o", gotO, wantO)
 		})
 	}
 }
 
-// TestFloatRowKernelsPanics: mismatched lengths are refused, naming the
-// kernel, before any memory is touched.
-func TestFloatRowKernelsPanics(t *testing.T) {
+// TestDeltaRulePanics: mismatched lengths are refused, naming the kernel,
+// before any memory is touched.
+func TestDeltaRulePanics(t *testing.T) {
 	for name, f := range map[string]func(){
-		"DecayProject": func() { DecayProject(make([]float32, 10), 1, make([]float32, 2), make([]float32, 4)) },
-		"UpdateProject S": func() {
-			UpdateProject(make([]float32, 10), make([]float32, 2), make([]float32, 4), make([]float32, 2), make([]float32, 4))
+		"S": func() {
+			DeltaRule(make([]float32, 10), 1, 1, make([]float32, 2), make([]float32, 4), make([]float32, 2), make([]float32, 4))
 		},
-		"UpdateProject q/o": func() {
-			UpdateProject(make([]float32, 8), make([]float32, 2), make([]float32, 4), make([]float32, 1), make([]float32, 4))
+		"q/o": func() {
+			DeltaRule(make([]float32, 8), 1, 1, make([]float32, 2), make([]float32, 4), make([]float32, 1), make([]float32, 4))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
+				r := recover()
+				if r == nil || !strings.Contains(fmt.Sprint(r), "DeltaRule") {
+					t.Fatalf("panic %v, want one naming DeltaRule", r)
 				}
 			}()
 			f()
