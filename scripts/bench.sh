@@ -150,7 +150,7 @@ group() { # group PROFILE: "| group | share |" rows, largest first
       f = $6; for (i = 7; i <= NF; i++) f = f " " $i; s = secs($1)
       if (f ~ /q[48](Rows|Pairs)|qRowsGeneric|sdotRows/) g = "Q4/Q8 GEMV kernels (weights)"
       else if (f ~ /dotBF16|rowDot|matMulRows/) g = "BF16 GEMV (router, GDN a/b, shared-expert gate)"
-      else if (f ~ /decayProject|updateProject|deltaStep|deltaRule|DeltaRule|gdnHeads|l2Norm|gatedNorm|causalConv/) g = "Gated DeltaNet recurrence, conv, gated norm"
+      else if (f ~ /deltaStep|deltaRule|DeltaRule|gdnHeads|l2Norm|gatedNorm|causalConv/) g = "Gated DeltaNet recurrence, conv, gated norm"
       else if (f ~ /attendGroup|DotRows|AxpyRows|dotRows4|axpyRows|softmax|rotate|attnHeads/) g = "attention (scores, softmax, values, RoPE)"
       else if (f ~ /rmsNorm|invRMS|addTo/) g = "RMS norms, residual adds"
       else if (f ~ /Exp|sigmoid32|silu32|swiglu|softplus|exp32|activate/) g = "exp, sigmoid, SiLU"
