@@ -157,7 +157,7 @@ func (m *Model) runExperts(layer int, sc *ffnScratch, u []float32, sel []int, ro
 		return m.visitExpertGroups(v, layer, sc, u, ids, routed, T)
 	}
 	if v, ok := m.experts.(ExpertVisitor); ok {
-		return m.visitExperts(v, layer, sc, u, ids, routed)
+		return m.visitExpertGroups(&singletonGroups{v: v}, layer, sc, u, ids, routed, T)
 	}
 	batch := len(ids)
 	if lim, ok := m.experts.(AcquireLimiter); ok {
@@ -191,36 +191,25 @@ func (m *Model) acquireBatch(layer int, sc *ffnScratch, u []float32, ids []int, 
 	return nil
 }
 
-// visitExperts computes the experts in the order v hands them over, and
-// checks that every one was handed over exactly once: a skipped expert would
-// leave stale rows in routed.
-func (m *Model) visitExperts(v ExpertVisitor, layer int, sc *ffnScratch, u []float32, ids []int, routed []float32) error {
-	if cap(sc.visited) < len(ids) {
-		sc.visited = make([]bool, len(ids))
-	}
-	visited := sc.visited[:len(ids)]
-	clear(visited)
-	err := v.Visit(layer, ids, func(i int, em ExpertMats) error {
-		if i < 0 || i >= len(ids) || visited[i] {
-			return fmt.Errorf("qwen35: layer %d: Experts.Visit handed over index %d of %d twice or out of range", layer, i, len(ids))
-		}
-		visited[i] = true
-		return m.runExpert(layer, ids[i], em, sc, u, routed)
-	})
-	if err != nil {
-		return fmt.Errorf("qwen35: layer %d: visiting experts %v: %w", layer, ids, err)
-	}
-	for i, ok := range visited {
-		if !ok {
-			return fmt.Errorf("qwen35: layer %d: Experts.Visit never handed over expert %d", layer, ids[i])
-		}
-	}
-	return nil
+// singletonGroups hands an ExpertVisitor's experts over as groups of one.
+type singletonGroups struct {
+	v    ExpertVisitor
+	idx  [1]int
+	mats [1]ExpertMats
 }
 
-// visitExpertGroups is visitExperts for an ExpertGroupVisitor: a group of
-// two or more experts in a one-token chunk (decode) runs fused
-// (runExpertGroup), anything else expert by expert.
+func (g *singletonGroups) VisitGroups(layer int, ids []int, fn func([]int, []ExpertMats) error) error {
+	return g.v.Visit(layer, ids, func(i int, em ExpertMats) error {
+		g.idx[0], g.mats[0] = i, em
+		return fn(g.idx[:], g.mats[:])
+	})
+}
+
+// visitExpertGroups computes the experts in the groups v hands them over,
+// and checks that every one was handed over exactly once: a skipped expert
+// would leave stale rows in routed. A group of two or more experts in a
+// one-token chunk (decode) runs fused (runExpertGroup), anything else
+// expert by expert.
 func (m *Model) visitExpertGroups(v ExpertGroupVisitor, layer int, sc *ffnScratch, u []float32, ids []int, routed []float32, T int) error {
 	if cap(sc.visited) < len(ids) {
 		sc.visited = make([]bool, len(ids))
@@ -229,11 +218,11 @@ func (m *Model) visitExpertGroups(v ExpertGroupVisitor, layer int, sc *ffnScratc
 	clear(visited)
 	err := v.VisitGroups(layer, ids, func(idx []int, mats []ExpertMats) error {
 		if len(idx) != len(mats) {
-			return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups handed over %d indices with %d experts", layer, len(idx), len(mats))
+			return fmt.Errorf("qwen35: layer %d: Experts handed over %d indices with %d experts", layer, len(idx), len(mats))
 		}
 		for _, i := range idx {
 			if i < 0 || i >= len(ids) || visited[i] {
-				return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups handed over index %d of %d twice or out of range", layer, i, len(ids))
+				return fmt.Errorf("qwen35: layer %d: Experts handed over index %d of %d twice or out of range", layer, i, len(ids))
 			}
 			visited[i] = true
 		}
@@ -252,7 +241,7 @@ func (m *Model) visitExpertGroups(v ExpertGroupVisitor, layer int, sc *ffnScratc
 	}
 	for i, ok := range visited {
 		if !ok {
-			return fmt.Errorf("qwen35: layer %d: Experts.VisitGroups never handed over expert %d", layer, ids[i])
+			return fmt.Errorf("qwen35: layer %d: Experts never handed over expert %d", layer, ids[i])
 		}
 	}
 	return nil
