@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -431,54 +430,29 @@ func tensorBytes(t packexperts.Tensor) int64 {
 // like-for-like comparison is with the median; the best shows what the
 // machine reaches when nothing else loads it.
 func MemReadRates(size int64, threads int) (med, best map[int]float64) {
-	med, best = map[int]float64{}, map[int]float64{}
 	if size <= 0 {
 		size = 512 << 20
 	}
 	// The same huge-page memory the weights live in (see internal/hugemem).
 	region, err := hugemem.Alloc(int(size))
 	if err != nil {
-		return med, best
+		return map[int]float64{}, map[int]float64{}
 	}
 	defer region.Free()
 	buf := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(region.Bytes))), size/8)
 	for i := range buf {
 		buf[i] = uint64(i)
 	}
-	rates := map[int][]float64{}
-	sums := make([]uint64, threads)
-	for range memReadPasses {
-		for t := 1; t <= threads; t++ {
-			t0 := time.Now()
-			sumSplit(buf, sums[:t])
-			rates[t] = append(rates[t], float64(len(buf)*8)/time.Since(t0).Seconds())
-		}
-	}
-	if sums[0] == 1 { // keep the sums observable so the reads are not optimised away
-		fmt.Fprint(io.Discard, sums[0])
-	}
-	for t, r := range rates {
-		med[t], best[t] = median(r), slices.Max(r)
-	}
-	return med, best
+	spans := [][]byte{region.Bytes}
+	return readRates(memReadPasses, threads, func() [][]byte { return spans })
 }
 
 // memReadPasses is how many rounds MemReadRates alternates over: about a
 // second of reading at this machine's rates.
 const memReadPasses = 24
 
-func sumSplit(buf, sums []uint64) {
-	n := len(sums)
-	var wg sync.WaitGroup
-	for t := 1; t < n; t++ {
-		wg.Go(func() { sums[t] += sumWords(buf[len(buf)*t/n : len(buf)*(t+1)/n]) })
-	}
-	sums[0] += sumWords(buf[:len(buf)/n])
-	wg.Wait()
-}
-
 // sumWords sums 8 bytes at a time with four accumulators, as the kernels'
-// plain-read benchmark does.
+// plain-read benchmark does (a tail of fewer than four words is left out).
 func sumWords(buf []uint64) uint64 {
 	var a, b, c, d uint64
 	for i := 0; i+4 <= len(buf); i += 4 {

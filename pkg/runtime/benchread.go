@@ -24,7 +24,6 @@ const weightMemoryPasses = 10
 // 512 MiB buffer's do, and on the dev VM a plain read of 16 GiB ran ~15%
 // below one of 512 MiB. MemReadRates (a fresh buffer) is reported beside it.
 func (e *Engine) WeightMemoryRates(threads int) (med, best map[int]float64) {
-	med, best = map[int]float64{}, map[int]float64{}
 	var layers [][][]byte
 	if e.cache != nil {
 		layers = e.cache.FilledSlots()
@@ -34,15 +33,26 @@ func (e *Engine) WeightMemoryRates(threads int) (med, best map[int]float64) {
 		topK = x.TopK
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	rates := map[int][]float64{}
-	var sink uint64
-	for range weightMemoryPasses {
+	return readRates(weightMemoryPasses, threads, func() [][]byte {
 		spans := [][]byte{e.Install.HotResident()}
 		for _, slots := range layers {
 			for _, i := range rng.Perm(len(slots))[:min(topK, len(slots))] {
 				spans = append(spans, slots[i])
 			}
 		}
+		return spans
+	})
+}
+
+// readRates times passes rounds of summing the spans pick returns (called
+// once per round), on 1 … threads goroutines in turn, and returns each
+// thread count's median and best rate in bytes/s.
+func readRates(passes, threads int, pick func() [][]byte) (med, best map[int]float64) {
+	med, best = map[int]float64{}, map[int]float64{}
+	rates := map[int][]float64{}
+	var sink uint64
+	for range passes {
+		spans := pick()
 		total := 0
 		for _, s := range spans {
 			total += len(s) &^ 7
