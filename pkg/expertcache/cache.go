@@ -60,7 +60,12 @@ type Cache struct {
 	closed   bool
 	seen     []bool // scratch for checkIDs, per expert
 	position []int  // scratch for Visit: expert → index in the caller's ids
-	loading  []int  // scratch: slot → index in the batch being read, or -1
+	// VisitGroups' scratch (one caller at a time): a group's batch
+	// positions, indices into ids and mats.
+	group     []int
+	groupIdx  []int
+	groupMats []qwen35.ExpertMats
+	loading   []int // scratch: slot → index in the batch being read, or -1
 
 	mu    sync.Mutex // residency and stats: release may run on any goroutine
 	stats Stats
@@ -384,26 +389,26 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.
 			}
 		}
 	}()
-	idx, mats := make([]int, 0, len(batch)), make([]qwen35.ExpertMats, 0, len(batch))
 	call := func(group []int) {
 		if firstErr == nil && len(group) > 0 {
-			idx, mats = idx[:0], mats[:0]
+			c.groupIdx, c.groupMats = c.groupIdx[:0], c.groupMats[:0]
 			for _, i := range group {
-				idx, mats = append(idx, c.position[batch[i]]), append(mats, lc.views[slotOf[i]])
+				c.groupIdx = append(c.groupIdx, c.position[batch[i]])
+				c.groupMats = append(c.groupMats, lc.views[slotOf[i]])
 			}
-			firstErr = fn(idx, mats)
+			firstErr = fn(c.groupIdx, c.groupMats)
 		}
 		for _, i := range group {
 			unpin(i)
 		}
 	}
-	var resident []int
+	c.group = c.group[:0]
 	for i, s := range slotOf {
 		if c.loading[s] < 0 {
-			resident = append(resident, i)
+			c.group = append(c.group, i)
 		}
 	}
-	call(resident)
+	call(c.group)
 	var lastEnd time.Time
 	for ; outstanding > 0; outstanding-- {
 		d := c.await()
@@ -416,7 +421,8 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.
 			unpin(i)
 			continue
 		}
-		call([]int{i})
+		c.group = append(c.group[:0], i)
+		call(c.group)
 	}
 	c.addReadTime(start, lastEnd, len(load))
 	return firstErr
