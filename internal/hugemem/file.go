@@ -33,17 +33,12 @@ func LoadFile(f *os.File, size, coldEnd int64) (*Region, error) {
 	coldEnd = min(max(coldEnd, 0), size) &^ (4096 - 1)
 	// Reserve address space, then place the file mapping and the copy in it
 	// so that the copy starts on a huge-page boundary.
-	reserve, err := unix.Mmap(-1, 0, int(size)+PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	r, err := reserve(int(size), int(coldEnd))
 	if err != nil {
 		return nil, fmt.Errorf("reserving %d bytes of address space for %s: %w", size, f.Name(), err)
 	}
-	r := &Region{mapping: reserve}
-	start := addressOf(reserve)
-	skip := (PageSize - int((start+uintptr(coldEnd))%PageSize)) % PageSize
-	base := start + uintptr(skip)
-	r.Bytes = reserve[skip : skip+int(size) : skip+int(size)]
 	if coldEnd > 0 {
-		if err := mapFixed(base, coldEnd, f); err != nil {
+		if err := mapFixed(addressOf(r.Bytes), coldEnd, f); err != nil {
 			r.Free()
 			return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
 		}

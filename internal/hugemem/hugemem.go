@@ -39,25 +39,31 @@ func Alloc(size int) (*Region, error) {
 	if size <= 0 {
 		return &Region{Bytes: []byte{}}, nil
 	}
-	extra := PageSize
 	if Disabled() {
-		extra = 0
+		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, fmt.Errorf("mapping %d bytes of anonymous memory: %w", size, err)
+		}
+		return &Region{Bytes: m[:size:size], mapping: m}, nil
 	}
-	m, err := unix.Mmap(-1, 0, size+extra, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	r, err := reserve(size, 0)
 	if err != nil {
 		return nil, fmt.Errorf("mapping %d bytes of anonymous memory: %w", size, err)
 	}
-	r := &Region{mapping: m}
-	if extra == 0 {
-		r.Bytes = m[:size:size]
-		return r, nil
-	}
-	// The unused head and tail stay unmapped-in-practice: never touched, so
-	// never backed; only the address space is spent.
-	skip := int(uintptr(PageSize)-addressOf(m)%PageSize) % PageSize
-	r.Bytes = m[skip : skip+size : skip+size]
 	_ = unix.Madvise(r.Bytes, unix.MADV_HUGEPAGE)
 	return r, nil
+}
+
+// reserve maps size bytes of anonymous read-write memory plus a page of
+// slack, placed so that Bytes[at] falls on a PageSize boundary. The slack
+// is never touched, so it costs address space only.
+func reserve(size, at int) (*Region, error) {
+	m, err := unix.Mmap(-1, 0, size+PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	skip := (PageSize - int((addressOf(m)+uintptr(at))%PageSize)) % PageSize
+	return &Region{Bytes: m[skip : skip+size : skip+size], mapping: m}, nil
 }
 
 // Free unmaps the region; Bytes must not be used afterwards.
