@@ -13,7 +13,6 @@ type gdnScratch struct {
 	z       []float32 // [T, Hv·Dv]
 	b, a    []float32 // [T, Hv]
 	o       []float32 // gated-normed outputs [T, Hv·Dv]
-	convOld []float32 // conv state before the chunk
 	workers []gdnWorker
 }
 
@@ -35,7 +34,7 @@ func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out [
 	m.matmulMulti([][]float32{proj, z, b, a}, []*kernels.Matrix{w.qkv, w.z, w.b, w.a}, u, T)
 
 	conv := grow(&sc.conv, T*C)
-	m.causalConv(w.conv, ls.conv, sc, proj, conv, T)
+	m.causalConv(w.conv, ls.conv, proj, conv, T)
 
 	o := grow(&sc.o, T*vd)
 	sc.workers = workerSlots(sc.workers, m.pool.Threads())
@@ -80,10 +79,8 @@ func (m *Model) gdnHeads(w *gdnWeights, ls *layerState, sc *gdnWorker, conv, z, 
 // a chunk, reading the K−1 previous projections from state, then leaves the
 // last K−1 projections in state for the next chunk. Channels are
 // independent, so the pool's threads split them.
-func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []float32, T int) {
+func (m *Model) causalConv(weight, state []float32, proj, dst []float32, T int) {
 	C, K := m.cfg.ConvChannels(), m.cfg.ConvKernel
-	old := grow(&sc.convOld, len(state))
-	copy(old, state)
 	// source returns the projection of chunk-relative token s (s < 0: from
 	// the state, whose last row is token −1).
 	source := func(s int) []float32 {
@@ -91,7 +88,7 @@ func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []
 			return proj[s*C : (s+1)*C]
 		}
 		r := K - 1 + s
-		return old[r*C : (r+1)*C]
+		return state[r*C : (r+1)*C]
 	}
 	m.pool.Parallel(C, func(_, lo, hi int) {
 		var stack [8][]float32
@@ -102,22 +99,51 @@ func (m *Model) causalConv(weight, state []float32, sc *gdnScratch, proj, dst []
 		for t := range T {
 			window = window[:0]
 			for j := range K {
-				window = append(window, source(t-(K-1)+j)) // tap K−1 is the current token
+				window = append(window, source(t - (K - 1) + j)[lo:hi]) // tap K−1 is the current token
 			}
-			d := dst[t*C : (t+1)*C]
-			for ch := lo; ch < hi; ch++ {
-				taps := weight[ch*K : (ch+1)*K]
-				var acc float32
-				for j, wj := range taps {
-					acc += float32(wj * window[j][ch])
-				}
-				d[ch] = acc
-			}
-			kernels.SiLU(d[lo:hi], d[lo:hi])
+			d := dst[t*C+lo : t*C+hi]
+			convTaps(d, weight[lo*K:hi*K], window)
+			kernels.SiLU(d, d)
 		}
 	})
+	// Row r takes token T−(K−1)+r; a row still in the state moves to a lower
+	// index, so ascending order reads every row before it is overwritten.
 	for r := range K - 1 {
 		copy(state[r*C:(r+1)*C], source(T-(K-1)+r))
+	}
+}
+
+// convTaps sets d[i] = Σ_j w[i·K+j]·window[j][i] for K = len(window) taps,
+// each product rounded to float32 and summed in tap order from zero.
+func convTaps(d, w []float32, window [][]float32) {
+	if len(window) == 4 {
+		convTaps4(d, w, window[0], window[1], window[2], window[3])
+		return
+	}
+	K := len(window)
+	for i := range d {
+		taps := w[i*K : (i+1)*K]
+		var acc float32
+		for j, wj := range taps {
+			acc += float32(wj * window[j][i])
+		}
+		d[i] = acc
+	}
+}
+
+// convTaps4 is convTaps for the K = 4 of every published Qwen3.5 config,
+// with the bounds checks hoisted out of the loop.
+func convTaps4(d, w, x0, x1, x2, x3 []float32) {
+	n := len(d)
+	w, x0, x1, x2, x3 = w[:4*n], x0[:n], x1[:n], x2[:n], x3[:n]
+	for i := range d {
+		ws := w[4*i : 4*i+4 : 4*i+4]
+		var acc float32
+		acc += float32(ws[0] * x0[i])
+		acc += float32(ws[1] * x1[i])
+		acc += float32(ws[2] * x2[i])
+		acc += float32(ws[3] * x3[i])
+		d[i] = acc
 	}
 }
 
