@@ -29,6 +29,17 @@ type ffnScratch struct {
 	groupGate, groupUp, groupY []float32
 	groupDsts, groupIns        [][]float32
 	groupMats                  []*kernels.Matrix
+
+	shared   pendingProduct // the shared expert's down product, until it has run
+	combined []float32      // one token's combined expert output [H]
+	sigma    [1]float32     // one token's shared-expert gate
+}
+
+// pendingProduct is a single-token dst = m·x that may join another job.
+type pendingProduct struct {
+	dst []float32
+	m   *kernels.Matrix
+	x   []float32
 }
 
 type tokenSlot struct{ token, slot int }
@@ -71,24 +82,39 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	}
 
 	routed := grow(&sc.routed, T*k*H)
+	// The shared expert's down product rides along with the routed experts'
+	// (runExpertGroup) when they run fused; otherwise it runs on its own.
+	swiglu(sg, su)
+	sc.shared = pendingProduct{dst: out[:T*H], m: w.shared.down, x: sg}
 	if err := m.runExperts(layer, sc, u, sel, routed, T); err != nil {
+		sc.shared = pendingProduct{}
 		return err
 	}
-
-	swiglu(sg, su)
-	m.matmul(out, w.shared.down, sg, T) // out = shared expert output
-	for t := range T {
-		sigma := sigmoid32(gates[t])
-		o := out[t*H : (t+1)*H]
-		for i := range o {
-			var acc float32
-			for s := range k {
-				acc += weight[t*k+s] * routed[(t*k+s)*H+i]
-			}
-			o[i] = acc + sigma*o[i]
-		}
+	if sc.shared.m != nil {
+		m.matmul(out, sc.shared.m, sc.shared.x, T) // out = shared expert output
+		sc.shared = pendingProduct{}
 	}
+	m.combineExperts(sc, gates, weight, routed, out, T)
 	return nil
+}
+
+// combineExperts sets each token's out = Σ_s weight_s·routed_s + σ(gate)·out,
+// the routed experts summed in ascending id order from zero, each product
+// rounded to float32 before its add (kernels.AxpyRows), the gated shared
+// expert output added last.
+func (m *Model) combineExperts(sc *ffnScratch, gates, weight, routed, out []float32, T int) {
+	k, H := m.cfg.ExpertsPerToken, m.cfg.HiddenSize
+	acc := grow(&sc.combined, H)
+	for t := range T {
+		clear(acc)
+		for s := range k {
+			kernels.AxpyRows(acc, weight[t*k+s:t*k+s+1], routed[(t*k+s)*H:(t*k+s+1)*H])
+		}
+		o := out[t*H : (t+1)*H]
+		sc.sigma[0] = sigmoid32(gates[t])
+		kernels.AxpyRows(acc, sc.sigma[:], o)
+		copy(o, acc)
+	}
 }
 
 // route computes the router softmax in float64 rounded to float32 (the
@@ -270,6 +296,12 @@ func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnS
 		sc.groupDsts = append(sc.groupDsts, ys[j*H:(j+1)*H])
 		sc.groupMats = append(sc.groupMats, em.Down)
 		sc.groupIns = append(sc.groupIns, gate[j*I:(j+1)*I])
+	}
+	if sc.shared.m != nil {
+		sc.groupDsts = append(sc.groupDsts, sc.shared.dst)
+		sc.groupMats = append(sc.groupMats, sc.shared.m)
+		sc.groupIns = append(sc.groupIns, sc.shared.x)
+		sc.shared = pendingProduct{}
 	}
 	m.pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
 	k := c.ExpertsPerToken
