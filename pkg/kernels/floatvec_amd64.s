@@ -17,6 +17,23 @@
 	VPMOVZXWD addr, Y \
 	VPSLLD $16, Y, Y
 
+// D4STEP adds 8 columns of the four rows at SI, R9, R10, R11 (byte offset
+// W) times x at DI (byte offset X) to the lane accumulators Y0–Y3.
+#define D4STEP(W, X) \
+	VMOVUPS X(DI), Y8 \
+	BF16x8(W(SI), Y4) \
+	BF16x8(W(R9), Y5) \
+	BF16x8(W(R10), Y6) \
+	BF16x8(W(R11), Y7) \
+	VMULPS Y8, Y4, Y4 \
+	VMULPS Y8, Y5, Y5 \
+	VMULPS Y8, Y6, Y6 \
+	VMULPS Y8, Y7, Y7 \
+	VADDPS Y4, Y0, Y0 \
+	VADDPS Y5, Y1, Y1 \
+	VADDPS Y6, Y2, Y2 \
+	VADDPS Y7, Y3, Y3
+
 // func dotBF16AVX2(w *byte, x *float32, n int) float32
 //
 // Lane l accumulates w[i]·x[i] for i ≡ l (mod 8), in element order.
@@ -43,7 +60,10 @@ d1Loop:
 // func dotBF16x4AVX2(dst *[4]float32, w *byte, stride int, x *float32, n int)
 //
 // dotBF16AVX2 of four rows at once (independent chains hide the add
-// latency).
+// latency). Rows are often a page long (2048 columns), and the hardware
+// prefetcher does not follow a stream into the next page, so while it reads
+// a 64-byte column block of the four rows it prefetches the same block of
+// the next four.
 TEXT ·dotBF16x4AVX2(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), R8
 	MOVQ w+8(FP), SI
@@ -53,33 +73,44 @@ TEXT ·dotBF16x4AVX2(SB), NOSPLIT, $0-40
 	LEAQ (SI)(DX*1), R9
 	LEAQ (R9)(DX*1), R10
 	LEAQ (R10)(DX*1), R11
+	LEAQ (DX*4), R12
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 
-d4Loop:
-	VMOVUPS (DI), Y8
-	BF16x8((SI), Y4)
-	BF16x8((R9), Y5)
-	BF16x8((R10), Y6)
-	BF16x8((R11), Y7)
-	VMULPS Y8, Y4, Y4
-	VMULPS Y8, Y5, Y5
-	VMULPS Y8, Y6, Y6
-	VMULPS Y8, Y7, Y7
-	VADDPS Y4, Y0, Y0
-	VADDPS Y5, Y1, Y1
-	VADDPS Y6, Y2, Y2
-	VADDPS Y7, Y3, Y3
+d4Block:
+	CMPQ CX, $32
+	JLT  d4Tail
+	PREFETCHT0 (SI)(R12*1)
+	PREFETCHT0 (R9)(R12*1)
+	PREFETCHT0 (R10)(R12*1)
+	PREFETCHT0 (R11)(R12*1)
+	D4STEP(0, 0)
+	D4STEP(16, 32)
+	D4STEP(32, 64)
+	D4STEP(48, 96)
+	ADDQ $64, SI
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  d4Block
+
+d4Tail:
+	TESTQ CX, CX
+	JZ    d4Done
+	D4STEP(0, 0)
 	ADDQ $16, SI
 	ADDQ $16, R9
 	ADDQ $16, R10
 	ADDQ $16, R11
 	ADDQ $32, DI
 	SUBQ $8, CX
-	JNZ  d4Loop
+	JMP  d4Tail
 
+d4Done:
 	REDUCE8(Y0, X0, Y4, X4)
 	REDUCE8(Y1, X1, Y5, X5)
 	REDUCE8(Y2, X2, Y6, X6)
