@@ -7,6 +7,8 @@
 // deltaRuleGeneric, per block of 64 columns (then of 16): pass 1 over the rows sums
 // p += (S·decay)·k[i] in Z0–Z3 without storing; δ = (v − p)·β goes to Z8–Z11; pass 2
 // over the rows (now in L1) stores S = S·decay + k[i]·δ and sums o += S·q[i] in Z0–Z3.
+// Pass 1 also prefetches the memory right after S at the same offset: the callers
+// run the value heads of a layer in order, and each head's state follows the last.
 TEXT ·deltaRuleAVX512(SB), NOSPLIT, $0-64
 	MOVQ s+0(FP), SI
 	MOVQ rows+8(FP), CX
@@ -19,6 +21,8 @@ TEXT ·deltaRuleAVX512(SB), NOSPLIT, $0-64
 	MOVQ o+56(FP), DI
 	SHLQ $2, R9              // row stride in bytes
 	XORQ R10, R10            // byte offset of the column block
+	MOVQ CX, R15
+	IMULQ R9, R15            // bytes of S: the distance to the next head's state
 
 drBlock:
 	MOVQ R9, AX
@@ -37,6 +41,10 @@ drWide:
 	MOVQ R8, R12             // &k[0]
 	MOVQ CX, R13             // rows left
 drWideP:
+	PREFETCHT0 0(R11)(R15*1)
+	PREFETCHT0 64(R11)(R15*1)
+	PREFETCHT0 128(R11)(R15*1)
+	PREFETCHT0 192(R11)(R15*1)
 	VBROADCASTSS (R12), Z30
 	VMULPS 0(R11), Z31, Z4
 	VMULPS 64(R11), Z31, Z5
@@ -120,6 +128,7 @@ drNarrow:
 	MOVQ R8, R12             // &k[0]
 	MOVQ CX, R13             // rows left
 drNarrowP:
+	PREFETCHT0 0(R11)(R15*1)
 	VBROADCASTSS (R12), Z30
 	VMULPS 0(R11), Z31, Z4
 	VMULPS Z30, Z4, Z4
