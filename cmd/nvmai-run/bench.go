@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -126,6 +127,24 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 		fmt.Fprintf(w, "raw %s reads of random experts × %d: %.2f GB/s; decode's disk time per token ÷ measured time per token = %.2f\n",
 			r.IOMode, r.IOThreads, r.DiskRead/1e9, r.DiskBound)
 	}
+	printPhases(w, r.Phases)
+}
+
+// printPhases writes where a decode step's time goes, with the rate each
+// phase reads its weights or state at.
+func printPhases(w io.Writer, phases []runtime.BenchPhase) {
+	if len(phases) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "decode step by phase (every prompt):\n%-14s %9s %7s %10s %9s\n", "phase", "ms/token", "share", "read/tok", "rate")
+	for _, p := range phases {
+		rate := "-"
+		if p.Rate > 0 {
+			rate = fmt.Sprintf("%.1f GB/s", p.Rate/1e9)
+		}
+		fmt.Fprintf(w, "%-14s %9.3f %6.1f%% %10s %9s\n", p.Name, 1e3*p.SecondsPerToken, 100*p.Share,
+			expertcache.FormatSize(int64(p.BytesPerToken)), rate)
+	}
 }
 
 // printBenchKV writes the labels and the median as key=value pairs on one
@@ -137,9 +156,15 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 		r.Model, r.Layers, r.Width, r.Threads, r.Engine, float64(r.BudgetBytes)/gib, r.SlotsPerLayer, r.Experts, r.IOMode, r.IOThreads)
 	fmt.Fprintf(w, " prompt_tokens=%d gen=%d prefill_tok_s=%.2f decode_tok_s=%.2f hit=%.3f read_mib_tok=%.1f read_gbs=%.2f io_wait_ms=%.1f peak_rss_gib=%.2f",
 		m.PromptTokens, m.Generated, m.PrefillTokS, m.DecodeTokS, m.HitRate, m.BytesPerToken/mib, m.ReadRate/1e9, 1e3*m.IOWaitPerTok, float64(m.PeakRSS)/gib)
-	fmt.Fprintf(w, " pf_hit=%.3f pf_read_gib=%.2f pf_wait_s=%.2f weight_mib_tok=%.1f weight_gbs=%.2f mem1_gbs=%.2f mem2_gbs=%.2f disk_gbs=%.2f disk_bound=%.2f handoffs_tok=%.0f parks_tok=%.1f huge_gib=%.2f mem1_best_gbs=%.2f mem2_best_gbs=%.2f state_mib_tok=%.1f bytes_gbs=%.2f wmem1_gbs=%.2f wmem2_gbs=%.2f wmem1_best_gbs=%.2f wmem2_best_gbs=%.2f\n",
+	fmt.Fprintf(w, " pf_hit=%.3f pf_read_gib=%.2f pf_wait_s=%.2f weight_mib_tok=%.1f weight_gbs=%.2f mem1_gbs=%.2f mem2_gbs=%.2f disk_gbs=%.2f disk_bound=%.2f handoffs_tok=%.0f parks_tok=%.1f huge_gib=%.2f mem1_best_gbs=%.2f mem2_best_gbs=%.2f state_mib_tok=%.1f bytes_gbs=%.2f wmem1_gbs=%.2f wmem2_gbs=%.2f wmem1_best_gbs=%.2f wmem2_best_gbs=%.2f",
 		m.PrefillHitRate, float64(m.PrefillBytesRead)/gib, m.PrefillIOWait, float64(r.WeightBytesPerToken)/mib, r.WeightRate/1e9,
 		r.MemRead[1]/1e9, r.MemRead[2]/1e9, r.DiskRead/1e9, r.DiskBound, m.HandoffsPerToken, m.ParksPerToken, float64(r.HugePageBytes)/gib,
 		r.MemReadBest[1]/1e9, r.MemReadBest[2]/1e9, m.StateBytesPerToken/mib, r.ReadRate/1e9,
 		r.WeightMemRead[1]/1e9, r.WeightMemRead[2]/1e9, r.WeightMemReadBest[1]/1e9, r.WeightMemReadBest[2]/1e9)
+	// phases=NAME:SHARE%:GB/s,… (rate 0 for phases that read no weights or state)
+	var phases []string
+	for _, p := range r.Phases {
+		phases = append(phases, fmt.Sprintf("%s:%.1f:%.1f", p.Name, 100*p.Share, p.Rate/1e9))
+	}
+	fmt.Fprintf(w, " phases=%s\n", strings.Join(phases, ","))
 }

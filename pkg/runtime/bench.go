@@ -21,6 +21,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -138,6 +139,45 @@ type BenchReport struct {
 	// DiskBound is, at the median, misses × stride ÷ DiskRead per token over
 	// the measured time per token: 1 means decode runs at the disk's limit.
 	DiskBound float64 `json:"disk_bound_ratio,omitempty"`
+	// Phases splits the decode steps of every prompt by what they spend
+	// their time on (qwen35.StepProfile), in the model's order.
+	Phases []BenchPhase `json:"phases"`
+}
+
+// BenchPhase is one phase of the decode steps: its time and the memory it
+// reads per step, and the rate it reads that memory at.
+type BenchPhase struct {
+	Name            string  `json:"name"`
+	SecondsPerToken float64 `json:"seconds_per_token"`
+	Share           float64 `json:"share"` // of the profiled time
+	BytesPerToken   float64 `json:"bytes_per_token"`
+	Rate            float64 `json:"bytes_per_s"` // 0 for phases that read no weights or state
+}
+
+// benchPhases turns a profile into BenchPhases, leaving out phases that
+// never ran (a dense model has no experts).
+func benchPhases(p *qwen35.StepProfile) []BenchPhase {
+	if p.Steps == 0 {
+		return nil
+	}
+	var total time.Duration
+	for _, d := range p.Time {
+		total += d
+	}
+	var out []BenchPhase
+	for ph := range qwen35.NumStepPhases {
+		d := p.Time[ph]
+		if d == 0 {
+			continue
+		}
+		bp := BenchPhase{Name: ph.String(), SecondsPerToken: d.Seconds() / float64(p.Steps), Share: float64(d) / float64(total),
+			BytesPerToken: float64(p.Bytes[ph]) / float64(p.Steps)}
+		if p.Bytes[ph] > 0 {
+			bp.Rate = float64(p.Bytes[ph]) / d.Seconds()
+		}
+		out = append(out, bp)
+	}
+	return out
 }
 
 // Bench generates greedily from every prompt in a fresh session and reports
@@ -157,6 +197,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 			return nil, err
 		}
 	}
+	steps := new(qwen35.StepProfile)
 	for i, p := range opt.Prompts {
 		ids, err := e.benchPromptIDs(p, opt.PromptTokens)
 		if err != nil {
@@ -166,13 +207,14 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if i == 0 {
 			prof = benchProfiles{prefill: opt.PrefillCPUProfile, decode: opt.CPUProfile}
 		}
-		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof)
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps)
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
 		}
 		r.Runs = append(r.Runs, run)
 	}
 	r.Median = medianRun(r.Runs)
+	r.Phases = benchPhases(steps)
 	r.HugePageBytes = hugemem.ProcessHugeBytes()
 	if r.Median.DecodeTokS > 0 {
 		r.WeightRate = float64(r.WeightBytesPerToken) * r.Median.DecodeTokS
@@ -247,8 +289,8 @@ type benchProfiles struct{ prefill, decode string }
 // benchOne runs one prompt in a fresh session. The expert counters are
 // snapshotted when the first distribution is ready (prefill done), so the
 // run's cache figures split into the prefill's and the decode's.
-func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles) (run BenchRun, err error) {
-	sess := e.NewSession(SessionOptions{KVInitial: len(ids) + tokens + 1})
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile) (run BenchRun, err error) {
+	sess := e.NewSession(SessionOptions{KVInitial: len(ids) + tokens + 1, StepProfile: steps})
 	var prof0 *os.File
 	stop := func() {
 		if prof0 != nil {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
 // TestBench runs the benchmark on the 4-bit tiny MoE and checks its report:
@@ -72,6 +74,34 @@ func TestBench(t *testing.T) {
 	}
 	if want := (float64(r.WeightBytesPerToken) + r.Median.StateBytesPerToken) * r.Median.DecodeTokS; math.Abs(r.ReadRate-want) > 1e-6*want {
 		t.Errorf("read rate %g, want %g", r.ReadRate, want)
+	}
+	checkBenchPhases(t, r, e.Install.Manifest)
+}
+
+// checkBenchPhases: the phases' shares add up to one, and the bytes their
+// products read per step to the weights a step reads but the embedding row
+// (a lookup, not a product).
+func checkBenchPhases(t *testing.T, r *BenchReport, m *packexperts.Manifest) {
+	var share, products float64
+	for _, p := range r.Phases {
+		share += p.Share
+		switch p.Name {
+		case "gdn_conv", "gdn_heads", "attn_heads": // state, not products
+		default:
+			products += p.BytesPerToken
+		}
+	}
+	if math.Abs(share-1) > 1e-9 || len(r.Phases) < 10 {
+		t.Errorf("%d phases, shares sum to %g", len(r.Phases), share)
+	}
+	var embedRow int64
+	for _, tn := range m.Tensors {
+		if tn.Name == "model.embed_tokens.weight" {
+			embedRow = tensorBytes(tn) / tn.Shape[0]
+		}
+	}
+	if want := float64(r.WeightBytesPerToken - embedRow); math.Abs(products-want) > 1e-6*want {
+		t.Errorf("the phases' products read %g bytes per step, want %g", products, want)
 	}
 }
 

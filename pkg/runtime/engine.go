@@ -153,11 +153,15 @@ type Session struct {
 type SessionOptions struct {
 	KVInitial  int // starting KV capacity in tokens (default 8192)
 	MaxContext int // most tokens the session may hold (default the model's maximum)
+	// StepProfile, when set, receives the phase times of the session's
+	// decode steps (qwen35.StepProfile; nvmai-run bench reports them).
+	StepProfile *qwen35.StepProfile
 }
 
 // NewSession starts an empty conversation.
 func (e *Engine) NewSession(opt SessionOptions) *Session {
 	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	st.SetStepProfile(opt.StepProfile)
 	return &Session{e: e, state: st, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
 }
 

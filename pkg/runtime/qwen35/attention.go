@@ -12,6 +12,7 @@ type attnScratch struct {
 	k, v    []float32 // [T, Hkv·Dh]
 	o       []float32 // gated attention output [T, Hq·Dh]
 	workers []attnWorker
+	prof    *StepProfile
 }
 
 // attnWorker is one thread's scratch for the per-head attention.
@@ -34,6 +35,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	k := grow(&sc.k, T*kvd)
 	v := grow(&sc.v, T*kvd)
 	m.matmulMulti([][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
+	sc.prof.mark(PhaseAttnProjections, matrixBytes(w.q, w.k, w.v))
 
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
@@ -51,7 +53,9 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	m.parallelHeads(Hq, func(worker, lo, hi int) {
 		m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
+	sc.prof.mark(PhaseAttnHeads, int64(2*4*(pos0+T)*kvd))
 	m.matmul(out, w.o, o, T)
+	sc.prof.mark(PhaseAttnOut, matrixBytes(w.o))
 }
 
 // attnHeads computes the gated attention output of query heads [lo, hi)

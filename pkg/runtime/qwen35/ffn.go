@@ -33,6 +33,7 @@ type ffnScratch struct {
 	shared   pendingProduct // the shared expert's down product, until it has run
 	combined []float32      // one token's combined expert output [H]
 	sigma    [1]float32     // one token's shared-expert gate
+	prof     *StepProfile
 }
 
 // pendingProduct is a single-token dst = m·x that may join another job.
@@ -69,6 +70,7 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	gates := grow(&sc.sharedGate, T)
 	m.matmulMulti([][]float32{logits, sg, su, gates},
 		[]*kernels.Matrix{w.router, w.shared.gate, w.shared.up, w.sharedGate}, u, T)
+	sc.prof.mark(PhaseRouter, matrixBytes(w.router, w.shared.gate, w.shared.up, w.sharedGate))
 	if cap(sc.sel) < T*k {
 		sc.sel = make([]int, T*k)
 	}
@@ -82,19 +84,23 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	}
 
 	routed := grow(&sc.routed, T*k*H)
+	swiglu(sg, su)
+	sc.prof.mark(PhaseRouting, 0)
 	// The shared expert's down product rides along with the routed experts'
 	// (runExpertGroup) when they run fused; otherwise it runs on its own.
-	swiglu(sg, su)
 	sc.shared = pendingProduct{dst: out[:T*H], m: w.shared.down, x: sg}
 	if err := m.runExperts(layer, sc, u, sel, routed, T); err != nil {
 		sc.shared = pendingProduct{}
 		return err
 	}
+	sc.prof.mark(PhaseExpertWait, 0)
 	if sc.shared.m != nil {
 		m.matmul(out, sc.shared.m, sc.shared.x, T) // out = shared expert output
+		sc.prof.mark(PhaseSharedDown, matrixBytes(sc.shared.m))
 		sc.shared = pendingProduct{}
 	}
 	m.combineExperts(sc, gates, weight, routed, out, T)
+	sc.prof.mark(PhaseCombine, 0)
 	return nil
 }
 
@@ -289,7 +295,9 @@ func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnS
 		sc.groupDsts = append(sc.groupDsts, gate[j*I:(j+1)*I], up[j*I:(j+1)*I])
 		sc.groupMats = append(sc.groupMats, em.Gate, em.Up)
 	}
+	sc.prof.mark(PhaseExpertWait, 0)
 	m.matmulMulti(sc.groupDsts, sc.groupMats, u[:H], 1)
+	sc.prof.mark(PhaseExpertGateUp, matrixBytes(sc.groupMats...))
 	swiglu(gate, up)
 	sc.groupDsts, sc.groupMats, sc.groupIns = sc.groupDsts[:0], sc.groupMats[:0], sc.groupIns[:0]
 	for j, em := range mats {
@@ -304,6 +312,7 @@ func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnS
 		sc.shared = pendingProduct{}
 	}
 	m.pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
+	sc.prof.mark(PhaseExpertDown, matrixBytes(sc.groupMats...))
 	k := c.ExpertsPerToken
 	for j, i := range idx {
 		r := sc.users[sc.ids[i]][0] // the chunk's one token
@@ -329,10 +338,13 @@ func (m *Model) runExpert(layer, e int, em ExpertMats, sc *ffnScratch, u, routed
 	}
 	g := grow(&sc.gate, n*I)
 	up := grow(&sc.up, n*I)
+	sc.prof.mark(PhaseExpertWait, 0)
 	m.matmulMulti([][]float32{g, up}, []*kernels.Matrix{em.Gate, em.Up}, xs, n)
+	sc.prof.mark(PhaseExpertGateUp, matrixBytes(em.Gate, em.Up))
 	swiglu(g, up)
 	ys := grow(&sc.ys, n*H)
 	m.matmul(ys, em.Down, g, n)
+	sc.prof.mark(PhaseExpertDown, matrixBytes(em.Down))
 	for j, r := range rs {
 		slot := r.token*k + r.slot
 		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])

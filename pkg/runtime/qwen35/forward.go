@@ -33,6 +33,7 @@ type workspace struct {
 	attn      attnScratch
 	ffn       ffnScratch
 	final     []float32
+	prof      *StepProfile // the state's profile during a decode step, else nil
 }
 
 // Forward feeds ids to the sequence st. When logits is non-nil it receives
@@ -112,9 +113,12 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	st.observe(TapEmbeddings, -1, x)
 	m.ropeTables(ws, st.pos, T)
 
+	ws.setProfile(st.profile, T)
+	ws.prof.begin()
 	for l := range m.layers {
 		ly := &m.layers[l]
 		rmsNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
+		ws.prof.mark(PhaseNorms, 0)
 		switch ly.kind {
 		case LinearAttention:
 			m.gdnMixer(ly.gdn, &st.layers[l], &ws.gdn, u, mix, T)
@@ -123,6 +127,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		}
 		addTo(x, mix)
 		rmsNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
+		ws.prof.mark(PhaseNorms, 0)
 		if ly.moe != nil {
 			if err := m.moeBlock(l, ly.moe, &ws.ffn, u, mix, T); err != nil {
 				return err
@@ -131,6 +136,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 			m.denseMLP(ly.mlp, &ws.ffn, u, mix, T)
 		}
 		addTo(x, mix)
+		ws.prof.mark(PhaseNorms, 0)
 		st.observe(TapLayer, l, x)
 	}
 
@@ -149,9 +155,19 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	}
 	if out != nil {
 		m.matmul(out, m.lmHead, final, rows)
+		ws.prof.mark(PhaseLMHead, matrixBytes(m.lmHead))
 	}
 	st.pos += T
 	return nil
+}
+
+// setProfile hands p to every part of a T-token Forward when T is 1 (a
+// decode step), and nil otherwise.
+func (ws *workspace) setProfile(p *StepProfile, T int) {
+	if T != 1 {
+		p = nil
+	}
+	ws.prof, ws.gdn.prof, ws.attn.prof, ws.ffn.prof = p, p, p, p
 }
 
 func (st *State) observe(p TapPoint, layer int, hidden []float32) {

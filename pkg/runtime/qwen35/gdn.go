@@ -14,6 +14,7 @@ type gdnScratch struct {
 	b, a    []float32 // [T, Hv]
 	o       []float32 // gated-normed outputs [T, Hv·Dv]
 	workers []gdnWorker
+	prof    *StepProfile
 }
 
 // gdnWorker is one thread's scratch for the recurrence.
@@ -32,16 +33,20 @@ func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out [
 	b := grow(&sc.b, T*Hv)
 	a := grow(&sc.a, T*Hv)
 	m.matmulMulti([][]float32{proj, z, b, a}, []*kernels.Matrix{w.qkv, w.z, w.b, w.a}, u, T)
+	sc.prof.mark(PhaseGDNProjections, matrixBytes(w.qkv, w.z, w.b, w.a))
 
 	conv := grow(&sc.conv, T*C)
 	m.causalConv(w.conv, ls.conv, proj, conv, T)
+	sc.prof.mark(PhaseGDNConv, int64(4*(len(ls.conv)+len(w.conv))))
 
 	o := grow(&sc.o, T*vd)
 	sc.workers = workerSlots(sc.workers, m.pool.Threads())
 	m.parallelHeads(Hv, func(worker, lo, hi int) {
 		m.gdnHeads(w, ls, &sc.workers[worker], conv, z, a, b, o, T, lo, hi)
 	})
+	sc.prof.mark(PhaseGDNHeads, int64(4*len(ls.rec)))
 	m.matmul(out, w.out, o, T)
+	sc.prof.mark(PhaseGDNOut, matrixBytes(w.out))
 }
 
 // gdnHeads runs the gated delta rule and the gated norm for value heads

@@ -27,6 +27,7 @@ type State struct {
 	layers     []layerState
 	failed     error // set when a Forward failed half-way; the state is then inconsistent
 	tap        Tap
+	profile    *StepProfile // decode steps' phase times, or nil
 	ws         workspace
 }
 
