@@ -164,6 +164,14 @@ group() { # group PROFILE: "| group | share |" rows, largest first
     awk -F'|' '$2 == "TOTAL" { next } { rows[++n] = $0; tot += $1 } END { for (i = 1; i <= n; i++) { split(rows[i], f, "|"); printf "| %s | %.1f%% |\n", f[2], 100*f[1]/tot } }'
 }
 profile_rows=$(group "$out/decode.prof")
+
+# Decode step by phase (nvmai-run bench's StepProfile) of the largest all-cached 2-thread run.
+phase_layers=12
+[[ " $cached_layers " == *" 40 "* ]] && phase_layers=40
+phase_line=${cached[$phase_layers,2]}
+phase_rows=$(kv phases "$phase_line" | tr ',' '\n' | awk -F: -v m="$(kv mem2_gbs "$phase_line")" '
+  { rate = ($3 > 0) ? sprintf("%.1f GB/s", $3) : "–"; ratio = ($3 > 0 && m > 0) ? sprintf("%.0f%%", 100*$3/m) : "–"
+    printf "| %s | %.1f%% | %s | %s |\n", $1, $2, rate, ratio }')
 go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-profile.txt" 2>/dev/null || true
 
 {
@@ -204,6 +212,14 @@ go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-
     echo "|---|---|---|---|---|---|---|"
     echo "$prefill_row"
   fi
+  echo
+  echo "**A decode step by phase** ($phase_layers layers, all cached, 2 threads; wall time between phase marks over"
+  echo "every prompt's steps, and the rate each phase reads its weights or sequence state at, against the fresh"
+  echo "512 MiB read of the same run; \`nvmai-run bench\` prints this table):"
+  echo
+  echo "| phase | share | read rate | of the plain read |"
+  echo "|---|---|---|---|"
+  echo "$phase_rows"
   echo
   echo "**Where a decode step's CPU time goes** (12 layers, all cached, 2 threads; \`--cpuprofile\`, flat samples):"
   echo
