@@ -19,7 +19,7 @@ type attnScratch struct {
 type attnWorker struct {
 	q      []float32 // the normed, rotated queries of one head group [heads, Dh]
 	scores []float32 // their scores, then weights [heads, positions attended]
-	tmp    []float32 // one position's scores or weights [heads]
+	qi     []float32 // the queries interleaved for kernels.AttendScores [heads, Dh]
 }
 
 // attnMixer is docs/qwen35-architecture.md §3.4 for T tokens at positions
@@ -84,7 +84,7 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 				rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n), grow(&sc.tmp, heads))
+			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n), grow(&sc.qi, heads*Dh))
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
@@ -108,25 +108,15 @@ func rotate(x, cos, sin []float32) {
 // attendGroup writes softmax(q·Kᵀ·scale)·V for each query of qs [heads, Dh]
 // over the first n cached tokens of one KV head (at column off of rows of
 // width stride) into o [heads, Dh]. Per head, every sum runs over positions
-// in ascending order; scores is scratch [heads, n], tmp [heads].
-func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale float32, scores, tmp []float32) {
+// in ascending order (kernels.AttendScores, kernels.AttendValues); scores is
+// scratch [heads, n], qi [heads, Dh].
+func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale float32, scores, qi []float32) {
 	heads := len(qs) / Dh
-	for tau := range n {
-		kernels.DotRows(tmp, qs, keys[tau*stride+off:][:Dh])
-		for j, d := range tmp {
-			scores[j*n+tau] = d * scale
-		}
-	}
+	kernels.AttendScores(scores, qs, Dh, keys[off:], stride, n, scale, qi)
 	for j := range heads {
 		softmaxInPlace(scores[j*n : (j+1)*n])
 	}
-	clear(o)
-	for tau := range n {
-		for j := range heads {
-			tmp[j] = scores[j*n+tau]
-		}
-		kernels.AxpyRows(o, tmp, values[tau*stride+off:][:Dh])
-	}
+	kernels.AttendValues(o, scores, Dh, values[off:], stride, n)
 }
 
 // softmaxInPlace replaces x by softmax(x). The denominator is summed in
