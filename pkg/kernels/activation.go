@@ -30,11 +30,31 @@ func SwiGLU(gate, up []float32) { activate(gate, gate, up, actSwiGLU, "SwiGLU") 
 // MulSigmoid sets dst[i] = dst[i]·σ(gate[i]).
 func MulSigmoid(dst, gate []float32) { activate(dst, gate, dst, actMulSigmoid, "MulSigmoid") }
 
+// Exp sets dst[i] = e^(x[i]−shift) on exp32 (a softmax's exponentials,
+// shift its maximum).
+func Exp(dst, x []float32, shift float32) {
+	if len(x) != len(dst) {
+		panic(fmt.Sprintf("kernels.Exp: lengths %d, %d differ", len(dst), len(x)))
+	}
+	if len(dst) == 0 || expAsm(dst, x, shift) {
+		return
+	}
+	expGeneric(dst, x, shift)
+}
+
+// expGeneric is the reference for expAsm.
+func expGeneric(dst, x []float32, shift float32) {
+	for i, v := range x {
+		dst[i] = exp32(v - shift)
+	}
+}
+
 const (
 	actSigmoid = iota
 	actSiLU
 	actSwiGLU
 	actMulSigmoid
+	actExp // the assembly's mode for Exp: y points at the shift
 )
 
 func activate(dst, x, y []float32, mode int, fn string) {

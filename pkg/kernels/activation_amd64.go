@@ -22,3 +22,13 @@ func activateAsm(dst, x, y []float32, mode int) bool {
 	activateAVX512(&dst[0], &x[0], yp, n, mode)
 	return true
 }
+
+func expAsm(dst, x []float32, shift float32) bool {
+	if !useFloatAVX512 {
+		return false
+	}
+	n := len(dst)
+	_, _ = dst[n-1], x[n-1]
+	activateAVX512(&dst[0], &x[0], &shift, n, actExp)
+	return true
+}

@@ -5,6 +5,7 @@
 // func activateAVX512(dst, x, y *float32, n, mode int)
 // activateGeneric, 16 lanes at a time: the same operations in the same order,
 // each rounded on its own (no fused multiply-add), so bit for bit equal.
+// Mode 4 (actExp) is expGeneric, the shift read from y.
 TEXT ·activateAVX512(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -39,6 +40,10 @@ TEXT ·activateAVX512(SB), NOSPLIT, $0-40
 	VPBROADCASTD AX, Z28
 	MOVL $0x7f, AX // bias
 	VPBROADCASTD AX, Z29
+	CMPQ R8, $4
+	JNE lanes
+	VBROADCASTSS (DX), Z15 // the shift
+lanes:
 	MOVQ $-1, AX
 	KMOVW AX, K1 // all 16 lanes until the tail
 loop:
@@ -52,7 +57,13 @@ loop:
 	KMOVW AX, K1 // the last n lanes
 full:
 	VMOVUPS.Z (SI), K1, Z0 // x
+	CMPQ R8, $4
+	JEQ shifted
 	VPXORD Z16, Z0, Z2 // z = -x
+	JMP clamp
+shifted:
+	VSUBPS Z15, Z0, Z2 // z = x - shift
+clamp:
 	// clamp z to [lo, hi]; z is the second source, so a NaN z passes through
 	VMAXPS Z2, Z17, Z2
 	VMINPS Z2, Z18, Z2
@@ -80,6 +91,11 @@ full:
 	VPADDD Z29, Z8, Z8
 	VPSLLD $23, Z8, Z8
 	VMULPS Z8, Z7, Z7 // e^z
+	CMPQ R8, $4
+	JNE sigmoid
+	VMOVAPS Z7, Z9
+	JMP store
+sigmoid:
 	VADDPS Z28, Z7, Z7
 	VDIVPS Z7, Z28, Z9 // s = 1/(1+e^-x)
 	CMPQ R8, $0

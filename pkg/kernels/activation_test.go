@@ -73,6 +73,31 @@ func TestActivationsMatchReference(t *testing.T) {
 }
 
 // TestActivationsInPlace checks dst may alias x, as the callers use it.
+// TestExpMatchesReference: Exp gives expGeneric's bits at every length
+// through 70, for shifts inside and at the edges of the clamp, in place too.
+func TestExpMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, shift := range []float32{0, 1.5, -3, 40, 100, float32(math.Copysign(0, -1))} {
+		for n := 0; n <= 70; n++ {
+			x := activationInputs(rng, n, n%5 == 3)
+			got, want := make([]float32, n), make([]float32, n)
+			Exp(got, x, shift)
+			expGeneric(want, x, shift)
+			for i := range want {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("shift %g, n %d: Exp(%g)[%d] = %g, want %g", shift, n, x[i], i, got[i], want[i])
+				}
+			}
+			Exp(x, x, shift)
+			for i := range want {
+				if !sameBits(x[i], want[i]) {
+					t.Fatalf("shift %g, n %d, in place: [%d] = %g, want %g", shift, n, i, x[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 func TestActivationsInPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	x := activationInputs(rng, 37, false)

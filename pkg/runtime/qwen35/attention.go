@@ -126,10 +126,9 @@ func softmaxInPlace(x []float32) {
 	for _, v := range x {
 		maxV = max(maxV, v)
 	}
+	kernels.Exp(x, x, maxV)
 	var sum float64
-	for i, v := range x {
-		e := exp32(v - maxV)
-		x[i] = e
+	for _, e := range x {
 		sum += float64(e)
 	}
 	inv := float32(1 / sum)
