@@ -37,6 +37,22 @@ asPos4:
 	MOVQ AX, CX
 	IMULQ R11, CX
 	ADDQ R10, CX             // &k_t
+	// Prefetch the key rows t+4…t+7 while t…t+3 are scored: rows sit a KV
+	// row apart, too far for the hardware prefetcher to follow.
+	LEAQ (CX)(R11*4), R9
+	MOVQ $4, BX
+asPfRow:
+	MOVQ steps+24(FP), R13
+	SHLQ $4, R13             // bytes of a key row
+asPfLine:
+	SUBQ $64, R13
+	JL   asPfNext
+	PREFETCHT0 (R9)(R13*1)
+	JMP  asPfLine
+asPfNext:
+	ADDQ R11, R9
+	DECQ BX
+	JNZ  asPfRow
 	XORQ DX, DX              // quad
 asQuad4:
 	VXORPS Z0, Z0, Z0
@@ -227,6 +243,10 @@ avBlock:
 	ADDQ R11, CX
 	MOVQ tile+56(FP), BX
 avPos:
+	PREFETCHT0 0(CX)(R12*8)
+	PREFETCHT0 64(CX)(R12*8)
+	PREFETCHT0 128(CX)(R12*8)
+	PREFETCHT0 192(CX)(R12*8)
 	VMOVUPS 0(CX), Z16
 	VMOVUPS 64(CX), Z17
 	VMOVUPS 128(CX), Z18
