@@ -98,6 +98,14 @@ done
 bin/nvmai-run bench --model "$synth/35b-4bit-l12" --expert-cache-slots 256 --warmup 512 --tokens "$tokens" \
   --cpuprofile "$out/decode.prof" --skip-bandwidth >/dev/null
 
+echo "== decode after a 4000-token prompt (12 layers, all cached, 2 threads): attention over a long context"
+long=$(bench "long-l12-t2" --model "$synth/35b-4bit-l12" --expert-cache-slots 256 --prompt-tokens 4000 --tokens 64 \
+  --threads 2 --skip-bandwidth)
+phase_of() { kv phases "$2" | tr ',' '\n' | awk -F: -v p="$1" '$1 == p { print $2 }'; } # phase_of NAME LINE: its share %
+long_row=$(awk -v d="$(kv decode_tok_s "$long")" -v s="$(kv decode_tok_s "${cached[12,2]}")" -v st="$(kv state_mib_tok "$long")" \
+  -v a="$(phase_of attn_heads "$long")" -v a0="$(phase_of attn_heads "${cached[12,2]}")" -v p="$(kv prefill_tok_s "$long")" \
+  'BEGIN { printf "| 12 layers, all cached, 2 threads | %.1f tok/s | %.2f tok/s (%.0f%% of the %.2f after ~70 tokens) | %.0f MiB | %.1f%% (%.1f%% after ~70 tokens) |\n", p, d, 100*d/s, s, st, a, a0 }')
+
 cached_row() { # cached_row LABEL THREADS LINE
   local t=$2 line=$3
   awk -v label="$1" -v t="$t" -v d="$(kv decode_tok_s "$line")" -v w="$(kv weight_mib_tok "$line")" \
@@ -212,6 +220,13 @@ go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-
     echo "|---|---|---|---|---|---|---|"
     echo "$prefill_row"
   fi
+  echo
+  echo "**Long context** (\`--prompt-tokens 4000 --tokens 64\`: decode after a 4000-token prompt; attention reads"
+  echo "every cached key and value, in the state column, on each step):"
+  echo
+  echo "| install | prefill | decode | state per token | attention's share of a step |"
+  echo "|---|---|---|---|---|"
+  echo "$long_row"
   echo
   echo "**A decode step by phase** ($phase_layers layers, all cached, 2 threads; wall time between phase marks over"
   echo "every prompt's steps, and the rate each phase reads its weights or sequence state at, against the fresh"
