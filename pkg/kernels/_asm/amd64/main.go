@@ -164,9 +164,17 @@ func avx512Kernel(bits int) {
 	emit("MOVL $0x0F0F0F0F, R14")
 	emit("VPBROADCASTD R14, Z31")
 	emit("VMOVDQU32 q16perm<>(SB), Z30")
+	// R15: the prefetch distance in the scale and bias streams, which
+	// advance 32 bytes per block of weights.
+	emit("MOVQ AX, R15")
+	emit("SHRQ $%d, R15", map[int]int{4: 4, 8: 5}[bits])
 	rowLoop(name, bits,
 		func() { emit("VPXORD Z29, Z29, Z29") },
-		func() { avx512Block(bits, false, false) },
+		func() {
+			emit("PREFETCHT0 (R8)(R15*1)")
+			emit("PREFETCHT0 (R9)(R15*1)")
+			avx512Block(bits, false, false)
+		},
 		func() { avx512Block(bits, true, false) },
 		reduceZ29)
 }
