@@ -13,7 +13,7 @@ import (
 // several prefetch distances, alternating them repetition by repetition,
 // and reports each one's median GB/s.
 func BenchmarkPrefetchDistance(b *testing.B) {
-	distances := []int{0, 1024, 4096, 8192, 16384}
+	distances := []int{0, 1024, 4096, 8192, 16384, 24576, 32768}
 	defer func(saved int) { prefetchBytes = saved }(prefetchBytes)
 	for _, enc := range quantEncodings {
 		rng := rand.New(rand.NewPCG(7, 8))

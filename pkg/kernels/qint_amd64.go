@@ -85,10 +85,15 @@ var qRowsActive = func() qRowsFunc {
 }()
 
 // prefetchBytes is how far ahead of the weights being read the kernels
-// prefetch. On the dev box (Zen 5, 72 MiB matrices, alternating runs) 8 KiB
-// beat 1 KiB by 10–35% and tied 16 KiB; see BenchmarkPrefetchDistance. A
-// variable so that benchmark can vary it.
-var prefetchBytes = 8192
+// prefetch. On the dev box (Zen 5) a lone 72 MiB matrix does as well at
+// 8 KiB as at 16–32 KiB (BenchmarkPrefetchDistance; 8 KiB beat 1 KiB by
+// 10–35%), but a decode step of the 40-layer synthetic 35B-A3B, whose 19 GiB
+// of weights are read a few hundred KiB to a few MiB at a time, streams its
+// Q4 products faster at 24 KiB: against lm_head in the same run, the projections
+// went from 0.78–0.83 to 0.89–0.95 of its rate and the routed experts' gate/up
+// from 0.62–0.65 to 0.71–0.78 (nvmai-run bench phases, alternating runs). A
+// variable so the benchmark can vary it.
+var prefetchBytes = 24 << 10
 
 // qTailMasks[r] masks the loads of a partial block of r groups (r = 0 is
 // unused): qword k covers weight bytes [64k, 64k+64) of the block (for Q4,
