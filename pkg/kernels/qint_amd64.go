@@ -32,6 +32,12 @@ func q8RowsAVX2(dst *float32, w, scales, biases *byte, rows, groups int, xq *int
 func q4PairsAVX512(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)
 
 //go:noescape
+func q4RowsAVX512GFNI(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)
+
+//go:noescape
+func q4PairsAVX512GFNI(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)
+
+//go:noescape
 func q8PairsAVX512(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)
 
 //go:noescape
@@ -42,6 +48,7 @@ type asmRowsFunc func(dst *float32, w, scales, biases *byte, rows, groups int, x
 var (
 	hasAVX512     = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
 	hasAVX512VNNI = hasAVX512 && cpu.X86.HasAVX512VNNI
+	hasAVX512GFNI = hasAVX512 && cpu.X86.HasAVX512GFNI
 	hasAVX2       = cpu.X86.HasAVX2
 )
 
@@ -67,6 +74,11 @@ func quantizeTokenAsm(x []float32, groups int, q8, q4 []int8, ds []float32, sumQ
 // qImplementations lists the kernels this CPU runs, best first.
 var qImplementations = func() []qImplementation {
 	var impls []qImplementation
+	if hasAVX512VNNI && hasAVX512GFNI {
+		// The Q4 nibble split in one GF(2) affine instruction; Q8 has none.
+		impls = append(impls, qImplementation{"AVX512VNNI+GFNI", asmRows(asmKernels{
+			q4: q4RowsAVX512GFNI, q8: q8RowsAVX512, q4Pairs: q4PairsAVX512GFNI, q8Pairs: q8PairsAVX512})})
+	}
 	if hasAVX512VNNI {
 		impls = append(impls, qImplementation{"AVX512VNNI", asmRows(asmKernels{
 			q4: q4RowsAVX512, q8: q8RowsAVX512, q4Pairs: q4PairsAVX512, q8Pairs: q8PairsAVX512})})
