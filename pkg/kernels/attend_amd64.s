@@ -11,6 +11,18 @@
 	VADDPS T, Z, Z \
 	VMULPS Z31, Z, Z
 
+// STORE_HEADS writes lane 4r of Z (X its low lane) to row r of the quad's
+// scores, off bytes into the row: rows 0 and 1 at R9 and R9+R12·4, rows 2
+// and 3 at R13 and R13+R12·4.
+#define STORE_HEADS(Z, X, off) \
+	VMOVSS X, off(R9) \
+	VEXTRACTF32X4 $1, Z, X9 \
+	VMOVSS X9, off(R9)(R12*4) \
+	VEXTRACTF32X4 $2, Z, X9 \
+	VMOVSS X9, off(R13) \
+	VEXTRACTF32X4 $3, Z, X9 \
+	VMOVSS X9, off(R13)(R12*4)
+
 // func attendScoresAVX512(scores, qi *float32, quads, steps int, keys *float32, stride, n int, scale float32)
 //
 // AttendScores for 4·quads heads whose queries qi holds as [steps][heads][4]:
@@ -88,41 +100,17 @@ asStep4:
 	HSUM4(Z1, Z9)
 	HSUM4(Z2, Z9)
 	HSUM4(Z3, Z9)
-	// scores[(4·quad+r)·n + t+k] for r = 0…3: rows n floats apart
+	// scores[(4·quad+r)·n + t+k] for r = 0…3: rows n floats (R12·4 bytes) apart
 	MOVQ DX, R9
 	IMULQ R12, R9
 	SHLQ $2, R9
 	ADDQ AX, R9
 	LEAQ (DI)(R9*4), R9
-	VMOVSS X0, 0(R9)
-	VMOVSS X1, 4(R9)
-	VMOVSS X2, 8(R9)
-	VMOVSS X3, 12(R9)
-	VEXTRACTF32X4 $1, Z0, X9
-	VMOVSS X9, 0(R9)(R12*4)
-	VEXTRACTF32X4 $1, Z1, X9
-	VMOVSS X9, 4(R9)(R12*4)
-	VEXTRACTF32X4 $1, Z2, X9
-	VMOVSS X9, 8(R9)(R12*4)
-	VEXTRACTF32X4 $1, Z3, X9
-	VMOVSS X9, 12(R9)(R12*4)
-	VEXTRACTF32X4 $2, Z0, X9
-	VMOVSS X9, 0(R9)(R12*8)
-	VEXTRACTF32X4 $2, Z1, X9
-	VMOVSS X9, 4(R9)(R12*8)
-	VEXTRACTF32X4 $2, Z2, X9
-	VMOVSS X9, 8(R9)(R12*8)
-	VEXTRACTF32X4 $2, Z3, X9
-	VMOVSS X9, 12(R9)(R12*8)
-	LEAQ (R9)(R12*8), R9
-	VEXTRACTF32X4 $3, Z0, X9
-	VMOVSS X9, 0(R9)(R12*4)
-	VEXTRACTF32X4 $3, Z1, X9
-	VMOVSS X9, 4(R9)(R12*4)
-	VEXTRACTF32X4 $3, Z2, X9
-	VMOVSS X9, 8(R9)(R12*4)
-	VEXTRACTF32X4 $3, Z3, X9
-	VMOVSS X9, 12(R9)(R12*4)
+	LEAQ (R9)(R12*8), R13     // rows 2 and 3 of the quad
+	STORE_HEADS(Z0, X0, 0)
+	STORE_HEADS(Z1, X1, 4)
+	STORE_HEADS(Z2, X2, 8)
+	STORE_HEADS(Z3, X3, 12)
 	INCQ DX
 	CMPQ DX, quads+16(FP)
 	JLT  asQuad4
@@ -157,14 +145,8 @@ asStep1:
 	SHLQ $2, R9
 	ADDQ AX, R9
 	LEAQ (DI)(R9*4), R9
-	VMOVSS X0, 0(R9)
-	VEXTRACTF32X4 $1, Z0, X9
-	VMOVSS X9, (R9)(R12*4)
-	VEXTRACTF32X4 $2, Z0, X9
-	VMOVSS X9, (R9)(R12*8)
-	LEAQ (R9)(R12*8), R9
-	VEXTRACTF32X4 $3, Z0, X9
-	VMOVSS X9, (R9)(R12*4)
+	LEAQ (R9)(R12*8), R13
+	STORE_HEADS(Z0, X0, 0)
 	INCQ DX
 	CMPQ DX, quads+16(FP)
 	JLT  asQuad1
