@@ -35,7 +35,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	k := grow(&sc.k, T*kvd)
 	v := grow(&sc.v, T*kvd)
 	m.matmulMulti([][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
-	sc.prof.mark(PhaseAttnProjections, matrixBytes(w.q, w.k, w.v))
+	sc.prof.markProducts(PhaseAttnProjections, w.q, w.k, w.v)
 
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
@@ -55,7 +55,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	})
 	sc.prof.mark(PhaseAttnHeads, int64(2*4*(pos0+T)*kvd))
 	m.matmul(out, w.o, o, T)
-	sc.prof.mark(PhaseAttnOut, matrixBytes(w.o))
+	sc.prof.markProducts(PhaseAttnOut, w.o)
 }
 
 // attnHeads computes the gated attention output of query heads [lo, hi)

@@ -70,7 +70,7 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	gates := grow(&sc.sharedGate, T)
 	m.matmulMulti([][]float32{logits, sg, su, gates},
 		[]*kernels.Matrix{w.router, w.shared.gate, w.shared.up, w.sharedGate}, u, T)
-	sc.prof.mark(PhaseRouter, matrixBytes(w.router, w.shared.gate, w.shared.up, w.sharedGate))
+	sc.prof.markProducts(PhaseRouter, w.router, w.shared.gate, w.shared.up, w.sharedGate)
 	if cap(sc.sel) < T*k {
 		sc.sel = make([]int, T*k)
 	}
@@ -96,7 +96,7 @@ func (m *Model) moeBlock(layer int, w *moeWeights, sc *ffnScratch, u, out []floa
 	sc.prof.mark(PhaseExpertWait, 0)
 	if sc.shared.m != nil {
 		m.matmul(out, sc.shared.m, sc.shared.x, T) // out = shared expert output
-		sc.prof.mark(PhaseSharedDown, matrixBytes(sc.shared.m))
+		sc.prof.markProducts(PhaseSharedDown, sc.shared.m)
 		sc.shared = pendingProduct{}
 	}
 	m.combineExperts(sc, gates, weight, routed, out, T)
@@ -297,7 +297,7 @@ func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnS
 	}
 	sc.prof.mark(PhaseExpertWait, 0)
 	m.matmulMulti(sc.groupDsts, sc.groupMats, u[:H], 1)
-	sc.prof.mark(PhaseExpertGateUp, matrixBytes(sc.groupMats...))
+	sc.prof.markProducts(PhaseExpertGateUp, sc.groupMats...)
 	swiglu(gate, up)
 	sc.groupDsts, sc.groupMats, sc.groupIns = sc.groupDsts[:0], sc.groupMats[:0], sc.groupIns[:0]
 	for j, em := range mats {
@@ -312,7 +312,7 @@ func (m *Model) runExpertGroup(layer int, idx []int, mats []ExpertMats, sc *ffnS
 		sc.shared = pendingProduct{}
 	}
 	m.pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
-	sc.prof.mark(PhaseExpertDown, matrixBytes(sc.groupMats...))
+	sc.prof.markProducts(PhaseExpertDown, sc.groupMats...)
 	k := c.ExpertsPerToken
 	for j, i := range idx {
 		r := sc.users[sc.ids[i]][0] // the chunk's one token
@@ -340,11 +340,11 @@ func (m *Model) runExpert(layer, e int, em ExpertMats, sc *ffnScratch, u, routed
 	up := grow(&sc.up, n*I)
 	sc.prof.mark(PhaseExpertWait, 0)
 	m.matmulMulti([][]float32{g, up}, []*kernels.Matrix{em.Gate, em.Up}, xs, n)
-	sc.prof.mark(PhaseExpertGateUp, matrixBytes(em.Gate, em.Up))
+	sc.prof.markProducts(PhaseExpertGateUp, em.Gate, em.Up)
 	swiglu(g, up)
 	ys := grow(&sc.ys, n*H)
 	m.matmul(ys, em.Down, g, n)
-	sc.prof.mark(PhaseExpertDown, matrixBytes(em.Down))
+	sc.prof.markProducts(PhaseExpertDown, em.Down)
 	for j, r := range rs {
 		slot := r.token*k + r.slot
 		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])

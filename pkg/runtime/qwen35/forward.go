@@ -155,7 +155,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	}
 	if out != nil {
 		m.matmul(out, m.lmHead, final, rows)
-		ws.prof.mark(PhaseLMHead, matrixBytes(m.lmHead))
+		ws.prof.markProducts(PhaseLMHead, m.lmHead)
 	}
 	st.pos += T
 	return nil

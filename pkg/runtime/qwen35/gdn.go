@@ -33,7 +33,7 @@ func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out [
 	b := grow(&sc.b, T*Hv)
 	a := grow(&sc.a, T*Hv)
 	m.matmulMulti([][]float32{proj, z, b, a}, []*kernels.Matrix{w.qkv, w.z, w.b, w.a}, u, T)
-	sc.prof.mark(PhaseGDNProjections, matrixBytes(w.qkv, w.z, w.b, w.a))
+	sc.prof.markProducts(PhaseGDNProjections, w.qkv, w.z, w.b, w.a)
 
 	conv := grow(&sc.conv, T*C)
 	m.causalConv(w.conv, ls.conv, proj, conv, T)
@@ -46,7 +46,7 @@ func (m *Model) gdnMixer(w *gdnWeights, ls *layerState, sc *gdnScratch, u, out [
 	})
 	sc.prof.mark(PhaseGDNHeads, int64(4*len(ls.rec)))
 	m.matmul(out, w.out, o, T)
-	sc.prof.mark(PhaseGDNOut, matrixBytes(w.out))
+	sc.prof.markProducts(PhaseGDNOut, w.out)
 }
 
 // gdnHeads runs the gated delta rule and the gated norm for value heads

@@ -74,6 +74,14 @@ func (p *StepProfile) mark(ph StepPhase, bytes int64) {
 	p.last = now
 }
 
+// markProducts is mark with the bytes of the matrices a phase multiplied by,
+// counted only when profiling.
+func (p *StepProfile) markProducts(ph StepPhase, ms ...*kernels.Matrix) {
+	if p != nil {
+		p.mark(ph, matrixBytes(ms...))
+	}
+}
+
 // matrixBytes is what a product reads of its matrices.
 func matrixBytes(ms ...*kernels.Matrix) int64 {
 	var n int64
