@@ -23,7 +23,9 @@ func benchCommand() *cli.Command {
 code) in a fresh session and reports per prompt prefill and decode tok/s, the decode's expert-cache
 hit rate, bytes read from disk per token and peak RSS, then the median across prompts. It also
 measures, in the same process, the plain memory-read rate (1 … --threads goroutines summing a
-512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.`,
+512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.
+Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
+lm_head …): each phase's share of a step and the rate it reads its weights or state at.`,
 		Flags: append(benchModelFlags(),
 			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt"},
 			&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"},
