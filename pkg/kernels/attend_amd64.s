@@ -170,6 +170,20 @@ asDone:
 	VADDPS Z23, A2, A2 \
 	VADDPS Z24, A3, A3
 
+// ROW_LOAD and ROW_STORE move one head's 64-column block (four registers)
+// between memory at addr and A0–A3.
+#define ROW_LOAD(addr, A0, A1, A2, A3) \
+	VMOVUPS 0 addr, A0 \
+	VMOVUPS 64 addr, A1 \
+	VMOVUPS 128 addr, A2 \
+	VMOVUPS 192 addr, A3
+
+#define ROW_STORE(addr, A0, A1, A2, A3) \
+	VMOVUPS A0, 0 addr \
+	VMOVUPS A1, 64 addr \
+	VMOVUPS A2, 128 addr \
+	VMOVUPS A3, 192 addr
+
 // func attendValuesAVX512(o, w *float32, quads, blocks, wStride int, values *float32, stride, tile int)
 //
 // One tile of AttendValues: for every four heads and every block of 64
@@ -198,22 +212,10 @@ avBlock:
 	SHLQ $8, R14
 	ADDQ R14, AX
 	LEAQ (AX)(R13*2), R14    // row 2; row 3 at +R13
-	VMOVUPS 0(AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	VMOVUPS 0(AX)(R13*1), Z4
-	VMOVUPS 64(AX)(R13*1), Z5
-	VMOVUPS 128(AX)(R13*1), Z6
-	VMOVUPS 192(AX)(R13*1), Z7
-	VMOVUPS 0(R14), Z8
-	VMOVUPS 64(R14), Z9
-	VMOVUPS 128(R14), Z10
-	VMOVUPS 192(R14), Z11
-	VMOVUPS 0(R14)(R13*1), Z12
-	VMOVUPS 64(R14)(R13*1), Z13
-	VMOVUPS 128(R14)(R13*1), Z14
-	VMOVUPS 192(R14)(R13*1), Z15
+	ROW_LOAD((AX), Z0, Z1, Z2, Z3)
+	ROW_LOAD((AX)(R13*1), Z4, Z5, Z6, Z7)
+	ROW_LOAD((R14), Z8, Z9, Z10, Z11)
+	ROW_LOAD((R14)(R13*1), Z12, Z13, Z14, Z15)
 	// DX = &w[4·quad][0], R15 = &w[4·quad+2][0]; CX = &values[0][64·block]
 	MOVQ R8, DX
 	IMULQ R10, DX
@@ -242,22 +244,10 @@ avPos:
 	ADDQ $4, R15
 	DECQ BX
 	JNZ  avPos
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, 0(AX)(R13*1)
-	VMOVUPS Z5, 64(AX)(R13*1)
-	VMOVUPS Z6, 128(AX)(R13*1)
-	VMOVUPS Z7, 192(AX)(R13*1)
-	VMOVUPS Z8, 0(R14)
-	VMOVUPS Z9, 64(R14)
-	VMOVUPS Z10, 128(R14)
-	VMOVUPS Z11, 192(R14)
-	VMOVUPS Z12, 0(R14)(R13*1)
-	VMOVUPS Z13, 64(R14)(R13*1)
-	VMOVUPS Z14, 128(R14)(R13*1)
-	VMOVUPS Z15, 192(R14)(R13*1)
+	ROW_STORE((AX), Z0, Z1, Z2, Z3)
+	ROW_STORE((AX)(R13*1), Z4, Z5, Z6, Z7)
+	ROW_STORE((R14), Z8, Z9, Z10, Z11)
+	ROW_STORE((R14)(R13*1), Z12, Z13, Z14, Z15)
 	INCQ R9
 	CMPQ R9, blocks+24(FP)
 	JLT  avBlock
