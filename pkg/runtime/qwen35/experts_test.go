@@ -163,16 +163,24 @@ func (v *visitingExperts) Visit(layer int, ids []int, fn func(int, ExpertMats) e
 	return nil
 }
 
+// expertFixture is the tiny MoE fixture's directory, its first reference
+// prompt, and the logits of a full prefill of it through the plain Acquire
+// path: what every other way of handing experts over must reproduce.
+func expertFixture(t *testing.T) (dir string, ref refPrompt, want []float32) {
+	t.Helper()
+	fx := fixturesDir(t)
+	dir = filepath.Join(fx, "tiny-moe-fused")
+	ref = loadRefs(t, filepath.Join(fx, fixtureModels[0].refs))[0]
+	plain, _ := fixtureModels[0].open(t, nil)
+	want, _ = prefill(t, plain, StateOptions{}, ref.IDs, []int{len(ref.IDs)})
+	return dir, ref, want
+}
+
 // TestExpertVisitor checks that Experts implementing Visit are used through
 // it, that the arrival order changes no bit, and that a Visit breaking its
 // contract is caught.
 func TestExpertVisitor(t *testing.T) {
-	fx := fixturesDir(t)
-	dir := filepath.Join(fx, "tiny-moe-fused")
-	ref := loadRefs(t, filepath.Join(fx, fixtureModels[0].refs))[0]
-	plain, _ := fixtureModels[0].open(t, nil)
-	want, _ := prefill(t, plain, StateOptions{}, ref.IDs, []int{len(ref.IDs)})
-
+	dir, ref, want := expertFixture(t)
 	sw := loadSnapshot(t, dir)
 	ve := &visitingExperts{snapshotWeights: sw}
 	m, err := New(fixtureConfig(t, dir), sw, ve, nil)
@@ -252,11 +260,7 @@ func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, 
 // experts, one pool job per projection, on 1 to 3 threads) gives bitwise
 // the logits of the plain Acquire path.
 func TestExpertGroupVisitor(t *testing.T) {
-	fx := fixturesDir(t)
-	dir := filepath.Join(fx, "tiny-moe-fused")
-	ref := loadRefs(t, filepath.Join(fx, fixtureModels[0].refs))[0]
-	plain, _ := fixtureModels[0].open(t, nil)
-	want, _ := prefill(t, plain, StateOptions{}, ref.IDs, []int{len(ref.IDs)})
+	dir, ref, want := expertFixture(t)
 	sw := loadSnapshot(t, dir)
 	for _, threads := range []int{1, 2, 3} {
 		pool := kernels.NewPool(threads)
