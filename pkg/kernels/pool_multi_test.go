@@ -14,11 +14,7 @@ func TestMatMulFastMultiIsBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	encs := [][]Encoding{{Q4, Q4}, {Q4, Q8, BF16, Q4}, {BF16}, {Q8, F32}}
 	for _, threads := range []int{0, 1, 2, 3, 7} {
-		var p *Pool
-		if threads > 0 {
-			p = NewPool(threads)
-			p.minWork, p.minWorkQ = 0, 0
-		}
+		p := splittingPool(threads)
 		for _, set := range encs {
 			for _, rows := range []int{1, 9, 64, 301} {
 				for _, n := range []int{1, 3} {
@@ -50,11 +46,7 @@ func TestMatVecFastEachIsBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(53, 54))
 	encs := [][]Encoding{{Q4, Q4, Q4}, {Q4, Q8}, {Q4, BF16}, {Q8}}
 	for _, threads := range []int{0, 1, 2, 3, 7} {
-		var p *Pool
-		if threads > 0 {
-			p = NewPool(threads)
-			p.minWork, p.minWorkQ = 0, 0
-		}
+		p := splittingPool(threads)
 		for _, set := range encs {
 			for _, shape := range [][2]int{{1, 64}, {9, 512}, {301, 192}, {64, 2048}} {
 				var ms []*Matrix

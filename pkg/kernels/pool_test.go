@@ -85,13 +85,23 @@ func TestPoolConcurrentCallers(t *testing.T) {
 	wg.Wait()
 }
 
+// splittingPool is a pool of threads that splits even the tiniest product
+// (nil for 0 threads: the package functions on the caller).
+func splittingPool(threads int) *Pool {
+	if threads == 0 {
+		return nil
+	}
+	p := NewPool(threads)
+	p.minWork, p.minWorkQ = 0, 0
+	return p
+}
+
 // TestPoolFastIsBitwiseSingleThreaded: the Fast and Q entry points give the
 // single-threaded bits for any thread count, encoding and row split.
 func TestPoolFastIsBitwiseSingleThreaded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	for _, threads := range []int{1, 2, 3, 7} {
-		p := NewPool(threads)
-		p.minWork, p.minWorkQ = 0, 0
+		p := splittingPool(threads)
 		for _, enc := range allEncodings {
 			for _, rows := range []int{1, 2, 3, 7, 17, 64} {
 				m := randomMatrix(t, rng, enc, rows, 192)
