@@ -137,11 +137,15 @@ if [ "$full" = 1 ]; then
   echo "== the full 40-layer install under an 8 GiB expert budget"
   ensure 40 "$synth/35b-4bit"
   for t in 1 2; do
-    line=$(bench "full-8G-t$t" --model "$synth/35b-4bit" --ram-budget 8G --tokens "$tokens" --threads "$t")
-    full_rows+=$(awk -v t="$t" -v d="$(kv decode_tok_s "$line")" -v h="$(kv hit "$line")" -v r="$(kv read_mib_tok "$line")" \
-      -v rr="$(kv read_gbs "$line")" -v disk="$(kv disk_gbs "$line")" -v b="$(kv disk_bound "$line")" -v s="$(kv slots "$line")" \
-      -v io="$(kv io "$line")" -v w="$(kv io_wait_ms "$line")" -v rss="$(kv peak_rss_gib "$line")" \
-      'BEGIN { printf "| 40 layers, 8 GiB (%d of 256 slots) | %d | %.2f | %.1f%% | %.0f MiB | %.2f GB/s | %.2f GB/s (%s) | %.0f ms | **%.2f** | %.2f GiB |\n", s, t, d, 100*h, r, rr, disk, io, w, b, rss }')$'\n'
+    for pf in 0 4; do # read-ahead off, then the default
+      line=$(bench "full-8G-t$t-prefetch$pf" --model "$synth/35b-4bit" --ram-budget 8G --tokens "$tokens" --threads "$t" --prefetch "$pf")
+      full_rows+=$(awk -v t="$t" -v d="$(kv decode_tok_s "$line")" -v h="$(kv hit "$line")" -v r="$(kv read_mib_tok "$line")" \
+        -v rr="$(kv read_gbs "$line")" -v disk="$(kv disk_gbs "$line")" -v b="$(kv disk_bound "$line")" -v s="$(kv slots "$line")" \
+        -v io="$(kv io "$line")" -v w="$(kv io_wait_ms "$line")" -v rss="$(kv peak_rss_gib "$line")" \
+        -v pf="$(kv prefetch "$line")" -v g="$(kv guesses_tok "$line")" -v gu="$(kv guesses_used "$line")" \
+        'BEGIN { ra = pf > 0 ? sprintf("%d: %.0f/token, %.0f%% used", pf, g, 100*gu) : "off"
+          printf "| 40 layers, 8 GiB (%d of 256 slots) | %d | %s | %.2f | %.1f%% | %.0f MiB | %.2f GB/s | %.2f GB/s (%s) | %.0f ms | **%.2f** | %.2f GiB |\n", s, t, ra, d, 100*h, r, rr, disk, io, w, b, rss }')$'\n'
+    done
   done
   line=$(bench "prefill-512" --model "$synth/35b-4bit" --ram-budget 8G --prompt-tokens 512 --tokens 2 \
     --prefill-cpuprofile "$out/prefill.prof")
@@ -207,11 +211,12 @@ go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-
   printf '%s' "$cached_rows"
   if [ "$full" = 1 ]; then
     echo
-    echo "**Decode, full 40-layer install, \`--ram-budget 8G\`** (bound = misses × stride ÷ raw read rate per token,"
-    echo "over the measured time per token: 1 would be disk-bound):"
+    echo "**Decode, full 40-layer install, \`--ram-budget 8G\`**, read-ahead (\`--prefetch\`) off and on (hit rate counts"
+    echo "guessed experts that were then used; read/token includes the guesses; read rate is the demand reads' rate while"
+    echo "in flight; bound = bytes read per token ÷ raw read rate, over the measured time per token: 1 would be disk-bound):"
     echo
-    echo "| install | threads | decode tok/s | hit rate | read/token | read rate | raw reads | I/O wait/token | disk bound | peak RSS |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| install | threads | read-ahead | decode tok/s | hit rate | read/token | read rate | raw reads | I/O wait/token | disk bound | peak RSS |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s' "$full_rows"
     echo
     echo "**Prefill** (\`--prompt-tokens 512\`; disk time = bytes read ÷ raw read rate):"

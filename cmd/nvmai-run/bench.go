@@ -43,7 +43,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 // benchModelFlags are the model and cache flags of modelFlags; sampling and
 // length flags make no sense for a fixed benchmark.
 func benchModelFlags() []cli.Flag {
-	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true}
+	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true}
 	var out []cli.Flag
 	for _, f := range modelFlags() {
 		if keep[f.Names()[0]] {
@@ -91,9 +91,9 @@ func benchAction(c *cli.Context) error {
 }
 
 func printBench(w io.Writer, r *runtime.BenchReport) {
-	fmt.Fprintf(w, "engine %s | %s (%s), %d layers, %d-bit | budget %s (%d/%d slots per layer, %s I/O × %d) | threads %d | %s\n",
+	fmt.Fprintf(w, "engine %s | %s (%s), %d layers, %d-bit | budget %s (%d/%d slots per layer, %s I/O × %d, read-ahead %d) | threads %d | %s\n",
 		r.Engine, r.Model, r.ModelID, r.Layers, r.Width, expertcache.FormatSize(r.BudgetBytes), r.SlotsPerLayer, r.Experts,
-		r.IOMode, r.IOThreads, r.Threads, r.CPU)
+		r.IOMode, r.IOThreads, r.Prefetch, r.Threads, r.CPU)
 	fmt.Fprintf(w, "%-9s %6s %5s %9s %9s %6s %10s %9s %8s %9s | %7s %9s %8s\n",
 		"prompt", "tokens", "gen", "prefill/s", "decode/s", "hit", "read/tok", "read/s", "io wait", "peak RSS",
 		"pf hit", "pf read", "pf wait")
@@ -103,6 +103,9 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			expertcache.FormatSize(int64(run.BytesPerToken)), expertcache.FormatSize(int64(run.ReadRate)),
 			1e3*run.IOWaitPerTok, expertcache.FormatSize(run.PeakRSS),
 			100*run.PrefillHitRate, expertcache.FormatSize(run.PrefillBytesRead), run.PrefillIOWait)
+	}
+	if m := r.Median; m.GuessesPerToken > 0 {
+		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}
 	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
 	if r.HugePageBytes >= 0 {
@@ -168,5 +171,5 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	for _, p := range r.Phases {
 		phases = append(phases, fmt.Sprintf("%s:%.1f:%.1f", p.Name, 100*p.Share, p.Rate/1e9))
 	}
-	fmt.Fprintf(w, " phases=%s\n", strings.Join(phases, ","))
+	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f phases=%s\n", r.Prefetch, m.GuessesPerToken, m.GuessesUsed, strings.Join(phases, ","))
 }

@@ -32,8 +32,17 @@ func loadEngine(c *cli.Context) (*runtime.Engine, error) {
 		budget = b
 	}
 	return runtime.Load(c.String("model"), runtime.Options{Threads: c.Int("threads"), Experts: runtime.ExpertOptions{
-		Budget: budget, Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"),
+		Budget: budget, Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c),
 	}})
+}
+
+// prefetchFlag maps --prefetch (0 turns it off) onto ExpertOptions.Prefetch
+// (0 is the default there).
+func prefetchFlag(c *cli.Context) int {
+	if c.IsSet("prefetch") && c.Int("prefetch") <= 0 {
+		return -1
+	}
+	return c.Int("prefetch")
 }
 
 // generateOptions builds sampling and stopping from the flags over the
@@ -166,6 +175,10 @@ func printStats(res *runtime.Result) {
 		fmt.Fprintf(os.Stderr, "experts: %d hits, %d misses (hit rate %.1f%%), %s read at %s/s, %.2fs waiting on I/O | %d slots/layer, budget %s, %s I/O × %d\n",
 			x.Hits, x.Misses, 100*x.HitRate, expertcache.FormatSize(x.BytesRead), expertcache.FormatSize(int64(x.ReadRate)),
 			x.WaitSeconds, x.SlotsPerLayer, expertcache.FormatSize(x.BudgetBytes), x.IOMode, x.IOThreads)
+		if x.Prefetched > 0 {
+			fmt.Fprintf(os.Stderr, "experts read ahead on a guess: %d (%s), %d of them then used (counted as hits)\n",
+				x.Prefetched, expertcache.FormatSize(x.PrefetchBytes), x.PrefetchHits)
+		}
 	}
 	fmt.Fprintf(os.Stderr, "peak RSS: %s\n", expertcache.FormatSize(res.PeakRSS))
 }

@@ -49,6 +49,7 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "ram-budget", Usage: "memory for cached experts, e.g. 8G or 512M (binary units)", DefaultText: "8G, at most half the RAM"},
 		&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer (overrides --ram-budget)"},
 		&cli.IntFlag{Name: "io-threads", Usage: "parallel expert reads", DefaultText: "4"},
+		&cli.IntFlag{Name: "prefetch", Usage: "experts per layer to predict and read ahead while decoding (at most top_k); 0 = off. Only when the cache cannot hold every expert", DefaultText: "4"},
 		&cli.BoolFlag{Name: "stats", Usage: "print expert-cache hits, misses, bytes read, read rate, I/O wait and peak RSS to stderr"},
 	}
 }

@@ -40,6 +40,10 @@ type Options struct {
 	IO IOMode
 	// Policy picks eviction victims; the zero value is PolicyDefault.
 	Policy Policy
+	// Prefetch is how many experts per layer the model predicts and the
+	// cache reads ahead (see Prefetch): 0 means DefaultPrefetch, a negative
+	// value turns prediction off.
+	Prefetch int
 }
 
 // Cache is the bounded expert slot cache of one install. It implements
@@ -53,7 +57,8 @@ type Cache struct {
 	mode     IOMode
 	policy   Policy
 	layers   []*layerCache
-	reqs     chan readReq
+	reqs     chan readReq // demand reads
+	spec     chan readReq // speculative reads, served when no demand waits
 	done     chan readDone
 	readers  sync.WaitGroup
 	busy     atomic.Bool
@@ -67,6 +72,12 @@ type Cache struct {
 	groupMats []qwen35.ExpertMats
 	loading   []int // scratch: slot → index in the batch being read, or -1
 
+	topK     int
+	prefetch int           // experts per layer to read ahead; 0: off
+	specMax  int           // speculative reads in flight at most
+	specOut  int           // speculative reads in flight (owner goroutine only)
+	visits   atomic.Uint64 // visits begun; a speculative read names the one it is for
+
 	mu    sync.Mutex // residency and stats: release may run on any goroutine
 	stats Stats
 }
@@ -79,6 +90,9 @@ type layerCache struct {
 	region *hugemem.Region
 	views  []qwen35.ExpertMats
 	res    residency
+	// Per slot: a speculative read is writing into it; it was filled by a
+	// speculative read and not asked for since.
+	spec, prefetched []bool
 }
 
 var (
@@ -86,6 +100,7 @@ var (
 	_ qwen35.AcquireLimiter     = (*Cache)(nil)
 	_ qwen35.ExpertVisitor      = (*Cache)(nil)
 	_ qwen35.ExpertGroupVisitor = (*Cache)(nil)
+	_ qwen35.ExpertPrefetcher   = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already
@@ -118,18 +133,21 @@ func New(dir string, m *packexperts.Manifest, opt Options) (*Cache, error) {
 		return nil, fmt.Errorf("%s: %d slots of %d bytes cannot be addressed", dir, slots, x.Stride)
 	}
 	c := &Cache{dir: dir, stride: x.Stride, experts: x.Count, slots: slots, threads: threads, policy: policy,
-		seen: make([]bool, x.Count), position: make([]int, x.Count), loading: make([]int, slots)}
+		seen: make([]bool, x.Count), position: make([]int, x.Count), loading: make([]int, slots), topK: x.TopK}
+	c.prefetch, c.specMax = prefetchWidth(opt.Prefetch, slots, x.Count, x.TopK)
 	if err := c.open(x, opt.IO); err != nil {
 		c.Close()
 		return nil, err
 	}
-	c.stats = Stats{Mode: c.mode.String(), Policy: policy.String(), SlotsPerLayer: slots, IOThreads: threads,
+	c.stats = Stats{Mode: c.mode.String(), Policy: policy.String(), SlotsPerLayer: slots, IOThreads: threads, PrefetchWidth: c.prefetch,
 		BudgetBytes: int64(slots) * x.Stride * int64(len(x.Layers))}
 	c.reqs = make(chan readReq, slots)
-	c.done = make(chan readDone, slots)
+	c.spec = make(chan readReq, max(c.specMax, 1))
+	// Room for every read that can be in flight, so a reader never blocks.
+	c.done = make(chan readDone, slots+c.specMax)
 	c.readers.Add(threads)
 	for range threads {
-		go func() { defer c.readers.Done(); reader(c.reqs) }()
+		go func() { defer c.readers.Done(); reader(c.reqs, c.spec, &c.visits) }()
 	}
 	return c, nil
 }
@@ -212,6 +230,7 @@ func (lc *layerCache) allocate(slots int, stride int64, parts []packexperts.Tens
 	}
 	lc.region, lc.slab = region, region.Bytes
 	lc.views = make([]qwen35.ExpertMats, slots)
+	lc.spec, lc.prefetched = make([]bool, slots), make([]bool, slots)
 	for s := range slots {
 		if lc.views[s], err = slotMats(lc.slot(s, stride), parts); err != nil {
 			return err
@@ -234,7 +253,7 @@ func (c *Cache) FilledSlots() [][][]byte {
 	out := make([][][]byte, len(c.layers))
 	for l, lc := range c.layers {
 		for s, st := range lc.res.slots {
-			if st.expert >= 0 {
+			if st.expert >= 0 && !lc.spec[s] {
 				out[l] = append(out[l], lc.slot(s, c.stride))
 			}
 		}
@@ -278,6 +297,8 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 		return nil, nil, err
 	}
 	defer c.leave()
+	c.visits.Add(1)
+	c.drainSpec()
 	if len(ids) > c.slots {
 		return nil, nil, fmt.Errorf("expert cache: layer %d: %d experts asked for at once, but the cache holds %d per layer (MaxAcquire); acquire in batches", layer, len(ids), c.slots)
 	}
@@ -340,6 +361,8 @@ func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen
 		return err
 	}
 	defer c.leave()
+	c.visits.Add(1)
+	c.reapSpec()
 	if len(ids) == 0 {
 		return nil
 	}
@@ -375,13 +398,13 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.
 		slotOf[i] = -1
 	}
 	start := c.submit(lc, batch, slotOf, load)
-	outstanding := len(load)
+	outstanding := len(load) + c.awaitSpec(lc, slotOf)
 	var firstErr error
 	defer func() {
 		// Also runs when fn panics: reads still write into the slots, so
 		// wait for them before any slot can be reused.
 		for ; outstanding > 0; outstanding-- {
-			c.landed(lc, c.await(), batch)
+			c.awaitBatch(lc, batch)
 		}
 		for i := range slotOf {
 			if slotOf[i] >= 0 {
@@ -411,10 +434,12 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.
 	call(c.group)
 	var lastEnd time.Time
 	for ; outstanding > 0; outstanding-- {
-		d := c.await()
-		lastEnd = later(lastEnd, d.end)
+		d, err := c.awaitBatch(lc, batch)
+		if !d.spec {
+			lastEnd = later(lastEnd, d.end)
+		}
 		i := c.loading[d.slot]
-		if err := c.landed(lc, d, batch); err != nil {
+		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -443,6 +468,15 @@ func (c *Cache) placeBatch(lc *layerCache, ids []int, slotOf []int) ([]int, erro
 	if err != nil {
 		return nil, fmt.Errorf("expert cache: layer %d: %w; release earlier acquisitions first", lc.index, err)
 	}
+	for _, s := range load {
+		lc.prefetched[s] = false // a guess evicted unused
+	}
+	for _, s := range slotOf {
+		if lc.prefetched[s] {
+			lc.prefetched[s] = false
+			c.stats.PrefetchHits++
+		}
+	}
 	c.stats.Misses += int64(len(load))
 	c.stats.Hits += int64(len(ids) - len(load))
 	return load, nil
@@ -452,7 +486,7 @@ func (c *Cache) placeBatch(lc *layerCache, ids []int, slotOf []int) ([]int, erro
 // which index of ids each slot is being filled for.
 func (c *Cache) submit(lc *layerCache, ids []int, slotOf []int, load []int) time.Time {
 	const toRead = -2
-	for _, s := range slotOf {
+	for s := range c.loading {
 		c.loading[s] = -1
 	}
 	for _, s := range load {
@@ -465,10 +499,14 @@ func (c *Cache) submit(lc *layerCache, ids []int, slotOf []int, load []int) time
 	}
 	start := time.Now()
 	for _, s := range load {
-		e := ids[c.loading[s]]
-		c.reqs <- readReq{fd: lc.fd, mode: c.mode, buf: lc.slot(s, c.stride), off: int64(e) * c.stride, slot: s, done: c.done}
+		c.reqs <- c.readOf(lc, s, ids[c.loading[s]])
 	}
 	return start
+}
+
+// readOf is the demand read filling slot s of lc with expert e.
+func (c *Cache) readOf(lc *layerCache, s, e int) readReq {
+	return readReq{fd: lc.fd, mode: c.mode, buf: lc.slot(s, c.stride), off: int64(e) * c.stride, layer: lc.index, slot: s, done: c.done}
 }
 
 // await waits for one read, counting the time the caller was blocked.
@@ -530,6 +568,7 @@ func (c *Cache) Close() error {
 	c.closed = true
 	if c.reqs != nil {
 		close(c.reqs)
+		close(c.spec)
 		c.readers.Wait()
 	}
 	var first error

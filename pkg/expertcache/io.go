@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -173,26 +174,55 @@ func readFull(fd int, mode IOMode, buf []byte, off int64) error {
 	return nil
 }
 
-// readReq asks a reader to fill one slot.
+// readReq asks a reader to fill one slot of one layer.
 type readReq struct {
-	fd   int
-	mode IOMode
-	buf  []byte
-	off  int64
-	slot int
-	done chan<- readDone
+	fd    int
+	mode  IOMode
+	buf   []byte
+	off   int64
+	layer int
+	slot  int
+	// spec marks a speculative read (Prefetch); it is skipped when a visit
+	// after the one it was for has begun by the time a reader takes it.
+	spec  bool
+	visit uint64
+	done  chan<- readDone
 }
 
 type readDone struct {
-	slot int
-	end  time.Time
-	err  error
+	layer    int
+	slot     int
+	spec     bool
+	canceled bool // a speculative read skipped: the slot holds nothing
+	end      time.Time
+	err      error
 }
 
-// reader serves requests until reqs is closed.
-func reader(reqs <-chan readReq) {
-	for rq := range reqs {
-		err := readFull(rq.fd, rq.mode, rq.buf, rq.off)
-		rq.done <- readDone{slot: rq.slot, end: time.Now(), err: err}
+// reader serves requests until either queue is closed, taking a demand
+// read whenever one waits: speculative reads only use a disk that demand
+// leaves idle. visits is the cache's count of visits begun.
+func reader(demand, spec <-chan readReq, visits *atomic.Uint64) {
+	for {
+		var rq readReq
+		var ok bool
+		select {
+		case rq, ok = <-demand:
+		default:
+			select {
+			case rq, ok = <-demand:
+			case rq, ok = <-spec:
+			}
+		}
+		if !ok {
+			return
+		}
+		d := readDone{layer: rq.layer, slot: rq.slot, spec: rq.spec}
+		if rq.spec && rq.visit < visits.Load() {
+			d.canceled = true
+		} else {
+			d.err = readFull(rq.fd, rq.mode, rq.buf, rq.off)
+		}
+		d.end = time.Now()
+		rq.done <- d
 	}
 }

@@ -226,6 +226,23 @@ func lrfuAdd(old, now float64) float64 {
 	return now + math.Log2(math.Exp2(old-now)+1)
 }
 
+// claim gives expert e (not resident) the policy's victim slot and pins it,
+// for a speculative read: a prediction is not a request, so the policy's
+// counters are left alone until the expert is asked for. It returns -1
+// when every slot is pinned.
+func (r *residency) claim(e int) int {
+	if r.free() == 0 {
+		return -1
+	}
+	s := r.victim()
+	if old := r.slots[s].expert; old >= 0 {
+		r.where[old] = -1
+	}
+	r.slots[s].expert, r.where[e] = int32(e), int32(s)
+	r.slots[s].pins++
+	return s
+}
+
 func (r *residency) unpin(s int) { r.slots[s].pins-- }
 
 // forget empties a slot whose read failed, so its bytes are never served.

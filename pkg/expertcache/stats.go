@@ -2,15 +2,20 @@ package expertcache
 
 // Stats are a cache's counters since New.
 type Stats struct {
-	Hits, Misses  int64   // experts served from a slot / read from disk
-	BytesRead     int64   // bytes read into slots
-	ReadSeconds   float64 // wall time with at least one read of a request in flight
-	WaitSeconds   float64 // time callers spent blocked waiting for reads
-	Mode          string  // resolved read mode: dontcache, direct, dropbehind or buffered
-	Policy        string  // eviction policy
-	SlotsPerLayer int
-	IOThreads     int
-	BudgetBytes   int64 // memory held by slots: slots × stride × layers
+	Hits, Misses int64 // experts served from a slot / read from disk
+	BytesRead    int64 // bytes read into slots, speculative reads included
+	// Speculative reads (Prefetch): issued; asked for while or after they
+	// were read (counted in Hits too); skipped because their visit passed;
+	// bytes read (in BytesRead too).
+	Prefetched, PrefetchHits, PrefetchSkipped, PrefetchBytes int64
+	ReadSeconds                                              float64 // wall time with at least one read of a request in flight
+	WaitSeconds                                              float64 // time callers spent blocked waiting for reads
+	Mode                                                     string  // resolved read mode: dontcache, direct, dropbehind or buffered
+	Policy                                                   string  // eviction policy
+	SlotsPerLayer                                            int
+	IOThreads                                                int
+	PrefetchWidth                                            int   // experts per layer read ahead on a guess; 0: off
+	BudgetBytes                                              int64 // memory held by slots: slots × stride × layers
 }
 
 // HitRate is Hits / (Hits + Misses), or 0 before any request.
@@ -21,13 +26,13 @@ func (s Stats) HitRate() float64 {
 	return float64(s.Hits) / float64(s.Hits+s.Misses)
 }
 
-// ReadRate is the read throughput in bytes per second while reads were in
-// flight, or 0 before any read.
+// ReadRate is the demand reads' throughput in bytes per second while they
+// were in flight, or 0 before any read.
 func (s Stats) ReadRate() float64 {
 	if s.ReadSeconds <= 0 {
 		return 0
 	}
-	return float64(s.BytesRead) / s.ReadSeconds
+	return float64(s.BytesRead-s.PrefetchBytes) / s.ReadSeconds
 }
 
 // Stats returns a snapshot of the counters; it may be called from any

@@ -76,6 +76,10 @@ type BenchRun struct {
 	ReadRate      float64 `json:"read_bytes_per_s"`     // while reads were in flight
 	IOWaitPerTok  float64 `json:"io_wait_s_per_token"`
 	PeakRSS       int64   `json:"peak_rss_bytes"` // of the process so far
+	// Experts read ahead on a guess per decode step, and the share of them
+	// the step then asked for.
+	GuessesPerToken float64 `json:"guesses_per_token"`
+	GuessesUsed     float64 `json:"guesses_used"`
 	// StateBytesPerToken is the sequence state one decode step reads, on
 	// average over the steps: the K and V of every full-attention layer up
 	// to the current position and every Gated DeltaNet layer's conv window
@@ -105,6 +109,7 @@ type BenchReport struct {
 	Experts       int        `json:"experts_per_layer"`
 	IOMode        string     `json:"io_mode"`
 	IOThreads     int        `json:"io_threads"`
+	Prefetch      int        `json:"prefetch"` // experts per layer read ahead on a guess
 	Threads       int        `json:"threads"`
 	CPU           string     `json:"cpu"`
 	Runs          []BenchRun `json:"runs"`
@@ -136,8 +141,9 @@ type BenchReport struct {
 	// with IOThreads readers (bytes/s): the ceiling the expert cache's
 	// misses are read at.
 	DiskRead float64 `json:"disk_read_bytes_per_s,omitempty"`
-	// DiskBound is, at the median, misses × stride ÷ DiskRead per token over
-	// the measured time per token: 1 means decode runs at the disk's limit.
+	// DiskBound is, at the median, the bytes read per token (misses and
+	// speculative reads) ÷ DiskRead over the measured time per token: 1
+	// means decode runs at the disk's limit.
 	DiskBound float64 `json:"disk_bound_ratio,omitempty"`
 	// Phases splits the decode steps of every prompt by what they spend
 	// their time on (qwen35.StepProfile), in the model's order.
@@ -243,7 +249,7 @@ func (e *Engine) benchLabels() *BenchReport {
 	r := &BenchReport{
 		Engine: "nvmai/" + kernels.Implementation(), Model: filepath.Base(e.Install.Dir), ModelID: m.ModelID,
 		Layers: m.Geometry.NumLayers, Width: m.Bits, BudgetBytes: st.BudgetBytes, SlotsPerLayer: st.SlotsPerLayer,
-		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Threads: e.pool.Threads(),
+		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Prefetch: st.PrefetchWidth, Threads: e.pool.Threads(),
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
 	}
 	return r
@@ -352,6 +358,10 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 		run.HitRate, run.Misses, run.BytesPerToken, run.ReadRate = x.HitRate, x.Misses, x.BytesPerToken, x.ReadRate
 		if steps > 0 {
 			run.IOWaitPerTok = x.WaitSeconds / float64(steps)
+			run.GuessesPerToken = float64(x.Prefetched) / float64(steps)
+		}
+		if x.Prefetched > 0 {
+			run.GuessesUsed = float64(x.PrefetchHits) / float64(x.Prefetched)
 		}
 	}
 	return run, nil
@@ -391,17 +401,19 @@ func medianRun(runs []BenchRun) BenchRun {
 		return median(v)
 	}
 	return BenchRun{
-		Prompt:        "median",
-		PromptTokens:  int(med(func(r BenchRun) float64 { return float64(r.PromptTokens) })),
-		Generated:     int(med(func(r BenchRun) float64 { return float64(r.Generated) })),
-		PrefillTokS:   med(func(r BenchRun) float64 { return r.PrefillTokS }),
-		DecodeTokS:    med(func(r BenchRun) float64 { return r.DecodeTokS }),
-		HitRate:       med(func(r BenchRun) float64 { return r.HitRate }),
-		Misses:        int64(med(func(r BenchRun) float64 { return float64(r.Misses) })),
-		BytesPerToken: med(func(r BenchRun) float64 { return r.BytesPerToken }),
-		ReadRate:      med(func(r BenchRun) float64 { return r.ReadRate }),
-		IOWaitPerTok:  med(func(r BenchRun) float64 { return r.IOWaitPerTok }),
-		PeakRSS:       int64(med(func(r BenchRun) float64 { return float64(r.PeakRSS) })),
+		Prompt:          "median",
+		PromptTokens:    int(med(func(r BenchRun) float64 { return float64(r.PromptTokens) })),
+		Generated:       int(med(func(r BenchRun) float64 { return float64(r.Generated) })),
+		PrefillTokS:     med(func(r BenchRun) float64 { return r.PrefillTokS }),
+		DecodeTokS:      med(func(r BenchRun) float64 { return r.DecodeTokS }),
+		HitRate:         med(func(r BenchRun) float64 { return r.HitRate }),
+		Misses:          int64(med(func(r BenchRun) float64 { return float64(r.Misses) })),
+		BytesPerToken:   med(func(r BenchRun) float64 { return r.BytesPerToken }),
+		ReadRate:        med(func(r BenchRun) float64 { return r.ReadRate }),
+		IOWaitPerTok:    med(func(r BenchRun) float64 { return r.IOWaitPerTok }),
+		GuessesPerToken: med(func(r BenchRun) float64 { return r.GuessesPerToken }),
+		GuessesUsed:     med(func(r BenchRun) float64 { return r.GuessesUsed }),
+		PeakRSS:         int64(med(func(r BenchRun) float64 { return float64(r.PeakRSS) })),
 
 		StateBytesPerToken: med(func(r BenchRun) float64 { return r.StateBytesPerToken }),
 

@@ -204,6 +204,11 @@ type ExpertReport struct {
 	BudgetBytes   int64   `json:"budget_bytes"`
 	IOMode        string  `json:"io_mode"`
 	IOThreads     int     `json:"io_threads"`
+	// Experts read ahead on a guess (decode), how many of those were then
+	// asked for, and their bytes (in BytesRead too).
+	Prefetched    int64 `json:"prefetched"`
+	PrefetchHits  int64 `json:"prefetch_hits"`
+	PrefetchBytes int64 `json:"prefetch_bytes"`
 }
 
 func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
@@ -211,12 +216,14 @@ func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
 		Hits: after.Hits - before.Hits, Misses: after.Misses - before.Misses, BytesRead: after.BytesRead - before.BytesRead,
 		ReadSeconds: after.ReadSeconds - before.ReadSeconds, WaitSeconds: after.WaitSeconds - before.WaitSeconds,
 		SlotsPerLayer: after.SlotsPerLayer, BudgetBytes: after.BudgetBytes, IOMode: after.Mode, IOThreads: after.IOThreads,
+		Prefetched: after.Prefetched - before.Prefetched, PrefetchHits: after.PrefetchHits - before.PrefetchHits,
+		PrefetchBytes: after.PrefetchBytes - before.PrefetchBytes,
 	}
 	if n := r.Hits + r.Misses; n > 0 {
 		r.HitRate = float64(r.Hits) / float64(n)
 	}
-	if r.ReadSeconds > 0 {
-		r.ReadRate = float64(r.BytesRead) / r.ReadSeconds
+	if r.ReadSeconds > 0 { // demand reads only: speculative ones overlap compute
+		r.ReadRate = float64(r.BytesRead-r.PrefetchBytes) / r.ReadSeconds
 	}
 	if tokens > 0 {
 		r.BytesPerToken = float64(r.BytesRead) / float64(tokens)

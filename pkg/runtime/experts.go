@@ -19,6 +19,7 @@ type ExpertOptions struct {
 	Budget    int64 // bytes for expert slots, all layers together; 0 = expertcache.DefaultBudget
 	Slots     int   // slots per layer; overrides Budget when positive
 	IOThreads int   // reader goroutines; 0 = expertcache.DefaultIOThreads
+	Prefetch  int   // experts per layer predicted and read ahead in decode; 0 = default, < 0 = off
 }
 
 func openExperts(in *Install, opt ExpertOptions) (*expertcache.Cache, error) {
@@ -26,7 +27,7 @@ func openExperts(in *Install, opt ExpertOptions) (*expertcache.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return expertcache.New(in.Dir, in.Manifest, expertcache.Options{Budget: opt.Budget, Slots: opt.Slots, IOThreads: opt.IOThreads, IO: mode})
+	return expertcache.New(in.Dir, in.Manifest, expertcache.Options{Budget: opt.Budget, Slots: opt.Slots, IOThreads: opt.IOThreads, IO: mode, Prefetch: opt.Prefetch})
 }
 
 // tracedExperts records the routing of decode steps to a trace file; it

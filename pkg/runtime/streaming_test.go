@@ -44,7 +44,8 @@ func sameBits(a, b [][]float32) bool {
 
 // Logits are bitwise identical whatever the expert cache does: one slot per
 // layer beyond top-k (constant eviction), every expert cached, bounded or
-// buffered reads, any number of readers, any prefill chunking.
+// buffered reads, any number of readers, any prefill chunking, experts
+// guessed and read ahead in decode or not.
 func TestExpertStreamingIsBitwiseInvisible(t *testing.T) {
 	refs := loadRefs(t, "tiny-moe.refs.json")
 	prompt := refs[len(refs)-1].IDs
@@ -66,6 +67,9 @@ func TestExpertStreamingIsBitwiseInvisible(t *testing.T) {
 			{"8 readers, 3 threads", Options{Threads: 3, Experts: ExpertOptions{Slots: 7, IOThreads: 8}}, false, 256},
 			{"token-by-token prefill", Options{Threads: 2, Experts: ExpertOptions{Slots: 16}}, false, 1},
 			{"prefill chunks of 7", Options{Threads: 2, Experts: ExpertOptions{Slots: 6}}, false, 7},
+			{"guessing 4 ahead, token by token", Options{Threads: 2, Experts: ExpertOptions{Slots: 8, Prefetch: 4}}, false, 1},
+			{"guessing 1 ahead, 1 reader", Options{Threads: 1, Experts: ExpertOptions{Slots: 9, IOThreads: 1, Prefetch: 1}}, false, 256},
+			{"guessing 4 ahead, buffered reads", Options{Threads: 2, Experts: ExpertOptions{Slots: 10, Prefetch: 4}}, true, 256},
 		} {
 			t.Run(fmt.Sprintf("%dbit/%s", bits, tc.name), func(t *testing.T) {
 				if tc.buffered {

@@ -33,6 +33,7 @@ type workspace struct {
 	attn      attnScratch
 	ffn       ffnScratch
 	final     []float32
+	predict   predictScratch
 	prof      *StepProfile // the state's profile during a decode step, else nil
 }
 
@@ -137,6 +138,9 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		}
 		addTo(x, mix)
 		ws.prof.mark(PhaseNorms, 0)
+		if T == 1 {
+			m.prefetchNext(ws, l+1, x)
+		}
 		st.observe(TapLayer, l, x)
 	}
 

@@ -20,6 +20,7 @@ const (
 	PhaseAttnOut                          // its output product
 	PhaseRouter                           // router, shared expert gate/up and its gate (one job)
 	PhaseRouting                          // softmax and top-k
+	PhasePrefetch                         // predicting the next layer's experts, starting their reads
 	PhaseExpertWait                       // expert cache bookkeeping, reads in flight, output copies
 	PhaseExpertGateUp                     // routed experts' gate and up products
 	PhaseExpertDown                       // routed experts' down products (with the shared expert's, when fused)
@@ -30,7 +31,7 @@ const (
 )
 
 var stepPhaseNames = [NumStepPhases]string{"norms", "gdn_proj", "gdn_conv", "gdn_heads", "gdn_out",
-	"attn_proj", "attn_heads", "attn_out", "router", "routing", "expert_wait", "expert_gateup",
+	"attn_proj", "attn_heads", "attn_out", "router", "routing", "prefetch", "expert_wait", "expert_gateup",
 	"expert_down", "shared_down", "combine", "lm_head"}
 
 func (p StepPhase) String() string {

@@ -59,6 +59,19 @@ type ExpertGroupVisitor interface {
 	VisitGroups(layer int, ids []int, fn func(idx []int, mats []ExpertMats) error) error
 }
 
+// ExpertPrefetcher is implemented by Experts that can start reading
+// experts before they are asked for (a slot cache on disk). In a decode
+// step, as each layer ends, the model applies the next MoE layer's router
+// to the hidden state as it stands (that layer's own router later sees it
+// after attention) and passes the PrefetchWidth best-scoring experts, best
+// first, to Prefetch. Prefetch must return without waiting for I/O and
+// must not change what Acquire or Visit hand over: it only moves reads
+// earlier. A PrefetchWidth of 0 skips the prediction.
+type ExpertPrefetcher interface {
+	PrefetchWidth() int
+	Prefetch(layer int, ids []int)
+}
+
 // ExpertMats are the three matrices of one routed expert.
 type ExpertMats struct{ Gate, Up, Down *kernels.Matrix }
 
