@@ -287,38 +287,61 @@ func TestVisitGroupsHandsResidentExpertsOverTogether(t *testing.T) {
 	}
 }
 
-// A failed read must not leave a slot that claims to hold the expert.
-func TestFailedReadForgetsSlot(t *testing.T) {
+// truncatedLayer is a one-layer install (16 experts, top 2) whose file a
+// test cuts after expert 7 (cut) and puts back (restore); each test runs
+// once per read mode.
+type truncatedLayer struct {
+	m     *packexperts.Manifest
+	files [][]byte
+	path  string
+}
+
+func forEachTruncatedLayer(t *testing.T, opt Options, body func(t *testing.T, c *Cache, tl truncatedLayer)) {
 	dir := t.TempDir()
-	m := syntheticInstall(t, dir, 1, 16, 2, 128, 64)
-	files := expertFiles(t, dir, m)
-	path := filepath.Join(dir, m.Experts.Layers[0].File)
+	tl := truncatedLayer{m: syntheticInstall(t, dir, 1, 16, 2, 128, 64)}
+	tl.files = expertFiles(t, dir, tl.m)
+	tl.path = filepath.Join(dir, tl.m.Experts.Layers[0].File)
 	for _, mode := range []IOMode{IOBounded, IOBuffered} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := newCache(t, dir, m, Options{Slots: 4, IO: mode})
-			if err := os.Truncate(path, 8*m.Experts.Stride); err != nil {
-				t.Fatal(err)
-			}
-			_, _, err := c.Acquire(0, []int{3, 12})
-			if err == nil || !strings.Contains(err.Error(), "expert 12") || !strings.Contains(err.Error(), fmt.Sprint(12*m.Experts.Stride)) {
-				t.Fatalf("read past a truncated file: %v, want an error naming expert 12 and its offset", err)
-			}
-			if err := os.WriteFile(path, files[0], 0o644); err != nil {
-				t.Fatal(err)
-			}
-			misses := c.Stats().Misses
-			mats, release, err := c.Acquire(0, []int{12, 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkMats(t, files, m, 0, 12, mats[0])
-			checkMats(t, files, m, 0, 3, mats[1])
-			release()
-			if got := c.Stats().Misses - misses; got != 1 {
-				t.Fatalf("after the failure expert 12 must be read again and 3 served from its slot: %d misses, want 1", got)
-			}
+			opt.IO = mode
+			body(t, newCache(t, dir, tl.m, opt), tl)
 		})
 	}
+}
+
+func (tl truncatedLayer) cut(t *testing.T) {
+	if err := os.Truncate(tl.path, 8*tl.m.Experts.Stride); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (tl truncatedLayer) restore(t *testing.T) {
+	if err := os.WriteFile(tl.path, tl.files[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failed read must not leave a slot that claims to hold the expert.
+func TestFailedReadForgetsSlot(t *testing.T) {
+	forEachTruncatedLayer(t, Options{Slots: 4}, func(t *testing.T, c *Cache, tl truncatedLayer) {
+		tl.cut(t)
+		_, _, err := c.Acquire(0, []int{3, 12})
+		if err == nil || !strings.Contains(err.Error(), "expert 12") || !strings.Contains(err.Error(), fmt.Sprint(12*tl.m.Experts.Stride)) {
+			t.Fatalf("read past a truncated file: %v, want an error naming expert 12 and its offset", err)
+		}
+		tl.restore(t)
+		misses := c.Stats().Misses
+		mats, release, err := c.Acquire(0, []int{12, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMats(t, tl.files, tl.m, 0, 12, mats[0])
+		checkMats(t, tl.files, tl.m, 0, 3, mats[1])
+		release()
+		if got := c.Stats().Misses - misses; got != 1 {
+			t.Fatalf("after the failure expert 12 must be read again and 3 served from its slot: %d misses, want 1", got)
+		}
+	})
 }
 
 // Stats may be read while the cache works; the reader pool is concurrent.

@@ -3,8 +3,6 @@ package expertcache
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,35 +86,24 @@ func TestPrefetchServesFileBytes(t *testing.T) {
 // A speculative read that fails is never served: the visit reads the
 // expert again and reports that read's error.
 func TestFailedPrefetchIsReadAgain(t *testing.T) {
-	dir := t.TempDir()
-	m := syntheticInstall(t, dir, 1, 16, 2, 128, 64)
-	files := expertFiles(t, dir, m)
-	path := filepath.Join(dir, m.Experts.Layers[0].File)
-	for _, mode := range []IOMode{IOBounded, IOBuffered} {
-		t.Run(mode.String(), func(t *testing.T) {
-			c := newCache(t, dir, m, Options{Slots: 8, IO: mode, Prefetch: 2})
-			if err := os.Truncate(path, 8*m.Experts.Stride); err != nil {
-				t.Fatal(err)
-			}
-			c.Prefetch(0, []int{12, 3})
-			err := c.Visit(0, []int{3, 12}, func(int, qwen35.ExpertMats) error { return nil })
-			if err == nil || !strings.Contains(err.Error(), "expert 12") {
-				t.Fatalf("visit after a failed guess at a truncated file: %v, want an error naming expert 12", err)
-			}
-			if err := os.WriteFile(path, files[0], 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c.Prefetch(0, []int{13, 12})
-			ids := []int{12, 13}
-			err = c.Visit(0, ids, func(i int, em qwen35.ExpertMats) error {
-				checkMats(t, files, m, 0, ids[i], em)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+	forEachTruncatedLayer(t, Options{Slots: 8, Prefetch: 2}, func(t *testing.T, c *Cache, tl truncatedLayer) {
+		tl.cut(t)
+		c.Prefetch(0, []int{12, 3})
+		err := c.Visit(0, []int{3, 12}, func(int, qwen35.ExpertMats) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), "expert 12") {
+			t.Fatalf("visit after a failed guess at a truncated file: %v, want an error naming expert 12", err)
+		}
+		tl.restore(t)
+		c.Prefetch(0, []int{13, 12})
+		ids := []int{12, 13}
+		err = c.Visit(0, ids, func(i int, em qwen35.ExpertMats) error {
+			checkMats(t, tl.files, tl.m, 0, ids[i], em)
+			return nil
 		})
-	}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // A reader skips a speculative read whose visit has begun and passed, and
