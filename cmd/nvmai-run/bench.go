@@ -21,7 +21,8 @@ func benchCommand() *cli.Command {
 		UsageText: "nvmai-run bench --model DIR [--tokens 512] [--prompt-tokens N] [--json] [--cpuprofile FILE]",
 		Description: `Generates --tokens tokens greedily (EOS ignored) from each fixed prompt (counting, prose,
 code) in a fresh session and reports per prompt prefill and decode tok/s, the decode's expert-cache
-hit rate, bytes read from disk per token and peak RSS, then the median across prompts. It also
+hit rate, bytes read from disk per token and peak RSS, then the median across prompts, and how
+many experts per token were read ahead on a guess (--prefetch) and how many of those were used. It also
 measures, in the same process, the plain memory-read rate (1 … --threads goroutines summing a
 512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.
 Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
