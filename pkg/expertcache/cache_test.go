@@ -73,15 +73,7 @@ func readAllTwice(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifes
 	for layer := range x.Layers {
 		order := rng.Perm(x.Count)
 		for start := 0; start < len(order); start += x.TopK {
-			ids := order[start:min(start+x.TopK, len(order))]
-			mats, release, err := c.Acquire(layer, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, e := range ids {
-				checkMats(t, files, m, layer, e, mats[i])
-			}
-			release()
+			acquireChecked(t, c, files, m, layer, order[start:min(start+x.TopK, len(order))])
 		}
 		for start := 0; start < len(order); start += x.TopK {
 			ids := order[start:min(start+x.TopK, len(order))]
@@ -102,6 +94,20 @@ func readAllTwice(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifes
 			}
 		}
 	}
+}
+
+// acquireChecked acquires ids of layer, checks each against the file bytes
+// and releases them.
+func acquireChecked(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifest, layer int, ids []int) {
+	t.Helper()
+	mats, release, err := c.Acquire(layer, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range ids {
+		checkMats(t, files, m, layer, e, mats[i])
+	}
+	release()
 }
 
 // A pinned slot must survive any number of later misses. The held experts

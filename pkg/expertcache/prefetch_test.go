@@ -53,14 +53,7 @@ func TestPrefetchServesFileBytes(t *testing.T) {
 					guess := append(rng.Perm(x.Count)[:x.TopK/2], ids[:x.TopK/2]...)
 					c.Prefetch(layer, guess)
 					if step%5 == 4 {
-						mats, release, err := c.Acquire(layer, ids)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for i, e := range ids {
-							checkMats(t, files, m, layer, e, mats[i])
-						}
-						release()
+						acquireChecked(t, c, files, m, layer, ids)
 						continue
 					}
 					err := c.Visit(layer, ids, func(i int, em qwen35.ExpertMats) error {
