@@ -265,7 +265,7 @@ func (c *Cache) FilledSlots() [][][]byte {
 // can hold (qwen35.AcquireLimiter).
 func (c *Cache) MaxAcquire() int { return c.slots }
 
-// enter claims the cache for one Acquire or Visit.
+// enter claims the cache for one Acquire or Visit and counts it.
 func (c *Cache) enter(layer int, ids []int) (*layerCache, error) {
 	if !c.busy.CompareAndSwap(false, true) {
 		return nil, errors.New("expert cache: Acquire or Visit called while another is running; one cache serves one caller at a time")
@@ -282,6 +282,7 @@ func (c *Cache) enter(layer int, ids []int) (*layerCache, error) {
 		c.busy.Store(false)
 		return nil, err
 	}
+	c.visits.Add(1) // speculative reads for earlier visits are now stale
 	return c.layers[layer], nil
 }
 
@@ -297,7 +298,6 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 		return nil, nil, err
 	}
 	defer c.leave()
-	c.visits.Add(1)
 	c.drainSpec()
 	if len(ids) > c.slots {
 		return nil, nil, fmt.Errorf("expert cache: layer %d: %d experts asked for at once, but the cache holds %d per layer (MaxAcquire); acquire in batches", layer, len(ids), c.slots)
@@ -361,7 +361,6 @@ func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen
 		return err
 	}
 	defer c.leave()
-	c.visits.Add(1)
 	c.reapSpec()
 	if len(ids) == 0 {
 		return nil

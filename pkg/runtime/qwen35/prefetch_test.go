@@ -30,8 +30,7 @@ type predictingExperts struct {
 	width     int
 	guesses   map[int][]int // layer → the latest guess, until that layer asks
 	prefetch  int           // Prefetch calls
-	asked     int           // experts asked for by a layer that had a guess
-	guessed   int           // guessed experts among those
+	guessed   int           // guessed experts a layer then asked for
 	guessRuns int           // layers that asked with a guess pending
 }
 
@@ -47,7 +46,6 @@ func (p *predictingExperts) Acquire(layer int, ids []int) ([]ExpertMats, func(),
 		delete(p.guesses, layer)
 		p.guessRuns++
 		for _, e := range ids {
-			p.asked++
 			if slices.Contains(g, e) {
 				p.guessed++
 			}
