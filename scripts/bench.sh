@@ -18,6 +18,7 @@
 # kernel benchmark and the profile). Every number in the table comes from this run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 
 synth=models/synth tokens=128 full=1 update=0 delete=0
 while [ $# -gt 0 ]; do

@@ -6,6 +6,7 @@
 # Usage: scripts/convert-bench.sh [LAYERS] [WORKDIR]     (defaults: 4, /work/synth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 layers=${1:-4}
 work=${2:-/work/synth}
 snap="$work/hf-35b-l$layers"

@@ -4,6 +4,7 @@
 # and check the generated text against the committed golden baselines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 export PATH="/usr/local/go/bin:$PATH"
 models=${MODELS_DIR:-models}
 prompt=${PROMPT:-"The capital of France is"}

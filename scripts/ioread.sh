@@ -16,6 +16,7 @@
 # shellcheck disable=SC2154 # resident_bytes, kv_bytes, expert_* … come from eval "$(footprint info DIR)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 export PATH="/usr/local/go/bin:$PATH"
 install=${1:-/work/synth/35b-4bit-l4}
 budget=${BUDGET:-64M}

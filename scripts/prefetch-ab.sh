@@ -10,6 +10,7 @@
 # 40-layer synthetic install of scripts/bench.sh under 8G.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 
 model="" budget=8G rounds=3 tokens=64 threads=2
 while [ $# -gt 0 ]; do

@@ -19,6 +19,7 @@
 #        scripts/release.sh [--out DIR] --check-notes FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 export PATH="/usr/local/go/bin:$PATH"
 gopath_bin="$(go env GOPATH)/bin" # where go install puts staticcheck
 export PATH="$gopath_bin:$PATH"
@@ -99,7 +100,8 @@ echo "== clean build (CGO_ENABLED=0) for ${ARCHES[*]}"
 for arch in "${ARCHES[@]}"; do
   mkdir -p "$work/bin-$arch"
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOCACHE="$work/gocache" \
-    go build -trimpath -o "$work/bin-$arch/" ./cmd/...
+    go build -trimpath -ldflags "-X github.com/nvmai/nvmai/pkg/version.Version=$version -X github.com/nvmai/nvmai/pkg/version.Commit=${commit:0:12}" \
+      -o "$work/bin-$arch/" ./cmd/...
   ls "$work/bin-$arch"
 done
 

@@ -4,6 +4,7 @@
 # kernels under qemu user emulation when qemu-aarch64-static is installed (.ci/run installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 echo "== lint gates"; scripts/lint.sh
 echo "== go test -race"; go test -race -count=1 -timeout 20m ./...
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
