@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,10 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
 	"github.com/nvmai/nvmai/pkg/convert"
 )
 
@@ -22,15 +20,8 @@ import (
 // status cliutil.Run would give the process.
 func run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	a := app()
-	var out, errOut bytes.Buffer
-	a.Writer, a.ErrWriter = &out, &errOut
-	a.ExitErrHandler = func(*cli.Context, error) {}
-	err := a.RunContext(context.Background(), append([]string{"nvmai-verify"}, args...))
-	if err != nil {
-		t.Logf("error: %v", err)
-	}
-	return out.String(), cliutil.ExitCode(err)
+	r := clitest.Run(t, app(), args...)
+	return r.Stdout, r.Code
 }
 
 var shared struct {

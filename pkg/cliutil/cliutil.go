@@ -186,9 +186,22 @@ func (p *Progress) Update(done, total int64) {
 	fmt.Fprintf(p.w, "%s: %s of %s (%s)\n", p.desc, Bytes(done), Bytes(total), Rate(float64(done)/max(secs, 1e-9)))
 }
 
-// Finish ends the bar.
+// Finish ends the bar at 100%.
 func (p *Progress) Finish() {
 	if p.bar != nil {
 		p.bar.Finish()
+	}
+}
+
+// End ends the bar: at 100% when the work succeeded, where it stopped
+// otherwise (a failed or interrupted run must not look complete).
+func (p *Progress) End(err error) {
+	if err == nil {
+		p.Finish()
+		return
+	}
+	if p.bar != nil {
+		p.bar.Exit()
+		fmt.Fprintln(os.Stderr)
 	}
 }
