@@ -218,7 +218,7 @@ func lookupFlag(name string, flags []cli.Flag) cli.Flag {
 }
 
 // suggestFlag is the flag name nearest to name by edit distance, when near
-// enough to be a typo (at most 2 edits, and fewer than half the letters).
+// enough to be a typo (at most 2 edits, and at most half the letters).
 func suggestFlag(name string, flags []cli.Flag) string {
 	best, bestDist := "", 3
 	for _, f := range append(flags, cli.HelpFlag) {
@@ -229,7 +229,7 @@ func suggestFlag(name string, flags []cli.Flag) string {
 			if len(n) < 2 {
 				continue
 			}
-			if d := editDistance(name, n); d < bestDist && 2*d < len(n) {
+			if d := editDistance(name, n); d < bestDist && 2*d <= len(n) {
 				best, bestDist = n, d
 			}
 		}
