@@ -109,7 +109,7 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}
-	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
+	fmt.Fprintf(w, "compute pool hand-offs per decode step: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
 	if r.HugePageBytes >= 0 {
 		fmt.Fprintf(w, "huge pages back %s of the process's memory (NVMAI_HUGEPAGES=0 turns them off)\n", cliutil.Bytes(r.HugePageBytes))
 	}
