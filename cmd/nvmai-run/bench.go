@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -63,6 +65,9 @@ func benchAction(c *cli.Context) error {
 		}
 	}
 	r, err := e.Bench(c.Context, opt)
+	if errors.Is(err, context.Canceled) {
+		return &cliutil.InterruptedError{Msg: "interrupted; no report (each prompt's line above is what was measured)"}
+	}
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func TestUsageErrors(t *testing.T) {
 		// L2: mistakes that need the model, still exit 2.
 		{[]string{"--model", m, "--prompt", "hi", "--io-threads", "-1"}, "--io-threads -1 is out of range: use 1 to 64"},
 		{[]string{"--model", m, "--prompt", "hi", "--expert-cache-slots", "1"}, "--expert-cache-slots 1 cannot hold the 4 experts one token routes to; use 4 to 16"},
-		{[]string{"--model", m, "--prompt", "hi", "--ram-budget", "1K"}, "--ram-budget 1K is below this model's minimum of 512.0 KiB"},
+		{[]string{"--model", m, "--prompt", "hi", "--ram-budget", "1K"}, "--ram-budget 1K is below this model's minimum of 512 KiB"},
 		{[]string{"--model", m, "--prompt", ""}, "empty prompt: give --prompt TEXT"},
 		{[]string{"--model", m, "--prompt-file", empty}, "empty prompt: --prompt-file " + empty + " holds no text"},
 		{[]string{"--model", m}, "no prompt: give --prompt TEXT, --prompt-file FILE or --prompt-ids IDS"},

@@ -254,17 +254,3 @@ func TestExclusive(t *testing.T) {
 		}
 	}
 }
-
-func TestBytesAndRate(t *testing.T) {
-	for _, tc := range []struct {
-		n    int64
-		want string
-	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {2936012, "2.8 MiB"}, {3 << 30, "3.0 GiB"}, {20083691929, "18.7 GiB"}, {-2048, "-2.0 KiB"}} {
-		if got := Bytes(tc.n); got != tc.want {
-			t.Errorf("Bytes(%d) = %q, want %q", tc.n, got, tc.want)
-		}
-	}
-	if got := Rate(3.3e9); got != "3.1 GiB/s" {
-		t.Errorf("Rate = %q", got)
-	}
-}
