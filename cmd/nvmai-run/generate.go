@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -194,7 +195,13 @@ func generate(c *cli.Context, e *runtime.Engine, ids []int, opt runtime.Generate
 			out.Flush()
 		}
 	}
-	sess := e.NewSession(sessionOptions(c, e))
+	so := sessionOptions(c, e)
+	modelMax := e.Install.Manifest.Geometry.MaxPositionEmbeddings
+	if limit := cmp.Or(so.MaxContext, modelMax); limit > 0 && len(ids) > limit {
+		return cliutil.Usagef("the prompt has %d tokens, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
+			len(ids), limit, modelMax)
+	}
+	sess := e.NewSession(so)
 	start := time.Now()
 	res, err := sess.Generate(c.Context, ids, opt)
 	interrupted := errors.Is(err, context.Canceled)

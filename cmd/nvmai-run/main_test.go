@@ -86,6 +86,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--model", m, "--prompt", "hi", "--ram-budget", "1K"}, "--ram-budget 1K is below this model's minimum of 512 KiB"},
 		{[]string{"--model", m, "--prompt", ""}, "empty prompt: give --prompt TEXT"},
 		{[]string{"--model", m, "--prompt-file", empty}, "empty prompt: --prompt-file " + empty + " holds no text"},
+		{[]string{"--model", m, "--prompt", "Once upon a", "--max-context", "3"}, "the prompt has 5 tokens, more than the context limit of 3 tokens; shorten the prompt or raise --max-context"},
 		{[]string{"--model", m}, "no prompt: give --prompt TEXT, --prompt-file FILE or --prompt-ids IDS"},
 		// L4: conflicting flags.
 		{[]string{"--model", m, "--system", "x", "--prompt", "hi"}, "--system applies to --chat"},
