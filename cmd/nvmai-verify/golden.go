@@ -35,11 +35,10 @@ Exit status 0 when the gate passes, 1 when it fails, 2 for a bad command line.`,
 			&cli.BoolFlag{Name: "record", Usage: "write a baseline for every target with an install and none recorded yet"},
 			&cli.BoolFlag{Name: "force", Usage: "with --record, replace existing baselines"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
-			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"},
+			cliutil.IntRange(&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"}, 1, cliutil.MaxThreads, ""),
 			&cli.StringFlag{Name: "commit", Value: buildCommit(), Usage: "commit recorded in new baselines (informational)"},
 		},
-		Action:       goldenAction,
-		OnUsageError: usageError,
+		Action: goldenAction,
 	}
 }
 
@@ -69,11 +68,11 @@ func goldenAction(c *cli.Context) error {
 	if targetsPath == "" {
 		targetsPath = filepath.Join(c.String("golden-dir"), verify.TargetsFile)
 	}
+	out := c.App.Writer
 	ts, err := verify.ReadTargets(targetsPath)
 	if err != nil {
-		return err
+		return goldenError(c, err)
 	}
-	out := c.App.Writer
 	opt := verify.GateOptions{
 		ModelsDir: c.String("models-dir"), GoldenDir: c.String("golden-dir"), Targets: ts,
 		Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Commit: c.String("commit"),
@@ -83,10 +82,13 @@ func goldenAction(c *cli.Context) error {
 	}
 	rep, err := verify.Gate(c.Context, opt)
 	if err != nil {
-		return err
+		return goldenError(c, err)
 	}
 	if c.Bool("json") {
-		if err := writeJSON(out, rep); err != nil {
+		if err := writeJSON(out, struct {
+			OK bool `json:"ok"`
+			*verify.GateReport
+		}{rep.OK(), rep}); err != nil {
 			return err
 		}
 	} else {
@@ -96,6 +98,15 @@ func goldenAction(c *cli.Context) error {
 		return cli.Exit("golden gate failed", cliutil.ExitFailure)
 	}
 	return nil
+}
+
+// goldenError prints, with --json, an error object on stdout for a gate
+// that could not run, and returns err.
+func goldenError(c *cli.Context, err error) error {
+	if c.Bool("json") {
+		writeJSON(c.App.Writer, jsonError{Dir: c.String("models-dir"), Error: err.Error()})
+	}
+	return err
 }
 
 // printResult prints one target's line. Release tooling greps the

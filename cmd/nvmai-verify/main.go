@@ -28,24 +28,21 @@ nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--record [
 		Description: `--verify-install re-hashes every payload file of DIR against verified-install.json, checks the
 manifest (ceilings, tensor ranges inside their files, expert files of exactly experts × stride
 bytes), that the tokenizer and configs are present and that no stray file was added. Exit status 0
-when sound, 1 with every problem listed (file, expected, found), 2 for a bad command line.
+when sound, 1 with every problem listed (file, expected, found), 2 for a bad command line, 130
+interrupted. --json prints the report with a top-level "ok" (true or false), or, when no report
+could be made (no such directory), {"ok": false, "error": "…"}.
 --reissue rewrites the receipt, and only after a full check found nothing wrong but the receipt
 itself.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "verify-install", Usage: "install `DIR` to check"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
 			&cli.BoolFlag{Name: "reissue", Usage: "rewrite verified-install.json after a successful full check"},
-			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "files hashed in parallel"},
+			cliutil.IntRange(&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "files hashed in parallel"}, 1, cliutil.MaxThreads, ""),
 		},
-		Commands:     []*cli.Command{goldenCommand()},
-		Action:       verifyInstall,
-		OnUsageError: usageError,
+		Commands: []*cli.Command{goldenCommand()},
+		Action:   verifyInstall,
 	}
 }
-
-// usageError makes flag-parsing mistakes exit with status 2, like every
-// other command-line mistake.
-func usageError(_ *cli.Context, err error, _ bool) error { return cliutil.Usagef("%v", err) }
 
 func verifyInstall(c *cli.Context) error {
 	if c.NArg() > 0 {
@@ -55,12 +52,18 @@ func verifyInstall(c *cli.Context) error {
 		return cliutil.Usagef("nothing to do: give --verify-install DIR, or the golden command (see --help)")
 	}
 	rep, err := verify.Install(c.String("verify-install"), c.Int("threads"), c.Bool("reissue"))
+	out := c.App.Writer
 	if err != nil {
+		if c.Bool("json") {
+			writeJSON(out, jsonError{Dir: c.String("verify-install"), Error: err.Error()})
+		}
 		return err
 	}
-	out := c.App.Writer
 	if c.Bool("json") {
-		if err := writeJSON(out, rep); err != nil {
+		if err := writeJSON(out, struct {
+			OK bool `json:"ok"`
+			*verify.Report
+		}{rep.OK(), rep}); err != nil {
 			return err
 		}
 	} else {
@@ -70,6 +73,14 @@ func verifyInstall(c *cli.Context) error {
 		return cli.Exit("", cliutil.ExitFailure)
 	}
 	return nil
+}
+
+// jsonError is what --json prints on stdout when no report could be made,
+// so a script reading stdout always gets an object with "ok".
+type jsonError struct {
+	OK    bool   `json:"ok"` // always false
+	Dir   string `json:"dir,omitempty"`
+	Error string `json:"error"`
 }
 
 func writeJSON(w io.Writer, v any) error {

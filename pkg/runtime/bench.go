@@ -60,6 +60,9 @@ type BenchOptions struct {
 	// DiskReads is how many random experts the raw read measurement reads
 	// (default 256); negative skips it. Dense models skip it.
 	DiskReads int
+	// OnPrompt, when set, is told as each prompt starts (run nil) and
+	// ends, so a long benchmark can show its progress.
+	OnPrompt func(index, total int, name string, run *BenchRun)
 }
 
 // BenchRun is one prompt's measurement.
@@ -68,7 +71,9 @@ type BenchRun struct {
 	PromptTokens int     `json:"prompt_tokens"`
 	Generated    int     `json:"generated_tokens"`
 	PrefillTokS  float64 `json:"prefill_tok_s"`
-	DecodeTokS   float64 `json:"decode_tok_s"`
+	// DecodeTokS is decode steps per second: Generated tokens take
+	// Generated-1 steps, since the first token comes from the prefill.
+	DecodeTokS float64 `json:"decode_tok_s"`
 	// Decode-only expert cache figures (prefill excluded).
 	HitRate       float64 `json:"hit_rate"`
 	Misses        int64   `json:"misses"`
@@ -213,9 +218,15 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if i == 0 {
 			prof = benchProfiles{prefill: opt.PrefillCPUProfile, decode: opt.CPUProfile}
 		}
+		if opt.OnPrompt != nil {
+			opt.OnPrompt(i, len(opt.Prompts), p.Name, nil)
+		}
 		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps)
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
+		}
+		if opt.OnPrompt != nil {
+			opt.OnPrompt(i, len(opt.Prompts), p.Name, &run)
 		}
 		r.Runs = append(r.Runs, run)
 	}
