@@ -30,6 +30,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 		Flags: append(engineFlags(),
 			cliutil.IntRange(&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt (N tokens are N-1 decode steps: the first comes from the prefill)"}, 2, maxContextCeiling, "2 = one decode step"),
 			cliutil.IntRange(&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"}, 0, maxContextCeiling, ""),
+			&cli.StringFlag{Name: "prompt-ids", Usage: "one prompt of comma-separated token `IDS` instead of the fixed prompts (scripts/vs-llamacpp.sh gives both engines the same ids)"},
 			cliutil.IntRange(&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"}, 0, maxContextCeiling, ""),
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.BoolFlag{Name: "kv", Usage: "print one line of key=value pairs (labels and medians), for scripts"},
@@ -63,6 +64,16 @@ func benchAction(c *cli.Context) error {
 		opt.OnPrompt = func(i, n int, name string, run *runtime.BenchRun) {
 			printBenchProgress(c.App.ErrWriter, i, n, name, run)
 		}
+	}
+	if c.IsSet("prompt-ids") {
+		ids, err := parseIDs(c.String("prompt-ids"))
+		if err != nil {
+			return err
+		}
+		if err := checkIDs(e, ids); err != nil {
+			return err
+		}
+		opt.Prompts = []runtime.BenchPrompt{{Name: "ids", IDs: ids}}
 	}
 	r, err := e.Bench(c.Context, opt)
 	if errors.Is(err, context.Canceled) {

@@ -133,6 +133,16 @@ func parseIDs(s string) ([]int, error) {
 	return ids, nil
 }
 
+// checkIDs refuses token ids outside the model's vocabulary.
+func checkIDs(e *runtime.Engine, ids []int) error {
+	for _, id := range ids {
+		if id >= e.Install.Manifest.Geometry.VocabSize {
+			return cliutil.Usagef("--prompt-ids: %d is outside the vocabulary (%d)", id, e.Install.Manifest.Geometry.VocabSize)
+		}
+	}
+	return nil
+}
+
 func generateAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected argument %q (did you mean --prompt?)", c.Args().First())
@@ -163,10 +173,8 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if id >= e.Install.Manifest.Geometry.VocabSize {
-			return cliutil.Usagef("--prompt-ids: %d is outside the vocabulary (%d)", id, e.Install.Manifest.Geometry.VocabSize)
-		}
+	if err := checkIDs(e, ids); err != nil {
+		return err
 	}
 	var logits *logitsFile
 	if p := c.String("logits-out"); p != "" {

@@ -29,6 +29,7 @@ import (
 type BenchPrompt struct {
 	Name string
 	Text string
+	IDs  []int // when set, the prompt's token ids (Text is then not used)
 }
 
 // BenchPrompts are the benchmark's fixed prompts: a counting, a prose and a
@@ -285,6 +286,9 @@ func (e *Engine) benchWarmup(ctx context.Context, n int) error {
 // benchPromptIDs encodes p; with n > 0 it repeats the text until it gives at
 // least n tokens and keeps the first n.
 func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
+	if p.IDs != nil {
+		return repeatIDs(p.IDs, n), nil
+	}
 	ids := e.Tokenizer.Encode(p.Text)
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("bench prompt %q encodes to no tokens", p.Name)
@@ -298,6 +302,19 @@ func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
 		ids = e.Tokenizer.Encode(text)
 	}
 	return ids[:n], nil
+}
+
+// repeatIDs repeats ids until there are n and keeps the first n (all of
+// them when n ≤ 0).
+func repeatIDs(ids []int, n int) []int {
+	if n <= 0 {
+		return ids
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = ids[i%len(ids)]
+	}
+	return out
 }
 
 // benchProfiles names the CPU profiles one prompt writes ("" for none).
