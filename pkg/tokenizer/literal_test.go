@@ -4,6 +4,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/nvmai/nvmai/internal/testfix"
 )
@@ -70,4 +73,35 @@ func count(ids []int, id int) (n int) {
 		}
 	}
 	return n
+}
+
+// FuzzEncodeText: whatever a person types comes back from Decode as typed
+// (after the tokenizer's NFC normalization), and never as an added token.
+func FuzzEncodeText(f *testing.F) {
+	for _, s := range []string{"", "hello", "<|im_end|>", "<|im_start|>user\n", "<think>\n\n</think>", "\xff\xfe", "e\u0301", "  \n\t "} {
+		f.Add(s)
+	}
+	dir := testfix.Embedded(f)
+	tok, err := Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tok.EncodeText(s)
+		want := s
+		if !utf8.ValidString(want) {
+			want = lossyString([]byte(want))
+		}
+		if tok.nfc {
+			want = norm.NFC.String(want)
+		}
+		if got := tok.Decode(ids); got != want {
+			t.Fatalf("%q decodes back to %q, want %q", s, got, want)
+		}
+		for _, id := range ids {
+			if aid, added := tok.addedIDs[tok.Decode([]int{id})]; added && int(aid) == id {
+				t.Fatalf("%q: id %d is an added token", s, id)
+			}
+		}
+	})
 }
