@@ -3,7 +3,7 @@
 // converter can read them and other tools can reuse them.
 //
 // It is built around the failure modes that corrupt or hang real Hub
-// downloads (see shared/docs/hf-download.md §2.5):
+// downloads (see docs/hf-download.md §2.5):
 //
 //   - Every file is fetched as length-checked Range chunks (64 MiB, 3 in
 //     flight by default) over HTTP/1.1 only. A 200 to a ranged request, a
