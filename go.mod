@@ -5,6 +5,7 @@ go 1.27.0
 toolchain go1.27.3
 
 require (
+	github.com/ardanlabs/jinja v1.12.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/urfave/cli/v2 v2.27.7
