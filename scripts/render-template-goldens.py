@@ -15,12 +15,14 @@ exception's class and message). The Go test TestGoldens compares against
 these byte for byte. Rerun this script after changing cases.json or a
 template:
 
-    python3 scripts/render-template-goldens.py
+    python3 scripts/render-template-goldens.py [--out DIR]
 
-Needs Jinja2 3.1.x (the image has 3.1.6). Files it no longer produces are
+--out writes the goldens under DIR/<model>/ instead (the opt-in Go test
+TestGoldensAreCurrent uses it to check the committed ones). Needs Jinja2 3.1.x (the image has 3.1.6). Files it no longer produces are
 removed from golden/ (they were all written by it).
 """
 
+import argparse
 import datetime
 import json
 import os
@@ -157,6 +159,10 @@ def render(template, specials, case):
 
 
 def main():
+    ap = argparse.ArgumentParser(description="render the chattemplate goldens with Python Jinja2")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "golden",
+                    help="directory for <model>/<case>.txt|.err (default: testdata/golden)")
+    args = ap.parse_args()
     if not jinja2.__version__.startswith("3.1."):
         sys.exit(f"need Jinja2 3.1.x, have {jinja2.__version__}")
     cases = json.loads((ROOT / "cases.json").read_text(encoding="utf-8"))
@@ -164,7 +170,7 @@ def main():
     for d in sorted((ROOT / "models").iterdir()):
         source, specials = load_model(d)
         template = env.from_string(source)
-        out = ROOT / "golden" / d.name
+        out = args.out / d.name
         out.mkdir(parents=True, exist_ok=True)
         written = set()
         for case in cases:

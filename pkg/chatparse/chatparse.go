@@ -51,6 +51,9 @@ type Options struct {
 	// on): output is reasoning until </think>.
 	InReasoning bool
 	Tools       []Tool
+	// NoToolCalls parses no calls: tool-call markup is text (tool_choice
+	// "none", or a request without tools that should not get calls).
+	NoToolCalls bool
 	// NewID makes tool-call ids; default "call_" + random hex.
 	NewID func() string
 }
@@ -289,6 +292,9 @@ func (p *Parser) stepDropNewlines(sc scan) bool {
 func (p *Parser) stepText(sc scan, kind Kind) bool {
 	for i := strings.IndexByte(sc.s, '<'); i >= 0; i = nextByte(sc.s, '<', i+1) {
 		end, name, st := sc.opener(i)
+		if p.opt.NoToolCalls {
+			st = no
+		}
 		if kind == Reasoning && st == no {
 			if end, st = sc.lit(i, "</think>"); st == yes {
 				p.emit(Event{Kind: kind, Text: sc.s[:i]})

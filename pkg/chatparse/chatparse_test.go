@@ -32,6 +32,7 @@ type parseCase struct {
 	name        string
 	inReasoning bool
 	noTools     bool
+	noCalls     bool
 	in          string
 	want        Result
 }
@@ -104,6 +105,8 @@ var parseCases = []parseCase{
 	{name: "control characters escaped", in: call("write_file", "path", "p", "content", "a\tb\x01c\r"), want: Result{ToolCalls: []ToolCall{tc("write_file", `{"path":"p","content":"a\tb\u0001c\r"}`)}}},
 	{name: "empty string value", in: "<tool_call>\n<function=write_file>\n<parameter=path>\n</parameter>\n</function>\n</tool_call>", want: Result{ToolCalls: []ToolCall{tc("write_file", `{"path":""}`)}}},
 	{name: "value without framing newlines", in: "<tool_call><function=read_file><parameter=path>a.txt</parameter></function></tool_call>", want: Result{ToolCalls: []ToolCall{tc("read_file", `{"path":"a.txt"}`)}}},
+	{name: "NoToolCalls keeps markup as text", noCalls: true, in: "Sure. " + call("noargs"), want: Result{Content: "Sure. " + call("noargs")}},
+	{name: "NoToolCalls in reasoning", noCalls: true, inReasoning: true, in: "r " + call("noargs") + "</think>a", want: Result{Reasoning: "r " + call("noargs"), Content: "a"}},
 	{name: "less-than signs in content", in: "if a<b and b <= c then <x", want: Result{Content: "if a<b and b <= c then <x"}},
 }
 
@@ -115,7 +118,7 @@ func parseWhole(c parseCase, in string) (Result, []Event) {
 
 func (c parseCase) options() Options {
 	n := 0
-	opt := Options{InReasoning: c.inReasoning, NewID: func() string { n++; return fmt.Sprintf("call_%d", n) }}
+	opt := Options{InReasoning: c.inReasoning, NoToolCalls: c.noCalls, NewID: func() string { n++; return fmt.Sprintf("call_%d", n) }}
 	if !c.noTools {
 		opt.Tools = testTools
 	}

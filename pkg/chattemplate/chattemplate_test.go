@@ -237,3 +237,28 @@ func TestFromOpenAIMessagesErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRaiseInsideMacro: the template's raise_exception is found from inside
+// a macro too (the Qwen templates raise from render_content).
+func TestRaiseInsideMacro(t *testing.T) {
+	tmpl, err := Parse("{% macro m(x) %}{{ raise_exception('in macro ' ~ x) }}{% endmacro %}{{ m(1)|trim }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmpl.Render(Input{})
+	var re *RenderError
+	if !errors.As(err, &re) || re.Msg != "in macro 1" {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestStrftimeNow(t *testing.T) {
+	tmpl, err := Parse("{{ strftime_now('%Y') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(Input{})
+	if err != nil || len(got) != 4 || got < "2026" {
+		t.Fatalf("strftime_now('%%Y') = %q, %v", got, err)
+	}
+}

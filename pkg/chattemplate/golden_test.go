@@ -1,9 +1,11 @@
 package chattemplate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,6 +152,41 @@ func TestGoldenCorpusCoversTheTemplates(t *testing.T) {
 		}
 		if !strings.Contains(string(data), want.substr) {
 			t.Errorf("%s/%s lacks %q", want.model, want.file, want.substr)
+		}
+	}
+}
+
+// TestGoldensAreCurrent (opt-in: NVMAI_TEMPLATE_ORACLE=1, needs python3
+// with Jinja2 3.1) reruns the Python oracle into a temporary directory and
+// checks that the committed goldens are what it renders today.
+func TestGoldensAreCurrent(t *testing.T) {
+	if os.Getenv("NVMAI_TEMPLATE_ORACLE") == "" {
+		t.Skip("set NVMAI_TEMPLATE_ORACLE=1 to rerun the Python oracle")
+	}
+	out := t.TempDir()
+	cmd := exec.Command("python3", "../../scripts/render-template-goldens.py", "--out", out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, msg)
+	}
+	models, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models {
+		files, err := os.ReadDir(filepath.Join(out, m.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed, _ := os.ReadDir(filepath.Join("testdata/golden", m.Name()))
+		if len(committed) != len(files) {
+			t.Errorf("%s: %d committed goldens, the oracle writes %d", m.Name(), len(committed), len(files))
+		}
+		for _, f := range files {
+			fresh, _ := os.ReadFile(filepath.Join(out, m.Name(), f.Name()))
+			old, err := os.ReadFile(filepath.Join("testdata/golden", m.Name(), f.Name()))
+			if err != nil || !bytes.Equal(fresh, old) {
+				t.Errorf("%s/%s is stale: rerun scripts/render-template-goldens.py", m.Name(), f.Name())
+			}
 		}
 	}
 }
