@@ -92,7 +92,10 @@ const (
 type Parser struct {
 	opt   Options
 	tools map[string]toolSchema
-	res   Result
+	// The result so far; text in builders, as += on every token would copy
+	// the whole reasoning each time.
+	content, reasoning strings.Builder
+	calls              []ToolCall
 
 	st      state
 	buf     string // text received and not yet consumed
@@ -178,8 +181,8 @@ func (p *Parser) Finish() []Event {
 
 // Result is everything parsed so far.
 func (p *Parser) Result() Result {
-	r := p.res
-	r.ToolCalls = append([]ToolCall(nil), r.ToolCalls...)
+	r := Result{Content: p.content.String(), Reasoning: p.reasoning.String()}
+	r.ToolCalls = append([]ToolCall(nil), p.calls...)
 	if p.call != nil {
 		// The open call's arguments so far (not yet a whole object).
 		r.ToolCalls[len(r.ToolCalls)-1].Arguments = p.call.args.String()
@@ -197,11 +200,11 @@ func (p *Parser) take() []Event {
 func (p *Parser) emit(e Event) {
 	switch e.Kind {
 	case Content:
-		p.res.Content += e.Text
+		p.content.WriteString(e.Text)
 	case Reasoning:
-		p.res.Reasoning += e.Text
+		p.reasoning.WriteString(e.Text)
 	case ToolCallStart:
-		p.res.ToolCalls = append(p.res.ToolCalls, ToolCall{ID: e.ID, Name: e.Name})
+		p.calls = append(p.calls, ToolCall{ID: e.ID, Name: e.Name})
 	case ToolCallArgs:
 		p.call.args.WriteString(e.Text)
 	}
@@ -331,7 +334,7 @@ func nextByte(s string, c byte, from int) int {
 }
 
 func (p *Parser) openCall(name string) {
-	p.call = &openCall{index: len(p.res.ToolCalls), schema: p.tools[name], used: map[string]bool{}}
+	p.call = &openCall{index: len(p.calls), schema: p.tools[name], used: map[string]bool{}}
 	p.emit(Event{Kind: ToolCallStart, Index: p.call.index, ID: p.opt.NewID(), Name: name})
 	p.emit(Event{Kind: ToolCallArgs, Index: p.call.index, Text: "{"})
 	p.st = stCallBody
@@ -339,7 +342,7 @@ func (p *Parser) openCall(name string) {
 
 func (p *Parser) closeCall() {
 	p.emit(Event{Kind: ToolCallArgs, Index: p.call.index, Text: "}"})
-	p.res.ToolCalls[p.call.index].Arguments = p.call.args.String()
+	p.calls[p.call.index].Arguments = p.call.args.String()
 	p.call = nil
 	p.st = stAfterCall
 }

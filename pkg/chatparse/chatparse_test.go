@@ -325,3 +325,18 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONStringBody matches encoding/json's escaping (without HTML
+// escaping) on awkward strings.
+func TestJSONStringBody(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s/", "\n\r\t\b\f\x00\x1f\x7f", "é中😀", "bad \xff\xfe utf8 \xe4\xb8", "\u2028\u2029", "<&>"} {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(s)
+		want := strings.TrimSuffix(b.String(), "\n")
+		if got := jsonString(s); got != want {
+			t.Errorf("jsonString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // typeSet is the JSON-schema types a parameter accepts; nil when unknown
@@ -195,12 +196,56 @@ func jsonString(s string) string { return `"` + jsonStringBody(s) + `"` }
 
 // jsonStringBody is s escaped for the inside of a JSON string. Escaping
 // pieces of a string one by one gives the escaping of the whole (pieces are
-// cut between characters), so string values can stream.
+// cut between characters), so string values can stream. Invalid UTF-8
+// becomes U+FFFD, byte by byte, as encoding/json does.
 func jsonStringBody(s string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	out := b.Bytes()
-	return string(out[1 : len(out)-2]) // drop the quotes and Encode's newline
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		switch c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if c < 0x20 {
+				b.WriteString(`\u00`)
+				b.WriteByte(hexDigits[c>>4])
+				b.WriteByte(hexDigits[c&0xf])
+			}
+		}
+		if c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteRune(utf8.RuneError)
+		case r == '\u2028' || r == '\u2029': // valid JSON, but not JavaScript
+			b.WriteString(`\u202`)
+			b.WriteByte(hexDigits[r&0xf])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
+
+const hexDigits = "0123456789abcdef"
