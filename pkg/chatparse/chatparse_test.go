@@ -308,7 +308,8 @@ func FuzzParser(f *testing.F) {
 		f.Add(c.in, c.inReasoning, int64(len(c.in)))
 	}
 	f.Fuzz(func(t *testing.T, in string, inReasoning bool, seed int64) {
-		c := parseCase{in: in, inReasoning: inReasoning}
+		// The seed's low bits also pick the tools / no-calls variants.
+		c := parseCase{in: in, inReasoning: inReasoning, noTools: seed&1 != 0, noCalls: seed&6 == 6}
 		whole, ev := parseWhole(c, in)
 		checkInvariants(t, whole, ev)
 		got, ev := parseChunks(c, randomChunks(rand.New(rand.NewSource(seed)), in))
