@@ -5,6 +5,7 @@ go 1.27.0
 toolchain go1.27.3
 
 require (
+	github.com/ardanlabs/jinja v1.12.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/peterh/liner v1.2.3

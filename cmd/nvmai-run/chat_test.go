@@ -354,19 +354,15 @@ var tinyInstall = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	chatInstallDir = dir
 	out := filepath.Join(dir, "tiny-moe-16bit")
 	src := filepath.Join("..", "..", "testdata", "tiny-moe-fused")
 	_, err = convert.Run(context.Background(), convert.Options{Input: src, Targets: []convert.Target{{Bits: 16, Dir: out}}, Threads: 2})
 	return out, err
 })
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if dir, err := tinyInstall(); err == nil {
-		os.RemoveAll(filepath.Dir(dir))
-	}
-	os.Exit(code)
-}
+// chatInstallDir is the temporary folder tinyInstall made, removed by TestMain.
+var chatInstallDir string
 
 // hookedSession injects Ctrl-C into a real session's reply.
 type hookedSession struct {

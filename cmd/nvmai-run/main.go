@@ -35,7 +35,7 @@ Exit status: 0 done, 1 the run failed (a broken install, a failed write of stdou
 			UsageText: "nvmai-run chat --model DIR [--system TEXT]",
 			Flags:     modelFlags(),
 			Action:    chatAction,
-		}, benchCommand()},
+		}, benchCommand(), templateCommand()},
 	}
 }
 

@@ -42,8 +42,10 @@ func model(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+	for _, dir := range []string{shared.dir, chatInstallDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
