@@ -32,9 +32,13 @@ Exit status: 0 done, 1 the run failed (a broken install, a failed write of stdou
 		Commands: []*cli.Command{{
 			Name:      "chat",
 			Usage:     "interactive conversation that keeps its state between turns",
-			UsageText: "nvmai-run chat --model DIR [--system TEXT]",
-			Flags:     modelFlags(),
-			Action:    chatAction,
+			UsageText: "nvmai-run chat --model DIR [--system TEXT] [--stats]",
+			Description: `Type a message and press Enter; a line starting with """ opens a multi-line message, a line
+ending in """ sends it. /reset starts a new conversation (keeping --system), /exit quits, /help lists
+the keys. Ctrl-C stops the reply being written and keeps the conversation; Ctrl-C at the prompt, or
+twice within a second, quits (exit status 130); Ctrl-D quits (0). Piped input is one message per line.`,
+			Flags:  modelFlags(),
+			Action: chatAction,
 		}, benchCommand(), templateCommand()},
 	}
 }
