@@ -89,8 +89,8 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 	if opt.Output == "" {
 		return nil, fmt.Errorf("no output: pass --output DIR")
 	}
-	if _, err := os.Lstat(opt.Output); err == nil && !opt.Overwrite {
-		return nil, fmt.Errorf("%w: %s exists; pass --overwrite to replace it, or choose another --output", ErrExists, opt.Output)
+	if err := checkTarget(opt.Output, opt.Overwrite); err != nil {
+		return nil, err
 	}
 	p, err := newSynthPlan(&opt)
 	if err != nil {
@@ -104,8 +104,8 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 		return nil, err
 	}
 	removeStaleStaging(final)
-	staging := stagingDir(final)
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	staging, lock, err := createStaging(final)
+	if err != nil {
 		return nil, err
 	}
 	published := false
@@ -113,11 +113,12 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 		if !published {
 			os.RemoveAll(staging)
 		}
+		lock.Close()
 	}()
 	if err := p.seal(ctx, staging, &opt); err != nil {
 		return nil, fmt.Errorf("%s: %w", final, err)
 	}
-	if err := publish(staging, final); err != nil {
+	if err := publish(staging, final, opt.Overwrite); err != nil {
 		return nil, err
 	}
 	published = true
