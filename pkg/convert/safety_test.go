@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
@@ -315,4 +316,25 @@ func TestInputResolution(t *testing.T) {
 			t.Errorf("no notice that the repo folder was followed: %q", notices)
 		}
 	})
+}
+
+// review M1: convert and synth write the receipt with the mode of every
+// other file of the install (0644 under umask 022), not 0600.
+func TestReceiptModeMatchesTheInstall(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	conv := filepath.Join(t.TempDir(), "conv")
+	convertInto(t, embeddedSnapshot(t), conv, false)
+	synth := synthOne(t, SynthOptions{Geometry: "tiny-dense", Bits: 4})
+	for _, dir := range []string{conv, synth} {
+		for _, name := range []string{packexperts.ReceiptFile, packexperts.ManifestFile, "tokenizer.json"} {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o644 {
+				t.Errorf("%s/%s: mode %v, want 0644", filepath.Base(dir), name, fi.Mode().Perm())
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -212,7 +213,7 @@ func TestInstallReissue(t *testing.T) {
 			t.Fatal("reissued over a stray file")
 		}
 	})
-	t.Run("allowed when only the receipt was deleted", func(t *testing.T) {
+	t.Run("allowed when only the receipt was deleted and the bytes are trusted", func(t *testing.T) {
 		dir := installCopy(t, 4)
 		rcPath := filepath.Join(dir, packexperts.ReceiptFile)
 		orig, err := receipt.Read(rcPath)
@@ -220,12 +221,12 @@ func TestInstallReissue(t *testing.T) {
 			t.Fatal(err)
 		}
 		remove(t, rcPath)
-		rep, err := Install(dir, 2, true)
+		rep, err := CheckInstall(context.Background(), dir, InstallOptions{Threads: 2, Reissue: true, TrustCurrentBytes: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rep.Reissued || !rep.OK() {
-			t.Fatalf("report %+v, want reissued and sound", rep)
+		if !rep.Reissued || !rep.Trusted || !rep.OK() || rep.Files != len(orig.Files) {
+			t.Fatalf("report %+v, want reissued from %d trusted files and sound", rep, len(orig.Files))
 		}
 		got, err := receipt.Read(rcPath)
 		if err != nil {
