@@ -150,6 +150,25 @@ func checkMetadata(dir string, m *packexperts.Manifest, rep *Report) {
 			rep.add(n, "listed in the manifest (the runtime needs it)", "absent")
 		}
 	}
+	checkTokenizer(dir, rep)
+}
+
+// checkTokenizer parses the tokenizer files as the runtime will, so a
+// broken one fails here rather than at the first nvmai-run. Missing files
+// are reported by the size and receipt checks.
+func checkTokenizer(dir string, rep *Report) {
+	for _, n := range []string{packexperts.TokenizerFile, packexperts.TokenizerConfigFile} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			return
+		}
+	}
+	err := packexperts.CheckTokenizerFiles(dir)
+	var me *packexperts.MetadataError
+	if errors.As(err, &me) {
+		rep.add(me.File, "a file the runtime can load", me.Err.Error())
+	} else if err != nil {
+		rep.add(packexperts.TokenizerFile, "a tokenizer the runtime can load", err.Error())
+	}
 }
 
 // checkStrays reports files in the install that neither the manifest nor the

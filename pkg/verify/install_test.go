@@ -80,6 +80,12 @@ func TestInstallTamper(t *testing.T) {
 		{"stray file added", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "experts", "notes.txt"), "hello") }, "experts/notes.txt", "stray"},
 		{"tokenizer removed", func(t *testing.T, dir string) { remove(t, filepath.Join(dir, "tokenizer.json")) }, "tokenizer.json", "missing"},
 		{"config removed", func(t *testing.T, dir string) { remove(t, filepath.Join(dir, "config.json")) }, "config.json", "missing"},
+		// review M5: a broken tokenizer verified "ok" and failed only at nvmai-run.
+		{"tokenizer.json truncated", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "tokenizer.json"), "{\n") }, "tokenizer.json", "invalid JSON"},
+		{"tokenizer_config.json chat_template not a string", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "tokenizer_config.json"), `{"chat_template": 5}`)
+		}, "tokenizer_config.json", "chat_template"},
+		{"chat_template.jinja not UTF-8", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "chat_template.jinja"), "\xff") }, "chat_template.jinja", "UTF-8"},
 		{"manifest tensor offset changed", manifestEdit(func(m map[string]any) {
 			tt := firstTensor(m)
 			tt["offset"] = tt["offset"].(float64) + 64
