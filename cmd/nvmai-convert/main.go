@@ -26,7 +26,8 @@ func app() *cli.App {
 Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
 manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
 and the receipt verified-install.json. Output appears only when complete; an existing install is
-never replaced without --overwrite. Vision-tower tensors are skipped; mtp.* draft-head tensors are
+never replaced without --overwrite, and nothing but an nvmai install ever is (nor an --output
+overlapping --input). Vision-tower tensors are skipped; mtp.* draft-head tensors are
 copied verbatim to draft/mtp.safetensors.`,
 		Flags: []cli.Flag{
 			// Checked in convertAction, not with Required: urfave/cli would
@@ -71,7 +72,7 @@ func convertAction(c *cli.Context) error {
 			}
 		},
 	})
-	prog.Finish()
+	endProgress(prog, err, !c.Bool("quiet") && cliutil.IsTerminal(os.Stderr), os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -68,7 +69,7 @@ func synthAction(c *cli.Context) error {
 	prog := cliutil.NewProgress("writing", c.Bool("quiet"))
 	opt.Progress = prog.Update
 	res, err := convert.Synth(c.Context, opt)
-	prog.Finish()
+	endProgress(prog, err, !c.Bool("quiet") && cliutil.IsTerminal(os.Stderr), os.Stderr)
 	if err != nil {
 		return err
 	}

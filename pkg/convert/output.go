@@ -11,6 +11,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
+	"github.com/nvmai/nvmai/pkg/version"
 )
 
 // output is one install being written into its staging directory.
@@ -38,7 +39,7 @@ func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.Tens
 	}
 	o := &output{target: t, staging: staging, lock: lock, tensors: map[string]*packexperts.Tensor{}, experts: map[int]*os.File{}, parts: map[string]*packexperts.Tensor{}}
 	o.man = &packexperts.Manifest{
-		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion, WrittenBy: version.String(),
 		ModelID: opt.ModelID, Architecture: snap.Architecture, Bits: t.Bits, Geometry: snap.Geometry,
 		Source: packexperts.Source{Repo: opt.Repo, Revision: opt.Revision},
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
+	"github.com/nvmai/nvmai/pkg/version"
 )
 
 // embeddedSnapshot copies the repository's testdata/tiny-moe-fused into a
@@ -335,6 +336,22 @@ func TestReceiptModeMatchesTheInstall(t *testing.T) {
 			if fi.Mode().Perm() != 0o644 {
 				t.Errorf("%s/%s: mode %v, want 0644", filepath.Base(dir), name, fi.Mode().Perm())
 			}
+		}
+	}
+}
+
+// review L11: every install records the nvmai build that wrote it.
+func TestManifestRecordsWriter(t *testing.T) {
+	conv := filepath.Join(t.TempDir(), "conv")
+	convertInto(t, embeddedSnapshot(t), conv, false)
+	synth := synthOne(t, SynthOptions{Geometry: "tiny-dense", Bits: 4})
+	for _, dir := range []string{conv, synth} {
+		m, _, err := packexperts.ReadManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.WrittenBy != version.String() || m.WrittenBy == "" {
+			t.Errorf("%s: written_by %q, want %q", filepath.Base(dir), m.WrittenBy, version.String())
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
+	"github.com/nvmai/nvmai/pkg/version"
 )
 
 // synthGenerator versions the mapping from (seed, tensor, block) to bytes:
@@ -148,7 +149,7 @@ func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
 	}
 	p := &synthPlan{geo: geo, seed: opt.Seed}
 	p.man = &packexperts.Manifest{
-		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion, WrittenBy: version.String(),
 		ModelID: "synthetic/" + geo.Name, Architecture: geo.Architecture, Bits: opt.Bits, Geometry: geo.Geometry,
 		Source: packexperts.Source{Repo: "synthetic", Revision: synthRevision(opt.Seed), Files: []packexperts.SourceFile{}},
 	}
