@@ -76,14 +76,18 @@ func Parse(raw []byte) (*Receipt, error) {
 		return nil, err
 	}
 	if !canonical {
-		return nil, ErrNotCanonical
+		return nil, fmt.Errorf("%w; "+reissueHint, ErrNotCanonical, "DIR")
 	}
 	return r, nil
 }
 
 // ErrNotCanonical is a receipt whose fields are sound but whose bytes are
 // not the canonical encoding (reformatted, whitespace edited).
-var ErrNotCanonical = fmt.Errorf("receipt is not in canonical form %s (edited by hand?); nvmai-verify --verify-install DIR --reissue compares every file with its hashes and, when all match, rewrites it canonically", CanonicalForm)
+var ErrNotCanonical = errors.New("receipt is not in canonical form " + CanonicalForm + " (edited by hand?)")
+
+// reissueHint is true advice for a non-canonical receipt: --reissue
+// compares every file with the hashes it still holds before rewriting it.
+const reissueHint = "nvmai-verify --verify-install %s --reissue compares every file with its hashes and, when all match, rewrites it canonically"
 
 // ParseLenient decodes a receipt whose bytes need not be canonical: its
 // fields are checked as strictly as Parse checks them, and canonical says
@@ -151,9 +155,12 @@ func Read(path string) (*Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := Parse(raw)
+	r, canonical, err := ParseLenient(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if !canonical {
+		return nil, fmt.Errorf("%s: %w; "+reissueHint, path, ErrNotCanonical, filepath.Dir(path))
 	}
 	return r, nil
 }

@@ -3,6 +3,7 @@ package receipt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -192,4 +193,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("accepted a receipt that is not in canonical form")
 		}
 	})
+}
+
+// The hint nvmai-run and nvmai-verify pass on names the install, and is
+// true: --reissue checks a non-canonical receipt's hashes (review H3).
+func TestReadNonCanonicalNamesTheInstall(t *testing.T) {
+	dir, r := sample(t)
+	canon, _ := Encode(r)
+	p := filepath.Join(dir, "verified-install.json")
+	if err := os.WriteFile(p, bytes.Replace(canon, []byte("\n  "), []byte("\n    "), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Read(p)
+	if !errors.Is(err, ErrNotCanonical) || !strings.Contains(err.Error(), "nvmai-verify --verify-install "+dir+" --reissue compares every file") {
+		t.Fatalf("Read: %v", err)
+	}
 }
