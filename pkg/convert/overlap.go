@@ -25,8 +25,12 @@ func checkOverlap(input string, outputs []string) error {
 		if err != nil {
 			return fmt.Errorf("--output %s: %w", out, err)
 		}
-		for _, p := range protected {
-			if rel := relation(real, p.dir); rel != "" {
+		for i, p := range protected {
+			rel := relation(real, p.dir)
+			if rel == "is" && i == 0 {
+				return fmt.Errorf("--output %s is the --input directory %s; writing the install there would destroy the source: choose an --output outside it", out, input)
+			}
+			if rel != "" {
 				return fmt.Errorf("--output %s %s %s, %s; writing the install there would destroy the source: choose an --output outside it", out, rel, p.dir, fmt.Sprintf(p.why, input))
 			}
 		}
