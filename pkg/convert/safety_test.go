@@ -355,3 +355,28 @@ func TestManifestRecordsWriter(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckOutput(t *testing.T) {
+	parent := t.TempDir()
+	install := filepath.Join(parent, "install")
+	convertInto(t, embeddedSnapshot(t), install, false)
+	user := filepath.Join(parent, "user")
+	mkdir(t, user)
+	write(t, filepath.Join(user, "a"), "x")
+	cases := []struct {
+		dir       string
+		overwrite bool
+		want      error
+	}{
+		{filepath.Join(parent, "absent"), false, nil},
+		{install, false, ErrExists},
+		{install, true, nil},
+		{user, false, ErrNotInstall},
+		{user, true, ErrNotInstall},
+	}
+	for _, tc := range cases {
+		if err := CheckOutput(tc.dir, tc.overwrite); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+			t.Errorf("CheckOutput(%s, %v) = %v, want %v", filepath.Base(tc.dir), tc.overwrite, err, tc.want)
+		}
+	}
+}

@@ -30,6 +30,13 @@ func (e *notInstallError) Error() string {
 
 func (e *notInstallError) Is(target error) bool { return target == ErrNotInstall }
 
+// CheckOutput is the check Run and Synth apply to each output directory,
+// for callers that should refuse before long work of their own (a
+// download): nil when dir does not exist, or when it holds an nvmai
+// install and overwrite is set; ErrExists for an install without
+// overwrite; ErrNotInstall for anything else, saying what is there.
+func CheckOutput(dir string, overwrite bool) error { return checkTarget(dir, overwrite) }
+
 // checkTarget decides whether dir may become an install: it may when it does
 // not exist, or with overwrite when it holds an nvmai install and nothing
 // else. Anything else is refused with what is there. It runs before the

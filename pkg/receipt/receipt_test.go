@@ -170,7 +170,7 @@ func TestParseLenient(t *testing.T) {
 	}
 }
 
-func compact(t *testing.T, raw []byte) string {
+func compact(t testing.TB, raw []byte) string {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		t.Fatal(err)
@@ -191,6 +191,34 @@ func FuzzParse(f *testing.F) {
 		again, err := Encode(r)
 		if err != nil || !bytes.Equal(again, data) {
 			t.Fatal("accepted a receipt that is not in canonical form")
+		}
+	})
+}
+
+// Whatever ParseLenient accepts re-encodes to a canonical receipt that Parse
+// accepts with the same entries: reissuing from a lenient parse loses or
+// invents nothing.
+func FuzzParseLenient(f *testing.F) {
+	_, r := sample(f)
+	raw, _ := Encode(r)
+	f.Add(raw)
+	f.Add([]byte(compact(f, raw)))
+	f.Add([]byte(`{"receipt_version":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, canonical, err := ParseLenient(data)
+		if err != nil {
+			return
+		}
+		canon, err := Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if canonical != bytes.Equal(canon, data) {
+			t.Fatalf("canonical = %v for bytes that do not say so", canonical)
+		}
+		back, err := Parse(canon)
+		if err != nil || back.ManifestSHA256 != r.ManifestSHA256 || len(back.Files) != len(r.Files) {
+			t.Fatalf("the canonical re-encoding does not parse back: %v", err)
 		}
 	})
 }
