@@ -25,7 +25,8 @@ func app() *cli.App {
 Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
 manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
 and the receipt verified-install.json. Output appears only when complete; an existing install is
-never replaced without --overwrite. Vision-tower tensors are skipped; mtp.* draft-head tensors are
+never replaced without --overwrite, and nothing but an nvmai install ever is (nor an --output
+overlapping --input). Vision-tower tensors are skipped; mtp.* draft-head tensors are
 copied verbatim to draft/mtp.safetensors. --bits 4,8 (any comma list of 4, 8 and 16) writes
 DIR-4bit, DIR-8bit (and DIR-16bit) from one read of the snapshot.
 Exit status: 0 written, 1 the conversion failed (nothing is left half-written), 2 a bad command
