@@ -5,9 +5,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"sort"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,7 +30,8 @@ func app() *cli.App {
 converts every requested width from that one download into --models-dir/NAME-4bit and NAME-8bit,
 and verifies each install before reporting it. Downloads resume after Ctrl-C or a network failure.
 HF_TOKEN (or the token saved by 'hf auth login') is sent to the Hub host only; HF_ENDPOINT selects
-another Hub.`,
+another Hub. --offline (or HF_HUB_OFFLINE=1) installs from the cache alone, with no network request:
+a branch or tag is looked up in the cache's refs/, a 40-hex commit in its snapshots/.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "models-dir", Value: "models", Usage: "where installs are written"},
 			&cli.StringFlag{Name: "repo", Usage: "install any compatible Hub repository `ORG/NAME` instead of a registry name"},
@@ -42,7 +40,8 @@ another Hub.`,
 			&cli.BoolFlag{Name: "overwrite", Usage: "rebuild widths that are already installed"},
 			&cli.IntFlag{Name: "threads", Usage: "conversion threads", DefaultText: "all cores"},
 			&cli.IntFlag{Name: "parallel", Value: 3, Usage: "download chunks in flight"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
+			&cli.BoolFlag{Name: "offline", Usage: "install from the Hugging Face cache only; no network request (also HF_HUB_OFFLINE=1)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, retry or notice lines (errors still print)"},
 		},
 		Action: installAction,
 	}
@@ -64,17 +63,15 @@ func installAction(c *cli.Context) error {
 		defer rep.Close()
 		progress = rep
 	}
+	var notice func(string)
+	if !c.Bool("quiet") {
+		notice = func(m string) { fmt.Fprintln(os.Stderr, m) }
+	}
 	results, err := install.Run(c.Context, entry, widths, install.Options{
 		ModelsDir: c.String("models-dir"), Client: client, Progress: progress, Overwrite: c.Bool("overwrite"),
-		Threads: c.Int("threads"), Notice: func(m string) { fmt.Fprintln(os.Stderr, m) },
+		Offline: c.Bool("offline"), Threads: c.Int("threads"), Notice: notice,
 	})
-	for _, r := range results {
-		state := "installed and verified"
-		if r.Reused {
-			state = "already installed, verified"
-		}
-		fmt.Printf("%s: %d-bit %s\n", r.Dir, r.Width, state)
-	}
+	install.WriteResults(os.Stdout, results)
 	return err
 }
 
@@ -101,27 +98,9 @@ func target(c *cli.Context) (registry.Entry, []int, error) {
 }
 
 func printStatus(modelsDir string) error {
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODEL\tREPO\tINSTALLED\tNOTE")
-	for _, s := range install.Statuses(modelsDir) {
-		var have []string
-		for w := range s.Installed {
-			have = append(have, fmt.Sprintf("%d-bit", w))
-		}
-		sort.Strings(have)
-		note := ""
-		if !s.Entry.Supported {
-			note = "not runnable yet: " + s.Entry.Reason
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Entry.Name, s.Entry.Title, s.Entry.Repo, orDash(strings.Join(have, ", ")), note)
+	rep, err := install.ReadStatus(modelsDir)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(tw, "\ninstall one with: nvmai-install NAME [4bit|8bit|both]   (models dir: %s)\n", modelsDir)
-	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return rep.Write(os.Stdout)
 }
