@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/convert"
@@ -171,7 +174,7 @@ func (o *Options) resolve(ctx context.Context, e registry.Entry, existing map[in
 	}
 	commit, err := o.Client.ResolveRevision(ctx, e.Repo, e.Revision)
 	if err != nil {
-		return "", o.explain(err, e)
+		return "", o.explain(err, e, slices.Sorted(maps.Keys(existing)))
 	}
 	return commit, nil
 }
@@ -273,7 +276,7 @@ func fetch(ctx context.Context, e registry.Entry, widths []int, commit string, o
 	if commit == "" {
 		var err error
 		if commit, err = opt.Client.ResolveRevision(ctx, e.Repo, e.Revision); err != nil {
-			return nil, opt.explain(err, e)
+			return nil, opt.explain(err, e, widths)
 		}
 	}
 	if e.CommitPrefix != "" && !strings.HasPrefix(commit, e.CommitPrefix) {
@@ -281,7 +284,7 @@ func fetch(ctx context.Context, e registry.Entry, widths []int, commit string, o
 	}
 	files, err := opt.Client.ListFiles(ctx, e.Repo, commit)
 	if err != nil {
-		return nil, opt.explain(err, e)
+		return nil, opt.explain(err, e, widths)
 	}
 	if err := checkModelsSpace(opt, files, widths); err != nil {
 		return nil, err
@@ -293,7 +296,7 @@ func fetch(ctx context.Context, e registry.Entry, widths []int, commit string, o
 	snap, err := opt.Client.Snapshot(ctx, e.Repo, commit, download.SnapshotOptions{
 		Include: Wanted, CacheDir: opt.CacheDir, Progress: opt.Progress, Ref: ref})
 	if err != nil {
-		return nil, opt.explain(err, e)
+		return nil, opt.explain(err, e, widths)
 	}
 	return snap, nil
 }
@@ -313,7 +316,7 @@ func checkModelsSpace(opt Options, files []download.RemoteFile, widths []int) er
 
 // explain adds to a network failure what the cache offers instead: the
 // snapshot to convert by hand or with --offline, or that there is none.
-func (o *Options) explain(err error, e registry.Entry) error {
+func (o *Options) explain(err error, e registry.Entry, widths []int) error {
 	var ne *download.NetworkError
 	if !errors.As(err, &ne) {
 		return err
@@ -325,8 +328,21 @@ func (o *Options) explain(err error, e registry.Entry) error {
 	}
 	snap := download.SnapshotDir(o.CacheDir, e.Repo, commit)
 	return fmt.Errorf("%w. The snapshot of %s@%s (commit %s) is in the cache: install it with --offline "+
-		"(or HF_HUB_OFFLINE=1), or convert it by hand: nvmai-convert --input %s --output %s --bits 4",
-		err, e.Repo, e.Revision, shortCommit(commit), snap, filepath.Join(o.ModelsDir, e.Name))
+		"(or HF_HUB_OFFLINE=1), or convert it by hand: nvmai-convert --input %s %s",
+		err, e.Repo, e.Revision, shortCommit(commit), snap, o.convertArgs(e, widths))
+}
+
+// convertArgs are the nvmai-convert flags that write the installs Run would.
+func (o *Options) convertArgs(e registry.Entry, widths []int) string {
+	bits := make([]string, len(widths))
+	for i, w := range widths {
+		bits[i] = strconv.Itoa(w)
+	}
+	out := filepath.Join(o.ModelsDir, e.Name)
+	if len(widths) == 1 {
+		out = Dir(o.ModelsDir, e.Name, widths[0])
+	}
+	return fmt.Sprintf("--output %s --bits %s", out, strings.Join(bits, ","))
 }
 
 // verifyAll re-hashes every fresh install; an install that fails is reported

@@ -124,7 +124,7 @@ func TestUnreachableHubPointsAtTheCache(t *testing.T) {
 		want []string
 	}{
 		{repo, []string{"is in the cache: install it with --offline",
-			"nvmai-convert --input " + download.SnapshotDir(cacheDir, repo, commit)}},
+			"nvmai-convert --input " + download.SnapshotDir(cacheDir, repo, commit) + " --output ", "tiny-moe-4bit --bits 4"}},
 		{"nvmai/absent", []string{"Nothing of nvmai/absent@main is in the Hugging Face cache", "--offline cannot help yet"}},
 	}
 	for _, tc := range tests {
