@@ -30,12 +30,12 @@ type GateOptions struct {
 	Targets   *Targets // what to check
 	// Only, when set, names the targets to run (scripts/demo.sh runs the
 	// embedded model's three); coverage is still judged against all targets.
-	Only   []string
-	Record bool // write the baselines not yet recorded; check the others
-	Force  bool // with Record, replace existing baselines too
-	Threads   int      // compute threads (0: all cores); the text must not depend on it
-	Machine   string   // recorded in new baselines (default: Machine())
-	Commit    string   // recorded in new baselines
+	Only    []string
+	Record  bool   // write the baselines not yet recorded; check the others
+	Force   bool   // with Record, replace existing baselines too
+	Threads int    // compute threads (0: all cores); the text must not depend on it
+	Machine string // recorded in new baselines (default: Machine())
+	Commit  string // recorded in new baselines
 	// OnResult, when set, is called as each target finishes.
 	OnResult func(TargetResult)
 }
