@@ -244,7 +244,7 @@ func (r *StatusReport) Write(w io.Writer) error {
 		"the download as the same weights in bf16; vision and MTP tensors in the repository add a little")
 	r.writeOthers(w)
 	r.writeStale(w)
-	_, err := fmt.Fprintf(w, "install one with: nvmai-install NAME [4bit|8bit|both]   (models dir: %s)\n", r.ModelsDir)
+	_, err := fmt.Fprintf(w, "\ninstall one with: nvmai-install NAME [4bit|8bit|both]   (models dir: %s)\n", r.ModelsDir)
 	return err
 }
 

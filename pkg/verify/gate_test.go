@@ -334,20 +334,24 @@ func TestReadTargetsMissingSaysWhere(t *testing.T) {
 	}
 }
 
-// --only runs the named targets; installs other targets cover are not
-// uncovered, and every install found is reported.
+// --only runs the named targets and leaves coverage alone (an install no
+// target covers does not fail it); every install found is reported.
 func TestGateOnly(t *testing.T) {
-	models := modelsWith(t, map[string]string{"m4": "tiny-moe-4bit", "m8": "tiny-moe-8bit"})
+	models := modelsWith(t, map[string]string{"m4": "tiny-moe-4bit", "m8": "tiny-moe-8bit", "extra": "tiny-moe-4bit"})
 	ts := &Targets{Targets: []Target{
 		{Name: "m4", Install: "m4", Bits: 4, Prompt: "Once upon a", Tokens: 4},
 		{Name: "m8", Install: "m8", Bits: 8, Prompt: "Once upon a", Tokens: 4},
 	}}
 	rep := runGate(t, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: ts, Record: true, Only: []string{"m8"}, Threads: 2})
-	if len(rep.Results) != 1 || rep.Results[0].Target != "m8" || rep.Recorded != 1 || len(rep.Uncovered) != 0 || !rep.OK() {
+	if len(rep.Results) != 1 || rep.Results[0].Target != "m8" || rep.Recorded != 1 || len(rep.Uncovered) != 0 || rep.CoverageChecked || !rep.OK() {
 		t.Errorf("%+v", rep)
 	}
-	if !slices.Equal(rep.Installs, []string{"m4", "m8"}) {
+	if !slices.Equal(rep.Installs, []string{"extra", "m4", "m8"}) {
 		t.Errorf("installs %v", rep.Installs)
+	}
+	full := runGate(t, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: ts, Record: true, Threads: 2})
+	if !full.CoverageChecked || !slices.Equal(full.Uncovered, []string{"extra"}) || full.OK() {
+		t.Errorf("without --only: %+v", full)
 	}
 }
 
