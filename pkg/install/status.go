@@ -331,14 +331,13 @@ func shellQuote(s string) string {
 // whether it was built or already there.
 func WriteResults(w io.Writer, results []Result) {
 	for _, r := range results {
-		state := "installed and verified"
+		state, commit, tail := "installed and verified", "", ""
 		if r.Reused {
-			state = "already installed and verified (pass --overwrite to rebuild it)"
+			state, tail = "already installed and verified", "; pass --overwrite to rebuild it"
 		}
-		commit := ""
 		if r.Commit != "" {
 			commit = fmt.Sprintf(" (commit %s)", shortCommit(r.Commit))
 		}
-		fmt.Fprintf(w, "%s: %d-bit %s%s\n", r.Dir, r.Width, state, commit)
+		fmt.Fprintf(w, "%s: %d-bit %s%s%s\n", r.Dir, r.Width, state, commit, tail)
 	}
 }

@@ -133,7 +133,7 @@ func TestWriteResults(t *testing.T) {
 	var out bytes.Buffer
 	WriteResults(&out, []Result{{Width: 4, Dir: "m/x-4bit", Commit: strings.Repeat("a", 40)}, {Width: 8, Dir: "m/x-8bit", Reused: true}})
 	want := "m/x-4bit: 4-bit installed and verified (commit aaaaaaaaaaaa…)\n" +
-		"m/x-8bit: 8-bit already installed and verified (pass --overwrite to rebuild it)\n"
+		"m/x-8bit: 8-bit already installed and verified; pass --overwrite to rebuild it\n"
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
