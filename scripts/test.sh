@@ -3,17 +3,21 @@
 # probe), every package with the race detector, the kernels again without assembly, and the arm64
 # kernels under qemu user emulation when qemu-aarch64-static is installed (.ci/run installs it).
 # It ends by saying how many tests skipped, and how many of those needed the reference fixtures
-# (../shared/fixtures, which a clone from GitHub does not have).
+# (../shared/fixtures, which a clone from GitHub does not have), also when a test failed.
+# Arguments, when given, replace ./... as the packages of the race run (.ci/run gives none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+# The skip summary comes last whatever happened; bash keeps the exit status through the trap.
+trap 'if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
+packages=("$@")
+[ ${#packages[@]} -gt 0 ] || packages=(./...)
 echo "== lint gates"; scripts/lint.sh
 go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
-go test -race -count=1 -timeout 20m -json ./... | "$scratch/testsummary" -summary "$scratch/skips"
+go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
 echo "== arm64 kernels under qemu"
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
@@ -23,5 +27,3 @@ if command -v qemu-aarch64-static >/dev/null 2>&1; then
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 fi
-echo "== skipped tests"
-cat "$scratch/skips"
