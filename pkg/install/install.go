@@ -25,9 +25,11 @@ import (
 
 // Options configures an installation.
 type Options struct {
-	ModelsDir string           // installs land in ModelsDir/NAME-Wbit
-	CacheDir  string           // Hugging Face hub cache ("" = $HF_HUB_CACHE or $HF_HOME/hub)
-	Client    *download.Client // nil = download.NewClient()
+	ModelsDir string // installs land in ModelsDir/NAME-Wbit
+	CacheDir  string // Hugging Face hub cache ("" = $HF_HUB_CACHE or $HF_HOME/hub)
+	// Client talks to the Hub (nil = download.NewClient()). Run sets its
+	// Offline when Options.Offline is, and its OnRetry to Notice when nil.
+	Client    *download.Client
 	Progress  download.Progress
 	Overwrite bool // reconvert widths that are already installed
 	// Offline installs from the cache alone and makes no network request
