@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -15,42 +13,45 @@ import (
 	"github.com/nvmai/nvmai/pkg/download/fakehub"
 )
 
-// hubThatMustNotBeCalled is a Hub endpoint that fails the test on any
-// request: what an offline install talks to.
-func hubThatMustNotBeCalled(t *testing.T) *download.Client {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Errorf("offline install made a request: %s %s", r.Method, r.URL)
-		http.Error(w, "offline", http.StatusTeapot)
-	}))
-	t.Cleanup(srv.Close)
-	c := download.NewClient()
-	c.Endpoint, c.Token = srv.URL, ""
-	c.FreeSpace = func(string) (uint64, error) { return 1 << 40, nil }
-	return c
-}
-
-// cachedSnapshot downloads the embedded model through a fake Hub into a
-// fresh cache, as an earlier online run would, and returns the cache and
-// the commit.
-func cachedSnapshot(t *testing.T) (cacheDir, commit string) {
+// offlineHub downloads the embedded model through a fake Hub into a fresh
+// cache, as an earlier online run would, then forbids every request: the
+// returned client talks to a Hub that fails the test if it is called.
+func offlineHub(t *testing.T) (client *download.Client, cacheDir, commit string) {
 	t.Helper()
 	h := fakehub.New(t, fakehub.Options{})
 	commit = h.AddRepoDir(t, repo, embeddedModel(t), fakehub.RepoOptions{})
 	cacheDir = t.TempDir()
-	_, err := testClient(t, h).Snapshot(context.Background(), repo, "main",
+	client = testClient(t, h)
+	_, err := client.Snapshot(context.Background(), repo, "main",
 		download.SnapshotOptions{Include: Wanted, CacheDir: cacheDir})
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.ForbidRequests(t)
+	return client, cacheDir, commit
+}
+
+// cachedSnapshot is offlineHub's cache and commit.
+func cachedSnapshot(t *testing.T) (cacheDir, commit string) {
+	t.Helper()
+	_, cacheDir, commit = offlineHub(t)
 	return cacheDir, commit
+}
+
+// hubThatMustNotBeCalled is a client of a fake Hub that fails the test on
+// any request.
+func hubThatMustNotBeCalled(t *testing.T) *download.Client {
+	t.Helper()
+	h := fakehub.New(t, fakehub.Options{})
+	h.ForbidRequests(t)
+	return testClient(t, h)
 }
 
 // Offline, by branch (through refs/main), by commit, and through
 // HF_HUB_OFFLINE, the install is converted from the cache without one
 // request; a second offline run compares and reuses it.
 func TestOfflineInstallMakesNoRequest(t *testing.T) {
-	cacheDir, commit := cachedSnapshot(t)
+	hub, cacheDir, commit := offlineHub(t)
 	tests := []struct {
 		name, revision string
 		env            bool
@@ -64,7 +65,12 @@ func TestOfflineInstallMakesNoRequest(t *testing.T) {
 			if tc.env {
 				t.Setenv("HF_HUB_OFFLINE", "1")
 			}
-			client := hubThatMustNotBeCalled(t)
+			client := hub
+			if tc.env {
+				// What nvmai-install builds: NewClient reads HF_HUB_OFFLINE.
+				client = download.NewClient()
+				client.Endpoint, client.FreeSpace = hub.Endpoint, hub.FreeSpace
+			}
 			entry, err := CustomEntry(repo, tc.revision)
 			if err != nil {
 				t.Fatal(err)
