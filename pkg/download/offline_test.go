@@ -34,6 +34,7 @@ func TestOfflineSnapshotFromTheCacheMakesNoRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.ResetRequests()
+	h.ForbidRequests(t)
 	c.Offline = true
 	for _, rev := range []string{"main", commit} {
 		snap, err := c.Snapshot(context.Background(), testRepo, rev, SnapshotOptions{CacheDir: cache})
@@ -82,6 +83,7 @@ func TestOfflineSnapshotSaysWhatIsMissing(t *testing.T) {
 		}, []string{bigFile, "missing blob"}},
 	}
 	h.ResetRequests()
+	h.ForbidRequests(t)
 	c.Offline = true
 	// The cases damage the cache cumulatively, in this order.
 	for _, tc := range tests {
