@@ -24,7 +24,8 @@ func app() *cli.App {
 		UsageText: `nvmai-install                          (status table of the registry and what is installed)
    nvmai-install katcoder both            (KAT-Coder 35B-A3B at 4 and 8 bits from one download)
    nvmai-install qwen36 8bit | nvmai-install katcoder-8bit
-   nvmai-install --repo ORG/NAME --revision REV --bits 4,8`,
+   nvmai-install --repo ORG/NAME --revision REV --bits 4,8
+   nvmai-install --offline qwen36 8bit    (from the Hugging Face cache only; also HF_HUB_OFFLINE=1)`,
 		Description: `Downloads the model's safetensors, configs and tokenizer into the Hugging Face cache
 ($HF_HOME/hub, reused by other tools and by later installs: a second width never re-fetches),
 converts every requested width from that one download into --models-dir/NAME-4bit and NAME-8bit,
