@@ -5,13 +5,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -34,13 +33,16 @@ func app() *cli.App {
 		UsageText: `nvmai-install                          (status table of the registry and what is installed)
    nvmai-install katcoder both            (KAT-Coder 35B-A3B at 4 and 8 bits from one download)
    nvmai-install qwen36 8bit | nvmai-install katcoder-8bit | nvmai-install qwen36 4bit,16bit
-   nvmai-install --repo ORG/NAME --revision REV --bits 4,8`,
+   nvmai-install --repo ORG/NAME --revision REV --bits 4,8
+   nvmai-install --offline qwen36 8bit    (from the Hugging Face cache only; also HF_HUB_OFFLINE=1)`,
 		Description: `Downloads the model's safetensors, configs and tokenizer into the Hugging Face cache
 ($HF_HOME/hub, reused by other tools and by later installs: a second width never re-fetches),
 converts every requested width from that one download into --models-dir/NAME-4bit and NAME-8bit,
 and verifies each install before reporting it. Downloads resume after Ctrl-C or a network failure.
 HF_TOKEN (or the token saved by 'hf auth login') is sent to the Hub host only; HF_ENDPOINT selects
-another Hub.
+another Hub. --offline (or HF_HUB_OFFLINE=1) installs from the cache alone, with no network request:
+a branch or tag is looked up in the cache's refs/, a 40-hex commit in its snapshots/.
+
 Widths, in either form (NAME WIDTHS or --repo … --bits WIDTHS): 4, 8 or 16 (the exact bf16 copy),
 written 4, 4bit or 4-bit, or a comma list such as 4,8 or 4bit,16bit; "both" is 4,8. Flags may come
 before or after NAME.
@@ -54,7 +56,8 @@ line, 130 interrupted.`,
 			&cli.BoolFlag{Name: "overwrite", Usage: "rebuild widths that are already installed"},
 			cliutil.ThreadsFlag("conversion threads"),
 			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: download.DefaultParallel, Usage: "download chunks in flight"}, 1, maxParallel, ""),
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
+			&cli.BoolFlag{Name: "offline", Usage: "install from the Hugging Face cache only; no network request (also HF_HUB_OFFLINE=1)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, retry or notice lines (errors still print)"},
 		},
 		Action: installAction,
 	}
@@ -62,7 +65,7 @@ line, 130 interrupted.`,
 
 func installAction(c *cli.Context) error {
 	if c.NArg() == 0 && c.String("repo") == "" {
-		return printStatus(c.String("models-dir"))
+		return printStatus(c.App.Writer, c.String("models-dir"))
 	}
 	entry, widths, err := target(c)
 	if err != nil {
@@ -76,17 +79,15 @@ func installAction(c *cli.Context) error {
 		defer rep.Close()
 		progress = rep
 	}
+	var notice func(string)
+	if !c.Bool("quiet") {
+		notice = func(m string) { fmt.Fprintln(os.Stderr, m) }
+	}
 	results, err := install.Run(c.Context, entry, widths, install.Options{
 		ModelsDir: c.String("models-dir"), Client: client, Progress: progress, Overwrite: c.Bool("overwrite"),
-		Threads: c.Int("threads"), Notice: func(m string) { fmt.Fprintln(os.Stderr, m) },
+		Offline: c.Bool("offline"), Threads: c.Int("threads"), Notice: notice,
 	})
-	for _, r := range results {
-		state := "installed and verified"
-		if r.Reused {
-			state = "already installed, verified"
-		}
-		fmt.Fprintf(c.App.Writer, "%s: %d-bit %s\n", r.Dir, r.Width, state)
-	}
+	install.WriteResults(c.App.Writer, results)
 	return err
 }
 
@@ -185,28 +186,10 @@ func widthList(ws []int) string {
 	return strings.Join(s, " and ")
 }
 
-func printStatus(modelsDir string) error {
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODEL\tREPO\tINSTALLED\tNOTE")
-	for _, s := range install.Statuses(modelsDir) {
-		var have []string
-		for w := range s.Installed {
-			have = append(have, fmt.Sprintf("%d-bit", w))
-		}
-		sort.Strings(have)
-		note := ""
-		if !s.Entry.Supported {
-			note = "not runnable yet: " + s.Entry.Reason
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Entry.Name, s.Entry.Title, s.Entry.Repo, orDash(strings.Join(have, ", ")), note)
+func printStatus(w io.Writer, modelsDir string) error {
+	rep, err := install.ReadStatus(modelsDir)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(tw, "\ninstall one with: nvmai-install NAME [4bit|8bit|both]   (models dir: %s)\n", modelsDir)
-	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return rep.Write(w)
 }

@@ -17,4 +17,10 @@
 //   - Every file is verified (LFS sha256 or git blob sha1, and size) before it
 //     gets its final name; a mismatch deletes the temporary file.
 //   - The token is sent only to the Hub endpoint's host, never to the CDN.
+//   - No retry is silent (Client.OnRetry), and a host that cannot be reached
+//     is a *NetworkError naming the cause class (DNS, connection refused,
+//     timeout, TLS) and the attempts made.
+//   - Offline (Client.Offline, HF_HUB_OFFLINE=1) no request is made at all:
+//     Snapshot resolves refs/<revision> and reads snapshots/<commit> from the
+//     cache, or says exactly what the cache lacks (*OfflineError).
 package download

@@ -221,11 +221,18 @@ type DiskSpaceError struct {
 	Path string
 	Need uint64
 	Free uint64
+	// Elsewhere is the advice for putting the data on another disk; empty
+	// means the cache's (HF_HOME or HF_HUB_CACHE).
+	Elsewhere string
 }
 
 func (e *DiskSpaceError) Error() string {
-	return fmt.Sprintf("not enough disk space on %s: need %s, %s free; free up %s or point HF_HOME "+
-		"(or HF_HUB_CACHE) at a larger disk", e.Path, humanBytes(e.Need), humanBytes(e.Free), humanBytes(e.Need-e.Free))
+	elsewhere := e.Elsewhere
+	if elsewhere == "" {
+		elsewhere = "point HF_HOME (or HF_HUB_CACHE) at a larger disk"
+	}
+	return fmt.Sprintf("not enough disk space on %s: need %s, %s free; free up %s or %s",
+		e.Path, humanBytes(e.Need), humanBytes(e.Free), humanBytes(e.Need-e.Free), elsewhere)
 }
 
 func humanBytes(n uint64) string {
@@ -238,5 +245,5 @@ func humanBytes(n uint64) string {
 		div *= unit
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB (%d bytes)", float64(n)/float64(div), "KMGTPE"[exp], n)
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
