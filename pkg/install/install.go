@@ -106,7 +106,7 @@ func Run(ctx context.Context, e registry.Entry, widths []int, opt Options) ([]Re
 			todo = append(todo, w)
 			continue
 		}
-		r, err := reuse(Dir(opt.ModelsDir, e.Name, w), w, e, commit, m, opt.Threads)
+		r, err := reuse(ctx, Dir(opt.ModelsDir, e.Name, w), w, e, commit, m, opt.Threads)
 		if err != nil {
 			return nil, err
 		}
@@ -212,7 +212,7 @@ func sameRepo(dir string, e registry.Entry, m *packexperts.Manifest) error {
 
 // reuse checks that the install at dir (of e's repository) was built from
 // commit and verifies; anything else is refused with what differs.
-func reuse(dir string, w int, e registry.Entry, commit string, m *packexperts.Manifest, threads int) (Result, error) {
+func reuse(ctx context.Context, dir string, w int, e registry.Entry, commit string, m *packexperts.Manifest, threads int) (Result, error) {
 	if m.Source.Revision != commit {
 		asked := fmt.Sprintf("revision %s is commit %s", e.Revision, commit)
 		if e.Revision == commit {
@@ -222,7 +222,10 @@ func reuse(dir string, w int, e registry.Entry, commit string, m *packexperts.Ma
 			"pass --overwrite to replace it with %s, or --revision %s to keep it",
 			ErrRevisionDiffers, dir, e.Repo, orUnknown(m.Source.Revision), asked, shortCommit(commit), orUnknown(m.Source.Revision))
 	}
-	rep, err := verify.Install(dir, threads, false)
+	rep, err := verify.CheckInstall(ctx, dir, verify.InstallOptions{Threads: threads})
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
 	if err == nil && !rep.OK() {
 		err = fmt.Errorf("%v", rep.Problems[0])
 	}
@@ -247,13 +250,17 @@ func shortCommit(c string) string {
 }
 
 func fetchAndConvert(ctx context.Context, e registry.Entry, widths []int, commit string, opt Options) ([]Result, error) {
-	snap, err := fetch(ctx, e, widths, commit, opt)
-	if err != nil {
-		return nil, err
-	}
 	targets := make([]convert.Target, len(widths))
 	for i, w := range widths {
 		targets[i] = convert.Target{Bits: w, Dir: Dir(opt.ModelsDir, e.Name, w)}
+		// Refused targets are found before a download that may take an hour.
+		if err := convert.CheckOutput(targets[i].Dir, opt.Overwrite); err != nil {
+			return nil, err
+		}
+	}
+	snap, err := fetch(ctx, e, widths, commit, opt)
+	if err != nil {
+		return nil, err
 	}
 	_, err = convert.Run(ctx, convert.Options{
 		Input: snap.Dir, Targets: targets, Overwrite: opt.Overwrite, ModelID: e.Name,
@@ -262,7 +269,7 @@ func fetchAndConvert(ctx context.Context, e registry.Entry, widths []int, commit
 	if err != nil {
 		return nil, err
 	}
-	return verifyAll(targets, snap.Commit, opt.Threads)
+	return verifyAll(ctx, targets, snap.Commit, opt.Threads)
 }
 
 // fetch makes sure the snapshot is in the cache (downloading what is
@@ -349,11 +356,14 @@ func (o *Options) convertArgs(e registry.Entry, widths []int) string {
 
 // verifyAll re-hashes every fresh install; an install that fails is reported
 // with its problems, never as done.
-func verifyAll(targets []convert.Target, commit string, threads int) ([]Result, error) {
+func verifyAll(ctx context.Context, targets []convert.Target, commit string, threads int) ([]Result, error) {
 	var results []Result
 	var errs []error
 	for _, t := range targets {
-		rep, err := verify.Install(t.Dir, threads, false)
+		rep, err := verify.CheckInstall(ctx, t.Dir, verify.InstallOptions{Threads: threads})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if err == nil && !rep.OK() {
 			err = fmt.Errorf("%s failed verification: %s", t.Dir, rep.Problems[0])
 		}

@@ -175,3 +175,31 @@ func TestModelsDirShortfallNamesModelsDir(t *testing.T) {
 		t.Fatal(serr)
 	}
 }
+
+// A target that is not an nvmai install is refused before anything is
+// downloaded (a 70 GB download would otherwise come first), naming what is
+// there, with and without --overwrite.
+func TestTargetThatIsNotAnInstallIsRefusedBeforeDownloading(t *testing.T) {
+	for _, overwrite := range []bool{false, true} {
+		modelsDir := t.TempDir()
+		entry, err := CustomEntry(repo, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := Dir(modelsDir, entry.Name, 4)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(target+"/thesis.txt", []byte("precious"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opt := Options{ModelsDir: modelsDir, CacheDir: t.TempDir(), Client: hubThatMustNotBeCalled(t), Overwrite: overwrite, Threads: 2}
+		_, err = Run(context.Background(), entry, []int{4}, opt)
+		if err == nil || !strings.Contains(err.Error(), "thesis.txt") {
+			t.Fatalf("overwrite=%v: got %v, want a refusal naming thesis.txt", overwrite, err)
+		}
+		if b, _ := os.ReadFile(target + "/thesis.txt"); string(b) != "precious" {
+			t.Fatalf("overwrite=%v: thesis.txt was touched", overwrite)
+		}
+	}
+}
