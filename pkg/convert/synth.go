@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"github.com/nvmai/nvmai/pkg/units"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -415,7 +416,7 @@ func checkFreeSpace(dir string, need int64) error {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if need > free {
-		return fmt.Errorf("the install needs %.1f GB but %s has only %.1f GB free; free some space, choose another --output, or write fewer --layers", float64(need)/1e9, dir, float64(free)/1e9)
+		return fmt.Errorf("the install needs %s but %s has only %s free; free some space, choose another --output, or write fewer --layers", units.Bytes(need), dir, units.Bytes(free))
 	}
 	return nil
 }

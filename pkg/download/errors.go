@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvmai/nvmai/pkg/units"
 	"io"
 	"net/http"
 	"net/url"
@@ -235,15 +236,5 @@ func (e *DiskSpaceError) Error() string {
 		e.Path, humanBytes(e.Need), humanBytes(e.Free), humanBytes(e.Need-e.Free), elsewhere)
 }
 
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// humanBytes is units.Bytes for the unsigned counts this package keeps.
+func humanBytes(n uint64) string { return units.Bytes(int64(min(n, 1<<63-1))) }
