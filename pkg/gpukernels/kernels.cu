@@ -1,0 +1,623 @@
+// nvmai GPU kernels for the Qwen3.5 decoder. Compiled at run time by NVRTC
+// with --fmad=false: every product and sum rounds on its own, as in the Go
+// references (pkg/kernels, pkg/runtime/qwen35) each kernel names.
+// No host headers: NVRTC compiles this file alone.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+#define FLT_MAX_ 3.402823466e+38f
+
+// Encodings, as pkg/kernels.Encoding numbers them.
+#define ENC_F32 0
+#define ENC_BF16 1
+#define ENC_F16 2
+#define ENC_Q4 3
+#define ENC_Q8 4
+
+__device__ __forceinline__ float bf16f(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+__device__ __forceinline__ float f16f(u16 h) {
+    // IEEE half to float, exact (as pkg/kernels.f16ToF32).
+    u32 sign = ((u32)h & 0x8000u) << 16;
+    u32 exp = ((u32)h >> 10) & 0x1f;
+    u32 man = (u32)h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return __uint_as_float(sign);
+        float v = (float)man * (1.0f / 16777216.0f); // man · 2^-24
+        return sign ? -v : v;
+    }
+    if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+// exp32k is pkg/kernels.exp32: Cephes expf, bit for bit.
+__device__ __forceinline__ float exp32k(float x) {
+    if (x != x) return x;
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    float n = rint(__fmul_rn(x, 1.44269504088896341f));
+    float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
+    r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+    float r2 = __fmul_rn(r, r);
+    float p = 1.9875691500e-4f;
+    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+    p = __fadd_rn(__fmul_rn(p, r2), r);
+    p = __fadd_rn(p, 1.0f);
+    return __fmul_rn(p, __uint_as_float((u32)((int)n + 127) << 23));
+}
+
+// kernels' float32 sigmoid: 1/(1+exp32(-v)).
+__device__ __forceinline__ float sigk(float v) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp32k(-v))); }
+
+// qwen35's scalar functions: float64 inside, rounded once.
+__device__ __forceinline__ float sigmoid64(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+__device__ __forceinline__ float exp64(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float softplus64(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
+
+// ---------------------------------------------------------------------------
+// Embedding: out[t] = row tokens[t] of the table (qwen35 embed.Row).
+extern "C" __global__ void embed(float* out, const u8* data, const u16* scales, const u16* biases,
+                                 int enc, int cols, const int* tokens) {
+    int t = blockIdx.y;
+    i64 row = tokens[t];
+    float* o = out + (i64)t * cols;
+    for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < cols; i += blockDim.x * gridDim.x) {
+        float v;
+        if (enc == ENC_Q4 || enc == ENC_Q8) {
+            int g = i / 64;
+            i64 groups = cols / 64;
+            float s = bf16f(scales[row * groups + g]);
+            float b = bf16f(biases[row * groups + g]);
+            u32 q;
+            if (enc == ENC_Q4) q = (data[row * (cols / 2) + i / 2] >> ((i & 1) * 4)) & 15;
+            else q = data[row * cols + i];
+            v = __fadd_rn(__fmul_rn(s, (float)q), b);
+        } else if (enc == ENC_BF16) {
+            v = bf16f(((const u16*)data)[row * cols + i]);
+        } else if (enc == ENC_F16) {
+            v = f16f(((const u16*)data)[row * cols + i]);
+        } else {
+            v = ((const float*)data)[row * cols + i];
+        }
+        o[i] = v;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Block reductions.
+__device__ double block_sum_d(double v, double* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    double r = 0;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < nw; i++) r += sh[i];
+        sh[0] = r;
+    }
+    __syncthreads();
+    r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// invRMS: 1/sqrt(mean(x²)+eps), the sum of squares in float64.
+__device__ float inv_rms(const float* x, int n, float eps, double* sh) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, sh);
+    float mean = (float)(ss / (double)n);
+    return (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+}
+
+// rmsnorm: out[r] = x[r]·inv·scale per row of n (qwen35 rmsNorm). One block per row.
+extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scale, int n, float eps) {
+    __shared__ double sh[32];
+    const float* xr = x + (i64)blockIdx.x * n;
+    float* orow = out + (i64)blockIdx.x * n;
+    float inv = inv_rms(xr, n, eps, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = __fmul_rn(__fmul_rn(xr[i], inv), scale[i]);
+}
+
+// add: x += y (qwen35 addTo).
+extern "C" __global__ void add(float* x, const float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+// swiglu: g = float32(g·sigmoid(g))·u (kernels.SwiGLU).
+extern "C" __global__ void swiglu(float* g, const float* u, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = g[i];
+        g[i] = __fmul_rn(__fmul_rn(v, sigk(v)), u[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Activation quantization (kernels.QActivation): one thread per group of 64.
+// xq8: int8 codes in element order; xq4: per group 8 words of even-element
+// codes then 8 of odd ones (word j holds elements 8j, 8j+2, 8j+4, 8j+6 or
+// 8j+1, …), matching the nibbles of an MLX Q4 word; dx = max|x|/127;
+// sx = Σx in sum8's order.
+extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    int gi = blockIdx.x * blockDim.x + threadIdx.x;
+    if (gi >= total_groups) return;
+    const float* v = x + (i64)gi * 64;
+    float amax = 0;
+    for (int i = 0; i < 64; i++) {
+        float a = fabsf(v[i]);
+        if (a > amax) amax = a;
+    }
+    float d = __fdiv_rn(amax, 127.0f);
+    float inv = __fdiv_rn(127.0f, amax);
+    bool tiny = amax != 0 && inv > FLT_MAX_;
+    signed char q[64];
+    for (int i = 0; i < 64; i++) {
+        float t = __fmul_rn(v[i], inv);
+        if (tiny) t = __fdiv_rn(v[i], d);
+        if (t > 127.0f) t = 127.0f;
+        else if (t < -127.0f) t = -127.0f;
+        else if (t != t) t = 0.0f;
+        q[i] = (signed char)(int)__fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
+        xq8[(i64)gi * 64 + i] = q[i];
+    }
+    for (int j = 0; j < 8; j++) {
+        u32 e = 0, o = 0;
+        for (int b = 0; b < 4; b++) {
+            e |= ((u32)(u8)q[8 * j + 2 * b]) << (8 * b);
+            o |= ((u32)(u8)q[8 * j + 2 * b + 1]) << (8 * b);
+        }
+        xq4[(i64)gi * 16 + j] = (int)e;
+        xq4[(i64)gi * 16 + 8 + j] = (int)o;
+    }
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 64; i += 8)
+        for (int k = 0; k < 8; k++) l[k] = __fadd_rn(l[k], v[i + k]);
+    dx[gi] = d;
+    sx[gi] = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[4]), __fadd_rn(l[2], l[6])), __fadd_rn(__fadd_rn(l[1], l[5]), __fadd_rn(l[3], l[7])));
+}
+
+__device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Matrix addressing shared by the GEMVs. A launch covers `slots` matrices of
+// `rows` rows each (one, or the k experts a token selected): output row
+// r = slot·rows + lr. With sel, slot s of token t uses expert sel[t·k+s],
+// whose weights sit estride bytes after expert 0's. The input is token t's
+// (xslot = 0) or the slot's own (xslot = 1: row t·slots+s of the inputs).
+struct Gather {
+    const int* sel;
+    int slots;
+    i64 edata, escale; // per-expert strides of data and of scales/biases, in bytes
+    int xslot;
+};
+
+// qgemv: y = W·x for MLX affine Q4/Q8 through int8 activations, bitwise
+// kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
+// in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
+// 16 lanes fold by halving. res, when set, is added: y = res + Wx.
+extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot) {
+    int t = blockIdx.y;
+    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    i64 r = (i64)blockIdx.x * (blockDim.x >> 4) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    const float* dxa = dx + (i64)a * groups;
+    const float* sxa = sx + (i64)a * groups;
+    float acc = 0;
+    if (active) {
+        for (int g = lane; g < groups; g += 16) {
+            int d = 0;
+            if (bits == 4) {
+                const uint4* wp = (const uint4*)(w + g * 32);
+                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
+                uint4 w0 = wp[0], w1 = wp[1];
+                int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
+                const u32 m = 0x0F0F0F0Fu;
+                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
+                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
+                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
+                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
+                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
+                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
+                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
+                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+            } else {
+                const uint4* wp = (const uint4*)(w + g * 64);
+                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint4 ww = wp[k];
+                    int4 xx = xp[k];
+                    d = dp4a_us(ww.x, xx.x, d); d = dp4a_us(ww.y, xx.y, d);
+                    d = dp4a_us(ww.z, xx.z, d); d = dp4a_us(ww.w, xx.w, d);
+                }
+            }
+            float s = bf16f(sc[g]), b = bf16f(bi[g]);
+            float mul = __fmul_rn(s, dxa[g]);
+            float tt = __fmul_rn(mul, (float)d);
+            float u = __fmul_rn(b, sxa[g]);
+            acc = __fadd_rn(acc, __fadd_rn(tt, u));
+        }
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 16));
+    if (active && lane == 0) {
+        i64 o = (i64)t * rows * slots + r;
+        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// fgemv: y = W·x for float weights (F32, BF16, F16), a warp per row, float32
+// sums in lane order then a butterfly (not bitwise the CPU's 8-lane order:
+// compared with a tolerance). Same gathering and res as qgemv.
+extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
+                                 const float* res, const int* sel, int slots, i64 edata, int xslot) {
+    int t = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r >= (i64)rows * slots) return;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    const float* xa = x + (i64)a * cols;
+    const u8* base = data + (i64)e * edata;
+    float acc = 0;
+    if (enc == ENC_F32) {
+        const float* w = (const float*)base + (i64)lr * cols;
+        for (int i = lane; i < cols; i += 32) acc = __fadd_rn(acc, __fmul_rn(w[i], xa[i]));
+    } else {
+        const u16* w = (const u16*)base + (i64)lr * cols;
+        if ((cols & 7) == 0) {
+            for (int i = lane * 8; i < cols; i += 256) {
+                uint4 p = *(const uint4*)(w + i);
+                u32 ws[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u16 lo = (u16)(ws[k] & 0xffff), hi = (u16)(ws[k] >> 16);
+                    float f0 = enc == ENC_BF16 ? bf16f(lo) : f16f(lo);
+                    float f1 = enc == ENC_BF16 ? bf16f(hi) : f16f(hi);
+                    acc = __fadd_rn(acc, __fmul_rn(f0, xa[i + 2 * k]));
+                    acc = __fadd_rn(acc, __fmul_rn(f1, xa[i + 2 * k + 1]));
+                }
+            }
+        } else {
+            for (int i = lane; i < cols; i += 32) {
+                float f = enc == ENC_BF16 ? bf16f(w[i]) : f16f(w[i]);
+                acc = __fadd_rn(acc, __fmul_rn(f, xa[i]));
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    if (lane == 0) {
+        i64 o = (i64)t * rows * slots + r;
+        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Gated DeltaNet.
+
+// gdn_conv: the depthwise causal conv + SiLU over T tokens (qwen35
+// causalConv): thread per channel, taps summed in order from zero, then the
+// last K−1 projections stay in state [K−1, C].
+extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[8];
+    for (int j = 0; j < K - 1; j++) win[j] = state[(i64)j * C + c];
+    for (int t = 0; t < T; t++) {
+        win[K - 1] = proj[(i64)t * C + c];
+        float acc = 0;
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(w[c * K + j], win[j]));
+        out[(i64)t * C + c] = __fmul_rn(acc, sigk(acc));
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+    for (int j = 0; j < K - 1; j++) state[(i64)j * C + c] = win[j];
+}
+
+// gdn_heads: per value head (block) and token, the L2-normed q and k, the
+// gates, the delta rule (kernels.DeltaRule, a thread per value column) and
+// the gated RMSNorm (qwen35 gatedNorm). conv [T, C] = q | k | v; z [T, Hv·Dv];
+// a, b [T, Hv]; state S [Hv, Dk, Dv]; o [T, Hv·Dv].
+extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
+                                     const float* negExpA, const float* dtBias, const float* normW,
+                                     int C, int Hk, int Hv, int Dk, int Dv, float eps, int T) {
+    extern __shared__ float smem[];
+    float* q = smem;          // [Dk]
+    float* k = smem + Dk;     // [Dk]
+    float* ov = smem + 2 * Dk; // [Dv]
+    __shared__ float gate[2];
+    __shared__ double sh[32];
+    int h = blockIdx.x, j = threadIdx.x;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    for (int t = 0; t < T; t++) {
+        const float* row = conv + (i64)t * C;
+        if (threadIdx.x == 0) {
+            // l2NormScaled, sums in index order in float64.
+            double sq = 0, sk = 0;
+            for (int i = 0; i < Dk; i++) {
+                float vq = row[kh * Dk + i], vk = row[kd + kh * Dk + i];
+                sq += (double)vq * (double)vq;
+                sk += (double)vk * (double)vk;
+            }
+            float iq = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+            float ik = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
+            for (int i = 0; i < Dk; i++) {
+                q[i] = __fmul_rn(__fmul_rn(row[kh * Dk + i], iq), qScale);
+                k[i] = __fmul_rn(__fmul_rn(row[kd + kh * Dk + i], ik), 1.0f);
+            }
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * Hv + h], dtBias[h])));
+            gate[0] = exp64(g);
+            gate[1] = sigmoid64(b[t * Hv + h]);
+        }
+        __syncthreads();
+        float decay = gate[0], beta = gate[1];
+        if (j < Dv) {
+            float p = 0;
+            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Sh[(i64)i * Dv + j], decay), k[i]));
+            float delta = __fmul_rn(__fsub_rn(row[2 * kd + h * Dv + j], p), beta);
+            float out = 0;
+            for (int i = 0; i < Dk; i++) {
+                float s = __fadd_rn(__fmul_rn(Sh[(i64)i * Dv + j], decay), __fmul_rn(k[i], delta));
+                Sh[(i64)i * Dv + j] = s;
+                out = __fadd_rn(out, __fmul_rn(s, q[i]));
+            }
+            ov[j] = out;
+        }
+        __syncthreads();
+        // gatedNorm: invRMS over the head (float64, index order), silu(z).
+        if (threadIdx.x == 0) {
+            double ss = 0;
+            for (int i = 0; i < Dv; i++) ss += (double)ov[i] * (double)ov[i];
+            float mean = (float)(ss / (double)Dv);
+            gate[0] = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+        }
+        __syncthreads();
+        if (j < Dv) {
+            float zz = z[(i64)t * vd + h * Dv + j];
+            float sz = __fmul_rn(zz, sigk(zz));
+            o[(i64)t * vd + h * Dv + j] = __fmul_rn(__fmul_rn(normW[j], __fmul_rn(ov[j], gate[0])), sz);
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Gated attention.
+
+// rope_norm: rmsNorm with scale over a head of Dh, then rotate-half RoPE on
+// the first 2·half dims (qwen35 rmsNorm + rotate). One thread; dst may be x.
+__device__ void norm_rotate(float* dst, const float* x, const float* scale, int Dh, float eps, const float* invFreq, int half, int pos) {
+    double ss = 0;
+    for (int i = 0; i < Dh; i++) ss += (double)x[i] * (double)x[i];
+    float mean = (float)(ss / (double)Dh);
+    float inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+    for (int i = 0; i < Dh; i++) dst[i] = __fmul_rn(__fmul_rn(x[i], inv), scale[i]);
+    for (int jj = 0; jj < half; jj++) {
+        float angle = __fmul_rn((float)pos, invFreq[jj]);
+        float c = (float)cos((double)angle), s = (float)sin((double)angle);
+        float x0 = dst[jj], x1 = dst[jj + half];
+        dst[jj] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        dst[jj + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+}
+
+// attn_kv: normalise and rotate the chunk's keys into the cache and copy its
+// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
+extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
+                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    int g = blockIdx.x, t = blockIdx.y;
+    int kvd = Hkv * Dh;
+    int p = *pos + t;
+    if (threadIdx.x == 0) norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p);
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
+}
+
+// attn_heads: per query head (block) and token, the normed rotated query,
+// scores over the cache up to the token (4-lane dots, kernels.AttendScores),
+// softmax (kernels.Exp, float64 denominator), the weighted values
+// (kernels.AttendValues: ascending positions from zero) and the sigmoid gate.
+// q2 [T, Hq·2·Dh] (per head query then gate); scores scratch [T, Hq, cap].
+extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, const float* kc, const float* vc,
+                                      const float* qNorm, const float* invFreq, const int* pos,
+                                      int Hq, int Hkv, int Dh, int half, float eps, int cap, int T) {
+    extern __shared__ float qs[]; // [Dh]
+    __shared__ double sh[32];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int p = *pos + t, n = p + 1;
+    float scale = (float)(1.0 / sqrt((double)Dh));
+    const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
+    if (threadIdx.x == 0) norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p);
+    __syncthreads();
+    float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx = -__int_as_float(0x7f800000);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        const float* kr = kc + (i64)s * kvd + g * Dh;
+        float l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+        int i = 0;
+        for (; i + 4 <= Dh; i += 4) {
+            l0 = __fadd_rn(l0, __fmul_rn(qs[i], kr[i]));
+            l1 = __fadd_rn(l1, __fmul_rn(qs[i + 1], kr[i + 1]));
+            l2 = __fadd_rn(l2, __fmul_rn(qs[i + 2], kr[i + 2]));
+            l3 = __fadd_rn(l3, __fmul_rn(qs[i + 3], kr[i + 3]));
+        }
+        for (; i < Dh; i++) l0 = __fadd_rn(l0, __fmul_rn(qs[i], kr[i]));
+        float v = __fmul_rn(__fadd_rn(__fadd_rn(l0, l1), __fadd_rn(l2, l3)), scale);
+        sc[s] = v;
+        mx = fmaxf(mx, v);
+    }
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) m = fmaxf(m, red[w]);
+        red[0] = m;
+    }
+    __syncthreads();
+    mx = red[0];
+    double sum = 0;
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        float e = exp32k(__fsub_rn(sc[s], mx));
+        sc[s] = e;
+        sum += (double)e;
+    }
+    sum = block_sum_d(sum, sh);
+    float inv = (float)(1.0 / sum);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fmul_rn(sc[s], inv);
+    __syncthreads();
+    const float* gate = qsrc + Dh;
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
+        float acc = 0;
+        for (int s = 0; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vc[(i64)s * kvd + g * Dh + i]));
+        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
+// most probable (lower id on ties), in ascending id order, weights
+// renormalised over the selection. One block of ≥ E threads per token.
+extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k) {
+    __shared__ float probs[1024];
+    __shared__ unsigned char taken[1024];
+    __shared__ double sh[32];
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int chosen[64];
+    int t = blockIdx.x, e = threadIdx.x;
+    const float* l = logits + (i64)t * E;
+    float lv = e < E ? l[e] : -__int_as_float(0x7f800000);
+    double m = (double)lv;
+    for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if ((e & 31) == 0) bv[e >> 5] = (float)m;
+    __syncthreads();
+    if (e == 0) {
+        float mm = bv[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, bv[w]);
+        bv[0] = mm;
+    }
+    __syncthreads();
+    double maxLogit = (double)bv[0];
+    __syncthreads();
+    double ex = e < E ? exp((double)lv - maxLogit) : 0.0;
+    double sum = block_sum_d(ex, sh);
+    if (e < E) {
+        probs[e] = (float)(ex / sum);
+        taken[e] = 0;
+    }
+    __syncthreads();
+    for (int s = 0; s < k; s++) {
+        float v = (e < E && !taken[e]) ? probs[e] : -1.0f;
+        int idx = e < E ? e : 1 << 30;
+        for (int off = 16; off > 0; off >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, v, off);
+            int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+            if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+        }
+        if ((e & 31) == 0) { bv[e >> 5] = v; bi[e >> 5] = idx; }
+        __syncthreads();
+        if (e == 0) {
+            float bvv = bv[0];
+            int bii = bi[0];
+            for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++)
+                if (bv[w] > bvv || (bv[w] == bvv && bi[w] < bii)) { bvv = bv[w]; bii = bi[w]; }
+            chosen[s] = bii;
+            taken[bii] = 1;
+        }
+        __syncthreads();
+    }
+    if (e == 0) {
+        for (int i = 1; i < k; i++) // insertion sort, ascending ids
+            for (int j2 = i; j2 > 0 && chosen[j2 - 1] > chosen[j2]; j2--) {
+                int tmp = chosen[j2]; chosen[j2] = chosen[j2 - 1]; chosen[j2 - 1] = tmp;
+            }
+        float total = 0;
+        for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
+        for (int i = 0; i < k; i++) {
+            sel[t * k + i] = chosen[i];
+            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], total);
+        }
+    }
+}
+
+// combine: x += Σ_s w_s·routed_s (ascending slots from zero, each product
+// rounded) + sigmoid(gate)·shared (qwen35 combineExperts, then addTo).
+extern "C" __global__ void combine(float* x, const float* routed, const float* weight, const float* shared, const float* gateLogit,
+                                   int k, int H) {
+    int t = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= H) return;
+    float acc = 0;
+    for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(weight[t * k + s], routed[((i64)t * k + s) * H + i]));
+    float sg = sigmoid64(gateLogit[t]);
+    acc = __fadd_rn(acc, __fmul_rn(sg, shared[(i64)t * H + i]));
+    x[(i64)t * H + i] = __fadd_rn(x[(i64)t * H + i], acc);
+}
+
+// ---------------------------------------------------------------------------
+// Sampling and bookkeeping.
+
+// argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
+// NaN anywhere gives −1. One block.
+extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int hasnan;
+    if (threadIdx.x == 0) hasnan = 0;
+    __syncthreads();
+    float v = -__int_as_float(0x7f800000);
+    int idx = 1 << 30;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = logits[i];
+        if (x != x) hasnan = 1;
+        if (x > v || idx == (1 << 30)) { v = x; idx = i; }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, off);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+        if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    }
+    if ((threadIdx.x & 31) == 0) { bv[threadIdx.x >> 5] = v; bi[threadIdx.x >> 5] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++)
+            if (bv[w] > v || (bv[w] == v && bi[w] < idx)) { v = bv[w]; idx = bi[w]; }
+        *out = hasnan ? -1 : idx;
+    }
+}
+
+// advance: *pos += T, at the end of a step (position lives on the device so
+// one captured graph serves every step).
+extern "C" __global__ void advance(int* pos, int T) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) *pos += T;
+}
