@@ -15,6 +15,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/gpu"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -31,7 +32,11 @@ func loadEngine(c *cli.Context) (*runtime.Engine, error) {
 		}
 		budget = b
 	}
-	return runtime.Load(c.String("model"), runtime.Options{Threads: c.Int("threads"), Experts: runtime.ExpertOptions{
+	backend, err := gpu.LoaderFor(c.String("engine"))
+	if err != nil {
+		return nil, cliutil.Usagef("%v", err)
+	}
+	return runtime.Load(c.String("model"), runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: runtime.ExpertOptions{
 		Budget: budget, Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c),
 	}})
 }

@@ -36,6 +36,7 @@ Generation stops at any EOS id of the generation config (with --chat also at <|i
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install `DIR` (from nvmai-convert or nvmai-install)"},
+		&cli.StringFlag{Name: "engine", Value: "cpu", Usage: "where the model runs: cpu, or gpu (an NVIDIA GPU holding every weight; needs the driver and NVRTC)"},
 		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "compute threads", DefaultText: "all cores"},
 		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 256, Usage: "most tokens to generate"},
 		&cli.Float64Flag{Name: "temperature", Usage: "sampling temperature, 0 = greedy", DefaultText: "generation_config.json"},

@@ -382,11 +382,11 @@ func (c *Ctx) Record() (*Event, error) {
 	return e, c.dev.d.check("cuEventRecord", c.dev.d.cuEventRecord(e.h, c.dev.stream))
 }
 
-// Elapsed waits for end and returns the milliseconds from start to end,
-// then destroys both events.
+// Destroy frees an event.
+func (c *Ctx) Destroy(e *Event) { c.dev.d.cuEventDestroy(e.h) }
+
+// Elapsed waits for end and returns the milliseconds from start to end.
 func (c *Ctx) Elapsed(start, end *Event) (float64, error) {
-	defer c.dev.d.cuEventDestroy(start.h)
-	defer c.dev.d.cuEventDestroy(end.h)
 	if err := c.dev.d.check("cuEventSynchronize", c.dev.d.cuEventSynchronize(end.h)); err != nil {
 		return 0, err
 	}

@@ -130,10 +130,10 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		if m.Enc == kernels.Q8 {
 			bits = 8
 		}
-		return l.launch("qgemv", cuda.D2(blocks(rows, 16), T), cuda.D1(256), 0,
+		return l.launch("qgemv", cuda.D2(T, blocks(rows, 16)), cuda.D1(256), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs)
 	case kernels.F32, kernels.BF16, kernels.F16:
-		return l.launch("fgemv", cuda.D2(blocks(rows, 8), T), cuda.D1(256), 0,
+		return l.launch("fgemv", cuda.D2(T, blocks(rows, 8)), cuda.D1(256), 0,
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
 	}
 	return fmt.Errorf("gpukernels: GEMV: unknown encoding %d", m.Enc)

@@ -37,7 +37,7 @@ __device__ __forceinline__ float f16f(u16 h) {
 __device__ __forceinline__ float exp32k(float x) {
     if (x != x) return x;
     x = fminf(fmaxf(x, -87.0f), 88.0f);
-    float n = rint(__fmul_rn(x, 1.44269504088896341f));
+    float n = rintf(__fmul_rn(x, 1.44269504088896341f));
     float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
     r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
     float r2 = __fmul_rn(r, r);
@@ -197,12 +197,6 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // r = slot·rows + lr. With sel, slot s of token t uses expert sel[t·k+s],
 // whose weights sit estride bytes after expert 0's. The input is token t's
 // (xslot = 0) or the slot's own (xslot = 1: row t·slots+s of the inputs).
-struct Gather {
-    const int* sel;
-    int slots;
-    i64 edata, escale; // per-expert strides of data and of scales/biases, in bytes
-    int xslot;
-};
 
 // qgemv: y = W·x for MLX affine Q4/Q8 through int8 activations, bitwise
 // kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
@@ -211,9 +205,9 @@ struct Gather {
 extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
                                  const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot) {
-    int t = blockIdx.y;
+    int t = blockIdx.x;
     int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
-    i64 r = (i64)blockIdx.x * (blockDim.x >> 4) + half;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
     bool active = r < (i64)rows * slots;
     if (!active) r = 0;
     int slot = (int)(r / rows), lr = (int)(r % rows);
@@ -276,9 +270,9 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
 // compared with a tolerance). Same gathering and res as qgemv.
 extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
                                  const float* res, const int* sel, int slots, i64 edata, int xslot) {
-    int t = blockIdx.y;
+    int t = blockIdx.x;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 5) + warp;
     if (r >= (i64)rows * slots) return;
     int slot = (int)(r / rows), lr = (int)(r % rows);
     int e = sel ? sel[t * slots + slot] : 0;

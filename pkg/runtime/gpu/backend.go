@@ -1,0 +1,264 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+)
+
+// Engines are the values of --engine.
+var Engines = []string{"cpu", "gpu"}
+
+// LoaderFor maps an --engine value to the runtime option that selects it:
+// nil for the CPU engine.
+func LoaderFor(engine string) (runtime.BackendLoader, error) {
+	switch strings.ToLower(engine) {
+	case "", "cpu":
+		return nil, nil
+	case "gpu":
+		return Loader, nil
+	}
+	return nil, fmt.Errorf("--engine %q: want one of %s", engine, strings.Join(Engines, ", "))
+}
+
+// Backend is the GPU engine as a runtime.Backend.
+type Backend struct {
+	Dev   *cuda.Device
+	Model *Model
+	last  *State
+}
+
+// Loader opens GPU 0 and uploads the install's weights.
+func Loader(in *runtime.Install, cfg qwen35.Config) (runtime.Backend, error) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	m, err := Load(dev, cfg, in, in.Dir, in.Manifest.Experts)
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	return &Backend{Dev: dev, Model: m}, nil
+}
+
+// Name labels reports.
+func (b *Backend) Name() string { return fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch) }
+
+// NewState starts a sequence.
+func (b *Backend) NewState(opt runtime.SessionOptions) (runtime.BackendState, error) {
+	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	if err != nil {
+		return nil, err
+	}
+	b.last = st
+	return st, nil
+}
+
+// Close frees the weights and the device.
+func (b *Backend) Close() {
+	b.Model.Close()
+	b.Dev.Close()
+}
+
+// BenchInfo is the GPU section of nvmai-run bench's report.
+type BenchInfo struct {
+	Device          string             `json:"device"`
+	Driver          int                `json:"driver"`
+	NVRTC           string             `json:"nvrtc"`
+	WeightBytes     int64              `json:"weight_bytes"`
+	TokenBytes      int64              `json:"weight_bytes_per_token"`
+	KernelsPerToken int                `json:"kernels_per_token"`
+	GraphMsPerToken float64            `json:"graph_ms_per_token"`   // decode step replayed as a graph, device time
+	EagerMsPerToken float64            `json:"eager_ms_per_token"`   // the same launches one by one
+	EmptyGraphMs    float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
+	CopyBandwidth   float64            `json:"copy_bytes_per_s"`     // device-to-device, bytes read + written
+	WeightBandwidth float64            `json:"weight_bytes_per_s"`   // weight bytes per token ÷ graph time
+	BandwidthShare  float64            `json:"weight_share_of_copy"` // WeightBandwidth ÷ CopyBandwidth
+	PhaseMs         map[string]float64 `json:"phase_ms_per_token"`   // one eager step split by events
+	PhaseBytes      map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
+	PhaseBandwidth  map[string]float64 `json:"phase_weight_bytes_per_s"`
+	Error           string             `json:"error,omitempty"`
+}
+
+// BenchInfo measures the device figures of a decode step on a fresh
+// sequence (a 16-token prompt of id 1, then decode steps).
+func (b *Backend) BenchInfo() any {
+	info, err := b.Measure(16, 32)
+	if err != nil {
+		info.Error = err.Error()
+	}
+	return info
+}
+
+// Measure times decode steps after a prompt of prompt tokens: graph replays,
+// eager launches, an empty graph of as many kernels, a phase split, and the
+// copy bandwidth.
+func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
+	m := b.Model
+	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
+		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes}
+	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
+	if err != nil {
+		return info, err
+	}
+	defer st.Close()
+	ids := make([]int, prompt)
+	for i := range ids {
+		ids[i] = 1 + i%7
+	}
+	if err := st.Forward(ids); err != nil {
+		return info, err
+	}
+	if err := st.Forward([]int{1}); err != nil { // captures the graph
+		return info, err
+	}
+	info.KernelsPerToken = st.graphKernels
+	err = b.Dev.Do(func(c *cuda.Ctx) error {
+		ms, err := timeIt(c, steps, func() error { return c.LaunchGraph(st.graph) })
+		if err != nil {
+			return err
+		}
+		info.GraphMsPerToken = ms
+		l := &gpukernels.Launcher{C: c, K: m.ks}
+		if info.EagerMsPerToken, err = timeIt(c, steps, func() error { return m.forward(l, st, 1, nil) }); err != nil {
+			return err
+		}
+		if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
+			return err
+		}
+		if info.PhaseMs, info.PhaseBytes, err = m.phases(c, st); err != nil {
+			return err
+		}
+		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
+		return err
+	})
+	st.pos += 3 * steps // every replay advanced the device position
+	if err != nil {
+		return info, err
+	}
+	if info.GraphMsPerToken > 0 {
+		info.WeightBandwidth = float64(m.TokenBytes) / (info.GraphMsPerToken / 1e3)
+	}
+	if info.CopyBandwidth > 0 {
+		info.BandwidthShare = info.WeightBandwidth / info.CopyBandwidth
+	}
+	info.PhaseBandwidth = map[string]float64{}
+	for k, v := range info.PhaseBytes {
+		if ms := info.PhaseMs[k]; ms > 0 {
+			info.PhaseBandwidth[k] = float64(v) / (ms / 1e3)
+		}
+	}
+	return info, nil
+}
+
+// timeIt runs fn n times between two events and returns ms per run.
+func timeIt(c *cuda.Ctx, n int, fn func() error) (float64, error) {
+	if err := fn(); err != nil { // warm
+		return 0, err
+	}
+	start, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	for range n - 1 {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	end, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	ms, err := c.Elapsed(start, end)
+	c.Destroy(start)
+	c.Destroy(end)
+	return ms / float64(max(n-1, 1)), err
+}
+
+// emptyGraph times a graph of k trivial kernels: the launch floor of a
+// decode step with that many kernels. It leaves *pos unchanged.
+func emptyGraph(c *cuda.Ctx, l *gpukernels.Launcher, pos cuda.DevicePtr, k, n int) (float64, error) {
+	if err := c.BeginCapture(); err != nil {
+		return 0, err
+	}
+	var ferr error
+	for range k {
+		if err := l.Advance(pos, 0); err != nil && ferr == nil {
+			ferr = err
+		}
+	}
+	g, err := c.EndCapture()
+	if ferr != nil {
+		return 0, ferr
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyGraph(g)
+	return timeIt(c, n, func() error { return c.LaunchGraph(g) })
+}
+
+// copyBandwidth times device-to-device copies of n bytes: bytes read plus
+// written per second.
+func copyBandwidth(c *cuda.Ctx, n uint64) (float64, error) {
+	a, err := c.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(a)
+	b, err := c.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(b)
+	c.Memset32(a, 0x3f800001, n/4)
+	ms, err := timeIt(c, 10, func() error { return c.DtoD(b, a, n) })
+	if err != nil {
+		return 0, err
+	}
+	return 2 * float64(n) / (ms / 1e3), nil
+}
+
+// phases runs one eager decode step with events between its parts and
+// returns each part's device time and the weight bytes it reads.
+func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]int64, error) {
+	var evs []*cuda.Event
+	var names []string
+	var rerr error
+	mark := func(name string) {
+		e, err := c.Record()
+		if err != nil && rerr == nil {
+			rerr = err
+		}
+		evs, names = append(evs, e), append(names, name)
+	}
+	defer func() {
+		for _, e := range evs {
+			if e != nil {
+				c.Destroy(e)
+			}
+		}
+	}()
+	mark("")
+	l := &gpukernels.Launcher{C: c, K: m.ks}
+	if err := m.forward(l, st, 1, mark); err != nil {
+		return nil, nil, err
+	}
+	if rerr != nil {
+		return nil, nil, rerr
+	}
+	ms := map[string]float64{}
+	for i := 1; i < len(evs); i++ {
+		d, err := c.Elapsed(evs[i-1], evs[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		ms[names[i]] += d
+	}
+	return ms, m.phaseBytes, nil
+}
