@@ -34,7 +34,8 @@ if [ -z "$bin" ]; then
 		go test -c -o "$bin/cuda.test" ./pkg/cuda &&
 		go test -c -o "$bin/gpukernels.test" ./pkg/gpukernels &&
 		go test -c -o "$bin/gpu.test" ./pkg/runtime/gpu &&
-		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert) || { echo "build failed"; exit 1; }
+		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert &&
+		go build -o "$bin/nvmai-run" ./cmd/nvmai-run) || { echo "build failed"; exit 1; }
 fi
 
 status=0
@@ -69,11 +70,22 @@ if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
 	NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	# The CLI end to end on the largest install: greedy, then sampled on the host.
+	big=${synth[${#synth[@]}-1]}
+	stamp "nvmai-run --engine gpu"
+	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7"; do
+		"$bin/nvmai-run" --engine gpu -m "$big" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos $s --json >"$OUT/cli.json" 2>"$OUT/cli.err" &&
+			echo "CLI nvmai-run --engine gpu $s: $(grep -o '"decode_tok_s":[0-9.]*' "$OUT/cli.json")" | tee -a "$OUT/cli.log" ||
+			{ status=1; cat "$OUT/cli.err"; }
+	done
+	"$bin/nvmai-run" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/cli-bench.json" 2>"$OUT/cli-bench.err" &&
+		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)":("[^"]*"|[0-9.]*)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
+		{ status=1; tail -5 "$OUT/cli-bench.err"; }
 fi
 
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
-grep -hE 'FIDELITY|BENCH' "$OUT"/*.log | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' || true
+grep -hE 'FIDELITY|BENCH|^CLI' "$OUT"/*.log | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' || true
 grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true
 grep -hcE '^\s*--- PASS' "$OUT"/*.log | paste -sd+ | bc 2>/dev/null | sed 's/^/tests passed: /' || true
 [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILURES (logs in $OUT)"

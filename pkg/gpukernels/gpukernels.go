@@ -18,6 +18,10 @@ var Source string
 // Names lists every kernel of Source.
 var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_heads", "route", "combine", "argmax", "advance"}
 
+// MaxGDNShared is the shared memory gdn_heads may take: its state of one
+// head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
+const MaxGDNShared = 100 << 10
+
 // Set is the loaded module with its kernels.
 type Set struct {
 	f map[string]*cuda.Function
@@ -36,6 +40,9 @@ func Load(c *cuda.Ctx) (*Set, error) {
 			return nil, err
 		}
 		s.f[n] = f
+	}
+	if err := c.SetMaxDynamicShared(s.f["gdn_heads"], MaxGDNShared); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -111,7 +118,7 @@ func (l *Launcher) Quantize(q *QAct, x cuda.DevicePtr, vectors, cols int) error 
 		return fmt.Errorf("gpukernels: quantize: %d columns are not a multiple of %d", cols, kernels.GroupSize)
 	}
 	g := vectors * cols / kernels.GroupSize
-	return l.launch("quantize", cuda.D1(blocks(g, 64)), cuda.D1(64), 0, x, g, q.Q8, q.Q4, q.DX, q.SX)
+	return l.launch("quantize", cuda.D1(blocks(g, 8)), cuda.D1(256), 0, x, g, q.Q8, q.Q4, q.DX, q.SX)
 }
 
 // GEMV computes y [T, slots·rows] = W·x for T tokens. For quantized W, q
@@ -133,7 +140,7 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		return l.launch("qgemv", cuda.D2(T, blocks(rows, 16)), cuda.D1(256), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs)
 	case kernels.F32, kernels.BF16, kernels.F16:
-		return l.launch("fgemv", cuda.D2(T, blocks(rows, 8)), cuda.D1(256), 0,
+		return l.launch("fgemv", cuda.D2(T, blocks(rows, 32)), cuda.D1(256), 0,
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
 	}
 	return fmt.Errorf("gpukernels: GEMV: unknown encoding %d", m.Enc)
@@ -152,8 +159,12 @@ type GDNShape struct{ C, Hk, Hv, Dk, Dv int }
 
 // GDNHeads runs the delta rule and gated norm for every value head.
 func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.DevicePtr, s GDNShape, eps float32, T int) error {
-	threads := max(32, (s.Dv+31)/32*32)
-	return l.launch("gdn_heads", cuda.D1(s.Hv), cuda.D1(threads), (2*s.Dk+s.Dv)*4,
+	threads := max(96, (s.Dv+31)/32*32)
+	smem := (2*s.Dk + s.Dv + s.Dk*s.Dv) * 4
+	if smem > MaxGDNShared {
+		return fmt.Errorf("gpukernels: a %d×%d delta-rule state (%d bytes) is past the %d bytes of shared memory the kernel asks for", s.Dk, s.Dv, smem, MaxGDNShared)
+	}
+	return l.launch("gdn_heads", cuda.D1(s.Hv), cuda.D1(threads), smem,
 		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T)
 }
 

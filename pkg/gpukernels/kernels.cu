@@ -143,47 +143,60 @@ extern "C" __global__ void swiglu(float* g, const float* u, int n) {
 }
 
 // ---------------------------------------------------------------------------
-// Activation quantization (kernels.QActivation): one thread per group of 64.
+// Activation quantization (kernels.QActivation): one warp per group of 64.
 // xq8: int8 codes in element order; xq4: per group 8 words of even-element
 // codes then 8 of odd ones (word j holds elements 8j, 8j+2, 8j+4, 8j+6 or
 // 8j+1, …), matching the nibbles of an MLX Q4 word; dx = max|x|/127;
-// sx = Σx in sum8's order.
+// sx = Σx in sum8's order (lane k sums elements k, k+8, … in order, then
+// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))).
 extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
-    int gi = blockIdx.x * blockDim.x + threadIdx.x;
-    if (gi >= total_groups) return;
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gi = blockIdx.x * 8 + w;
+    if (gi >= total_groups) return; // the whole warp
     const float* v = x + (i64)gi * 64;
+    float a0 = v[lane], a1 = v[lane + 32];
+    vs[w][lane] = a0;
+    vs[w][lane + 32] = a1;
     float amax = 0;
-    for (int i = 0; i < 64; i++) {
-        float a = fabsf(v[i]);
-        if (a > amax) amax = a;
+    if (fabsf(a0) > amax) amax = fabsf(a0); // NaNs never win
+    if (fabsf(a1) > amax) amax = fabsf(a1);
+    for (int o = 16; o > 0; o >>= 1) {
+        float b = __shfl_xor_sync(0xffffffffu, amax, o);
+        if (b > amax) amax = b;
     }
     float d = __fdiv_rn(amax, 127.0f);
     float inv = __fdiv_rn(127.0f, amax);
     bool tiny = amax != 0 && inv > FLT_MAX_;
-    signed char q[64];
-    for (int i = 0; i < 64; i++) {
-        float t = __fmul_rn(v[i], inv);
-        if (tiny) t = __fdiv_rn(v[i], d);
+    for (int h = 0; h < 2; h++) {
+        float val = h ? a1 : a0;
+        float t = __fmul_rn(val, inv);
+        if (tiny) t = __fdiv_rn(val, d);
         if (t > 127.0f) t = 127.0f;
         else if (t < -127.0f) t = -127.0f;
         else if (t != t) t = 0.0f;
-        q[i] = (signed char)(int)__fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
-        xq8[(i64)gi * 64 + i] = q[i];
+        signed char q = (signed char)(int)__fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
+        qs[w][lane + 32 * h] = q;
+        xq8[(i64)gi * 64 + lane + 32 * h] = q;
     }
-    for (int j = 0; j < 8; j++) {
-        u32 e = 0, o = 0;
-        for (int b = 0; b < 4; b++) {
-            e |= ((u32)(u8)q[8 * j + 2 * b]) << (8 * b);
-            o |= ((u32)(u8)q[8 * j + 2 * b + 1]) << (8 * b);
-        }
-        xq4[(i64)gi * 16 + j] = (int)e;
-        xq4[(i64)gi * 16 + 8 + j] = (int)o;
+    __syncwarp();
+    if (lane < 16) {
+        int j = lane & 7, odd = lane >> 3;
+        u32 word = 0;
+        for (int b = 0; b < 4; b++) word |= ((u32)(u8)qs[w][8 * j + 2 * b + odd]) << (8 * b);
+        xq4[(i64)gi * 16 + lane] = (int)word;
     }
-    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int i = 0; i < 64; i += 8)
-        for (int k = 0; k < 8; k++) l[k] = __fadd_rn(l[k], v[i + k]);
-    dx[gi] = d;
-    sx[gi] = __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[4]), __fadd_rn(l[2], l[6])), __fadd_rn(__fadd_rn(l[1], l[5]), __fadd_rn(l[3], l[7])));
+    float l = 0;
+    if (lane < 8)
+        for (int m = 0; m < 8; m++) l = __fadd_rn(l, vs[w][8 * m + lane]);
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 4, 8));
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 2, 8));
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 1, 8));
+    if (lane == 0) {
+        dx[gi] = d;
+        sx[gi] = l;
+    }
 }
 
 __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
@@ -265,48 +278,42 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
     }
 }
 
-// fgemv: y = W·x for float weights (F32, BF16, F16), a warp per row, float32
-// sums in lane order then a butterfly (not bitwise the CPU's 8-lane order:
-// compared with a tolerance). Same gathering and res as qgemv.
+// fgemv: y = W·x for float weights (F32, BF16, F16), bitwise kernels.MatVec:
+// eight threads per row, thread l summing elements l, l+8, … in order (the
+// tail of a row included), then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). Same
+// gathering and res as qgemv.
 extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
                                  const float* res, const int* sel, int slots, i64 edata, int xslot) {
     int t = blockIdx.x;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    i64 r = (i64)blockIdx.y * (blockDim.x >> 5) + warp;
-    if (r >= (i64)rows * slots) return;
+    int grp = threadIdx.x >> 3, lane = threadIdx.x & 7;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 3) + grp;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
     int slot = (int)(r / rows), lr = (int)(r % rows);
     int e = sel ? sel[t * slots + slot] : 0;
     int a = xslot ? t * slots + slot : t;
     const float* xa = x + (i64)a * cols;
     const u8* base = data + (i64)e * edata;
     float acc = 0;
-    if (enc == ENC_F32) {
-        const float* w = (const float*)base + (i64)lr * cols;
-        for (int i = lane; i < cols; i += 32) acc = __fadd_rn(acc, __fmul_rn(w[i], xa[i]));
-    } else {
-        const u16* w = (const u16*)base + (i64)lr * cols;
-        if ((cols & 7) == 0) {
-            for (int i = lane * 8; i < cols; i += 256) {
-                uint4 p = *(const uint4*)(w + i);
-                u32 ws[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    u16 lo = (u16)(ws[k] & 0xffff), hi = (u16)(ws[k] >> 16);
-                    float f0 = enc == ENC_BF16 ? bf16f(lo) : f16f(lo);
-                    float f1 = enc == ENC_BF16 ? bf16f(hi) : f16f(hi);
-                    acc = __fadd_rn(acc, __fmul_rn(f0, xa[i + 2 * k]));
-                    acc = __fadd_rn(acc, __fmul_rn(f1, xa[i + 2 * k + 1]));
-                }
-            }
+    if (active) {
+        if (enc == ENC_F32) {
+            const float* w = (const float*)base + (i64)lr * cols;
+#pragma unroll 8
+            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(w[i], xa[i]));
+        } else if (enc == ENC_BF16) {
+            const u16* w = (const u16*)base + (i64)lr * cols;
+#pragma unroll 8
+            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(bf16f(w[i]), xa[i]));
         } else {
-            for (int i = lane; i < cols; i += 32) {
-                float f = enc == ENC_BF16 ? bf16f(w[i]) : f16f(w[i]);
-                acc = __fadd_rn(acc, __fmul_rn(f, xa[i]));
-            }
+            const u16* w = (const u16*)base + (i64)lr * cols;
+#pragma unroll 8
+            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(f16f(w[i]), xa[i]));
         }
     }
-    for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-    if (lane == 0) {
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    if (active && lane == 0) {
         i64 o = (i64)t * rows * slots + r;
         y[o] = res ? __fadd_rn(res[o], acc) : acc;
     }
@@ -336,58 +343,69 @@ extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state,
 // gdn_heads: per value head (block) and token, the L2-normed q and k, the
 // gates, the delta rule (kernels.DeltaRule, a thread per value column) and
 // the gated RMSNorm (qwen35 gatedNorm). conv [T, C] = q | k | v; z [T, Hv·Dv];
-// a, b [T, Hv]; state S [Hv, Dk, Dv]; o [T, Hv·Dv].
+// a, b [T, Hv]; state S [Hv, Dk, Dv] is staged in shared memory for the
+// chunk; o [T, Hv·Dv]. Sums that qwen35 runs in float64 in index order are
+// run so here, by one thread over shared copies.
 extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
                                      const float* negExpA, const float* dtBias, const float* normW,
                                      int C, int Hk, int Hv, int Dk, int Dv, float eps, int T) {
     extern __shared__ float smem[];
-    float* q = smem;          // [Dk]
-    float* k = smem + Dk;     // [Dk]
-    float* ov = smem + 2 * Dk; // [Dv]
-    __shared__ float gate[2];
-    __shared__ double sh[32];
+    float* q = smem;           // [Dk]
+    float* k = q + Dk;         // [Dk]
+    float* ov = k + Dk;        // [Dv]
+    float* Ss = ov + Dv;       // [Dk, Dv]
+    __shared__ float gate[3];
     int h = blockIdx.x, j = threadIdx.x;
     int ratio = Hv / Hk, kh = h / ratio;
     int kd = Hk * Dk, vd = Hv * Dv;
     float qScale = (float)(1.0 / sqrt((double)Dk));
     float* Sh = S + (i64)h * Dk * Dv;
+#pragma unroll 8
+    for (int idx = threadIdx.x; idx < Dk * Dv; idx += blockDim.x) Ss[idx] = Sh[idx];
     for (int t = 0; t < T; t++) {
         const float* row = conv + (i64)t * C;
-        if (threadIdx.x == 0) {
-            // l2NormScaled, sums in index order in float64.
-            double sq = 0, sk = 0;
-            for (int i = 0; i < Dk; i++) {
-                float vq = row[kh * Dk + i], vk = row[kd + kh * Dk + i];
-                sq += (double)vq * (double)vq;
-                sk += (double)vk * (double)vk;
-            }
-            float iq = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
-            float ik = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
-            for (int i = 0; i < Dk; i++) {
-                q[i] = __fmul_rn(__fmul_rn(row[kh * Dk + i], iq), qScale);
-                k[i] = __fmul_rn(__fmul_rn(row[kd + kh * Dk + i], ik), 1.0f);
-            }
-            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * Hv + h], dtBias[h])));
-            gate[0] = exp64(g);
-            gate[1] = sigmoid64(b[t * Hv + h]);
+        for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+            q[i] = row[kh * Dk + i];
+            k[i] = row[kd + kh * Dk + i];
         }
         __syncthreads();
-        float decay = gate[0], beta = gate[1];
+        if (threadIdx.x == 0) { // l2NormScaled's sums, index order, float64
+            double sq = 0;
+            for (int i = 0; i < Dk; i++) sq += (double)q[i] * (double)q[i];
+            gate[0] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (threadIdx.x == 32) {
+            double sk = 0;
+            for (int i = 0; i < Dk; i++) sk += (double)k[i] * (double)k[i];
+            gate[1] = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
+        } else if (threadIdx.x == 64 || (blockDim.x <= 64 && threadIdx.x == 1)) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * Hv + h], dtBias[h])));
+            gate[2] = exp64(g);
+        }
+        __syncthreads();
+        float iq = gate[0], ik = gate[1], decay = gate[2];
+        float beta = sigmoid64(b[t * Hv + h]);
+        __syncthreads();
+        for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+            q[i] = __fmul_rn(__fmul_rn(q[i], iq), qScale);
+            k[i] = __fmul_rn(__fmul_rn(k[i], ik), 1.0f);
+        }
+        __syncthreads();
         if (j < Dv) {
             float p = 0;
-            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Sh[(i64)i * Dv + j], decay), k[i]));
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * Dv + j], decay), k[i]));
             float delta = __fmul_rn(__fsub_rn(row[2 * kd + h * Dv + j], p), beta);
             float out = 0;
+#pragma unroll 8
             for (int i = 0; i < Dk; i++) {
-                float s = __fadd_rn(__fmul_rn(Sh[(i64)i * Dv + j], decay), __fmul_rn(k[i], delta));
-                Sh[(i64)i * Dv + j] = s;
-                out = __fadd_rn(out, __fmul_rn(s, q[i]));
+                float sv = __fadd_rn(__fmul_rn(Ss[i * Dv + j], decay), __fmul_rn(k[i], delta));
+                Ss[i * Dv + j] = sv;
+                out = __fadd_rn(out, __fmul_rn(sv, q[i]));
             }
             ov[j] = out;
         }
         __syncthreads();
-        // gatedNorm: invRMS over the head (float64, index order), silu(z).
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0) { // gatedNorm's invRMS, index order, float64
             double ss = 0;
             for (int i = 0; i < Dv; i++) ss += (double)ov[i] * (double)ov[i];
             float mean = (float)(ss / (double)Dv);
@@ -401,44 +419,52 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
         }
         __syncthreads();
     }
+#pragma unroll 8
+    for (int idx = threadIdx.x; idx < Dk * Dv; idx += blockDim.x) Sh[idx] = Ss[idx];
 }
 
 // ---------------------------------------------------------------------------
 // Gated attention.
 
-// rope_norm: rmsNorm with scale over a head of Dh, then rotate-half RoPE on
-// the first 2·half dims (qwen35 rmsNorm + rotate). One thread; dst may be x.
-__device__ void norm_rotate(float* dst, const float* x, const float* scale, int Dh, float eps, const float* invFreq, int half, int pos) {
+// norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
+// float64, a block tree), then rotate-half RoPE on the first 2·half dims
+// (qwen35 rmsNorm + rotate), by the whole block. dst must not alias x.
+__device__ void norm_rotate(float* dst, const float* x, const float* scale, int Dh, float eps, const float* invFreq, int half, int pos, double* sh) {
     double ss = 0;
-    for (int i = 0; i < Dh; i++) ss += (double)x[i] * (double)x[i];
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, sh);
     float mean = (float)(ss / (double)Dh);
     float inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
-    for (int i = 0; i < Dh; i++) dst[i] = __fmul_rn(__fmul_rn(x[i], inv), scale[i]);
-    for (int jj = 0; jj < half; jj++) {
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) dst[i] = __fmul_rn(__fmul_rn(x[i], inv), scale[i]);
+    __syncthreads();
+    for (int jj = threadIdx.x; jj < half; jj += blockDim.x) {
         float angle = __fmul_rn((float)pos, invFreq[jj]);
         float c = (float)cos((double)angle), s = (float)sin((double)angle);
         float x0 = dst[jj], x1 = dst[jj + half];
         dst[jj] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
         dst[jj + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
     }
+    __syncthreads();
 }
 
 // attn_kv: normalise and rotate the chunk's keys into the cache and copy its
 // values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
 extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
                                    const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    __shared__ double sh[32];
     int g = blockIdx.x, t = blockIdx.y;
     int kvd = Hkv * Dh;
     int p = *pos + t;
-    if (threadIdx.x == 0) norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p);
+    norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
     for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
 }
 
 // attn_heads: per query head (block) and token, the normed rotated query,
-// scores over the cache up to the token (4-lane dots, kernels.AttendScores),
-// softmax (kernels.Exp, float64 denominator), the weighted values
-// (kernels.AttendValues: ascending positions from zero) and the sigmoid gate.
-// q2 [T, Hq·2·Dh] (per head query then gate); scores scratch [T, Hq, cap].
+// scores over the cache up to the token (kernels.AttendScores: four lanes,
+// (l0+l1)+(l2+l3), four threads a position), softmax (kernels.Exp, float64
+// denominator), the weighted values (kernels.AttendValues: ascending
+// positions from zero) and the sigmoid gate. q2 [T, Hq·2·Dh] (per head query
+// then gate); scores scratch [T, Hq, cap].
 extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, const float* kc, const float* vc,
                                       const float* qNorm, const float* invFreq, const int* pos,
                                       int Hq, int Hkv, int Dh, int half, float eps, int cap, int T) {
@@ -450,24 +476,28 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     int p = *pos + t, n = p + 1;
     float scale = (float)(1.0 / sqrt((double)Dh));
     const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
-    if (threadIdx.x == 0) norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p);
-    __syncthreads();
+    norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p, sh);
     float* sc = scores + ((i64)t * Hq + h) * cap;
     float mx = -__int_as_float(0x7f800000);
-    for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        const float* kr = kc + (i64)s * kvd + g * Dh;
-        float l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-        int i = 0;
-        for (; i + 4 <= Dh; i += 4) {
-            l0 = __fadd_rn(l0, __fmul_rn(qs[i], kr[i]));
-            l1 = __fadd_rn(l1, __fmul_rn(qs[i + 1], kr[i + 1]));
-            l2 = __fadd_rn(l2, __fmul_rn(qs[i + 2], kr[i + 2]));
-            l3 = __fadd_rn(l3, __fmul_rn(qs[i + 3], kr[i + 3]));
+    int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
+    for (int s0 = 0; s0 < n; s0 += nq) {
+        int s = s0 + quad;
+        float acc = 0;
+        if (s < n) {
+            const float* kr = kc + (i64)s * kvd + g * Dh;
+            int i = 0;
+#pragma unroll 8
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+            if (l == 0)
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
         }
-        for (; i < Dh; i++) l0 = __fadd_rn(l0, __fmul_rn(qs[i], kr[i]));
-        float v = __fmul_rn(__fadd_rn(__fadd_rn(l0, l1), __fadd_rn(l2, l3)), scale);
-        sc[s] = v;
-        mx = fmaxf(mx, v);
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
+        if (l == 0 && s < n) {
+            float v = __fmul_rn(acc, scale);
+            sc[s] = v;
+            mx = fmaxf(mx, v);
+        }
     }
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -492,7 +522,9 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     const float* gate = qsrc + Dh;
     for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
         float acc = 0;
-        for (int s = 0; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vc[(i64)s * kvd + g * Dh + i]));
+        const float* vcol = vc + g * Dh + i;
+#pragma unroll 8
+        for (int s = 0; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vcol[(i64)s * kvd]));
         o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
     }
 }
