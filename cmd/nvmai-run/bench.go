@@ -44,7 +44,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 // benchModelFlags are the model and cache flags of modelFlags; sampling and
 // length flags make no sense for a fixed benchmark.
 func benchModelFlags() []cli.Flag {
-	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true}
+	keep := map[string]bool{"model": true, "engine": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true}
 	var out []cli.Flag
 	for _, f := range modelFlags() {
 		if keep[f.Names()[0]] {

@@ -22,6 +22,9 @@ var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "
 // head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
 const MaxGDNShared = 100 << 10
 
+// attTile is kernels.cu's ATT_TILE.
+const attTile = 32
+
 // Set is the loaded module with its kernels.
 type Set struct {
 	f map[string]*cuda.Function
@@ -41,8 +44,10 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	if err := c.SetMaxDynamicShared(s.f["gdn_heads"], MaxGDNShared); err != nil {
-		return nil, err
+	for _, n := range []string{"gdn_heads", "attn_heads"} {
+		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -178,7 +183,10 @@ func (l *Launcher) AttnKV(kc, vc, k, v, kNorm, invFreq, pos cuda.DevicePtr, s At
 
 // AttnHeads computes the gated attention output of every query head.
 func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
-	return l.launch("attn_heads", cuda.D2(s.Hq, T), cuda.D1(256), s.Dh*4,
+	if s.Dh > 512 {
+		return fmt.Errorf("gpukernels: attention head dim %d is past the kernel's 512", s.Dh)
+	}
+	return l.launch("attn_heads", cuda.D2(s.Hq, T), cuda.D1(256), (s.Dh+attTile*s.Dh+attTile)*4,
 		o, scores, q2, kc, vc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity, T)
 }
 

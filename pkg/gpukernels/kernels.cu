@@ -234,6 +234,7 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
     const float* sxa = sx + (i64)a * groups;
     float acc = 0;
     if (active) {
+#pragma unroll 4
         for (int g = lane; g < groups; g += 16) {
             int d = 0;
             if (bits == 4) {
@@ -282,6 +283,35 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
 // eight threads per row, thread l summing elements l, l+8, … in order (the
 // tail of a row included), then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). Same
 // gathering and res as qgemv.
+template <int ENC>
+__device__ __forceinline__ float fload(const u8* base, i64 i) {
+    if (ENC == ENC_F32) return ((const float*)base)[i];
+    if (ENC == ENC_BF16) return bf16f(((const u16*)base)[i]);
+    return f16f(((const u16*)base)[i]);
+}
+
+// frow is one lane's in-order sum over a row: elements lane, lane+8, …,
+// loaded 32 at a time into registers before they are added (the loads are
+// what takes time; the additions must stay in order).
+template <int ENC>
+__device__ float frow(const u8* w, const float* xa, int cols, int lane) {
+    float acc = 0;
+    int i = lane;
+    const int B = 32;
+    for (; i + 8 * (B - 1) < cols; i += 8 * B) {
+        float wv[B], xv[B];
+#pragma unroll
+        for (int k = 0; k < B; k++) {
+            wv[k] = fload<ENC>(w, i + 8 * k);
+            xv[k] = xa[i + 8 * k];
+        }
+#pragma unroll
+        for (int k = 0; k < B; k++) acc = __fadd_rn(acc, __fmul_rn(wv[k], xv[k]));
+    }
+    for (; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(fload<ENC>(w, i), xa[i]));
+    return acc;
+}
+
 extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
                                  const float* res, const int* sel, int slots, i64 edata, int xslot) {
     int t = blockIdx.x;
@@ -294,21 +324,13 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
     int a = xslot ? t * slots + slot : t;
     const float* xa = x + (i64)a * cols;
     const u8* base = data + (i64)e * edata;
+    int esize = enc == ENC_F32 ? 4 : 2;
+    const u8* w = base + (i64)lr * cols * esize;
     float acc = 0;
     if (active) {
-        if (enc == ENC_F32) {
-            const float* w = (const float*)base + (i64)lr * cols;
-#pragma unroll 8
-            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(w[i], xa[i]));
-        } else if (enc == ENC_BF16) {
-            const u16* w = (const u16*)base + (i64)lr * cols;
-#pragma unroll 8
-            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(bf16f(w[i]), xa[i]));
-        } else {
-            const u16* w = (const u16*)base + (i64)lr * cols;
-#pragma unroll 8
-            for (int i = lane; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(f16f(w[i]), xa[i]));
-        }
+        if (enc == ENC_F32) acc = frow<ENC_F32>(w, xa, cols, lane);
+        else if (enc == ENC_BF16) acc = frow<ENC_BF16>(w, xa, cols, lane);
+        else acc = frow<ENC_F16>(w, xa, cols, lane);
     }
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
@@ -340,6 +362,20 @@ extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state,
     for (int j = 0; j < K - 1; j++) state[(i64)j * C + c] = win[j];
 }
 
+// stage copies n floats by the whole block, 16 bytes a load when n and
+// both pointers allow, many loads in flight.
+__device__ void stage(float* dst, const float* src, int n) {
+    if ((n & 3) == 0 && ((unsigned long long)dst & 15) == 0 && ((unsigned long long)src & 15) == 0) {
+        float4* d = (float4*)dst;
+        const float4* s4 = (const float4*)src;
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) d[i] = s4[i];
+    } else {
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
 // gdn_heads: per value head (block) and token, the L2-normed q and k, the
 // gates, the delta rule (kernels.DeltaRule, a thread per value column) and
 // the gated RMSNorm (qwen35 gatedNorm). conv [T, C] = q | k | v; z [T, Hv·Dv];
@@ -360,8 +396,7 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
     int kd = Hk * Dk, vd = Hv * Dv;
     float qScale = (float)(1.0 / sqrt((double)Dk));
     float* Sh = S + (i64)h * Dk * Dv;
-#pragma unroll 8
-    for (int idx = threadIdx.x; idx < Dk * Dv; idx += blockDim.x) Ss[idx] = Sh[idx];
+    stage(Ss, Sh, Dk * Dv);
     for (int t = 0; t < T; t++) {
         const float* row = conv + (i64)t * C;
         for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
@@ -419,12 +454,15 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
         }
         __syncthreads();
     }
-#pragma unroll 8
-    for (int idx = threadIdx.x; idx < Dk * Dv; idx += blockDim.x) Sh[idx] = Ss[idx];
+    __syncthreads();
+    stage(Sh, Ss, Dk * Dv);
 }
 
 // ---------------------------------------------------------------------------
 // Gated attention.
+
+#define ATT_TILE 32 // cached positions staged in shared memory at a time
+#define ATT_DIMS 2  // head dims per thread: Dh ≤ ATT_DIMS · 256
 
 // norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
 // float64, a block tree), then rotate-half RoPE on the first 2·half dims
@@ -468,7 +506,10 @@ extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const f
 extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, const float* kc, const float* vc,
                                       const float* qNorm, const float* invFreq, const int* pos,
                                       int Hq, int Hkv, int Dh, int half, float eps, int cap, int T) {
-    extern __shared__ float qs[]; // [Dh]
+    extern __shared__ float smem[]; // qs [Dh] | tile [ATT_TILE, Dh] | w [ATT_TILE]
+    float* qs = smem;
+    float* tile = smem + Dh;
+    float* wt = tile + ATT_TILE * Dh;
     __shared__ double sh[32];
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y;
@@ -480,32 +521,42 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     float* sc = scores + ((i64)t * Hq + h) * cap;
     float mx = -__int_as_float(0x7f800000);
     int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
-    for (int s0 = 0; s0 < n; s0 += nq) {
-        int s = s0 + quad;
-        float acc = 0;
-        if (s < n) {
-            const float* kr = kc + (i64)s * kvd + g * Dh;
-            int i = 0;
-#pragma unroll 8
-            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
-            if (l == 0)
-                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
+    for (int s0 = 0; s0 < n; s0 += ATT_TILE) {
+        int m = min(ATT_TILE, n - s0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < m * Dh; idx += blockDim.x) {
+            int r = idx / Dh, c = idx - r * Dh;
+            tile[idx] = kc[(i64)(s0 + r) * kvd + g * Dh + c];
         }
-        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
-        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
-        if (l == 0 && s < n) {
-            float v = __fmul_rn(acc, scale);
-            sc[s] = v;
-            mx = fmaxf(mx, v);
+        __syncthreads();
+        for (int q0 = 0; q0 < m; q0 += nq) {
+            int r = q0 + quad;
+            float acc = 0;
+            if (r < m) {
+                const float* kr = tile + r * Dh;
+                int i = 0;
+#pragma unroll 8
+                for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+                if (l == 0)
+                    for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
+            }
+            acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
+            acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
+            if (l == 0 && r < m) {
+                float v = __fmul_rn(acc, scale);
+                sc[s0 + r] = v;
+                mx = fmaxf(mx, v);
+            }
         }
     }
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
     __syncthreads();
     if (threadIdx.x == 0) {
-        float m = red[0];
-        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) m = fmaxf(m, red[w]);
-        red[0] = m;
+        float mm = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
+        red[0] = mm;
     }
     __syncthreads();
     mx = red[0];
@@ -517,15 +568,31 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     }
     sum = block_sum_d(sum, sh);
     float inv = (float)(1.0 / sum);
-    for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fmul_rn(sc[s], inv);
-    __syncthreads();
     const float* gate = qsrc + Dh;
-    for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
-        float acc = 0;
-        const float* vcol = vc + g * Dh + i;
-#pragma unroll 8
-        for (int s = 0; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vcol[(i64)s * kvd]));
-        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+    // Each thread owns output dims i, i+blockDim, …: at most ATT_DIMS of them.
+    float acc[ATT_DIMS];
+#pragma unroll
+    for (int d = 0; d < ATT_DIMS; d++) acc[d] = 0;
+    for (int s0 = 0; s0 < n; s0 += ATT_TILE) {
+        int m = min(ATT_TILE, n - s0);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < m * Dh; idx += blockDim.x) {
+            int r = idx / Dh, c = idx - r * Dh;
+            tile[idx] = vc[(i64)(s0 + r) * kvd + g * Dh + c];
+        }
+        for (int r = threadIdx.x; r < m; r += blockDim.x) wt[r] = __fmul_rn(sc[s0 + r], inv);
+        __syncthreads();
+#pragma unroll
+        for (int d = 0; d < ATT_DIMS; d++) {
+            int i = threadIdx.x + d * blockDim.x;
+            if (i < Dh)
+                for (int r = 0; r < m; r++) acc[d] = __fadd_rn(acc[d], __fmul_rn(wt[r], tile[r * Dh + i]));
+        }
+    }
+#pragma unroll
+    for (int d = 0; d < ATT_DIMS; d++) {
+        int i = threadIdx.x + d * blockDim.x;
+        if (i < Dh) o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc[d], sigk(gate[i]));
     }
 }
 

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/gpukernels"
@@ -74,6 +75,7 @@ type BenchInfo struct {
 	TokenBytes      int64              `json:"weight_bytes_per_token"`
 	KernelsPerToken int                `json:"kernels_per_token"`
 	GraphMsPerToken float64            `json:"graph_ms_per_token"`   // decode step replayed as a graph, device time
+	HostMsPerToken  float64            `json:"host_ms_per_token"`    // Forward + Argmax as a session calls them, wall time
 	EagerMsPerToken float64            `json:"eager_ms_per_token"`   // the same launches one by one
 	EmptyGraphMs    float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
 	CopyBandwidth   float64            `json:"copy_bytes_per_s"`     // device-to-device, bytes read + written
@@ -137,10 +139,20 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
 		return err
 	})
-	st.pos += 3 * steps // every replay advanced the device position
+	st.pos += 2*steps + 1 // every replay advanced the device position
 	if err != nil {
 		return info, err
 	}
+	start := time.Now()
+	for range steps { // what a session pays: upload the id, replay, read the pick
+		if err := st.Forward([]int{1}); err != nil {
+			return info, err
+		}
+		if _, err := st.Argmax(); err != nil {
+			return info, err
+		}
+	}
+	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
 	if info.GraphMsPerToken > 0 {
 		info.WeightBandwidth = float64(m.TokenBytes) / (info.GraphMsPerToken / 1e3)
 	}
