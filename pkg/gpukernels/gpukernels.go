@@ -22,8 +22,6 @@ var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "
 // head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
 const MaxGDNShared = 100 << 10
 
-// attTile is kernels.cu's ATT_TILE.
-const attTile = 32
 
 // Set is the loaded module with its kernels.
 type Set struct {
@@ -57,12 +55,16 @@ type Launcher struct {
 	C     *cuda.Ctx
 	K     *Set
 	Count int
+	After func(kernel string) // when set, called after each launch (profiling)
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
 	l.Count++
 	if err := l.C.Launch(l.K.f[name], grid, block, smem, args...); err != nil {
 		return err
+	}
+	if l.After != nil {
+		l.After(name)
 	}
 	return nil
 }
@@ -183,10 +185,7 @@ func (l *Launcher) AttnKV(kc, vc, k, v, kNorm, invFreq, pos cuda.DevicePtr, s At
 
 // AttnHeads computes the gated attention output of every query head.
 func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
-	if s.Dh > 512 {
-		return fmt.Errorf("gpukernels: attention head dim %d is past the kernel's 512", s.Dh)
-	}
-	return l.launch("attn_heads", cuda.D2(s.Hq, T), cuda.D1(256), (s.Dh+attTile*s.Dh+attTile)*4,
+	return l.launch("attn_heads", cuda.D2(s.Hq, T), cuda.D1(256), s.Dh*4,
 		o, scores, q2, kc, vc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity, T)
 }
 

@@ -461,8 +461,7 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
 // ---------------------------------------------------------------------------
 // Gated attention.
 
-#define ATT_TILE 32 // cached positions staged in shared memory at a time
-#define ATT_DIMS 2  // head dims per thread: Dh ≤ ATT_DIMS · 256
+#define ATT_B 16 // cached values a thread loads before adding them
 
 // norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
 // float64, a block tree), then rotate-half RoPE on the first 2·half dims
@@ -506,10 +505,7 @@ extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const f
 extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, const float* kc, const float* vc,
                                       const float* qNorm, const float* invFreq, const int* pos,
                                       int Hq, int Hkv, int Dh, int half, float eps, int cap, int T) {
-    extern __shared__ float smem[]; // qs [Dh] | tile [ATT_TILE, Dh] | w [ATT_TILE]
-    float* qs = smem;
-    float* tile = smem + Dh;
-    float* wt = tile + ATT_TILE * Dh;
+    extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y;
@@ -521,36 +517,34 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     float* sc = scores + ((i64)t * Hq + h) * cap;
     float mx = -__int_as_float(0x7f800000);
     int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
-    for (int s0 = 0; s0 < n; s0 += ATT_TILE) {
-        int m = min(ATT_TILE, n - s0);
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < m * Dh; idx += blockDim.x) {
-            int r = idx / Dh, c = idx - r * Dh;
-            tile[idx] = kc[(i64)(s0 + r) * kvd + g * Dh + c];
+    // Scores: lane l of a quad adds elements l, l+4, … of its position's dot
+    // in order, loading ATT_B of them at a time before adding.
+    for (int s0 = 0; s0 < n; s0 += nq) {
+        int s = s0 + quad;
+        float acc = 0;
+        if (s < n) {
+            const float* kr = kc + (i64)s * kvd + g * Dh;
+            int i = 0;
+            for (; i + 4 * ATT_B <= Dh; i += 4 * ATT_B) {
+                float kv[ATT_B];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) kv[k] = kr[i + 4 * k + l];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(qs[i + 4 * k + l], kv[k]));
+            }
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+            if (l == 0)
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
         }
-        __syncthreads();
-        for (int q0 = 0; q0 < m; q0 += nq) {
-            int r = q0 + quad;
-            float acc = 0;
-            if (r < m) {
-                const float* kr = tile + r * Dh;
-                int i = 0;
-#pragma unroll 8
-                for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
-                if (l == 0)
-                    for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
-            }
-            acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
-            acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
-            if (l == 0 && r < m) {
-                float v = __fmul_rn(acc, scale);
-                sc[s0 + r] = v;
-                mx = fmaxf(mx, v);
-            }
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
+        if (l == 0 && s < n) {
+            float v = __fmul_rn(acc, scale);
+            sc[s] = v;
+            mx = fmaxf(mx, v);
         }
     }
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -568,31 +562,27 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     }
     sum = block_sum_d(sum, sh);
     float inv = (float)(1.0 / sum);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fmul_rn(sc[s], inv);
+    __syncthreads();
     const float* gate = qsrc + Dh;
-    // Each thread owns output dims i, i+blockDim, …: at most ATT_DIMS of them.
-    float acc[ATT_DIMS];
+    // Values: thread i sums over positions in ascending order, ATT_B
+    // positions' values loaded before they are added.
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
+        float acc = 0;
+        const float* vcol = vc + g * Dh + i;
+        int s = 0;
+        for (; s + ATT_B <= n; s += ATT_B) {
+            float vv[ATT_B], ww[ATT_B];
 #pragma unroll
-    for (int d = 0; d < ATT_DIMS; d++) acc[d] = 0;
-    for (int s0 = 0; s0 < n; s0 += ATT_TILE) {
-        int m = min(ATT_TILE, n - s0);
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < m * Dh; idx += blockDim.x) {
-            int r = idx / Dh, c = idx - r * Dh;
-            tile[idx] = vc[(i64)(s0 + r) * kvd + g * Dh + c];
+            for (int k = 0; k < ATT_B; k++) {
+                vv[k] = vcol[(i64)(s + k) * kvd];
+                ww[k] = sc[s + k];
+            }
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(ww[k], vv[k]));
         }
-        for (int r = threadIdx.x; r < m; r += blockDim.x) wt[r] = __fmul_rn(sc[s0 + r], inv);
-        __syncthreads();
-#pragma unroll
-        for (int d = 0; d < ATT_DIMS; d++) {
-            int i = threadIdx.x + d * blockDim.x;
-            if (i < Dh)
-                for (int r = 0; r < m; r++) acc[d] = __fadd_rn(acc[d], __fmul_rn(wt[r], tile[r * Dh + i]));
-        }
-    }
-#pragma unroll
-    for (int d = 0; d < ATT_DIMS; d++) {
-        int i = threadIdx.x + d * blockDim.x;
-        if (i < Dh) o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc[d], sigk(gate[i]));
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vcol[(i64)s * kvd]));
+        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
     }
 }
 

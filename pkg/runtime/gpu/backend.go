@@ -82,6 +82,7 @@ type BenchInfo struct {
 	WeightBandwidth float64            `json:"weight_bytes_per_s"`   // weight bytes per token ÷ graph time
 	BandwidthShare  float64            `json:"weight_share_of_copy"` // WeightBandwidth ÷ CopyBandwidth
 	PhaseMs         map[string]float64 `json:"phase_ms_per_token"`   // one eager step split by events
+	KernelMs        map[string]float64 `json:"kernel_ms_per_token"`  // the same step by phase/kernel
 	PhaseBytes      map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
 	PhaseBandwidth  map[string]float64 `json:"phase_weight_bytes_per_s"`
 	Error           string             `json:"error,omitempty"`
@@ -133,7 +134,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
 			return err
 		}
-		if info.PhaseMs, info.PhaseBytes, err = m.phases(c, st); err != nil {
+		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st); err != nil {
 			return err
 		}
 		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
@@ -236,41 +237,57 @@ func copyBandwidth(c *cuda.Ctx, n uint64) (float64, error) {
 	return 2 * float64(n) / (ms / 1e3), nil
 }
 
-// phases runs one eager decode step with events between its parts and
-// returns each part's device time and the weight bytes it reads.
-func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]int64, error) {
-	var evs []*cuda.Event
-	var names []string
+// phases runs one eager decode step with an event after every kernel and
+// returns each phase's device time, the weight bytes it reads, and the time
+// of each phase's kernels by name ("moe/qgemv").
+func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]int64, map[string]float64, error) {
+	type mark struct {
+		e      *cuda.Event
+		kernel string
+	}
+	var marks []mark
 	var rerr error
-	mark := func(name string) {
+	record := func(kernel string) {
 		e, err := c.Record()
 		if err != nil && rerr == nil {
 			rerr = err
 		}
-		evs, names = append(evs, e), append(names, name)
+		marks = append(marks, mark{e, kernel})
 	}
 	defer func() {
-		for _, e := range evs {
-			if e != nil {
-				c.Destroy(e)
+		for _, mk := range marks {
+			if mk.e != nil {
+				c.Destroy(mk.e)
 			}
 		}
 	}()
-	mark("")
-	l := &gpukernels.Launcher{C: c, K: m.ks}
-	if err := m.forward(l, st, 1, mark); err != nil {
-		return nil, nil, err
+	record("")
+	var bounds []int // index in marks where each phase ends, and its name
+	var names []string
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record}
+	if err := m.forward(l, st, 1, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
+		return nil, nil, nil, err
 	}
 	if rerr != nil {
-		return nil, nil, rerr
+		return nil, nil, nil, rerr
 	}
-	ms := map[string]float64{}
-	for i := 1; i < len(evs); i++ {
-		d, err := c.Elapsed(evs[i-1], evs[i])
-		if err != nil {
-			return nil, nil, err
+	phase := map[string]float64{}
+	kernels := map[string]float64{}
+	b := 0
+	for i := 1; i < len(marks); i++ {
+		for b < len(bounds) && bounds[b] < i {
+			b++
 		}
-		ms[names[i]] += d
+		d, err := c.Elapsed(marks[i-1].e, marks[i].e)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		name := "?"
+		if b < len(names) {
+			name = names[b]
+		}
+		phase[name] += d
+		kernels[name+"/"+marks[i].kernel] += d
 	}
-	return ms, m.phaseBytes, nil
+	return phase, m.phaseBytes, kernels, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
@@ -63,6 +64,14 @@ func TestBench(t *testing.T) {
 			if ms, ok := info.PhaseMs[ph]; ok {
 				t.Logf("BENCH %s: phase %-9s %.3f ms/token, %.0f MiB, %.0f GB/s", name, ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9)
 			}
+		}
+		var ks []string
+		for k := range info.KernelMs {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return info.KernelMs[ks[i]] > info.KernelMs[ks[j]] })
+		for _, k := range ks[:min(12, len(ks))] {
+			t.Logf("BENCH %s: kernel %-22s %.3f ms/token", name, k, info.KernelMs[k])
 		}
 		if out := os.Getenv("NVMAI_GPU_BENCH_OUT"); out != "" {
 			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")
