@@ -16,7 +16,10 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_heads", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+
+// qTokenBlock is kernels.cu's QTB.
+const qTokenBlock = 8
 
 // MaxGDNShared is the shared memory gdn_heads may take: its state of one
 // head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
@@ -42,7 +45,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	for _, n := range []string{"gdn_heads", "attn_heads"} {
+	for _, n := range []string{"gdn_heads"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
 		}
@@ -144,8 +147,12 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		if m.Enc == kernels.Q8 {
 			bits = 8
 		}
-		return l.launch("qgemv", cuda.D2(T, blocks(rows, 16)), cuda.D1(256), 0,
-			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs)
+		tb := qTokenBlock // tokens sharing one read of the weights
+		if sel != 0 {
+			tb = 1 // each token picks its own experts
+		}
+		return l.launch("qgemv", cuda.D2(blocks(T, tb), blocks(rows, 16)), cuda.D1(256), 0,
+			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, tb)
 	case kernels.F32, kernels.BF16, kernels.F16:
 		return l.launch("fgemv", cuda.D2(T, blocks(rows, 32)), cuda.D1(256), 0,
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
@@ -183,11 +190,20 @@ func (l *Launcher) AttnKV(kc, vc, k, v, kNorm, invFreq, pos cuda.DevicePtr, s At
 	return l.launch("attn_kv", cuda.D2(s.Hkv, T), cuda.D1(128), 0, kc, vc, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, T)
 }
 
-// AttnHeads computes the gated attention output of every query head.
+// AttnHeads computes the gated attention output of every query head: the
+// scores in attnSlices slices of positions, then the softmax and values in
+// slices of 64 head dims.
 func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
-	return l.launch("attn_heads", cuda.D2(s.Hq, T), cuda.D1(256), s.Dh*4,
-		o, scores, q2, kc, vc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity, T)
+	if err := l.launch("attn_scores", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256), s.Dh*4,
+		scores, q2, kc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity); err != nil {
+		return err
+	}
+	return l.launch("attn_values", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64), 0,
+		o, scores, q2, vc, pos, s.Hq, s.Hkv, s.Dh, capacity)
 }
+
+// attnSlices is how many blocks share one head's scores.
+const attnSlices = 8
 
 // Route picks k of E experts per token.
 func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T int) error {

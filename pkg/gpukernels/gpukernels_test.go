@@ -180,6 +180,33 @@ func TestQGEMVBitwiseMatVecFast(t *testing.T) {
 	}
 }
 
+// Several tokens through one read of the weights (prefill) give each
+// token's MatVecFast bitwise.
+func TestQGEMVTokenBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	const rows, cols, T = 37, 1088, 11
+	for _, enc := range []kernels.Encoding{kernels.Q4, kernels.Q8} {
+		m := randMatrix(t, r, rows, cols, enc)
+		x := randVec(r, T*cols, 1)
+		withGPU(t, func(b *gpuBuf, l *Launcher) {
+			dx := b.up(cuda.Bytes(x))
+			q := quantized(b, l, dx, T, cols)
+			y := b.poisoned(4 * T * rows)
+			if err := l.GEMV(y, upMat(b, m), dx, q, 0, 0, 1, false, T); err != nil {
+				t.Fatal(err)
+			}
+			got := b.f32(y, T*rows)
+			for tok := range T {
+				want := make([]float32, rows)
+				kernels.MatVecFast(want, m, x[tok*cols:(tok+1)*cols])
+				if err := compare(got[tok*rows:(tok+1)*rows], want, enc); err != "" {
+					t.Fatalf("enc %d token %d: %s", enc, tok, err)
+				}
+			}
+		})
+	}
+}
+
 // Gathered GEMV (experts picked on the device, per-slot inputs) is bitwise
 // MatVecFast of each picked expert.
 func TestQGEMVGatheredExperts(t *testing.T) {

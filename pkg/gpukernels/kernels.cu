@@ -215,74 +215,94 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
 // in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
 // 16 lanes fold by halving. res, when set, is added: y = res + Wx.
+// qdot is one group's integer dot of Q4/Q8 weights with activation a.
+__device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint4 w3, const signed char* xq8, const int* xq4, i64 ag) {
+    int d = 0;
+    if (bits == 4) {
+        const int4* xp = (const int4*)(xq4 + ag * 16);
+        int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
+        const u32 m = 0x0F0F0F0Fu;
+        d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
+        d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
+        d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
+        d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
+        d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
+        d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
+        d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
+        d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+    } else {
+        const int4* xp = (const int4*)(xq8 + ag * 64);
+        uint4 ws[4] = {w0, w1, w2, w3};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int4 xx = xp[k];
+            d = dp4a_us(ws[k].x, xx.x, d); d = dp4a_us(ws[k].y, xx.y, d);
+            d = dp4a_us(ws[k].z, xx.z, d); d = dp4a_us(ws[k].w, xx.w, d);
+        }
+    }
+    return d;
+}
+
+#define QTB 8 // most tokens one block multiplies by the same weights
+
 extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
-                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot) {
-    int t = blockIdx.x;
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int T, int tb) {
+    int t0 = blockIdx.x * tb;
+    int nt = min(tb, T - t0);
     int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
     i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
     bool active = r < (i64)rows * slots;
     if (!active) r = 0;
     int slot = (int)(r / rows), lr = (int)(r % rows);
-    int e = sel ? sel[t * slots + slot] : 0;
-    int a = xslot ? t * slots + slot : t;
+    int e = sel ? sel[t0 * slots + slot] : 0; // sel implies tb = 1
     int groups = cols / 64;
     const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
     const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
     const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
-    const float* dxa = dx + (i64)a * groups;
-    const float* sxa = sx + (i64)a * groups;
-    float acc = 0;
+    float acc[QTB];
+#pragma unroll
+    for (int k = 0; k < QTB; k++) acc[k] = 0;
     if (active) {
-#pragma unroll 4
+#pragma unroll 2
         for (int g = lane; g < groups; g += 16) {
-            int d = 0;
+            uint4 w0, w1, w2 = make_uint4(0, 0, 0, 0), w3 = make_uint4(0, 0, 0, 0);
             if (bits == 4) {
                 const uint4* wp = (const uint4*)(w + g * 32);
-                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
-                uint4 w0 = wp[0], w1 = wp[1];
-                int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
-                const u32 m = 0x0F0F0F0Fu;
-                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
-                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
-                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
-                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
-                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
-                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
-                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
-                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+                w0 = wp[0]; w1 = wp[1];
             } else {
                 const uint4* wp = (const uint4*)(w + g * 64);
-                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    uint4 ww = wp[k];
-                    int4 xx = xp[k];
-                    d = dp4a_us(ww.x, xx.x, d); d = dp4a_us(ww.y, xx.y, d);
-                    d = dp4a_us(ww.z, xx.z, d); d = dp4a_us(ww.w, xx.w, d);
-                }
+                w0 = wp[0]; w1 = wp[1]; w2 = wp[2]; w3 = wp[3];
             }
             float s = bf16f(sc[g]), b = bf16f(bi[g]);
-            float mul = __fmul_rn(s, dxa[g]);
-            float tt = __fmul_rn(mul, (float)d);
-            float u = __fmul_rn(b, sxa[g]);
-            acc = __fadd_rn(acc, __fadd_rn(tt, u));
+#pragma unroll
+            for (int k = 0; k < QTB; k++) {
+                if (k < nt) {
+                    i64 a = xslot ? (i64)(t0 + k) * slots + slot : t0 + k;
+                    i64 ag = a * groups + g;
+                    int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
+                    float mul = __fmul_rn(s, dx[ag]);
+                    float tt = __fmul_rn(mul, (float)d);
+                    float u = __fmul_rn(b, sx[ag]);
+                    acc[k] = __fadd_rn(acc[k], __fadd_rn(tt, u));
+                }
+            }
         }
     }
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 16));
-    if (active && lane == 0) {
-        i64 o = (i64)t * rows * slots + r;
-        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+#pragma unroll
+    for (int k = 0; k < QTB; k++) {
+        float v = acc[k];
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 8, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 2, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 1, 16));
+        if (active && lane == 0 && k < nt) {
+            i64 o = (i64)(t0 + k) * rows * slots + r;
+            y[o] = res ? __fadd_rn(res[o], v) : v;
+        }
     }
 }
 
-// fgemv: y = W·x for float weights (F32, BF16, F16), bitwise kernels.MatVec:
-// eight threads per row, thread l summing elements l, l+8, … in order (the
-// tail of a row included), then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). Same
-// gathering and res as qgemv.
 template <int ENC>
 __device__ __forceinline__ float fload(const u8* base, i64 i) {
     if (ENC == ENC_F32) return ((const float*)base)[i];
@@ -461,7 +481,7 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
 // ---------------------------------------------------------------------------
 // Gated attention.
 
-#define ATT_B 16 // cached values a thread loads before adding them
+#define ATT_B 32 // cached values a thread loads before adding them
 
 // norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
 // float64, a block tree), then rotate-half RoPE on the first 2·half dims
@@ -496,30 +516,23 @@ extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const f
     for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
 }
 
-// attn_heads: per query head (block) and token, the normed rotated query,
-// scores over the cache up to the token (kernels.AttendScores: four lanes,
-// (l0+l1)+(l2+l3), four threads a position), softmax (kernels.Exp, float64
-// denominator), the weighted values (kernels.AttendValues: ascending
-// positions from zero) and the sigmoid gate. q2 [T, Hq·2·Dh] (per head query
-// then gate); scores scratch [T, Hq, cap].
-extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, const float* kc, const float* vc,
-                                      const float* qNorm, const float* invFreq, const int* pos,
-                                      int Hq, int Hkv, int Dh, int half, float eps, int cap, int T) {
+// attn_scores: per query head, token and slice z of the positions, the
+// normed rotated query and its scores over the cache up to the token
+// (kernels.AttendScores: four lanes, (l0+l1)+(l2+l3), a quad of threads a
+// position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
+extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
+                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
     extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
-    __shared__ float red[32];
-    int h = blockIdx.x, t = blockIdx.y;
+    int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
     int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
     int p = *pos + t, n = p + 1;
     float scale = (float)(1.0 / sqrt((double)Dh));
     const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
     norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p, sh);
     float* sc = scores + ((i64)t * Hq + h) * cap;
-    float mx = -__int_as_float(0x7f800000);
     int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
-    // Scores: lane l of a quad adds elements l, l+4, … of its position's dot
-    // in order, loading ATT_B of them at a time before adding.
-    for (int s0 = 0; s0 < n; s0 += nq) {
+    for (int s0 = z * nq; s0 < n; s0 += nq * Z) {
         int s = s0 + quad;
         float acc = 0;
         if (s < n) {
@@ -538,12 +551,24 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
         }
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
-        if (l == 0 && s < n) {
-            float v = __fmul_rn(acc, scale);
-            sc[s] = v;
-            mx = fmaxf(mx, v);
-        }
+        if (l == 0 && s < n) sc[s] = __fmul_rn(acc, scale);
     }
+}
+
+// attn_values: per query head, token and slice of head dims, the softmax of
+// the scores (kernels.Exp after the maximum, a float64 denominator; every
+// block recomputes it) and the weighted values (kernels.AttendValues:
+// ascending positions from zero), times the sigmoid gate.
+extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
+                                       int Hq, int Hkv, int Dh, int cap) {
+    __shared__ double sh[32];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int n = *pos + t + 1;
+    const float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx = -__int_as_float(0x7f800000);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) mx = fmaxf(mx, sc[s]);
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
     __syncthreads();
@@ -555,35 +580,27 @@ extern "C" __global__ void attn_heads(float* o, float* scores, const float* q2, 
     __syncthreads();
     mx = red[0];
     double sum = 0;
-    for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        float e = exp32k(__fsub_rn(sc[s], mx));
-        sc[s] = e;
-        sum += (double)e;
-    }
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sum += (double)exp32k(__fsub_rn(sc[s], mx));
     sum = block_sum_d(sum, sh);
     float inv = (float)(1.0 / sum);
-    for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fmul_rn(sc[s], inv);
-    __syncthreads();
-    const float* gate = qsrc + Dh;
-    // Values: thread i sums over positions in ascending order, ATT_B
-    // positions' values loaded before they are added.
-    for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
-        float acc = 0;
-        const float* vcol = vc + g * Dh + i;
-        int s = 0;
-        for (; s + ATT_B <= n; s += ATT_B) {
-            float vv[ATT_B], ww[ATT_B];
+    const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
+    int i = blockIdx.z * blockDim.x + threadIdx.x;
+    if (i >= Dh) return;
+    float acc = 0;
+    const float* vcol = vc + g * Dh + i;
+    int s = 0;
+    for (; s + ATT_B <= n; s += ATT_B) {
+        float vv[ATT_B], ww[ATT_B];
 #pragma unroll
-            for (int k = 0; k < ATT_B; k++) {
-                vv[k] = vcol[(i64)(s + k) * kvd];
-                ww[k] = sc[s + k];
-            }
-#pragma unroll
-            for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(ww[k], vv[k]));
+        for (int k = 0; k < ATT_B; k++) {
+            vv[k] = vcol[(i64)(s + k) * kvd];
+            ww[k] = sc[s + k];
         }
-        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], vcol[(i64)s * kvd]));
-        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+#pragma unroll
+        for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(ww[k], mx)), inv), vv[k]));
     }
+    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), vcol[(i64)s * kvd]));
+    o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
 }
 
 // ---------------------------------------------------------------------------

@@ -239,6 +239,9 @@ func (st *State) Forward(ids []int) error {
 				return err
 			}
 		}
+		if len(ids) > 1 {
+			return c.Sync() // prefill: its time belongs to the prompt, not the first decode step
+		}
 		return nil
 	})
 	if err != nil {
