@@ -16,7 +16,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "qgemv_tb", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -24,7 +24,6 @@ const qTokenBlock = 8
 // MaxGDNShared is the shared memory gdn_heads may take: its state of one
 // head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
 const MaxGDNShared = 100 << 10
-
 
 // Set is the loaded module with its kernels.
 type Set struct {
@@ -147,12 +146,12 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		if m.Enc == kernels.Q8 {
 			bits = 8
 		}
-		tb := qTokenBlock // tokens sharing one read of the weights
-		if sel != 0 {
-			tb = 1 // each token picks its own experts
+		if T == 1 || sel != 0 { // decode, or each token picks its own experts
+			return l.launch("qgemv", cuda.D2(T, blocks(rows, 16)), cuda.D1(256), 0,
+				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs)
 		}
-		return l.launch("qgemv", cuda.D2(blocks(T, tb), blocks(rows, 16)), cuda.D1(256), 0,
-			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, tb)
+		return l.launch("qgemv_tb", cuda.D2(blocks(T, qTokenBlock), blocks(rows, 16)), cuda.D1(256), 0,
+			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, qTokenBlock)
 	case kernels.F32, kernels.BF16, kernels.F16:
 		return l.launch("fgemv", cuda.D2(T, blocks(rows, 32)), cuda.D1(256), 0,
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
@@ -171,15 +170,16 @@ func (l *Launcher) GDNConv(out, proj, state, w cuda.DevicePtr, C, K, T int) erro
 // GDNShape is the Gated DeltaNet geometry.
 type GDNShape struct{ C, Hk, Hv, Dk, Dv int }
 
-// GDNHeads runs the delta rule and gated norm for every value head.
-func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.DevicePtr, s GDNShape, eps float32, T int) error {
+// GDNHeads runs the delta rule and gated norm for every value head; token
+// t's gate inputs are a[t·abStride+h] and b[t·abStride+h].
+func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.DevicePtr, s GDNShape, eps float32, T, abStride int) error {
 	threads := max(96, (s.Dv+31)/32*32)
 	smem := (2*s.Dk + s.Dv + s.Dk*s.Dv) * 4
 	if smem > MaxGDNShared {
 		return fmt.Errorf("gpukernels: a %d×%d delta-rule state (%d bytes) is past the %d bytes of shared memory the kernel asks for", s.Dk, s.Dv, smem, MaxGDNShared)
 	}
 	return l.launch("gdn_heads", cuda.D1(s.Hv), cuda.D1(threads), smem,
-		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T)
+		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T, abStride)
 }
 
 // AttnShape is the full-attention geometry.
@@ -205,17 +205,18 @@ func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.Dev
 // attnSlices is how many blocks share one head's scores.
 const attnSlices = 8
 
-// Route picks k of E experts per token.
-func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T int) error {
+// Route picks k of E experts per token from logits rows stride apart.
+func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T, stride int) error {
 	if E > 1024 || k > 64 {
 		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
 	}
-	return l.launch("route", cuda.D1(T), cuda.D1(max(32, (E+31)/32*32)), 0, sel, weight, logits, E, k)
+	return l.launch("route", cuda.D1(T), cuda.D1(max(32, (E+31)/32*32)), 0, sel, weight, logits, E, k, stride)
 }
 
-// Combine adds the weighted routed outputs and the gated shared expert to x.
-func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H, T int) error {
-	return l.launch("combine", cuda.D2(blocks(H, 256), T), cuda.D1(256), 0, x, routed, weight, shared, gate, k, H)
+// Combine adds the weighted routed outputs and the gated shared expert to x
+// (token t's gate logit at gate[t·gstride]).
+func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H, T, gstride int) error {
+	return l.launch("combine", cuda.D2(blocks(H, 256), T), cuda.D1(256), 0, x, routed, weight, shared, gate, k, H, gstride)
 }
 
 // Argmax writes the greedy token (−1 on NaN) to out.

@@ -395,7 +395,7 @@ func TestRoute(t *testing.T) {
 	logits[5], logits[9] = 9, 9 // a tie
 	withGPU(t, func(b *gpuBuf, l *Launcher) {
 		sel, w := b.poisoned(4*T*k), b.poisoned(4*T*k)
-		if err := l.Route(sel, w, b.up(cuda.Bytes(logits)), E, k, T); err != nil {
+		if err := l.Route(sel, w, b.up(cuda.Bytes(logits)), E, k, T, E); err != nil {
 			t.Fatal(err)
 		}
 		gotSel := make([]int32, T*k)

@@ -215,6 +215,74 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
 // in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
 // 16 lanes fold by halving. res, when set, is added: y = res + Wx.
+extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot) {
+    int t = blockIdx.x;
+    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    const float* dxa = dx + (i64)a * groups;
+    const float* sxa = sx + (i64)a * groups;
+    float acc = 0;
+    if (active) {
+#pragma unroll 4
+        for (int g = lane; g < groups; g += 16) {
+            int d = 0;
+            if (bits == 4) {
+                const uint4* wp = (const uint4*)(w + g * 32);
+                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
+                uint4 w0 = wp[0], w1 = wp[1];
+                int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
+                const u32 m = 0x0F0F0F0Fu;
+                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
+                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
+                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
+                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
+                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
+                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
+                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
+                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+            } else {
+                const uint4* wp = (const uint4*)(w + g * 64);
+                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint4 ww = wp[k];
+                    int4 xx = xp[k];
+                    d = dp4a_us(ww.x, xx.x, d); d = dp4a_us(ww.y, xx.y, d);
+                    d = dp4a_us(ww.z, xx.z, d); d = dp4a_us(ww.w, xx.w, d);
+                }
+            }
+            float s = bf16f(sc[g]), b = bf16f(bi[g]);
+            float mul = __fmul_rn(s, dxa[g]);
+            float tt = __fmul_rn(mul, (float)d);
+            float u = __fmul_rn(b, sxa[g]);
+            acc = __fadd_rn(acc, __fadd_rn(tt, u));
+        }
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 16));
+    if (active && lane == 0) {
+        i64 o = (i64)t * rows * slots + r;
+        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// fgemv: y = W·x for float weights (F32, BF16, F16), bitwise kernels.MatVec:
+// eight threads per row, thread l summing elements l, l+8, … in order (the
+// tail of a row included), then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). Same
+// gathering and res as qgemv.
 // qdot is one group's integer dot of Q4/Q8 weights with activation a.
 __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint4 w3, const signed char* xq8, const int* xq4, i64 ag) {
     int d = 0;
@@ -245,7 +313,9 @@ __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint
 
 #define QTB 8 // most tokens one block multiplies by the same weights
 
-extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+// qgemv_tb is qgemv for up to QTB tokens per block (prefill without expert
+// gathering): the weights are read once for all of them.
+extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
                                  const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int T, int tb) {
     int t0 = blockIdx.x * tb;
@@ -404,7 +474,7 @@ __device__ void stage(float* dst, const float* src, int n) {
 // run so here, by one thread over shared copies.
 extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
                                      const float* negExpA, const float* dtBias, const float* normW,
-                                     int C, int Hk, int Hv, int Dk, int Dv, float eps, int T) {
+                                     int C, int Hk, int Hv, int Dk, int Dv, float eps, int T, int abStride) {
     extern __shared__ float smem[];
     float* q = smem;           // [Dk]
     float* k = q + Dk;         // [Dk]
@@ -433,12 +503,12 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
             for (int i = 0; i < Dk; i++) sk += (double)k[i] * (double)k[i];
             gate[1] = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
         } else if (threadIdx.x == 64 || (blockDim.x <= 64 && threadIdx.x == 1)) {
-            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * Hv + h], dtBias[h])));
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
             gate[2] = exp64(g);
         }
         __syncthreads();
         float iq = gate[0], ik = gate[1], decay = gate[2];
-        float beta = sigmoid64(b[t * Hv + h]);
+        float beta = sigmoid64(b[t * abStride + h]);
         __syncthreads();
         for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
             q[i] = __fmul_rn(__fmul_rn(q[i], iq), qScale);
@@ -607,7 +677,7 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
 // most probable (lower id on ties), in ascending id order, weights
 // renormalised over the selection. One block of ≥ E threads per token.
-extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k) {
+extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
     __shared__ float probs[1024];
     __shared__ unsigned char taken[1024];
     __shared__ double sh[32];
@@ -615,7 +685,7 @@ extern "C" __global__ void route(int* sel, float* weight, const float* logits, i
     __shared__ int bi[32];
     __shared__ int chosen[64];
     int t = blockIdx.x, e = threadIdx.x;
-    const float* l = logits + (i64)t * E;
+    const float* l = logits + (i64)t * stride;
     float lv = e < E ? l[e] : -__int_as_float(0x7f800000);
     double m = (double)lv;
     for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -673,13 +743,13 @@ extern "C" __global__ void route(int* sel, float* weight, const float* logits, i
 // combine: x += Σ_s w_s·routed_s (ascending slots from zero, each product
 // rounded) + sigmoid(gate)·shared (qwen35 combineExperts, then addTo).
 extern "C" __global__ void combine(float* x, const float* routed, const float* weight, const float* shared, const float* gateLogit,
-                                   int k, int H) {
+                                   int k, int H, int gstride) {
     int t = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
     float acc = 0;
     for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(weight[t * k + s], routed[((i64)t * k + s) * H + i]));
-    float sg = sigmoid64(gateLogit[t]);
+    float sg = sigmoid64(gateLogit[(i64)t * gstride]);
     acc = __fadd_rn(acc, __fmul_rn(sg, shared[(i64)t * H + i]));
     x[(i64)t * H + i] = __fadd_rn(x[(i64)t * H + i], acc);
 }

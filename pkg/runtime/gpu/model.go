@@ -55,6 +55,9 @@ type layerW struct {
 	q, k, v, o        *gpukernels.Mat
 	qNorm, kNorm      cuda.DevicePtr
 	router, sharedG   *gpukernels.Mat
+	// ab is a over b, routerG the router over the shared-expert gate, when
+	// each pair shares an encoding: one launch each instead of two.
+	ab, routerG       *gpukernels.Mat
 	sGate, sUp, sDown *gpukernels.Mat
 	eGate, eUp, eDown *gpukernels.Mat
 	gate, up, down    *gpukernels.Mat
@@ -145,6 +148,31 @@ func (u *uploader) matrix(name string, rows, cols int) *gpukernels.Mat {
 	return mat
 }
 
+// stacked uploads matrices of one encoding and width as one, rows of the
+// first then of the second …; nil (and nothing uploaded) when they differ.
+func (u *uploader) stacked(names []string, rows []int, cols int) *gpukernels.Mat {
+	if u.err != nil {
+		return nil
+	}
+	var data, scales, biases []byte
+	var enc kernels.Encoding
+	total := 0
+	for i, name := range names {
+		km, err := u.w.Matrix(name)
+		if err != nil || km.Rows != rows[i] || km.Cols != cols || km.Validate() != nil {
+			return nil // the one-by-one path reports it
+		}
+		if i == 0 {
+			enc = km.Enc
+		} else if km.Enc != enc {
+			return nil
+		}
+		data, scales, biases = append(data, km.Data...), append(scales, km.Scales...), append(biases, km.Biases...)
+		total += rows[i]
+	}
+	return &gpukernels.Mat{Rows: total, Cols: cols, Enc: enc, Data: u.bytes(data), Scales: u.bytes(scales), Biases: u.bytes(biases)}
+}
+
 func (u *uploader) vector(name string, n int, onePlus bool) cuda.DevicePtr {
 	if u.err != nil {
 		return 0
@@ -220,6 +248,7 @@ func (m *Model) uploadLayer(u *uploader, i int, kind qwen35.LayerKind) layerW {
 		ly.b = u.matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
 		ly.a = u.matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
 		ly.out = u.matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
+		ly.ab = u.stacked([]string{n("linear_attn.in_proj_a.weight"), n("linear_attn.in_proj_b.weight")}, []int{Hv, Hv}, g.H)
 		ly.conv = u.vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
 		ly.dtBias = u.vector(n("linear_attn.dt_bias"), Hv, false)
 		ly.gdnNorm = u.vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
@@ -249,6 +278,7 @@ func (m *Model) uploadLayer(u *uploader, i int, kind qwen35.LayerKind) layerW {
 		ly.sUp = u.matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
 		ly.sDown = u.matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
 		ly.sharedG = u.matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
+		ly.routerG = u.stacked([]string{n("mlp.gate.weight"), n("mlp.shared_expert_gate.weight")}, []int{g.E, 1}, g.H)
 	} else {
 		ly.gate = u.matrix(n("mlp.gate_proj.weight"), g.Inter, g.H)
 		ly.up = u.matrix(n("mlp.up_proj.weight"), g.Inter, g.H)

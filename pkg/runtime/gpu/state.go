@@ -114,9 +114,9 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	s := &st.s
 	s.x, s.u = f(g.H), f(g.H)
 	s.proj, s.convOut, s.z, s.o = f(g.C), f(g.C), f(g.vd), f(max(g.vd, g.attn.Hq*g.attn.Dh))
-	s.a, s.b = f(g.gdn.Hv), f(g.gdn.Hv)
+	s.a, s.b = f(2*g.gdn.Hv), f(g.gdn.Hv)
 	s.q2, s.k, s.v = f(2*g.attn.Hq*g.attn.Dh), f(g.kvd), f(g.kvd)
-	s.router, s.sel, s.weight = f(max(g.E, 1)), f(max(g.k, 1)), f(max(g.k, 1))
+	s.router, s.sel, s.weight = f(g.E+1), f(max(g.k, 1)), f(max(g.k, 1))
 	s.sg, s.su, s.gates = f(max(g.Is, 1)), f(max(g.Is, 1)), f(1)
 	s.eg, s.eu, s.routed = f(max(g.k*g.I, 1)), f(max(g.k*g.I, 1)), f(max(g.k*g.H, 1))
 	s.shared, s.g, s.up = f(g.H), f(max(g.Inter, 1)), f(max(g.Inter, 1))
@@ -355,9 +355,15 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		do(l.RMSNorm(s.u, s.x, ly.inNorm, g.H, T, g.eps))
 		switch ly.kind {
 		case qwen35.LinearAttention:
-			gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
+			a, b, abStride := s.a, s.b, g.gdn.Hv
+			if ly.ab != nil { // one product gives a then b per token
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.ab}, 0, 0, 1, false)
+				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
+			}
 			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
-			do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, s.a, s.b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T))
+			do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
 			one(s.o, g.vd, s.x, ly.out, s.x)
 			mark(PhaseGDN)
 		case qwen35.FullAttention:
@@ -370,15 +376,21 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		held = quantized{}
 		do(l.RMSNorm(s.u, s.x, ly.postNorm, g.H, T, g.eps))
 		if ly.router != nil {
-			gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
-			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T))
+			gates, stride, gstride := s.gates, g.E, 1
+			if ly.routerG != nil { // one product gives the router logits then the gate
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su}, []*gpukernels.Mat{ly.routerG, ly.sGate, ly.sUp}, 0, 0, 1, false)
+				gates, stride, gstride = s.router+cuda.DevicePtr(4*g.E), g.E+1, g.E+1
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
+			}
+			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
 			do(l.SwiGLU(s.sg, s.su, T*g.Is))
 			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
 			do(l.SwiGLU(s.eg, s.eu, T*g.k*g.I))
 			held = quantized{} // (sg and eg were rewritten by SwiGLU; neither is held, but be plain)
 			one(s.sg, g.Is, s.shared, ly.sDown, 0)
 			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{ly.eDown}, 0, s.sel, g.k, true)
-			do(l.Combine(s.x, s.routed, s.weight, s.shared, s.gates, g.k, g.H, T))
+			do(l.Combine(s.x, s.routed, s.weight, s.shared, gates, g.k, g.H, T, gstride))
 			mark(PhaseMoE)
 		} else {
 			gemv(s.u, T, g.H, []cuda.DevicePtr{s.g, s.up}, []*gpukernels.Mat{ly.gate, ly.up}, 0, 0, 1, false)
