@@ -80,7 +80,7 @@ if [ ${#synth[@]} -gt 0 ]; then
 			{ status=1; cat "$OUT/cli.err"; }
 	done
 	"$bin/nvmai-run" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/cli-bench.json" 2>"$OUT/cli-bench.err" &&
-		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)":("[^"]*"|[0-9.]*)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
+		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)": ?("[^"]*"|[0-9.]+)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 		{ status=1; tail -5 "$OUT/cli-bench.err"; }
 fi
 

@@ -16,7 +16,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "qgemv", "qgemv_tb", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -119,6 +119,24 @@ func (l *Launcher) Add(x, y cuda.DevicePtr, n int) error {
 // SwiGLU does g = silu(g)·u over n values.
 func (l *Launcher) SwiGLU(g, u cuda.DevicePtr, n int) error {
 	return l.launch("swiglu", cuda.D1(blocks(n, 256)), cuda.D1(256), 0, g, u, n)
+}
+
+// SwiGLUQuantize does g = silu(g)·u over vectors·cols values and quantizes
+// the result into q.
+func (l *Launcher) SwiGLUQuantize(q *QAct, g, u cuda.DevicePtr, vectors, cols int) error {
+	if cols%kernels.GroupSize != 0 {
+		return fmt.Errorf("gpukernels: swiglu: %d columns are not a multiple of %d", cols, kernels.GroupSize)
+	}
+	n := vectors * cols / kernels.GroupSize
+	return l.launch("swiglu_q", cuda.D1(blocks(n, 8)), cuda.D1(256), 0, g, u, n, q.Q8, q.Q4, q.DX, q.SX)
+}
+
+// RMSNormQuantize is RMSNorm of rows of n, the result also quantized into q.
+func (l *Launcher) RMSNormQuantize(q *QAct, out, x, scale cuda.DevicePtr, n, rows int, eps float32) error {
+	if n%kernels.GroupSize != 0 {
+		return fmt.Errorf("gpukernels: rmsnorm: %d columns are not a multiple of %d", n, kernels.GroupSize)
+	}
+	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(256), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
 }
 
 // Quantize quantizes vectors·cols values of x into q.

@@ -149,16 +149,12 @@ extern "C" __global__ void swiglu(float* g, const float* u, int n) {
 // 8j+1, …), matching the nibbles of an MLX Q4 word; dx = max|x|/127;
 // sx = Σx in sum8's order (lane k sums elements k, k+8, … in order, then
 // ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))).
-extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
-    __shared__ float vs[8][64];
-    __shared__ signed char qs[8][64];
-    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int gi = blockIdx.x * 8 + w;
-    if (gi >= total_groups) return; // the whole warp
-    const float* v = x + (i64)gi * 64;
-    float a0 = v[lane], a1 = v[lane + 32];
-    vs[w][lane] = a0;
-    vs[w][lane + 32] = a1;
+// quant_warp quantizes one group gi whose elements lane and lane+32 are a0
+// and a1, by one warp; vs and qs are the warp's 64-entry scratch.
+__device__ void quant_warp(float a0, float a1, i64 gi, int lane, float* vs, signed char* qs,
+                           signed char* xq8, int* xq4, float* dx, float* sx) {
+    vs[lane] = a0;
+    vs[lane + 32] = a1;
     float amax = 0;
     if (fabsf(a0) > amax) amax = fabsf(a0); // NaNs never win
     if (fabsf(a1) > amax) amax = fabsf(a1);
@@ -177,25 +173,73 @@ extern "C" __global__ void quantize(const float* x, int total_groups, signed cha
         else if (t < -127.0f) t = -127.0f;
         else if (t != t) t = 0.0f;
         signed char q = (signed char)(int)__fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
-        qs[w][lane + 32 * h] = q;
-        xq8[(i64)gi * 64 + lane + 32 * h] = q;
+        qs[lane + 32 * h] = q;
+        xq8[gi * 64 + lane + 32 * h] = q;
     }
     __syncwarp();
     if (lane < 16) {
         int j = lane & 7, odd = lane >> 3;
         u32 word = 0;
-        for (int b = 0; b < 4; b++) word |= ((u32)(u8)qs[w][8 * j + 2 * b + odd]) << (8 * b);
-        xq4[(i64)gi * 16 + lane] = (int)word;
+        for (int b = 0; b < 4; b++) word |= ((u32)(u8)qs[8 * j + 2 * b + odd]) << (8 * b);
+        xq4[gi * 16 + lane] = (int)word;
     }
     float l = 0;
     if (lane < 8)
-        for (int m = 0; m < 8; m++) l = __fadd_rn(l, vs[w][8 * m + lane]);
+        for (int m = 0; m < 8; m++) l = __fadd_rn(l, vs[8 * m + lane]);
     l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 4, 8));
     l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 2, 8));
     l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 1, 8));
     if (lane == 0) {
         dx[gi] = d;
         sx[gi] = l;
+    }
+    __syncwarp();
+}
+
+extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gi = blockIdx.x * 8 + w;
+    if (gi >= total_groups) return; // the whole warp
+    const float* v = x + (i64)gi * 64;
+    quant_warp(v[lane], v[lane + 32], gi, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+}
+
+// swiglu_q is swiglu (g = silu(g)·u) and then quantize of the result, in one
+// pass: a warp per group.
+extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gi = blockIdx.x * 8 + w;
+    if (gi >= total_groups) return;
+    float* v = g + (i64)gi * 64;
+    const float* uu = u + (i64)gi * 64;
+    float g0 = v[lane], g1 = v[lane + 32];
+    float a0 = __fmul_rn(__fmul_rn(g0, sigk(g0)), uu[lane]);
+    float a1 = __fmul_rn(__fmul_rn(g1, sigk(g1)), uu[lane + 32]);
+    v[lane] = a0;
+    v[lane + 32] = a1;
+    quant_warp(a0, a1, gi, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+}
+
+// rmsnorm_q is rmsnorm of each row and then quantize of the result: one
+// block per row, its warps taking the row's groups in turn.
+extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* scale, int n, float eps,
+                                     signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ double sh[32];
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    const float* xr = x + (i64)blockIdx.x * n;
+    float* orow = out + (i64)blockIdx.x * n;
+    float inv = inv_rms(xr, n, eps, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = __fmul_rn(__fmul_rn(xr[i], inv), scale[i]);
+    __syncthreads();
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, groups = n / 64;
+    for (int g = w; g < groups; g += blockDim.x >> 5) {
+        const float* v = orow + g * 64;
+        quant_warp(v[lane], v[lane + 32], (i64)blockIdx.x * groups + g, lane, vs[w], qs[w], xq8, xq4, dx, sx);
     }
 }
 
@@ -551,7 +595,8 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
 // ---------------------------------------------------------------------------
 // Gated attention.
 
-#define ATT_B 32 // cached values a thread loads before adding them
+#define ATT_B 32       // cached values a thread loads before adding them
+#define ATT_SMEM 10240 // positions whose softmax weights attn_values keeps in shared memory
 
 // norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
 // float64, a block tree), then rotate-half RoPE on the first 2·half dims
@@ -632,6 +677,7 @@ extern "C" __global__ void attn_scores(float* scores, const float* q2, const flo
 extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
                                        int Hq, int Hkv, int Dh, int cap) {
     __shared__ double sh[32];
+    __shared__ float wsm[ATT_SMEM];
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y;
     int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
@@ -655,6 +701,24 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
     float inv = (float)(1.0 / sum);
     const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
     int i = blockIdx.z * blockDim.x + threadIdx.x;
+    if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
+        for (int s = threadIdx.x; s < n; s += blockDim.x) wsm[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
+        __syncthreads();
+        if (i >= Dh) return;
+        float acc = 0;
+        const float* vcol = vc + g * Dh + i;
+        int s = 0;
+        for (; s + ATT_B <= n; s += ATT_B) {
+            float vv[ATT_B];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) vv[k] = vcol[(i64)(s + k) * kvd];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(wsm[s + k], vv[k]));
+        }
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], vcol[(i64)s * kvd]));
+        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+        return;
+    }
     if (i >= Dh) return;
     float acc = 0;
     const float* vcol = vc + g * Dh + i;

@@ -347,12 +347,40 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
 		gemv(x, T, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
 	}
+	anyQuantized := func(ws ...*gpukernels.Mat) bool {
+		for _, w := range ws {
+			if w != nil && w.Quantized() {
+				return true
+			}
+		}
+		return false
+	}
+	// norm is RMSNorm into u, quantized in the same launch when a product
+	// that reads u is quantized.
+	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
+		if anyQuantized(readers...) {
+			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, T, g.eps))
+			held = quantized{s.u, T, g.H}
+			return
+		}
+		do(l.RMSNorm(s.u, s.x, scale, g.H, T, g.eps))
+		held = quantized{}
+	}
+	// swiglu is g = silu(g)·u over vectors·cols, quantized in the same
+	// launch when its reader is.
+	swiglu := func(gp, up cuda.DevicePtr, vectors, cols int, reader *gpukernels.Mat) {
+		if reader.Quantized() {
+			do(l.SwiGLUQuantize(&s.qa, gp, up, vectors, cols))
+			held = quantized{gp, vectors, cols}
+			return
+		}
+		do(l.SwiGLU(gp, up, vectors*cols))
+	}
 	do(l.Embed(s.x, m.embed, st.tokens, T))
 	mark(PhaseEmbed)
 	for i := range m.layers {
 		ly := &m.layers[i]
-		held = quantized{} // u is rewritten below
-		do(l.RMSNorm(s.u, s.x, ly.inNorm, g.H, T, g.eps))
+		norm(ly.inNorm, ly.qkv, ly.z, ly.ab, ly.a, ly.b, ly.q, ly.k, ly.v)
 		switch ly.kind {
 		case qwen35.LinearAttention:
 			a, b, abStride := s.a, s.b, g.gdn.Hv
@@ -373,8 +401,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			one(s.o, g.attn.Hq*g.attn.Dh, s.x, ly.o, s.x)
 			mark(PhaseAttention)
 		}
-		held = quantized{}
-		do(l.RMSNorm(s.u, s.x, ly.postNorm, g.H, T, g.eps))
+		norm(ly.postNorm, ly.routerG, ly.router, ly.sGate, ly.sUp, ly.sharedG, ly.eGate, ly.eUp, ly.gate, ly.up)
 		if ly.router != nil {
 			gates, stride, gstride := s.gates, g.E, 1
 			if ly.routerG != nil { // one product gives the router logits then the gate
@@ -384,17 +411,16 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
 			}
 			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
-			do(l.SwiGLU(s.sg, s.su, T*g.Is))
 			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
-			do(l.SwiGLU(s.eg, s.eu, T*g.k*g.I))
-			held = quantized{} // (sg and eg were rewritten by SwiGLU; neither is held, but be plain)
+			swiglu(s.sg, s.su, T, g.Is, ly.sDown)
 			one(s.sg, g.Is, s.shared, ly.sDown, 0)
+			swiglu(s.eg, s.eu, T*g.k, g.I, ly.eDown)
 			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{ly.eDown}, 0, s.sel, g.k, true)
 			do(l.Combine(s.x, s.routed, s.weight, s.shared, gates, g.k, g.H, T, gstride))
 			mark(PhaseMoE)
 		} else {
 			gemv(s.u, T, g.H, []cuda.DevicePtr{s.g, s.up}, []*gpukernels.Mat{ly.gate, ly.up}, 0, 0, 1, false)
-			do(l.SwiGLU(s.g, s.up, T*g.Inter))
+			swiglu(s.g, s.up, T, g.Inter, ly.down)
 			one(s.g, g.Inter, s.x, ly.down, s.x)
 			mark(PhaseMLP)
 		}
