@@ -165,8 +165,12 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 			bits = 8
 		}
 		if T == 1 || sel != 0 { // decode, or each token picks its own experts
-			return l.launch("qgemv", cuda.D2(T, blocks(rows, 16)), cuda.D1(256), 0,
-				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs)
+			lanes := 16
+			if m.Cols/kernels.GroupSize <= 8 {
+				lanes = 8
+			}
+			return l.launch("qgemv", cuda.D2(T, blocks(rows, 256/lanes)), cuda.D1(256), 0,
+				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, lanes)
 		}
 		return l.launch("qgemv_tb", cuda.D2(blocks(T, qTokenBlock), blocks(rows, 16)), cuda.D1(256), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, qTokenBlock)
@@ -228,7 +232,7 @@ func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T, stride int
 	if E > 1024 || k > 64 {
 		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
 	}
-	return l.launch("route", cuda.D1(T), cuda.D1(max(32, (E+31)/32*32)), 0, sel, weight, logits, E, k, stride)
+	return l.launch("route", cuda.D1(T), cuda.D1(32), 0, sel, weight, logits, E, k, stride)
 }
 
 // Combine adds the weighted routed outputs and the gated shared expert to x

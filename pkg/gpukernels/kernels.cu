@@ -261,10 +261,13 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // 16 lanes fold by halving. res, when set, is added: y = res + Wx.
 extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
-                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot) {
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
+    // lanes is 16, or 8 when a row has at most 8 groups: lanes 8…15 would
+    // only fold +0 into the sum, which changes no bit, so 8 lanes give the
+    // same result for twice the rows a block.
     int t = blockIdx.x;
-    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
-    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
+    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
     bool active = r < (i64)rows * slots;
     if (!active) r = 0;
     int slot = (int)(r / rows), lr = (int)(r % rows);
@@ -279,7 +282,7 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
     float acc = 0;
     if (active) {
 #pragma unroll 4
-        for (int g = lane; g < groups; g += 16) {
+        for (int g = lane; g < groups; g += lanes) {
             int d = 0;
             if (bits == 4) {
                 const uint4* wp = (const uint4*)(w + g * 32);
@@ -313,10 +316,10 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
             acc = __fadd_rn(acc, __fadd_rn(tt, u));
         }
     }
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 16));
+    if (lanes == 16) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, lanes));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, lanes));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, lanes));
     if (active && lane == 0) {
         i64 o = (i64)t * rows * slots + r;
         y[o] = res ? __fadd_rn(res[o], acc) : acc;
@@ -740,57 +743,43 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // ---------------------------------------------------------------------------
 // MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
 // most probable (lower id on ties), in ascending id order, weights
-// renormalised over the selection. One block of ≥ E threads per token.
+// renormalised over the selection.
 extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
+    // One warp per token: at most 32 experts a lane, no block barriers.
     __shared__ float probs[1024];
     __shared__ unsigned char taken[1024];
-    __shared__ double sh[32];
-    __shared__ float bv[32];
-    __shared__ int bi[32];
     __shared__ int chosen[64];
-    int t = blockIdx.x, e = threadIdx.x;
+    int t = blockIdx.x, lane = threadIdx.x;
     const float* l = logits + (i64)t * stride;
-    float lv = e < E ? l[e] : -__int_as_float(0x7f800000);
-    double m = (double)lv;
-    for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if ((e & 31) == 0) bv[e >> 5] = (float)m;
-    __syncthreads();
-    if (e == 0) {
-        float mm = bv[0];
-        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, bv[w]);
-        bv[0] = mm;
-    }
-    __syncthreads();
-    double maxLogit = (double)bv[0];
-    __syncthreads();
-    double ex = e < E ? exp((double)lv - maxLogit) : 0.0;
-    double sum = block_sum_d(ex, sh);
-    if (e < E) {
-        probs[e] = (float)(ex / sum);
+    float m = -__int_as_float(0x7f800000);
+    for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    double maxLogit = (double)m;
+    double sum = 0;
+    for (int e = lane; e < E; e += 32) sum += exp((double)l[e] - maxLogit);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    for (int e = lane; e < E; e += 32) {
+        probs[e] = (float)(exp((double)l[e] - maxLogit) / sum);
         taken[e] = 0;
     }
-    __syncthreads();
+    __syncwarp();
     for (int s = 0; s < k; s++) {
-        float v = (e < E && !taken[e]) ? probs[e] : -1.0f;
-        int idx = e < E ? e : 1 << 30;
+        float v = -1.0f;
+        int idx = 1 << 30;
+        for (int e = lane; e < E; e += 32)
+            if (!taken[e] && probs[e] > v) { v = probs[e]; idx = e; } // ascending e: the lower id wins ties
         for (int off = 16; off > 0; off >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, v, off);
             int oi = __shfl_xor_sync(0xffffffffu, idx, off);
             if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
         }
-        if ((e & 31) == 0) { bv[e >> 5] = v; bi[e >> 5] = idx; }
-        __syncthreads();
-        if (e == 0) {
-            float bvv = bv[0];
-            int bii = bi[0];
-            for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++)
-                if (bv[w] > bvv || (bv[w] == bvv && bi[w] < bii)) { bvv = bv[w]; bii = bi[w]; }
-            chosen[s] = bii;
-            taken[bii] = 1;
+        if (lane == 0) {
+            chosen[s] = idx;
+            taken[idx] = 1;
         }
-        __syncthreads();
+        __syncwarp();
     }
-    if (e == 0) {
+    if (lane == 0) {
         for (int i = 1; i < k; i++) // insertion sort, ascending ids
             for (int j2 = i; j2 > 0 && chosen[j2 - 1] > chosen[j2]; j2--) {
                 int tmp = chosen[j2]; chosen[j2] = chosen[j2 - 1]; chosen[j2 - 1] = tmp;
