@@ -21,6 +21,14 @@ WORK=${WORK:-/tmp/nvmai-gpu-work}
 SYNTH=${SYNTH:-4,40}
 mkdir -p "$OUT" "$WORK"
 export NVMAI_GPU=1 NVMAI_GPU_FIXTURES=${NVMAI_GPU_FIXTURES:-$root/.fixtures}
+# Where ../shared exists (a developer's machine), refresh the git-ignored copy
+# that travels to GPU machines.
+if [ ! -d "$NVMAI_GPU_FIXTURES/tiny-dense" ] && [ -d "$root/../shared/fixtures/dev" ]; then
+	mkdir -p "$NVMAI_GPU_FIXTURES"
+	for f in tiny-moe-fused tiny-moe-perexpert tiny-dense tiny-moe.refs.json tiny-dense.refs.json; do
+		cp -r "$root/../shared/fixtures/dev/$f" "$NVMAI_GPU_FIXTURES/"
+	done
+fi
 export NVMAI_CUBIN_CACHE=${NVMAI_CUBIN_CACHE:-$WORK/cubin}
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
