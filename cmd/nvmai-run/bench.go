@@ -105,6 +105,11 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			1e3*run.IOWaitPerTok, expertcache.FormatSize(run.PeakRSS),
 			100*run.PrefillHitRate, expertcache.FormatSize(run.PrefillBytesRead), run.PrefillIOWait)
 	}
+	if g, ok := r.GPU.(interface{ Summary() []string }); ok {
+		for _, line := range g.Summary() {
+			fmt.Fprintln(w, line)
+		}
+	}
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}

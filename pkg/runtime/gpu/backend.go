@@ -291,3 +291,23 @@ func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]i
 	}
 	return phase, m.phaseBytes, kernels, nil
 }
+
+// Summary is BenchInfo as lines of nvmai-run bench's text report.
+func (info *BenchInfo) Summary() []string {
+	if info.Error != "" {
+		return []string{"gpu: measuring failed: " + info.Error}
+	}
+	lines := []string{
+		fmt.Sprintf("gpu %s (driver %d, NVRTC %s): decode step %.3f ms on the device as a graph of %d kernels (%.3f ms launched one by one; a graph of as many empty kernels %.3f ms), %.3f ms as a session sees it",
+			info.Device, info.Driver, info.NVRTC, info.GraphMsPerToken, info.KernelsPerToken, info.EagerMsPerToken, info.EmptyGraphMs, info.HostMsPerToken),
+		fmt.Sprintf("gpu weights: %.0f MiB read per token → %.0f GB/s, %.0f%% of the %.0f GB/s device-to-device copy measured now",
+			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9),
+	}
+	for _, ph := range []string{PhaseEmbed, PhaseGDN, PhaseAttention, PhaseMoE, PhaseMLP, PhaseHead} {
+		if ms, ok := info.PhaseMs[ph]; ok {
+			lines = append(lines, fmt.Sprintf("gpu phase %-9s %.3f ms/token (kernels one by one), weights %.0f MiB, %.0f GB/s",
+				ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9))
+		}
+	}
+	return lines
+}
