@@ -9,6 +9,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/gpu"
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a
@@ -27,6 +28,7 @@ const (
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install `DIR` (from nvmai-convert or nvmai-install)"},
+		&cli.StringFlag{Name: "engine", Value: "cpu", Usage: "where the model runs: cpu, or gpu (an NVIDIA GPU holding every weight; needs the driver and NVRTC)"},
 		cliutil.ThreadsFlag("compute threads (at most the cores; greedy output is the same for any count)", "t"),
 		&cli.StringFlag{Name: "ram-budget", Usage: "memory for cached experts, e.g. 8G or 512M (binary units)", DefaultText: "8G, at most half the RAM"},
 		cliutil.IntRange(&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer, instead of --ram-budget"}, 1, maxSlotsCeiling, ""),
@@ -95,7 +97,11 @@ func engineOptions(c *cli.Context) (string, runtime.Options, error) {
 			return "", runtime.Options{}, err
 		}
 	}
-	return dir, runtime.Options{Threads: c.Int("threads"), Experts: x}, nil
+	backend, err := gpu.LoaderFor(c.String("engine"))
+	if err != nil {
+		return "", runtime.Options{}, cliutil.Usagef("%v", err)
+	}
+	return dir, runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x}, nil
 }
 
 // checkExpertFlags refuses an expert cache that cannot hold the experts one

@@ -154,6 +154,9 @@ type BenchReport struct {
 	// Phases splits the decode steps of every prompt by what they spend
 	// their time on (qwen35.StepProfile), in the model's order.
 	Phases []BenchPhase `json:"phases"`
+	// GPU is the backend's own report (pkg/runtime/gpu: device, copy
+	// bandwidth, kernels per token, GEMV bandwidth), when one runs.
+	GPU any `json:"gpu,omitempty"`
 }
 
 // BenchPhase is one phase of the decode steps: its time and the memory it
@@ -263,6 +266,12 @@ func (e *Engine) benchLabels() *BenchReport {
 		Layers: m.Geometry.NumLayers, Width: m.Bits, BudgetBytes: st.BudgetBytes, SlotsPerLayer: st.SlotsPerLayer,
 		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Prefetch: st.PrefetchWidth, Threads: e.pool.Threads(),
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
+	}
+	if e.backend != nil {
+		r.Engine = e.backend.Name()
+		if g, ok := e.backend.(interface{ BenchInfo() any }); ok {
+			r.GPU = g.BenchInfo()
+		}
 	}
 	return r
 }
@@ -399,7 +408,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
 func (e *Engine) meanStateBytes(promptTokens, steps int) float64 {
-	cfg := e.Model.Config()
+	cfg := e.cfg
 	var sum float64
 	for s := 1; s <= steps; s++ {
 		sum += float64(cfg.StateBytes(promptTokens + s))
