@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
+	"slices"
+	"unicode/utf8"
 )
 
 // Vocabulary is what the masker needs of a tokenizer; *tokenizer.Tokenizer
@@ -20,22 +21,33 @@ type Vocabulary interface {
 // trie, so one walk from a state finds every token the state accepts and
 // tokens sharing a prefix share its steps. A Masker is immutable and safe
 // for concurrent use; each generation keeps its own Mask.
+//
+// Inside a string or an object key nearly every token fits, and walking
+// the whole trie there costs tens of milliseconds on a 248k vocabulary. So
+// tokens of plain text (complete UTF-8, no quote, backslash or control
+// byte) are also kept as bitsets by character count: from a string with
+// room for c more characters, all plain tokens of at most c characters fit
+// without a walk, and only the trie of the other tokens is walked.
 type Masker struct {
 	vocab int // ids 0..vocab-1; logits past it are always masked
 
-	// trie: node i has edges edgeByte/edgeNode[edgeLo[i]:edgeLo[i+1]] and
-	// ends the tokens ids[idLo[i]:idLo[i+1]].
-	edgeLo, idLo []int32
-	edgeByte     []byte
-	edgeNode     []int32
-	ids          []int32
+	all  trie // every token but special ones
+	rest trie // tokens not in plainUpTo
+
+	// plainUpTo[c] has the plain tokens of 1..c characters, c <= plainChars.
+	plainUpTo     [][]uint64
+	plainMaxBytes int // bytes of the longest token in plainUpTo
 
 	end        []int // end-of-turn ids, allowed only when a document is complete
 	isEnd      map[int]bool
 	vocabulary Vocabulary
 }
 
-// NewMasker builds the trie of v's tokens. Special tokens are left out,
+// plainChars bounds the plain tokens kept as bitsets; longer ones (rare)
+// are walked.
+const plainChars = 16
+
+// NewMasker builds the tries of v's tokens. Special tokens are left out,
 // except endIDs (such as <|im_end|> and <|endoftext|>), which Allowed admits
 // once the document is complete.
 func NewMasker(v Vocabulary, endIDs []int) (*Masker, error) {
@@ -49,64 +61,110 @@ func NewMasker(v Vocabulary, endIDs []int) (*Masker, error) {
 			m.isEnd[id] = true
 		}
 	}
-	var order []int32
+	words := (m.vocab + 63) / 64
+	m.plainUpTo = make([][]uint64, plainChars+1)
+	for c := range m.plainUpTo {
+		m.plainUpTo[c] = make([]uint64, words)
+	}
+	var all, rest []token
 	for id := 0; id < m.vocab; id++ {
-		if !v.IsSpecial(id) && !m.isEnd[id] && len(v.TokenBytes(id)) > 0 {
-			order = append(order, int32(id))
+		b := v.TokenBytes(id)
+		if v.IsSpecial(id) || m.isEnd[id] || len(b) == 0 {
+			continue
+		}
+		all = append(all, token{b, int32(id)})
+		if c := plainCharCount(b); c > 0 && c <= plainChars {
+			for k := c; k <= plainChars; k++ {
+				m.plainUpTo[k][id/64] |= 1 << (id % 64)
+			}
+			m.plainMaxBytes = max(m.plainMaxBytes, len(b))
+		} else {
+			rest = append(rest, token{b, int32(id)})
 		}
 	}
-	sort.SliceStable(order, func(i, j int) bool {
-		return bytes.Compare(v.TokenBytes(int(order[i])), v.TokenBytes(int(order[j]))) < 0
-	})
-	tb := func(i int) []byte { return v.TokenBytes(int(order[i])) }
-	m.ids = order
-	m.build(tb, 0, len(order), 0)
-	m.edgeLo = append(m.edgeLo, int32(len(m.edgeByte)))
-	m.idLo = append(m.idLo, int32(len(m.ids)))
+	m.all = newTrie(all)
+	m.rest = newTrie(rest)
 	return m, nil
 }
 
+// plainCharCount is the number of characters of b when b is plain text a
+// string or key can hold as is, else 0.
+func plainCharCount(b []byte) int {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return 0
+		}
+	}
+	if !utf8.Valid(b) {
+		return 0
+	}
+	return utf8.RuneCount(b)
+}
+
+type token struct {
+	bytes []byte
+	id    int32
+}
+
+// trie: node i has edges edgeByte/edgeNode[edgeLo[i]:edgeLo[i+1]] and ends
+// the tokens ids[idLo[i]:...] (see nodeIDs). Nodes are numbered in preorder.
+type trie struct {
+	edgeLo, idLo []int32
+	edgeByte     []byte
+	edgeNode     []int32
+	ids          []int32
+}
+
+func newTrie(toks []token) trie {
+	slices.SortStableFunc(toks, func(a, b token) int { return bytes.Compare(a.bytes, b.bytes) })
+	t := trie{ids: make([]int32, len(toks))}
+	for i, tk := range toks {
+		t.ids[i] = tk.id
+	}
+	t.build(toks, 0, len(toks), 0)
+	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
+	t.idLo = append(t.idLo, int32(len(t.ids)))
+	return t
+}
+
 // build adds the node for the sorted tokens [lo, hi), which share their
-// first depth bytes, and its subtree, in preorder; it returns the node.
-func (m *Masker) build(tb func(int) []byte, lo, hi, depth int) int32 {
-	self := int32(len(m.idLo))
-	m.idLo = append(m.idLo, int32(lo))
-	for lo < hi && len(tb(lo)) == depth {
+// first depth bytes, and its subtree; it returns the node.
+func (t *trie) build(toks []token, lo, hi, depth int) int32 {
+	self := int32(len(t.idLo))
+	t.idLo = append(t.idLo, int32(lo))
+	for lo < hi && len(toks[lo].bytes) == depth {
 		lo++
 	}
-	m.edgeLo = append(m.edgeLo, 0)
-	type group struct{ lo, hi int }
-	var groups []group
+	// A node's edges are contiguous, so reserve them before the children.
+	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
+	first := len(t.edgeByte)
+	var bounds []int
 	for i := lo; i < hi; {
 		j := i + 1
-		for j < hi && tb(j)[depth] == tb(i)[depth] {
+		for j < hi && toks[j].bytes[depth] == toks[i].bytes[depth] {
 			j++
 		}
-		groups = append(groups, group{i, j})
+		t.edgeByte = append(t.edgeByte, toks[i].bytes[depth])
+		t.edgeNode = append(t.edgeNode, 0)
+		bounds = append(bounds, i)
 		i = j
 	}
-	// A node's edges are contiguous, so reserve them before the children.
-	m.edgeLo[self] = int32(len(m.edgeByte))
-	first := len(m.edgeByte)
-	for _, g := range groups {
-		m.edgeByte = append(m.edgeByte, tb(g.lo)[depth])
-		m.edgeNode = append(m.edgeNode, 0)
-	}
-	for k, g := range groups {
-		m.edgeNode[first+k] = m.build(tb, g.lo, g.hi, depth+1)
+	bounds = append(bounds, hi)
+	for k := 0; k+1 < len(bounds); k++ {
+		t.edgeNode[first+k] = t.build(toks, bounds[k], bounds[k+1], depth+1)
 	}
 	return self
 }
 
-// nodeIDs are the tokens that end at trie node n. Preorder numbering makes
-// them the ids between this node's start and its first child's.
-func (m *Masker) nodeIDs(n int32) []int32 {
-	lo := m.idLo[n]
-	hi := m.idLo[n+1]
-	if e := m.edgeLo[n]; e < m.edgeLo[n+1] {
-		hi = m.idLo[m.edgeNode[e]]
+// nodeIDs are the tokens that end at node n: preorder numbering puts them
+// between this node's start and its first child's.
+func (t *trie) nodeIDs(n int32) []int32 {
+	lo := t.idLo[n]
+	hi := t.idLo[n+1]
+	if e := t.edgeLo[n]; e < t.edgeLo[n+1] {
+		hi = t.idLo[t.edgeNode[e]]
 	}
-	return m.ids[lo:hi]
+	return t.ids[lo:hi]
 }
 
 // Mask is the set of token ids allowed at one step, with the scratch space
@@ -149,10 +207,15 @@ func (m *Masker) Allowed(st *State, mk *Mask) {
 		mk.bits = make([]uint64, words)
 	}
 	mk.bits = mk.bits[:words]
-	clear(mk.bits)
 	mk.m.opts = st.m.opts
 	top := st.m.compactInto(&mk.m, st.top)
-	m.walk(mk, 0, top)
+	if c, ok := m.plainRoom(&mk.m, top); ok {
+		copy(mk.bits, m.plainUpTo[c])
+		m.rest.walk(mk, 0, top)
+	} else {
+		clear(mk.bits)
+		m.all.walk(mk, 0, top)
+	}
 	if st.Done() {
 		for _, id := range m.end {
 			mk.bits[id/64] |= 1 << (id % 64)
@@ -160,16 +223,35 @@ func (m *Masker) Allowed(st *State, mk *Mask) {
 	}
 }
 
-// walk marks every token below trie node n reachable from the state top.
-func (m *Masker) walk(mk *Mask, n, top int32) {
-	for e := m.edgeLo[n]; e < m.edgeLo[n+1]; e++ {
+// plainRoom reports whether the state top accepts every plain token of up
+// to c characters, with no walk: inside a string (between characters) or
+// an object key that may be any key.
+func (m *Masker) plainRoom(mc *machine, top int32) (c int, ok bool) {
+	fr := &mc.f[top]
+	if fr.need > 0 {
+		return 0, false
+	}
+	switch {
+	case fr.kind == kString && fr.phase == sNormal:
+		return min(fr.node.maxLen-int(fr.lo), plainChars), true
+	case fr.kind == kObject && fr.phase == oKey:
+		n := fr.node
+		roomy := int(fr.pos)+m.plainMaxBytes <= mc.opts.MaxKeyBytes
+		return plainChars, roomy && n.extra != nil && int(fr.extra) < n.maxExtra
+	}
+	return 0, false
+}
+
+// walk marks every token below node n reachable from the state top.
+func (t *trie) walk(mk *Mask, n, top int32) {
+	for e := t.edgeLo[n]; e < t.edgeLo[n+1]; e++ {
 		mark := len(mk.m.f)
-		if t := mk.m.step(top, m.edgeByte[e]); t >= 0 {
-			child := m.edgeNode[e]
-			for _, id := range m.nodeIDs(child) {
+		if s := mk.m.step(top, t.edgeByte[e]); s >= 0 {
+			child := t.edgeNode[e]
+			for _, id := range t.nodeIDs(child) {
 				mk.bits[id/64] |= 1 << (id % 64)
 			}
-			m.walk(mk, child, t)
+			t.walk(mk, child, s)
 		}
 		mk.m.f = mk.m.f[:mark]
 	}
