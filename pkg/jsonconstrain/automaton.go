@@ -57,7 +57,8 @@ type frame struct {
 	// hi the \u digits left, pos their value so far.
 	lo, hi, pos int32
 	// kObject: extra counts keys not in node.names; cur is the property
-	// whose value is being read (-1: an extra key). kNumber: extra counts bytes.
+	// whose value is being read (-1: an extra key).
+	// kNumber: extra counts bytes, lo exponent digits.
 	extra, cur int32
 	seen       uint64 // kObject: bit i set once names[i] has been written
 }
@@ -316,6 +317,8 @@ const (
 	nExpDigit // exponent digits
 )
 
+const maxExponentDigits = 2
+
 func numberComplete(phase uint8) bool {
 	return phase == nZero || phase == nInt || phase == nFrac || phase == nExpDigit
 }
@@ -358,9 +361,14 @@ func (m *machine) number(fr frame, b byte) int32 {
 			next = nExpDigit
 		}
 	case nExpSign, nExpDigit:
-		if digit {
+		// Two exponent digits keep every number within float64 range, which
+		// is what most clients decode numbers into.
+		if digit && fr.lo < maxExponentDigits {
 			next = nExpDigit
 		}
+	}
+	if next == nExpDigit {
+		fr.lo++
 	}
 	if next == 255 {
 		return -1

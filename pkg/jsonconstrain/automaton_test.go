@@ -68,6 +68,8 @@ func TestAutomaton(t *testing.T) {
 		{"nullable refuses number", personSchema, `{"nick":1`, 8, false},
 		{"root number", `{"type":"number"}`, `-0.5E-7`, -1, true},
 		{"root number incomplete", `{"type":"number"}`, `-0.`, -1, false},
+		{"exponent two digits", `{"type":"number"}`, `1E+99`, -1, true},
+		{"exponent bounded", `{"type":"number"}`, `1e999`, 4, true},
 		{"root integer", `{"type":"integer"}`, `120`, -1, true},
 		{"root bool", `{"type":"boolean"}`, `tru`, -1, false},
 		{"root bool wrong", `{"type":"boolean"}`, `trux`, 3, false},

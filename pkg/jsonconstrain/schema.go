@@ -170,6 +170,10 @@ func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
 	if len(schema) > opts.MaxSchemaBytes {
 		return nil, &SchemaError{[]Problem{{Message: fmt.Sprintf("schema is %d bytes, over the %d-byte limit", len(schema), opts.MaxSchemaBytes)}}}
 	}
+	var probe json.RawMessage
+	if err := json.Unmarshal(schema, &probe); err != nil {
+		return nil, &SchemaError{[]Problem{{Message: "schema is not JSON: " + err.Error()}}}
+	}
 	c := &compiler{opts: opts}
 	root := c.node(schema, "", 0)
 	if len(c.problems) > 0 {
@@ -224,7 +228,7 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 		c.fail(ptr, "", "schema nests %d levels or deeper", c.opts.MaxDepth)
 		return nil
 	}
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, jsonSpace)
 	switch string(raw) {
 	case "true":
 		return anyNode(c.opts)
@@ -317,7 +321,7 @@ func (c *compiler) nonNegative(kw map[string]json.RawMessage, key, ptr string) (
 func (c *compiler) object(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
 	n.extra, n.maxExtra = anyNode(c.opts), c.opts.MaxExtraProperties
 	if raw, ok := kw["additionalProperties"]; ok {
-		if string(bytes.TrimSpace(raw)) == "false" {
+		if string(bytes.Trim(raw, jsonSpace)) == "false" {
 			n.extra = nil
 		} else {
 			n.extra = c.node(raw, pointer(ptr, "additionalProperties"), depth+1)
@@ -385,7 +389,7 @@ func plainKey(name string) bool {
 func (c *compiler) array(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
 	n.items = anyNode(c.opts)
 	if raw, ok := kw["items"]; ok {
-		if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '[' {
+		if t := bytes.Trim(raw, jsonSpace); len(t) > 0 && t[0] == '[' {
 			c.fail(pointer(ptr, "items"), "items", "unsupported schema keyword \"items\" as an array (tuple validation)")
 		} else {
 			n.items = c.node(raw, pointer(ptr, "items"), depth+1)
@@ -576,3 +580,6 @@ func startsWith(n *node, b byte) bool {
 	}
 	return false
 }
+
+// jsonSpace is the whitespace JSON allows between tokens.
+const jsonSpace = " \t\n\r"

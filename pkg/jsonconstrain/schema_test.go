@@ -27,7 +27,7 @@ func TestCompileErrors(t *testing.T) {
 		{"tuple items", `{"items":[{}]}`, []string{`"items" as an array`}},
 		{"false schema", `false`, []string{"allows no value at /"}},
 		{"not an object", `[1]`, []string{"must be an object or a boolean at /"}},
-		{"not JSON", `{`, []string{"must be an object or a boolean"}},
+		{"not JSON", `{`, []string{"schema is not JSON: unexpected end of JSON input at /"}},
 		{"unknown type", `{"type":"text"}`, []string{`unknown type "text" at /type`}},
 		{"empty type list", `{"type":[]}`, []string{"non-empty array"}},
 		{"bad minLength", `{"minLength":-1}`, []string{"minLength must be a non-negative integer at /minLength"}},

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
+	"math/big"
 	"reflect"
 	"unicode/utf8"
 )
@@ -56,10 +56,10 @@ func validateObject(s map[string]any, v any) error {
 	case map[string]any:
 		return validateProperties(s, x)
 	case []any:
-		if lo, ok := s["minItems"]; ok && float64(len(x)) < lo.(float64) {
+		if lo, ok := s["minItems"]; ok && float64(len(x)) < num(lo) {
 			return fmt.Errorf("%d items < minItems", len(x))
 		}
-		if hi, ok := s["maxItems"]; ok && float64(len(x)) > hi.(float64) {
+		if hi, ok := s["maxItems"]; ok && float64(len(x)) > num(hi) {
 			return fmt.Errorf("%d items > maxItems", len(x))
 		}
 		if items, ok := s["items"]; ok {
@@ -71,10 +71,10 @@ func validateObject(s map[string]any, v any) error {
 		}
 	case string:
 		n := float64(utf8.RuneCountInString(x))
-		if lo, ok := s["minLength"]; ok && n < lo.(float64) {
+		if lo, ok := s["minLength"]; ok && n < num(lo) {
 			return fmt.Errorf("%q shorter than minLength", x)
 		}
-		if hi, ok := s["maxLength"]; ok && n > hi.(float64) {
+		if hi, ok := s["maxLength"]; ok && n > num(hi) {
 			return fmt.Errorf("%q longer than maxLength", x)
 		}
 	}
@@ -103,6 +103,14 @@ func validateProperties(s map[string]any, x map[string]any) error {
 	return nil
 }
 
+func num(v any) float64 {
+	f, err := v.(json.Number).Float64()
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
@@ -124,8 +132,9 @@ func typeMatches(t, v any) bool {
 		return t == "boolean"
 	case string:
 		return t == "string"
-	case float64:
-		return t == "number" || t == "integer" && x == math.Trunc(x)
+	case json.Number:
+		f, ok := new(big.Float).SetString(string(x))
+		return t == "number" || t == "integer" && ok && f.IsInt()
 	case []any:
 		return t == "array"
 	case map[string]any:
@@ -139,6 +148,7 @@ func jsonEqual(a, b any) bool { return reflect.DeepEqual(a, b) }
 func decode(t interface{ Fatalf(string, ...any) }, doc []byte) any {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
 		t.Fatalf("document %q does not parse: %v", doc, err)
 	}
