@@ -116,7 +116,12 @@ type trie struct {
 }
 
 func newTrie(toks []token) trie {
-	slices.SortStableFunc(toks, func(a, b token) int { return bytes.Compare(a.bytes, b.bytes) })
+	slices.SortFunc(toks, func(a, b token) int {
+		if c := bytes.Compare(a.bytes, b.bytes); c != 0 {
+			return c
+		}
+		return int(a.id - b.id)
+	})
 	t := trie{ids: make([]int32, len(toks))}
 	for i, tk := range toks {
 		t.ids[i] = tk.id
