@@ -67,3 +67,17 @@ func feed(t *testing.T, s *Schema, schema string, doc []byte) {
 		checkDocument(t, schema, doc[:n])
 	}
 }
+
+// FuzzResponseFormat: any request field gives a schema, nil or a
+// *ResponseFormatError, never a panic.
+func FuzzResponseFormat(f *testing.F) {
+	f.Add([]byte(`{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}`))
+	f.Add([]byte(`{"type":"json_object"}`))
+	f.Fuzz(func(t *testing.T, rf []byte) {
+		if _, err := FromResponseFormat(rf, DefaultOptions); err != nil {
+			if _, ok := err.(*ResponseFormatError); !ok {
+				t.Fatalf("error %T", err)
+			}
+		}
+	})
+}

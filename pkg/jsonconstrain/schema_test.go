@@ -80,3 +80,45 @@ func TestUnsupportedIsDistinguished(t *testing.T) {
 		t.Fatalf("bad type: %v", err)
 	}
 }
+
+func TestFromResponseFormat(t *testing.T) {
+	tests := []struct {
+		name, rf  string
+		none      bool   // no constraint
+		wantErr   string // substring; "" for success
+		accepts   string // a document the result must complete
+		wantParam string
+	}{
+		{name: "absent", rf: ``, none: true},
+		{name: "null", rf: `null`, none: true},
+		{name: "text", rf: `{"type":"text"}`, none: true},
+		{name: "json_object", rf: `{"type":"json_object"}`, accepts: `{"x":[1]}`},
+		{name: "json_schema", rf: `{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"array","items":{"type":"null"}}}}`, accepts: `[null]`},
+		{name: "bad type", rf: `{"type":"yaml"}`, wantErr: `"yaml" is not one of`, wantParam: "response_format.type"},
+		{name: "not an object", rf: `"json"`, wantErr: "must be an object", wantParam: "response_format"},
+		{name: "schema missing", rf: `{"type":"json_schema","json_schema":{"name":"p"}}`, wantErr: "is missing", wantParam: "response_format.json_schema.schema"},
+		{name: "schema unsupported", rf: `{"type":"json_schema","json_schema":{"schema":{"properties":{"d":{"format":"date"}}}}}`,
+			wantErr: `unsupported schema keyword "format" at /properties/d/format`, wantParam: "response_format.json_schema.schema"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := FromResponseFormat(json.RawMessage(tc.rf), DefaultOptions)
+			if tc.wantErr != "" {
+				var rfe *ResponseFormatError
+				if !errors.As(err, &rfe) || rfe.Param != tc.wantParam || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %s: …%s", err, tc.wantParam, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || (s == nil) != tc.none {
+				t.Fatalf("schema %v, err %v", s, err)
+			}
+			if s != nil {
+				st := s.Start()
+				if !st.AcceptBytes([]byte(tc.accepts)) || !st.Done() {
+					t.Fatalf("%s not accepted", tc.accepts)
+				}
+			}
+		})
+	}
+}
