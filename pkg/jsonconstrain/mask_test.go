@@ -248,3 +248,32 @@ func randomWalk(t *testing.T, m *Masker, v Vocabulary, s *Schema, rng *rand.Rand
 	t.Fatalf("walk did not end within %d steps: %q", maxSteps, doc)
 	return nil
 }
+
+// One Masker serves many generations at once, each with its own State and
+// Mask (run with -race).
+func TestMaskerConcurrentUse(t *testing.T) {
+	m, _ := fixtureMasker(t)
+	s := mustCompile(t, personSchema)
+	var want Mask
+	ref := s.Start()
+	ref.AcceptBytes([]byte(`{"name":"A`))
+	m.Allowed(ref, &want)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mk Mask
+			for i := 0; i < 20; i++ {
+				st := s.Start()
+				st.AcceptBytes([]byte(`{"name":"A`))
+				m.Allowed(st, &mk)
+				if mk.Count() != want.Count() {
+					t.Errorf("concurrent mask has %d tokens, want %d", mk.Count(), want.Count())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
