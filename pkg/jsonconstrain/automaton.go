@@ -93,9 +93,9 @@ func (m *machine) step(top int32, b byte) int32 {
 		case kRoot:
 			return m.root(fr, b)
 		case kObject:
-			return m.object(fr, top, b)
+			return m.object(fr, b)
 		case kArray:
-			return m.array(fr, top, b)
+			return m.array(fr, b)
 		case kString:
 			return m.str(fr, b)
 		case kNumber:
@@ -385,7 +385,7 @@ func (m *machine) number(fr frame, b byte) int32 {
 	return m.push(fr)
 }
 
-func (m *machine) array(fr frame, top int32, b byte) int32 {
+func (m *machine) array(fr frame, b byte) int32 {
 	if isSpace(b) && fr.phase != pIn {
 		return m.space(fr)
 	}
@@ -415,7 +415,7 @@ func (m *machine) array(fr frame, top int32, b byte) int32 {
 	return m.startValue(m.push(fr), n.items, fr.depth, b)
 }
 
-func (m *machine) object(fr frame, top int32, b byte) int32 {
+func (m *machine) object(fr frame, b byte) int32 {
 	if fr.phase == oKey {
 		return m.key(fr, b)
 	}

@@ -277,3 +277,24 @@ func TestMaskerConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The tightest options still leave a document to write, and walks find it.
+func TestTightOptionsWalk(t *testing.T) {
+	m, ends := fixtureMasker(t)
+	tok := fixtureTokenizer(t)
+	endSet := map[int]bool{ends[0]: true, ends[1]: true}
+	tight := Options{MaxSchemaBytes: 1 << 10, MaxSchemaNodes: 8, MaxEnumValues: 1, MaxEnumBytes: 8}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, schemaJSON := range []string{"", `{"type":"integer"}`, `{"type":"string"}`, `{"type":"array"}`, `{"type":"object"}`, `{}`} {
+		s := ObjectMode(tight)
+		if schemaJSON != "" {
+			var err error
+			if s, err = CompileWithOptions([]byte(schemaJSON), tight); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for w := 0; w < 5; w++ {
+			checkDocument(t, schemaJSON, randomWalk(t, m, tok, s, rng, endSet, true))
+		}
+	}
+}

@@ -29,7 +29,9 @@ type Options struct {
 	MaxSchemaNodes      int // subschemas in the schema
 	MaxEnumValues       int // values of one enum
 	MaxEnumBytes        int // compact bytes of one enum or const value
-	MaxObjectProperties int // properties of one object schema (at most 64)
+	MaxObjectProperties int // properties of one object schema (64 at most)
+	// MaxObjectProperties over 64, MaxDepth and MaxWhitespace over 255 are
+	// lowered to those; MaxDepth and MaxNumberBytes under 1 raised to 1.
 }
 
 // DefaultOptions are the bounds Compile and ObjectMode use.
@@ -167,6 +169,7 @@ func Compile(schema json.RawMessage) (*Schema, error) {
 // docs/structured-output.md. Every problem is reported, each with its
 // pointer; the error is a *SchemaError.
 func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
+	opts = opts.clamped()
 	if len(schema) > opts.MaxSchemaBytes {
 		return nil, &SchemaError{[]Problem{{Message: fmt.Sprintf("schema is %d bytes, over the %d-byte limit", len(schema), opts.MaxSchemaBytes)}}}
 	}
@@ -182,8 +185,20 @@ func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
 	return &Schema{root: root, opts: opts}, nil
 }
 
+// clamped bounds o by what the automaton's frames can count (object
+// properties are bits of a uint64, depth and whitespace runs are bytes) and
+// keeps the smallest documents possible: a top-level object, a digit.
+func (o Options) clamped() Options {
+	o.MaxObjectProperties = min(o.MaxObjectProperties, 64)
+	o.MaxDepth = min(max(o.MaxDepth, 1), 255)
+	o.MaxNumberBytes = max(o.MaxNumberBytes, 1)
+	o.MaxWhitespace = min(o.MaxWhitespace, 255)
+	return o
+}
+
 // ObjectMode is response_format json_object: any JSON object.
 func ObjectMode(opts Options) *Schema {
+	opts = opts.clamped()
 	any := anyNode(opts)
 	return &Schema{root: &node{types: tObject, extra: any, maxExtra: opts.MaxExtraProperties}, opts: opts}
 }
