@@ -2,6 +2,7 @@ package jsonconstrain
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -78,6 +79,33 @@ func FuzzResponseFormat(f *testing.F) {
 			if _, ok := err.(*ResponseFormatError); !ok {
 				t.Fatalf("error %T", err)
 			}
+		}
+	})
+}
+
+// FuzzWalk compiles arbitrary schemas under small options and samples a
+// random token walk through the fixture vocabulary: no state may leave
+// nothing allowed, and a finished walk must validate.
+//
+//	go test -run '^$' -fuzz FuzzWalk ./pkg/jsonconstrain/
+func FuzzWalk(f *testing.F) {
+	for i, s := range walkSchemas {
+		f.Add([]byte(s), uint64(i))
+	}
+	f.Add([]byte(`{"anyOf":[{"type":"object","required":["a"]},{"enum":[[1],"x"]}]}`), uint64(9))
+	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
+		if len(schema) == 0 || len(schema) > 512 {
+			return
+		}
+		s, err := CompileWithOptions(schema, smallOptions)
+		if err != nil {
+			return
+		}
+		m, ends := fixtureMasker(t)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		doc, ok := walkSteps(t, m, fixtureTokenizer(t), s, rng, map[int]bool{ends[0]: true, ends[1]: true}, false, 400)
+		if ok {
+			checkDocument(t, string(schema), doc)
 		}
 	})
 }

@@ -203,6 +203,16 @@ func TestRandomWalks(t *testing.T) {
 
 func randomWalk(t *testing.T, m *Masker, v Vocabulary, s *Schema, rng *rand.Rand, ends map[int]bool, crossCheck bool) []byte {
 	const maxSteps = 5000
+	doc, ok := walkSteps(t, m, v, s, rng, ends, crossCheck, maxSteps)
+	if !ok {
+		t.Fatalf("walk did not end within %d steps: %q", maxSteps, doc)
+	}
+	return doc
+}
+
+// walkSteps is randomWalk that reports, rather than fails, a walk that has
+// not ended after maxSteps.
+func walkSteps(t *testing.T, m *Masker, v Vocabulary, s *Schema, rng *rand.Rand, ends map[int]bool, crossCheck bool, maxSteps int) ([]byte, bool) {
 	st := s.Start()
 	var mk Mask
 	var doc []byte
@@ -234,7 +244,7 @@ func randomWalk(t *testing.T, m *Masker, v Vocabulary, s *Schema, rng *rand.Rand
 			if !st.Done() {
 				t.Fatalf("end allowed before %q is complete", doc)
 			}
-			return doc
+			return doc, true
 		}
 		id := ids[rng.IntN(len(ids))]
 		if _, err := m.Accept(st, id); err != nil {
@@ -245,8 +255,7 @@ func randomWalk(t *testing.T, m *Masker, v Vocabulary, s *Schema, rng *rand.Rand
 			t.Fatalf("done with invalid UTF-8 %q", doc)
 		}
 	}
-	t.Fatalf("walk did not end within %d steps: %q", maxSteps, doc)
-	return nil
+	return doc, false
 }
 
 // One Masker serves many generations at once, each with its own State and
