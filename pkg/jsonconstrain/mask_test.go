@@ -144,10 +144,16 @@ func TestMaskerAccept(t *testing.T) {
 	if _, err := m.Accept(st, start); err == nil {
 		t.Fatal("special token accepted")
 	}
-	for _, id := range tok.Encode(`{"a": [1, "x"]}`) {
+	const text = `{"a": [1, "xé"]}`
+	var joined []byte
+	for _, id := range tok.Encode(text) {
+		joined = append(joined, tok.TokenBytes(id)...)
 		if _, err := m.Accept(st, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if string(joined) != text || tok.TokenBytes(-1) != nil || tok.TokenBytes(tok.IDCount()) != nil {
+		t.Fatalf("TokenBytes of the encoding is %q, want %q; out-of-range ids must give nil", joined, text)
 	}
 	if ended, err := m.Accept(st, ends[1]); !ended || err != nil {
 		t.Fatalf("end after the document: %v %v", ended, err)
