@@ -77,3 +77,14 @@ func (d *StreamDecoder) emit(final bool) string {
 	d.pending = d.pending[:copy(d.pending, d.pending[used:])]
 	return string(d.buf)
 }
+
+// TokenBytes returns the bytes id decodes to (special tokens included), or
+// nil for an id the tokenizer does not know. The slice aliases the
+// tokenizer's table and must not be modified. Constrained decoding uses it
+// to test which tokens a grammar can accept.
+func (t *Tokenizer) TokenBytes(id int) []byte {
+	if id < 0 || id >= t.idCount {
+		return nil
+	}
+	return t.decodeBytes[t.decodeOffsets[id]:t.decodeOffsets[id+1]:t.decodeOffsets[id+1]]
+}

@@ -1,0 +1,131 @@
+package jsonconstrain
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// synthetic248k is a vocabulary the size of Qwen3.5's (248,320 ids): the
+// fixture's tokens, every single byte, then words, JSON punctuation runs,
+// digit runs and CJK runs, so that shared prefixes and the share of
+// tokens a string accepts resemble a real byte-level BPE vocabulary.
+var synthetic248k = sync.OnceValue(func() *synthVocab {
+	const size = 248_320
+	rng := rand.New(rand.NewPCG(248, 320))
+	v := &synthVocab{special: map[int]bool{}}
+	for b := 0; b < 256; b++ {
+		v.toks = append(v.toks, []byte{byte(b)})
+	}
+	letters := "etaoinshrdlucmfwypvbgkjqxz"
+	for len(v.toks) < size-2 {
+		var t []byte
+		switch r := rng.IntN(100); {
+		case r < 70:
+			if rng.IntN(2) == 0 {
+				t = append(t, ' ')
+			}
+			for n := 1 + rng.IntN(9); n > 0; n-- {
+				t = append(t, letters[min(rng.IntN(26), rng.IntN(26))])
+			}
+		case r < 80:
+			for n := 1 + rng.IntN(4); n > 0; n-- {
+				t = append(t, `{}[]":, `[rng.IntN(8)])
+			}
+		case r < 88:
+			for n := 1 + rng.IntN(3); n > 0; n-- {
+				t = append(t, byte('0'+rng.IntN(10)))
+			}
+		default:
+			for n := 1 + rng.IntN(3); n > 0; n-- {
+				t = append(t, string(rune(0x4E00+rng.IntN(0x5000)))...)
+			}
+		}
+		v.toks = append(v.toks, t)
+	}
+	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
+		v.special[len(v.toks)] = true
+		v.toks = append(v.toks, []byte(s))
+	}
+	return v
+})
+
+// maskStates are the positions the benchmarks mask from, from the
+// cheapest (few tokens fit) to the dearest (inside a string nearly all do).
+var maskStates = []struct{ name, schema, prefix string }{
+	{"after-value", personSchema, `{"name":"Al"`},
+	{"object-key", "", `{"a":1,"`},
+	{"number", "", `{"a":12`},
+	{"string", "", `{"a":"the `},
+	{"string-mid-utf8", "", "{\"a\":\"\xe4"},
+	{"string-escape", "", `{"a":"\\`},
+}
+
+func benchmarkAllowed(b *testing.B, v Vocabulary, ends []int) {
+	m, err := NewMasker(v, ends)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range maskStates {
+		b.Run(s.name, func(b *testing.B) {
+			st := mustCompile(b, s.schema).Start()
+			if !st.AcceptBytes([]byte(s.prefix)) {
+				b.Fatalf("prefix %q refused", s.prefix)
+			}
+			var mk Mask
+			m.Allowed(st, &mk)
+			b.ReportMetric(float64(mk.Count()), "allowed")
+			b.ResetTimer()
+			for range b.N {
+				m.Allowed(st, &mk)
+			}
+		})
+	}
+}
+
+// go test -run '^$' -bench Allowed ./pkg/jsonconstrain/
+func BenchmarkAllowedFixture(b *testing.B) {
+	_, ends := fixtureMasker(b)
+	benchmarkAllowed(b, fixtureTokenizer(b), ends)
+}
+
+func BenchmarkAllowedSynthetic248k(b *testing.B) {
+	v := synthetic248k()
+	benchmarkAllowed(b, v, []int{len(v.toks) - 2, len(v.toks) - 1})
+}
+
+// BenchmarkAllowedNaive248k is the per-token walk the trie replaces, for
+// the ratio.
+func BenchmarkAllowedNaive248k(b *testing.B) {
+	v := synthetic248k()
+	st := mustCompile(b, "").Start()
+	st.AcceptBytes([]byte(`{"a":"the `))
+	b.ResetTimer()
+	for range b.N {
+		n := 0
+		for id := range v.toks {
+			t := v.toks[id]
+			mark, top := len(st.m.f), st.top
+			ok := true
+			for _, c := range t {
+				if top = st.m.step(top, c); top < 0 {
+					ok = false
+					break
+				}
+			}
+			st.m.f = st.m.f[:mark]
+			if ok {
+				n++
+			}
+		}
+	}
+}
+
+func BenchmarkNewMasker248k(b *testing.B) {
+	v := synthetic248k()
+	for range b.N {
+		if _, err := NewMasker(v, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

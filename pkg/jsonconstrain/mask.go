@@ -1,0 +1,286 @@
+package jsonconstrain
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"unicode/utf8"
+)
+
+// Vocabulary is what the masker needs of a tokenizer; *tokenizer.Tokenizer
+// implements it.
+type Vocabulary interface {
+	IDCount() int
+	TokenBytes(id int) []byte
+	IsSpecial(id int) bool
+}
+
+// Masker knows which bytes every token of a vocabulary stands for, in a
+// trie, so one walk from a state finds every token the state accepts and
+// tokens sharing a prefix share its steps. A Masker is immutable and safe
+// for concurrent use; each generation keeps its own Mask.
+//
+// Inside a string or an object key nearly every token fits, and walking
+// the whole trie there costs tens of milliseconds on a 248k vocabulary. So
+// tokens of plain text (complete UTF-8, no quote, backslash or control
+// byte) are also kept as bitsets by character count: from a string with
+// room for c more characters, all plain tokens of at most c characters fit
+// without a walk, and only the trie of the other tokens is walked.
+type Masker struct {
+	vocab int // ids 0..vocab-1; logits past it are always masked
+
+	all  trie // every token but special ones
+	rest trie // tokens not in plainUpTo
+
+	// plainUpTo[c] has the plain tokens of 1..c characters, c <= plainChars.
+	plainUpTo     [][]uint64
+	plainMaxBytes int // bytes of the longest token in plainUpTo
+
+	end        []int // end-of-turn ids, allowed only when a document is complete
+	isEnd      map[int]bool
+	vocabulary Vocabulary
+}
+
+// plainChars bounds the plain tokens kept as bitsets; longer ones (rare)
+// are walked.
+const plainChars = 16
+
+// NewMasker builds the tries of v's tokens. Special tokens are left out,
+// except endIDs (such as <|im_end|> and <|endoftext|>), which Allowed admits
+// once the document is complete.
+func NewMasker(v Vocabulary, endIDs []int) (*Masker, error) {
+	m := &Masker{vocab: v.IDCount(), isEnd: map[int]bool{}, vocabulary: v}
+	for _, id := range endIDs {
+		if id < 0 || id >= m.vocab {
+			return nil, fmt.Errorf("jsonconstrain: end token id %d is outside the vocabulary (0..%d)", id, m.vocab-1)
+		}
+		if !m.isEnd[id] {
+			m.end = append(m.end, id)
+			m.isEnd[id] = true
+		}
+	}
+	words := (m.vocab + 63) / 64
+	m.plainUpTo = make([][]uint64, plainChars+1)
+	for c := range m.plainUpTo {
+		m.plainUpTo[c] = make([]uint64, words)
+	}
+	var all, rest []token
+	for id := 0; id < m.vocab; id++ {
+		b := v.TokenBytes(id)
+		if v.IsSpecial(id) || m.isEnd[id] || len(b) == 0 {
+			continue
+		}
+		all = append(all, token{b, int32(id)})
+		if c := plainCharCount(b); c > 0 && c <= plainChars {
+			for k := c; k <= plainChars; k++ {
+				m.plainUpTo[k][id/64] |= 1 << (id % 64)
+			}
+			m.plainMaxBytes = max(m.plainMaxBytes, len(b))
+		} else {
+			rest = append(rest, token{b, int32(id)})
+		}
+	}
+	m.all = newTrie(all)
+	m.rest = newTrie(rest)
+	return m, nil
+}
+
+// plainCharCount is the number of characters of b when b is plain text a
+// string or key can hold as is, else 0.
+func plainCharCount(b []byte) int {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return 0
+		}
+	}
+	if !utf8.Valid(b) {
+		return 0
+	}
+	return utf8.RuneCount(b)
+}
+
+type token struct {
+	bytes []byte
+	id    int32
+}
+
+// trie: node i has edges edgeByte/edgeNode[edgeLo[i]:edgeLo[i+1]] and ends
+// the tokens ids[idLo[i]:...] (see nodeIDs). Nodes are numbered in preorder.
+type trie struct {
+	edgeLo, idLo []int32
+	edgeByte     []byte
+	edgeNode     []int32
+	ids          []int32
+}
+
+func newTrie(toks []token) trie {
+	slices.SortFunc(toks, func(a, b token) int {
+		if c := bytes.Compare(a.bytes, b.bytes); c != 0 {
+			return c
+		}
+		return int(a.id - b.id)
+	})
+	t := trie{ids: make([]int32, len(toks))}
+	for i, tk := range toks {
+		t.ids[i] = tk.id
+	}
+	t.build(toks, 0, len(toks), 0)
+	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
+	t.idLo = append(t.idLo, int32(len(t.ids)))
+	return t
+}
+
+// build adds the node for the sorted tokens [lo, hi), which share their
+// first depth bytes, and its subtree; it returns the node.
+func (t *trie) build(toks []token, lo, hi, depth int) int32 {
+	self := int32(len(t.idLo))
+	t.idLo = append(t.idLo, int32(lo))
+	for lo < hi && len(toks[lo].bytes) == depth {
+		lo++
+	}
+	// A node's edges are contiguous, so reserve them before the children.
+	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
+	first := len(t.edgeByte)
+	var bounds []int
+	for i := lo; i < hi; {
+		j := i + 1
+		for j < hi && toks[j].bytes[depth] == toks[i].bytes[depth] {
+			j++
+		}
+		t.edgeByte = append(t.edgeByte, toks[i].bytes[depth])
+		t.edgeNode = append(t.edgeNode, 0)
+		bounds = append(bounds, i)
+		i = j
+	}
+	bounds = append(bounds, hi)
+	for k := 0; k+1 < len(bounds); k++ {
+		t.edgeNode[first+k] = t.build(toks, bounds[k], bounds[k+1], depth+1)
+	}
+	return self
+}
+
+// nodeIDs are the tokens that end at node n: preorder numbering puts them
+// between this node's start and its first child's.
+func (t *trie) nodeIDs(n int32) []int32 {
+	lo := t.idLo[n]
+	hi := t.idLo[n+1]
+	if e := t.edgeLo[n]; e < t.edgeLo[n+1] {
+		hi = t.idLo[t.edgeNode[e]]
+	}
+	return t.ids[lo:hi]
+}
+
+// Mask is the set of token ids allowed at one step, with the scratch space
+// to compute it; reuse one per generation.
+type Mask struct {
+	bits []uint64
+	m    machine
+}
+
+// Allows reports whether id is in the set.
+func (mk *Mask) Allows(id int) bool {
+	return id >= 0 && id/64 < len(mk.bits) && mk.bits[id/64]&(1<<(id%64)) != 0
+}
+
+// Count is the number of allowed ids.
+func (mk *Mask) Count() int {
+	n := 0
+	for _, w := range mk.bits {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// Apply sets the logits of disallowed ids to -Inf, in place; logits may be
+// longer than the vocabulary (embedding padding rows), those are masked.
+func (mk *Mask) Apply(logits []float32) {
+	inf := float32(math.Inf(-1))
+	for i := range logits {
+		if !mk.Allows(i) {
+			logits[i] = inf
+		}
+	}
+}
+
+// Allowed fills mk with the tokens whose bytes st can accept in full, plus
+// the end tokens when st is a complete document. st is not changed.
+func (m *Masker) Allowed(st *State, mk *Mask) {
+	words := (m.vocab + 63) / 64
+	if cap(mk.bits) < words {
+		mk.bits = make([]uint64, words)
+	}
+	mk.bits = mk.bits[:words]
+	mk.m.opts = st.m.opts
+	top := st.m.compactInto(&mk.m, st.top)
+	if c, ok := m.plainRoom(&mk.m, top); ok {
+		copy(mk.bits, m.plainUpTo[c])
+		m.rest.walk(mk, 0, top)
+	} else {
+		clear(mk.bits)
+		m.all.walk(mk, 0, top)
+	}
+	if st.Done() {
+		for _, id := range m.end {
+			mk.bits[id/64] |= 1 << (id % 64)
+		}
+	}
+}
+
+// plainRoom reports whether the state top accepts every plain token of up
+// to c characters, with no walk: inside a string (between characters) or
+// an object key that may be any key.
+func (m *Masker) plainRoom(mc *machine, top int32) (c int, ok bool) {
+	fr := &mc.f[top]
+	if fr.need > 0 {
+		return 0, false
+	}
+	switch {
+	case fr.kind == kString && fr.phase == sNormal:
+		return min(fr.node.maxLen-int(fr.lo), plainChars), true
+	case fr.kind == kObject && fr.phase == oKey:
+		n := fr.node
+		roomy := int(fr.pos)+m.plainMaxBytes <= mc.opts.MaxKeyBytes
+		return plainChars, roomy && n.extra != nil && int(fr.extra) < n.maxExtra
+	}
+	return 0, false
+}
+
+// walk marks every token below node n reachable from the state top.
+func (t *trie) walk(mk *Mask, n, top int32) {
+	for e := t.edgeLo[n]; e < t.edgeLo[n+1]; e++ {
+		mark := len(mk.m.f)
+		if s := mk.m.step(top, t.edgeByte[e]); s >= 0 {
+			child := t.edgeNode[e]
+			for _, id := range t.nodeIDs(child) {
+				mk.bits[id/64] |= 1 << (id % 64)
+			}
+			t.walk(mk, child, s)
+		}
+		mk.m.f = mk.m.f[:mark]
+	}
+}
+
+// Accept advances st over token id, which must be allowed: its bytes must
+// continue the document, or it must be an end token after a complete one.
+// ended reports an end token; generation stops there.
+func (m *Masker) Accept(st *State, id int) (ended bool, err error) {
+	if m.isEnd[id] {
+		if !st.Done() {
+			return false, fmt.Errorf("jsonconstrain: end token %d before the document is complete", id)
+		}
+		return true, nil
+	}
+	if id < 0 || id >= m.vocab {
+		return false, fmt.Errorf("jsonconstrain: token %d is outside the vocabulary", id)
+	}
+	if m.vocabulary.IsSpecial(id) {
+		return false, fmt.Errorf("jsonconstrain: special token %d inside a document", id)
+	}
+	b := m.vocabulary.TokenBytes(id)
+	if len(b) == 0 || !st.AcceptBytes(b) {
+		return false, fmt.Errorf("jsonconstrain: token %d (%q) cannot continue the document", id, b)
+	}
+	return false, nil
+}

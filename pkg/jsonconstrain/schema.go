@@ -1,0 +1,600 @@
+// Package jsonconstrain constrains generation to JSON: a byte-level
+// automaton that accepts exactly the prefixes of valid documents (any JSON
+// object, or an instance of a schema in a documented subset of JSON Schema),
+// and a masker that turns the automaton's state into the set of vocabulary
+// tokens the sampler may choose next. docs/structured-output.md describes the
+// subset, the limits and the cost.
+package jsonconstrain
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Options bound what a document may contain, so that every document the
+// automaton accepts is finite and a model cannot loop forever inside one.
+// Schema keywords can only tighten these bounds.
+type Options struct {
+	MaxDepth            int // nesting of objects and arrays
+	MaxStringChars      int // characters in a string value without maxLength
+	MaxKeyBytes         int // bytes of an object key not named in properties
+	MaxItems            int // elements of an array without maxItems
+	MaxExtraProperties  int // keys per object that properties does not name
+	MaxNumberBytes      int // bytes of one number
+	MaxWhitespace       int // whitespace bytes in a row between tokens
+	MaxSchemaBytes      int // size of the schema document
+	MaxSchemaNodes      int // subschemas in the schema
+	MaxEnumValues       int // values of one enum
+	MaxEnumBytes        int // compact bytes of one enum or const value
+	MaxObjectProperties int // properties of one object schema (64 at most)
+	// MaxObjectProperties over 64, MaxDepth and MaxWhitespace over 255 are
+	// lowered to those; MaxDepth and MaxNumberBytes under 1 raised to 1.
+}
+
+// DefaultOptions are the bounds Compile and ObjectMode use.
+var DefaultOptions = Options{
+	MaxDepth:            32,
+	MaxStringChars:      4096,
+	MaxKeyBytes:         256,
+	MaxItems:            1024,
+	MaxExtraProperties:  256,
+	MaxNumberBytes:      32,
+	MaxWhitespace:       4,
+	MaxSchemaBytes:      256 << 10,
+	MaxSchemaNodes:      4096,
+	MaxEnumValues:       1024,
+	MaxEnumBytes:        4096,
+	MaxObjectProperties: 64,
+}
+
+// A value type, as a bit in a node's type set.
+const (
+	tObject = 1 << iota
+	tArray
+	tString
+	tNumber
+	tInteger
+	tBoolean
+	tNull
+	tAll = tObject | tArray | tString | tNumber | tInteger | tBoolean | tNull
+)
+
+var typeNames = map[string]int{
+	"object": tObject, "array": tArray, "string": tString, "number": tNumber,
+	"integer": tInteger, "boolean": tBoolean, "null": tNull,
+}
+
+// node is one compiled subschema.
+type node struct {
+	types int // allowed types; tNumber admits integers too
+
+	// objects: names sorted bytewise; props[i] belongs to names[i].
+	names    []string
+	props    []*node
+	required uint64 // bit i: names[i] is required
+	extra    *node  // schema of keys not in names; nil forbids them
+	maxExtra int
+
+	// arrays
+	items              *node
+	minItems, maxItems int
+
+	// strings, in Unicode code points
+	minLen, maxLen int
+
+	// lits, when non-nil, are the only values allowed, in compact form,
+	// sorted bytewise (enum, const, and the synthetic boolean/null nodes).
+	lits []string
+
+	// alts, when non-nil, are anyOf alternatives that each start with
+	// different bytes: first[b] is the index into alts plus one, 0 for none.
+	alts  []*node
+	first *[256]uint8
+}
+
+var (
+	boolNode = &node{types: tBoolean, lits: []string{"false", "true"}}
+	nullNode = &node{types: tNull, lits: []string{"null"}}
+)
+
+// Schema is a compiled constraint, immutable and safe for concurrent use.
+type Schema struct {
+	root *node
+	opts Options
+}
+
+// Problem is one thing wrong with a schema, at a JSON pointer into it.
+type Problem struct {
+	Pointer string // RFC 6901 pointer; "" is the schema's root
+	Keyword string // the keyword at fault, or ""
+	Message string
+}
+
+func (p Problem) String() string {
+	at := p.Pointer
+	if at == "" {
+		at = "/"
+	}
+	return fmt.Sprintf("%s at %s", p.Message, at)
+}
+
+// SchemaError lists everything wrong with a schema; a server answers it with
+// 400 and Error() as the message.
+type SchemaError struct {
+	Problems []Problem
+}
+
+func (e *SchemaError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return "invalid JSON schema: " + strings.Join(parts, "; ")
+}
+
+// Unsupported reports whether every problem is a keyword nvmai does not
+// implement (rather than a schema that is wrong).
+func (e *SchemaError) Unsupported() bool {
+	for _, p := range e.Problems {
+		if !strings.HasPrefix(p.Message, "unsupported schema keyword") {
+			return false
+		}
+	}
+	return true
+}
+
+// annotations are keywords that do not constrain instances.
+var annotations = map[string]bool{
+	"title": true, "description": true, "$schema": true, "$id": true,
+	"$comment": true, "default": true, "examples": true, "deprecated": true,
+	"readOnly": true, "writeOnly": true,
+}
+
+// supported are the keywords the compiler implements.
+var supported = map[string]bool{
+	"type": true, "properties": true, "required": true, "additionalProperties": true,
+	"items": true, "minItems": true, "maxItems": true, "minLength": true,
+	"maxLength": true, "enum": true, "const": true, "anyOf": true,
+}
+
+// Compile compiles a JSON Schema with DefaultOptions.
+func Compile(schema json.RawMessage) (*Schema, error) {
+	return CompileWithOptions(schema, DefaultOptions)
+}
+
+// CompileWithOptions compiles a JSON Schema in the subset described in
+// docs/structured-output.md. Every problem is reported, each with its
+// pointer; the error is a *SchemaError.
+func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
+	opts = opts.clamped()
+	if len(schema) > opts.MaxSchemaBytes {
+		return nil, &SchemaError{[]Problem{{Message: fmt.Sprintf("schema is %d bytes, over the %d-byte limit", len(schema), opts.MaxSchemaBytes)}}}
+	}
+	var probe json.RawMessage
+	if err := json.Unmarshal(schema, &probe); err != nil {
+		return nil, &SchemaError{[]Problem{{Message: "schema is not JSON: " + err.Error()}}}
+	}
+	c := &compiler{opts: opts}
+	root := c.node(schema, "", 0)
+	if len(c.problems) > 0 {
+		return nil, &SchemaError{c.problems}
+	}
+	return &Schema{root: root, opts: opts}, nil
+}
+
+// clamped bounds o by what the automaton's frames can count (object
+// properties are bits of a uint64, depth and whitespace runs are bytes) and
+// keeps the smallest documents possible: a top-level object, a digit.
+func (o Options) clamped() Options {
+	o.MaxObjectProperties = min(o.MaxObjectProperties, 64)
+	o.MaxDepth = min(max(o.MaxDepth, 1), 255)
+	o.MaxNumberBytes = max(o.MaxNumberBytes, 1)
+	o.MaxWhitespace = min(o.MaxWhitespace, 255)
+	return o
+}
+
+// ObjectMode is response_format json_object: any JSON object.
+func ObjectMode(opts Options) *Schema {
+	opts = opts.clamped()
+	any := anyNode(opts)
+	return &Schema{root: &node{types: tObject, extra: any, maxExtra: opts.MaxExtraProperties}, opts: opts}
+}
+
+func anyNode(opts Options) *node {
+	// Its object and array children are itself; Options.MaxDepth bounds
+	// the nesting at run time.
+	n := &node{types: tAll, maxExtra: opts.MaxExtraProperties,
+		maxItems: opts.MaxItems, maxLen: opts.MaxStringChars}
+	n.extra, n.items = n, n
+	return n
+}
+
+type compiler struct {
+	opts     Options
+	nodes    int
+	problems []Problem
+}
+
+func (c *compiler) fail(ptr, keyword, format string, args ...any) {
+	c.problems = append(c.problems, Problem{Pointer: ptr, Keyword: keyword, Message: fmt.Sprintf(format, args...)})
+}
+
+func pointer(base string, tokens ...string) string {
+	for _, t := range tokens {
+		t = strings.ReplaceAll(t, "~", "~0")
+		base += "/" + strings.ReplaceAll(t, "/", "~1")
+	}
+	return base
+}
+
+// node compiles the subschema raw at ptr; it returns nil after a problem.
+func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
+	c.nodes++
+	if c.nodes > c.opts.MaxSchemaNodes {
+		if c.nodes == c.opts.MaxSchemaNodes+1 {
+			c.fail(ptr, "", "schema has more than %d subschemas", c.opts.MaxSchemaNodes)
+		}
+		return nil
+	}
+	if depth >= c.opts.MaxDepth {
+		c.fail(ptr, "", "schema nests %d levels or deeper", c.opts.MaxDepth)
+		return nil
+	}
+	raw = bytes.Trim(raw, jsonSpace)
+	switch string(raw) {
+	case "true":
+		return anyNode(c.opts)
+	case "false":
+		c.fail(ptr, "", "schema false allows no value")
+		return nil
+	}
+	var kw map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &kw); err != nil || kw == nil {
+		c.fail(ptr, "", "a schema must be an object or a boolean")
+		return nil
+	}
+	keys := make([]string, 0, len(kw))
+	for k := range kw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	bad := false
+	for _, k := range keys {
+		if !annotations[k] && !supported[k] {
+			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q", k)
+			bad = true
+		}
+	}
+	if bad {
+		return nil
+	}
+	if alts, ok := kw["anyOf"]; ok {
+		return c.anyOf(alts, kw, ptr, depth)
+	}
+	n := &node{types: tAll, maxLen: c.opts.MaxStringChars, maxItems: c.opts.MaxItems}
+	if t, ok := kw["type"]; ok {
+		n.types = c.types(t, pointer(ptr, "type"))
+	}
+	if _, ok := kw["enum"]; ok {
+		return c.literals(n, kw, ptr)
+	}
+	if _, ok := kw["const"]; ok {
+		return c.literals(n, kw, ptr)
+	}
+	c.object(n, kw, ptr, depth)
+	c.array(n, kw, ptr, depth)
+	c.strings(n, kw, ptr)
+	return n
+}
+
+func (c *compiler) types(raw json.RawMessage, ptr string) int {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		t, ok := typeNames[one]
+		if !ok {
+			c.fail(ptr, "type", "unknown type %q", one)
+		}
+		return t
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) != nil || len(many) == 0 {
+		c.fail(ptr, "type", "type must be a type name or a non-empty array of them")
+		return 0
+	}
+	set := 0
+	for i, name := range many {
+		t, ok := typeNames[name]
+		if !ok {
+			c.fail(pointer(ptr, fmt.Sprint(i)), "type", "unknown type %q", name)
+			return 0
+		}
+		set |= t
+	}
+	return set
+}
+
+// nonNegative reads an integer keyword; ok is false when it is absent.
+func (c *compiler) nonNegative(kw map[string]json.RawMessage, key, ptr string) (int, bool) {
+	raw, ok := kw[key]
+	if !ok {
+		return 0, false
+	}
+	var v float64
+	if json.Unmarshal(raw, &v) != nil || v < 0 || v != float64(int64(v)) {
+		c.fail(pointer(ptr, key), key, "%s must be a non-negative integer", key)
+		return 0, false
+	}
+	if v > 1<<30 {
+		v = 1 << 30
+	}
+	return int(v), true
+}
+
+func (c *compiler) object(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
+	n.extra, n.maxExtra = anyNode(c.opts), c.opts.MaxExtraProperties
+	if raw, ok := kw["additionalProperties"]; ok {
+		if string(bytes.Trim(raw, jsonSpace)) == "false" {
+			n.extra = nil
+		} else {
+			n.extra = c.node(raw, pointer(ptr, "additionalProperties"), depth+1)
+		}
+	}
+	var props map[string]json.RawMessage
+	if raw, ok := kw["properties"]; ok {
+		if json.Unmarshal(raw, &props) != nil || props == nil {
+			c.fail(pointer(ptr, "properties"), "properties", "properties must be an object")
+		}
+	}
+	var required []string
+	if raw, ok := kw["required"]; ok {
+		if json.Unmarshal(raw, &required) != nil {
+			c.fail(pointer(ptr, "required"), "required", "required must be an array of strings")
+		}
+	}
+	for _, r := range required {
+		if _, ok := props[r]; !ok {
+			if n.extra == nil {
+				c.fail(pointer(ptr, "required"), "required", "required property %q is not in properties and additionalProperties is false", r)
+				continue
+			}
+			if props == nil {
+				props = map[string]json.RawMessage{}
+			}
+			props[r] = json.RawMessage("true")
+		}
+	}
+	if len(props) > c.opts.MaxObjectProperties {
+		c.fail(pointer(ptr, "properties"), "properties", "%d properties is over the limit of %d", len(props), c.opts.MaxObjectProperties)
+		return
+	}
+	for name := range props {
+		n.names = append(n.names, name)
+	}
+	sort.Strings(n.names)
+	n.props = make([]*node, len(n.names))
+	for i, name := range n.names {
+		if !plainKey(name) {
+			c.fail(pointer(ptr, "properties", name), "properties", "property name %q needs escaping in JSON, which nvmai does not generate in keys", name)
+		}
+		if len(name) >= c.opts.MaxKeyBytes {
+			c.fail(pointer(ptr, "properties", name), "properties", "property name is over %d bytes", c.opts.MaxKeyBytes-1)
+		}
+		n.props[i] = c.node(props[name], pointer(ptr, "properties", name), depth+1)
+	}
+	for _, r := range required {
+		if i := sort.SearchStrings(n.names, r); i < len(n.names) && n.names[i] == r {
+			n.required |= 1 << i
+		}
+	}
+}
+
+// plainKey reports whether name is written in JSON without escapes.
+func plainKey(name string) bool {
+	for _, r := range name {
+		if r < 0x20 || r == '"' || r == '\\' || r == 0xFFFD {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *compiler) array(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
+	n.items = anyNode(c.opts)
+	if raw, ok := kw["items"]; ok {
+		if t := bytes.Trim(raw, jsonSpace); len(t) > 0 && t[0] == '[' {
+			c.fail(pointer(ptr, "items"), "items", "unsupported schema keyword \"items\" as an array (tuple validation)")
+		} else {
+			n.items = c.node(raw, pointer(ptr, "items"), depth+1)
+		}
+	}
+	lo, _ := c.nonNegative(kw, "minItems", ptr)
+	hi, ok := c.nonNegative(kw, "maxItems", ptr)
+	switch {
+	case ok && lo > hi:
+		c.fail(pointer(ptr, "minItems"), "minItems", "minItems %d is over maxItems %d", lo, hi)
+	case lo > c.opts.MaxItems:
+		c.fail(pointer(ptr, "minItems"), "minItems", "minItems %d is over nvmai's limit of %d items", lo, c.opts.MaxItems)
+	}
+	if !ok || hi > c.opts.MaxItems {
+		hi = c.opts.MaxItems
+	}
+	n.minItems, n.maxItems = lo, hi
+}
+
+func (c *compiler) strings(n *node, kw map[string]json.RawMessage, ptr string) {
+	lo, _ := c.nonNegative(kw, "minLength", ptr)
+	hi, ok := c.nonNegative(kw, "maxLength", ptr)
+	switch {
+	case ok && lo > hi:
+		c.fail(pointer(ptr, "minLength"), "minLength", "minLength %d is over maxLength %d", lo, hi)
+	case lo > c.opts.MaxStringChars:
+		c.fail(pointer(ptr, "minLength"), "minLength", "minLength %d is over nvmai's limit of %d characters", lo, c.opts.MaxStringChars)
+	}
+	if !ok || hi > c.opts.MaxStringChars {
+		hi = c.opts.MaxStringChars
+	}
+	n.minLen, n.maxLen = lo, hi
+}
+
+// literals compiles enum or const (with at most type beside them) into
+// the sorted compact encodings of the allowed values.
+func (c *compiler) literals(n *node, kw map[string]json.RawMessage, ptr string) *node {
+	for k := range kw {
+		if k != "type" && k != "enum" && k != "const" && !annotations[k] {
+			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside enum or const", k)
+			return nil
+		}
+	}
+	var values []json.RawMessage
+	if raw, ok := kw["enum"]; ok {
+		if json.Unmarshal(raw, &values) != nil || len(values) == 0 {
+			c.fail(pointer(ptr, "enum"), "enum", "enum must be a non-empty array")
+			return nil
+		}
+		if len(values) > c.opts.MaxEnumValues {
+			c.fail(pointer(ptr, "enum"), "enum", "enum has %d values, over the limit of %d", len(values), c.opts.MaxEnumValues)
+			return nil
+		}
+	}
+	if raw, ok := kw["const"]; ok {
+		if values != nil {
+			c.fail(pointer(ptr, "const"), "const", "const beside enum is not supported")
+			return nil
+		}
+		values = []json.RawMessage{raw}
+	}
+	seen := map[string]bool{}
+	for i, v := range values {
+		lit, err := compact(v)
+		if err != nil || len(lit) > c.opts.MaxEnumBytes {
+			c.fail(pointer(ptr, "enum", fmt.Sprint(i)), "enum", "value is not JSON or is over %d bytes", c.opts.MaxEnumBytes)
+			return nil
+		}
+		if typeOf(lit)&n.types == 0 || seen[string(lit)] {
+			continue // a value of another type can never validate
+		}
+		seen[string(lit)] = true
+		n.lits = append(n.lits, string(lit))
+	}
+	if len(n.lits) == 0 {
+		c.fail(ptr, "enum", "no enum or const value has an allowed type")
+		return nil
+	}
+	sort.Strings(n.lits)
+	return n
+}
+
+// compact re-encodes v the one way the automaton accepts it: no
+// whitespace, object keys sorted, HTML characters unescaped.
+func compact(v json.RawMessage) ([]byte, error) {
+	var x any
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	if err := dec.Decode(&x); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(x); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}
+
+// typeOf is the type set a compact literal belongs to.
+func typeOf(lit []byte) int {
+	switch lit[0] {
+	case '{':
+		return tObject
+	case '[':
+		return tArray
+	case '"':
+		return tString
+	case 't', 'f':
+		return tBoolean
+	case 'n':
+		return tNull
+	}
+	if bytes.ContainsAny(lit, ".eE") {
+		return tNumber
+	}
+	return tNumber | tInteger
+}
+
+// anyOf compiles alternatives that the first byte of a value tells apart,
+// so the automaton never has to follow two at once.
+func (c *compiler) anyOf(raw json.RawMessage, kw map[string]json.RawMessage, ptr string, depth int) *node {
+	for k := range kw {
+		if k != "anyOf" && !annotations[k] {
+			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside anyOf", k)
+			return nil
+		}
+	}
+	var alts []json.RawMessage
+	if json.Unmarshal(raw, &alts) != nil || len(alts) == 0 {
+		c.fail(pointer(ptr, "anyOf"), "anyOf", "anyOf must be a non-empty array")
+		return nil
+	}
+	if len(alts) > 7 {
+		c.fail(pointer(ptr, "anyOf"), "anyOf", "anyOf has %d alternatives; at most 7 are supported", len(alts))
+		return nil
+	}
+	n := &node{first: new([256]uint8)}
+	for i, a := range alts {
+		at := pointer(ptr, "anyOf", fmt.Sprint(i))
+		alt := c.node(a, at, depth+1)
+		if alt == nil {
+			return nil
+		}
+		for b := 0; b < 256; b++ {
+			if !startsWith(alt, byte(b)) {
+				continue
+			}
+			if prev := n.first[b]; prev != 0 {
+				c.fail(at, "anyOf", "alternatives %d and %d can both start with %q; nvmai supports anyOf only when each alternative starts differently (for example a string or null)", prev-1, i, rune(b))
+				return nil
+			}
+			n.first[b] = uint8(i + 1)
+		}
+		n.alts = append(n.alts, alt)
+		n.types |= alt.types
+	}
+	return n
+}
+
+// startsWith reports whether a value of n can begin with byte b.
+func startsWith(n *node, b byte) bool {
+	if n.alts != nil {
+		return n.first[b] != 0
+	}
+	if n.lits != nil {
+		for _, l := range n.lits {
+			if l[0] == b {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case b == '{':
+		return n.types&tObject != 0
+	case b == '[':
+		return n.types&tArray != 0
+	case b == '"':
+		return n.types&tString != 0
+	case b == '-' || b >= '0' && b <= '9':
+		return n.types&(tNumber|tInteger) != 0
+	case b == 't' || b == 'f':
+		return n.types&tBoolean != 0
+	case b == 'n':
+		return n.types&tNull != 0
+	}
+	return false
+}
+
+// jsonSpace is the whitespace JSON allows between tokens.
+const jsonSpace = " \t\n\r"
