@@ -174,6 +174,10 @@ type GenerateOptions struct {
 	PrefillChunk int                       // prompt tokens per forward (default 256)
 	OnToken      func(id int, text string) // streamed: text holds only complete UTF-8
 	OnLogits     func(row []float32) error // the distribution each generated token was drawn from
+	// StopAfter, when set, is asked after each token is emitted (after
+	// OnToken) whether generation ends there; true ends it with StopReason
+	// "callback" (a server's stop strings and tool-call limits).
+	StopAfter func(id int, text string) bool
 }
 
 // Result is the outcome of a generation.
@@ -181,7 +185,7 @@ type Result struct {
 	PromptIDs   []int         `json:"prompt_ids"`
 	IDs         []int         `json:"ids"`
 	Text        string        `json:"text"`
-	StopReason  string        `json:"stop_reason"` // "eos", "max_tokens"
+	StopReason  string        `json:"stop_reason"` // "eos", "max_tokens", "context_full", "callback"
 	PrefillTokS float64       `json:"prefill_tok_s"`
 	DecodeTokS  float64       `json:"decode_tok_s"`
 	PrefillSecs float64       `json:"prefill_s"`
@@ -310,7 +314,12 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 			s.pending, res.StopReason = []int{id}, "eos"
 			break
 		}
-		emit(id, stream.Push(id))
+		piece := stream.Push(id)
+		emit(id, piece)
+		if opt.StopAfter != nil && opt.StopAfter(id, piece) {
+			s.pending, res.StopReason = []int{id}, "callback"
+			break
+		}
 		if len(res.IDs) == opt.MaxTokens || s.state.Len() == s.state.MaxContext() {
 			s.pending = []int{id}
 			if len(res.IDs) < opt.MaxTokens {
@@ -351,3 +360,58 @@ func (e *Engine) ExpertStats() expertcache.Stats {
 
 // Len is the number of tokens the session's model state holds.
 func (s *Session) Len() int { return s.state.Len() }
+
+// Prefill feeds ids (after any pending token) without generating, so a
+// caller can prefill in segments and take a Snapshot between them. The
+// next Generate continues from the logits of the last token fed.
+func (s *Session) Prefill(ctx context.Context, ids []int, chunk int) error {
+	if held, limit := s.state.Len()+len(s.pending), s.state.MaxContext(); held+len(ids) > limit {
+		return fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens", len(ids), held, limit)
+	}
+	if err := s.prefill(ctx, append(slices.Clone(s.pending), ids...), chunk); err != nil {
+		return err
+	}
+	s.pending = nil
+	return nil
+}
+
+// Reset empties the session.
+func (s *Session) Reset() {
+	s.state.Reset()
+	s.pending = nil
+}
+
+// Snapshot is a copy of a session's model state at one position. The
+// Gated DeltaNet state summarises every token so far and cannot be
+// truncated, so resuming a conversation needs a copy taken exactly where
+// it resumes.
+type Snapshot struct {
+	state   *qwen35.State
+	pending []int
+	bytes   int64
+}
+
+// Snapshot copies the session's state (a session after Generate holds its
+// last sampled token as pending; the snapshot keeps it).
+func (s *Session) Snapshot() *Snapshot {
+	return &Snapshot{
+		state: s.state.Clone(), pending: slices.Clone(s.pending),
+		bytes: s.e.Model.Config().StateBytes(s.state.Len()),
+	}
+}
+
+// Restore makes the session an exact copy of snap, taken from a session of
+// the same engine.
+func (s *Session) Restore(snap *Snapshot) error {
+	if err := s.state.CopyFrom(snap.state); err != nil {
+		return err
+	}
+	s.pending = slices.Clone(snap.pending)
+	return nil
+}
+
+// Len is the number of tokens the snapshot stands for (its pending one included).
+func (sn *Snapshot) Len() int { return sn.state.Len() + len(sn.pending) }
+
+// Bytes is the memory the snapshot's written state occupies.
+func (sn *Snapshot) Bytes() int64 { return sn.bytes }
