@@ -29,7 +29,7 @@ Generation stops at any EOS id of the generation config (with --chat also at <|i
 			UsageText: "nvmai-run chat --model DIR [--system TEXT]",
 			Flags:     modelFlags(),
 			Action:    chatAction,
-		}, benchCommand()},
+		}, benchCommand(), serveCommand()},
 	}
 }
 
