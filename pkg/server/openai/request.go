@@ -33,9 +33,9 @@ type samplingFields struct {
 	FrequencyPenalty  *float64 `json:"frequency_penalty"`
 	RepetitionPenalty *float64 `json:"repetition_penalty"`
 	Seed              *int64   `json:"seed"`
-	N                 *int  `json:"n"`
-	Logprobs          *bool `json:"logprobs"`
-	Stream            bool  `json:"stream"`
+	N                 *int     `json:"n"`
+	Logprobs          *bool    `json:"logprobs"`
+	Stream            bool     `json:"stream"`
 	StreamOptions     *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
