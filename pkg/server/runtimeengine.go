@@ -138,7 +138,8 @@ func (r *RuntimeEngine) resume(prompt []int) (int, error) {
 	return live, nil
 }
 
-// prefill feeds prompt[from:] in segments ending at the snapshot points.
+// prefill feeds prompt[from:] in segments ending at the snapshot points,
+// taking a snapshot at each, then the prompt's last token.
 func (r *RuntimeEngine) prefill(ctx context.Context, prompt []int, from int) error {
 	pos := from
 	for _, p := range r.snapshotPoints(prompt, from) {
@@ -149,22 +150,31 @@ func (r *RuntimeEngine) prefill(ctx context.Context, prompt []int, from int) err
 		r.held = slices.Clone(prompt[:p])
 		r.put(r.held)
 	}
+	if err := r.sess.Prefill(ctx, prompt[pos:], r.opt.PrefillChunk); err != nil {
+		return err
+	}
+	r.held = slices.Clone(prompt)
 	return nil
 }
 
 // snapshotPoints are the last Boundaries message starts after from, and
-// the end of the prompt.
+// the prompt's last token but one: the longest prefix an identical
+// request (a client's retry) can reuse, since one token is always fed.
 func (r *RuntimeEngine) snapshotPoints(prompt []int, from int) []int {
+	end := len(prompt) - 1
 	var starts []int
 	if r.imStart >= 0 {
-		for i := len(prompt) - 1; i > from && len(starts) < r.opt.Boundaries; i-- {
+		for i := end - 1; i > from && len(starts) < r.opt.Boundaries; i-- {
 			if prompt[i] == r.imStart {
 				starts = append(starts, i)
 			}
 		}
 	}
 	slices.Reverse(starts)
-	return append(starts, len(prompt))
+	if end > from {
+		starts = append(starts, end)
+	}
+	return starts
 }
 
 func (r *RuntimeEngine) put(tokens []int) {

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -260,7 +261,8 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ *server.Reque
 	if err := h.s.Health(); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	// The goroutine count lets a load test check that nothing leaked.
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "goroutines": goruntime.NumGoroutine()})
 	return nil
 }
 
