@@ -393,11 +393,15 @@ type Snapshot struct {
 
 // Snapshot copies the session's state (a session after Generate holds its
 // last sampled token as pending; the snapshot keeps it).
+// Its KV storage holds exactly the written tokens (a Clone would keep the
+// session's whole capacity), so Bytes is what it occupies.
 func (s *Session) Snapshot() *Snapshot {
-	return &Snapshot{
-		state: s.state.Clone(), pending: slices.Clone(s.pending),
-		bytes: s.e.Model.Config().StateBytes(s.state.Len()),
+	n := s.state.Len()
+	st := s.e.Model.NewState(qwen35.StateOptions{KVInitial: max(n, 1), MaxContext: s.state.MaxContext()})
+	if err := st.CopyFrom(s.state); err != nil {
+		panic(err) // same model, n ≤ MaxContext: cannot fail
 	}
+	return &Snapshot{state: st, pending: slices.Clone(s.pending), bytes: s.e.Model.Config().StateBytes(max(n, 1))}
 }
 
 // Restore makes the session an exact copy of snap, taken from a session of

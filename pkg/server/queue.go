@@ -15,6 +15,7 @@ type queue struct {
 	limit   int
 	busy    bool
 	waiters []*ticket
+	onIdle  func() // called (under mu) when the last job leaves
 }
 
 // ticket is a place in the queue.
@@ -74,6 +75,9 @@ func (t *ticket) release() {
 	}
 	if len(q.waiters) == 0 {
 		q.busy = false
+		if q.onIdle != nil {
+			q.onIdle()
+		}
 		return
 	}
 	next := q.waiters[0]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type Server struct {
 	renderer Renderer
 	loadErr  error
 	ids      atomic.Uint64
+	idle     *time.Timer
 }
 
 // New returns a server with no engine yet (Health reports loading).
@@ -56,6 +58,16 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg}
 	s.q.limit = cfg.QueueLimit
+	// Snapshots and request buffers are large and short-lived; the Go
+	// runtime hands freed memory back to the OS only slowly, so an idle
+	// server returns it at once (a second after the last request).
+	s.idle = time.AfterFunc(time.Hour, func() {
+		if s.q.waiting() == 0 {
+			debug.FreeOSMemory()
+		}
+	})
+	s.idle.Stop()
+	s.q.onIdle = func() { s.idle.Reset(time.Second) }
 	return s
 }
 

@@ -650,7 +650,7 @@ func FuzzChatRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req chatRequest
-		if decodeJSON(bytes.NewReader(body), &req) != nil {
+		if decodeJSON(strings.NewReader(string(body)), &req) != nil {
 			return
 		}
 		creq, err := toChat(&req, samplingDefaults)

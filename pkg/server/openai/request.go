@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,24 +103,25 @@ func badRequest(param, format string, args ...any) *apiError {
 // decodeJSON decodes one JSON object from body into v, naming what is
 // wrong: the byte offset of a syntax error, the field of a type error.
 func decodeJSON(body io.Reader, v any) error {
-	raw, err := io.ReadAll(body)
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body)", mb.Limit)}
-		}
-		return badRequest("", "reading the request body: %v", err)
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return badRequest("", "the request body is empty; send a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	// Decoding from the stream holds one copy of the body, not two.
+	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
+		if tooLarge(err) != nil {
+			return tooLarge(err)
+		}
 		return badRequest("", "the request body holds more than one JSON value")
+	}
+	return nil
+}
+
+func tooLarge(err error) error {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body)", mb.Limit)}
 	}
 	return nil
 }
@@ -129,7 +129,12 @@ func decodeJSON(body io.Reader, v any) error {
 func jsonError(err error) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	if e := tooLarge(err); e != nil {
+		return e
+	}
 	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest("", "the request body is empty; send a JSON object")
 	case errors.As(err, &se):
 		return badRequest("", "malformed JSON at byte offset %d: %v", se.Offset, se)
 	case errors.As(err, &te):
