@@ -74,6 +74,31 @@ type chatJSON struct {
 	Model   string       `json:"model"`
 	Choices []choiceJSON `json:"choices"`
 	Usage   *usageJSON   `json:"usage,omitempty"`
+	Timings *timingsJSON `json:"timings,omitempty"`
+}
+
+// timingsJSON is llama-server's non-standard "timings" object (clients
+// ignore it; scripts and benchmarks read it), sent with the usage.
+type timingsJSON struct {
+	CacheN             int     `json:"cache_n"`
+	PromptN            int     `json:"prompt_n"`
+	PromptMS           float64 `json:"prompt_ms"`
+	PromptPerSecond    float64 `json:"prompt_per_second"`
+	PredictedN         int     `json:"predicted_n"`
+	PredictedMS        float64 `json:"predicted_ms"`
+	PredictedPerSecond float64 `json:"predicted_per_second"`
+}
+
+func timings(u server.Usage, o server.Outcome) *timingsJSON {
+	t := &timingsJSON{CacheN: u.CachedTokens, PromptN: u.PromptTokens - u.CachedTokens, PredictedN: u.CompletionTokens,
+		PromptMS: float64(o.Prefill.Microseconds()) / 1e3, PredictedMS: float64(o.Decode.Microseconds()) / 1e3}
+	if o.Prefill > 0 {
+		t.PromptPerSecond = float64(t.PromptN) / o.Prefill.Seconds()
+	}
+	if o.Decode > 0 && u.CompletionTokens > 1 {
+		t.PredictedPerSecond = float64(u.CompletionTokens-1) / o.Decode.Seconds() // as nvmai-run: steps after the first token
+	}
+	return t
 }
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
@@ -100,7 +125,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
 		base.Object = "chat.completion"
 		base.Choices = []choiceJSON{{Message: finalMessage(res), FinishReason: &res.Finish}}
-		base.Usage = usage(res.Usage)
+		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
 		writeJSON(w, http.StatusOK, base)
 		return nil
 	}
@@ -127,7 +152,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 	chunk(deltaJSON{}, &res.Finish)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		c := base
-		c.Choices, c.Usage = []choiceJSON{}, usage(res.Usage)
+		c.Choices, c.Usage, c.Timings = []choiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
 		st.data(c)
 	}
 	st.done()

@@ -25,6 +25,7 @@ type completionJSON struct {
 	Model   string           `json:"model"`
 	Choices []textChoiceJSON `json:"choices"`
 	Usage   *usageJSON       `json:"usage,omitempty"`
+	Timings *timingsJSON     `json:"timings,omitempty"`
 }
 
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
@@ -66,7 +67,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		}
 		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
 		base.Choices = []textChoiceJSON{{Text: res.Text, FinishReason: &res.Finish}}
-		base.Usage = usage(res.Usage)
+		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
 		writeJSON(w, http.StatusOK, base)
 		return nil
 	}
@@ -91,7 +92,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	chunk("", &res.Finish)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		c := base
-		c.Choices, c.Usage = []textChoiceJSON{}, usage(res.Usage)
+		c.Choices, c.Usage, c.Timings = []textChoiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
 		st.data(c)
 	}
 	st.done()

@@ -84,7 +84,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		log.Status = rec.status
 		log.TotalSeconds = h.s.Now().Sub(start).Seconds()
-		if r.URL.Path != "/health" || rec.status != http.StatusOK {
+		if r.URL.Path != "/health" { // load balancers and scripts poll it
 			h.s.Log(*log)
 		}
 	}()
