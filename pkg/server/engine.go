@@ -61,6 +61,10 @@ type Outcome struct {
 	Prefill          time.Duration
 	Decode           time.Duration
 	FirstToken       time.Duration // from the start of Generate to the first token
+	// Callbacks is the part of Decode spent in onToken (stop strings,
+	// parsing, encoding and writing the response): the server's own cost
+	// per token on top of the model's.
+	Callbacks time.Duration
 }
 
 // Renderer turns a conversation into prompt text (the model's chat

@@ -92,7 +92,10 @@ func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func
 			if first == 0 {
 				first = time.Since(start)
 			}
-			return !onToken(text)
+			t0 := time.Now()
+			more := onToken(text)
+			out.Callbacks += time.Since(t0)
+			return !more
 		},
 	})
 	if err != nil {

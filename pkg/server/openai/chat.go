@@ -87,11 +87,15 @@ type timingsJSON struct {
 	PredictedN         int     `json:"predicted_n"`
 	PredictedMS        float64 `json:"predicted_ms"`
 	PredictedPerSecond float64 `json:"predicted_per_second"`
+	// ServerMS is the part of PredictedMS the server spent on its own
+	// per-token work (stop strings, parsing, encoding, writing).
+	ServerMS float64 `json:"server_ms"`
 }
 
 func timings(u server.Usage, o server.Outcome) *timingsJSON {
 	t := &timingsJSON{CacheN: u.CachedTokens, PromptN: u.PromptTokens - u.CachedTokens, PredictedN: u.CompletionTokens,
-		PromptMS: float64(o.Prefill.Microseconds()) / 1e3, PredictedMS: float64(o.Decode.Microseconds()) / 1e3}
+		PromptMS: float64(o.Prefill.Microseconds()) / 1e3, PredictedMS: float64(o.Decode.Microseconds()) / 1e3,
+		ServerMS: float64(o.Callbacks.Microseconds()) / 1e3}
 	if o.Prefill > 0 {
 		t.PromptPerSecond = float64(t.PromptN) / o.Prefill.Seconds()
 	}
@@ -103,7 +107,7 @@ func timings(u server.Usage, o server.Outcome) *timingsJSON {
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req chatRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		return err
 	}
 	creq, err := toChat(&req, h.defaults())

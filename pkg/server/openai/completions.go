@@ -30,7 +30,7 @@ type completionJSON struct {
 
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req completionRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		return err
 	}
 	creq := &server.CompletionRequest{Endpoint: "/v1/completions"}

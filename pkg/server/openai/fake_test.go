@@ -664,3 +664,43 @@ func FuzzChatRequest(f *testing.F) {
 		}
 	})
 }
+
+// A generation longer than the server's ReadTimeout completes: the read
+// deadline that guards slow request bodies must not cancel the request.
+func TestGenerationOutlivesTheReadTimeout(t *testing.T) {
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(&servertest.Engine{PrefillDelay: 600 * time.Millisecond}, servertest.Renderer{})
+	hs := httptest.NewUnstartedServer(New(s, Options{}))
+	hs.Config = NewHTTPServer(New(s, Options{}))
+	hs.Config.ReadTimeout = 200 * time.Millisecond
+	hs.Start()
+	defer hs.Close()
+	for _, stream := range []bool{false, true} {
+		resp, err := hs.Client().Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"x"}]}`, stream)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "Hello!") && !strings.Contains(string(b), `"lo"`) {
+			t.Fatalf("stream=%v: %d %s", stream, resp.StatusCode, b)
+		}
+	}
+}
+
+// Output that never reaches </think> is all reasoning, cut by length.
+func TestUnclosedReasoningIsAllReasoning(t *testing.T) {
+	if !chatparseWorks() {
+		t.Skip("chatparse is still a stub")
+	}
+	h := newHarness(t, &servertest.Engine{Script: script("Let ", "me ", "think ", "more")}, Options{}, server.Config{})
+	p := userParams("x")
+	p.MaxTokens = oai.Int(3)
+	r, err := h.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Choices[0].FinishReason != "length" || r.Choices[0].Message.Content != "" || !strings.Contains(r.Choices[0].Message.RawJSON(), `"reasoning_content":"Let me think "`) {
+		t.Fatalf("%s / %s", r.Choices[0].FinishReason, r.Choices[0].Message.RawJSON())
+	}
+}

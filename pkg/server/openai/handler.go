@@ -122,6 +122,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.Requ
 	return rt.fn(w, r, log)
 }
 
+// decode reads the request body into v, then lifts the connection's read
+// deadline: net/http cancels a request's context when a read times out,
+// and its background read (which watches for the client going away)
+// would hit the ReadTimeout in the middle of a long generation.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := decodeJSON(r.Body, v); err != nil {
+		return err
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return nil
+}
+
 func (h *Handler) authorized(r *http.Request) bool {
 	if h.opt.APIKey == "" {
 		return true
@@ -285,7 +297,7 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.Reque
 
 func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
 	var req chatRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		return err
 	}
 	creq, err := toChat(&req, h.defaults())
