@@ -5,7 +5,7 @@
 #   2. time to first token of a second chat turn that reuses a ~4,000-token prefix
 #      from the prompt cache, against the same turn cold, interleaved pairs.
 #
-#   scripts/serve-bench.sh [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G] [--threads N] [--prefix-words N]
+#   scripts/serve-bench.sh [--only overhead|ttft] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G] [--threads N] [--prefix-words N]
 #
 # --install defaults to models/synth-l4, created with
 #   bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output DIR
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-install=models/synth-l4 runs=5 ttft_runs=3 budget=2G threads=2 words=1780
+install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780
 while [ $# -gt 0 ]; do
   case $1 in
     --install) install=$2; shift 2 ;;
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     --ram-budget) budget=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --prefix-words) words=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     *) echo "serve-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -53,14 +54,19 @@ start_server() {
 }
 bin/nvmai-convert --input testdata/tiny-moe-fused --output "$work/tiny" --bits 8 >/dev/null
 
-echo "== server overhead per token, synthetic 35B-A3B geometry ($runs interleaved pairs; its tokens decode to almost no text)"
-start_server "$install"
-bin/servebench -mode overhead -url "$url" -nvmai-run bin/nvmai-run -model "$install" -runs "$runs" -tokens 64 -run-flags "${flags[*]}"
+if [ "$only" != ttft ]; then
+echo "== server overhead per token, synthetic 35B-A3B geometry ($runs interleaved pairs, a fresh server per pair so both start with a cold expert cache; its tokens decode to almost no text)"
+port=$(( 20000 + RANDOM % 20000 ))
+bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$install" -runs "$runs" -tokens 128 -run-flags "${flags[*]}"
+
+echo "== server overhead per token, tiny model (every token streams text: the SSE cost in full; a fresh server per pair)"
+port=$(( 20000 + RANDOM % 20000 ))
+bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$work/tiny" -runs "$runs" -tokens 256 -run-flags "${flags[*]}"
+
+fi
+if [ "$only" != overhead ]; then
 echo "== time to first token, second turn reusing the prefix vs cold ($ttft_runs interleaved pairs)"
+start_server "$install"
 bin/servebench -mode ttft -url "$url" -runs "$ttft_runs" -prefix-words "$words"
 stop_server
-
-echo "== server overhead per token, tiny model (every token streams text: the SSE cost in full)"
-start_server "$work/tiny"
-bin/servebench -mode overhead -url "$url" -nvmai-run bin/nvmai-run -model "$work/tiny" -runs "$runs" -tokens 256 -run-flags "${flags[*]}"
-stop_server
+fi

@@ -35,6 +35,10 @@ type harness struct {
 func newHarness(t *testing.T, eng *servertest.Engine, opt Options, cfg server.Config) *harness {
 	t.Helper()
 	logs := &bytes.Buffer{}
+	if cfg.Thinking == nil {
+		off := false // plain answers; tests of reasoning turn it on
+		cfg.Thinking = &off
+	}
 	if cfg.Log == nil {
 		cfg.Log = server.TextLogger(logs)
 	}
@@ -409,11 +413,12 @@ func TestToolCallLoop(t *testing.T) {
 	call := []string{"<tool_call>\n", "<function=get_weather>\n", "<parameter=city>\n", "Paris\n", "</parameter>\n", "</function>\n", "</tool_call>"}
 	eng := &servertest.Engine{Script: func(prompt string) []string {
 		if strings.Contains(prompt, "<tool_response>") {
-			return []string{"It is ", "sunny."}
+			return []string{"Done.", "</think>\n\n", "It is ", "sunny."}
 		}
 		return append([]string{"Let me check.", "</think>\n\n"}, call...)
 	}}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	on := true
+	h := newHarness(t, eng, Options{}, server.Config{Thinking: &on})
 	ctx := context.Background()
 	p := userParams("Weather in Paris?")
 	p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
@@ -495,7 +500,7 @@ func TestToolChoiceForcesTheCallPrefix(t *testing.T) {
 	}{
 		{oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("required")}, "<think>\n\n</think>\n\n<tool_call>\n", true},
 		{oai.ToolChoiceOptionFunctionToolChoice(oai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}), "<think>\n\n</think>\n\n<tool_call>\n<function=get_weather>\n", true},
-		{oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("none")}, "<|im_start|>assistant\n<think>\n", false},
+		{oai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oai.String("none")}, "<|im_start|>assistant\n<think>\n\n</think>\n\n", false},
 	}
 	for _, tc := range cases {
 		p := userParams("x")
@@ -693,7 +698,8 @@ func TestUnclosedReasoningIsAllReasoning(t *testing.T) {
 	if !chatparseWorks() {
 		t.Skip("chatparse is still a stub")
 	}
-	h := newHarness(t, &servertest.Engine{Script: script("Let ", "me ", "think ", "more")}, Options{}, server.Config{})
+	on := true
+	h := newHarness(t, &servertest.Engine{Script: script("Let ", "me ", "think ", "more")}, Options{}, server.Config{Thinking: &on})
 	p := userParams("x")
 	p.MaxTokens = oai.Int(3)
 	r, err := h.client.Chat.Completions.New(context.Background(), p)

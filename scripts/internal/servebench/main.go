@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -31,7 +32,9 @@ func main() {
 	tokens := flag.Int("tokens", 64, "tokens generated per run (overhead)")
 	prefix := flag.Int("prefix-words", 3000, "words of the shared system prompt (ttft)")
 	extra := flag.String("run-flags", "", "extra flags for nvmai-run, space separated (same engine flags as the server)")
+	fresh := flag.Bool("fresh-server", false, "overhead: start a fresh server (nvmai-run serve -model … -run-flags …, port from -url) for every pair, so that it starts as cold as nvmai-run does")
 	flag.Parse()
+	freshServer = *fresh
 	var err error
 	switch *mode {
 	case "overhead":
@@ -49,26 +52,63 @@ func main() {
 
 const prompt = "The history of the printing press begins"
 
+var freshServer bool
+
+// startServer runs `nvmai-run serve` on base's port and waits until it is
+// ready; the returned func stops it.
+func startServer(base, runBin, model string, extra []string) (func(), error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(runBin, append([]string{"serve", "--model", model, "--port", u.Port(), "--prompt-cache", "0"}, extra...)...)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }
+	for range 600 {
+		if resp, err := http.Get(base + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return stop, nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop()
+	return nil, fmt.Errorf("the server did not become ready")
+}
+
 func overhead(base, runBin, model string, runs, tokens int, extra []string) error {
-	var ratio, clientRatio []float64
+	var ratio, clientRatio, works []float64
 	for i := range runs {
 		c, err := cliRate(runBin, model, tokens, extra)
 		if err != nil {
 			return err
 		}
-		s, cl, n, err := serverRate(base, tokens)
+		stop := func() {}
+		if freshServer {
+			if stop, err = startServer(base, runBin, model, extra); err != nil {
+				return err
+			}
+		}
+		s, cl, work, n, err := serverRate(base, tokens)
+		stop()
 		if err != nil {
 			return err
 		}
-		ratio = append(ratio, s/c)
-		line := fmt.Sprintf("pair %d: nvmai-run %.2f tok/s, server %.2f tok/s (%d tokens), server/cli %.4f", i+1, c, s, n, s/c)
+		ratio, works = append(ratio, s/c), append(works, work)
+		line := fmt.Sprintf("pair %d: nvmai-run %.2f tok/s, server %.2f tok/s (%d tokens), server/cli %.4f; server's own per-token work %.3f%% of decode", i+1, c, s, n, s/c, 100*work)
 		if cl > 0 {
 			clientRatio = append(clientRatio, cl/c)
 			line += fmt.Sprintf("; seen by the client %.2f tok/s (%.4f)", cl, cl/c)
 		}
 		fmt.Println(line)
 	}
-	report("server-side decode", ratio)
+	report("server-side decode vs nvmai-run", ratio)
+	slices.Sort(works)
+	fmt.Printf("server's own per-token work (stop strings, parsing, encoding, writing SSE): median %.3f%% of decode time (range %.3f%% … %.3f%%)\n",
+		100*works[len(works)/2], 100*works[0], 100*works[len(works)-1])
 	if len(clientRatio) > 0 {
 		report("client-side stream", clientRatio)
 	}
@@ -104,11 +144,11 @@ func cliRate(runBin, model string, tokens int, extra []string) (float64, error) 
 // strings, parsing, encoding and writing each SSE chunk) and the rate the
 // client saw between its first and last text chunk (0 when the model's
 // tokens decode to no text, as a synthetic install's mostly do).
-func serverRate(base string, tokens int) (server, client float64, n int, err error) {
+func serverRate(base string, tokens int) (server, client, work float64, n int, err error) {
 	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, prompt, tokens)
 	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer resp.Body.Close()
 	var first, last time.Time
@@ -128,6 +168,8 @@ func serverRate(base string, tokens int) (server, client float64, n int, err err
 			} `json:"usage"`
 			Timings *struct {
 				PredictedPerSecond float64 `json:"predicted_per_second"`
+				PredictedMS        float64 `json:"predicted_ms"`
+				ServerMS           float64 `json:"server_ms"`
 			} `json:"timings"`
 		}
 		if json.Unmarshal([]byte(line), &v) != nil {
@@ -135,6 +177,9 @@ func serverRate(base string, tokens int) (server, client float64, n int, err err
 		}
 		if v.Usage != nil && v.Timings != nil {
 			n, server = v.Usage.Completion, v.Timings.PredictedPerSecond
+			if v.Timings.PredictedMS > 0 {
+				work = v.Timings.ServerMS / v.Timings.PredictedMS
+			}
 		}
 		if len(v.Choices) > 0 && v.Choices[0].Text != "" {
 			if chunks == 0 {
@@ -145,12 +190,12 @@ func serverRate(base string, tokens int) (server, client float64, n int, err err
 		}
 	}
 	if n < 2 {
-		return 0, 0, n, fmt.Errorf("the server generated %d tokens (status %d)", n, resp.StatusCode)
+		return 0, 0, 0, n, fmt.Errorf("the server generated %d tokens (status %d)", n, resp.StatusCode)
 	}
 	if chunks >= n/2 && last.After(first) {
 		client = float64(n-1) / last.Sub(first).Seconds()
 	}
-	return server, client, n, nil
+	return server, client, work, n, nil
 }
 
 func ttft(base string, runs, words int) error {
