@@ -174,6 +174,9 @@ type ChatRequest struct {
 	// enable_thinking unless Kwargs already has it.
 	Kwargs    map[string]any
 	Thinking  *bool
+	// NoGenerationPrompt renders without the assistant header
+	// (/apply-template with add_generation_prompt false).
+	NoGenerationPrompt bool
 	Sampling  sample.Params
 	MaxTokens int // 0: up to the context
 	Stop      []string
@@ -225,7 +228,7 @@ func (s *Server) ApplyTemplate(req *ChatRequest) (string, error) {
 }
 
 func (s *Server) templateInput(req *ChatRequest) (chattemplate.Input, error) {
-	in := chattemplate.Input{Messages: req.Messages, AddGenerationPrompt: true, Kwargs: map[string]any{}}
+	in := chattemplate.Input{Messages: req.Messages, AddGenerationPrompt: !req.NoGenerationPrompt, Kwargs: map[string]any{}}
 	for k, v := range req.Kwargs {
 		in.Kwargs[k] = v
 	}

@@ -529,6 +529,7 @@ func TestThinkingControls(t *testing.T) {
 		{`{"reasoning_effort":"high","messages":[{"role":"user","content":"x"}]}`, true},
 		{`{"chat_template_kwargs":{"enable_thinking":true},"reasoning_effort":"none","messages":[{"role":"user","content":"x"}]}`, true},
 		{`{"reasoning_effort":"none","messages":[{"role":"user","content":"x"}]}`, false},
+		{`{"add_generation_prompt":false,"reasoning_effort":"high","messages":[{"role":"user","content":"x"}]}`, false},
 	}
 	for _, tc := range cases {
 		if st, _, body := h.post("/apply-template", "application/json", tc.body); st != 200 {

@@ -304,12 +304,10 @@ func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *serve
 	if err != nil {
 		return err
 	}
+	creq.NoGenerationPrompt = req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt
 	prompt, err := h.s.ApplyTemplate(creq)
 	if err != nil {
 		return err
-	}
-	if req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt {
-		return badRequest("add_generation_prompt", "add_generation_prompt false is not supported yet")
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
 	return nil
