@@ -39,7 +39,7 @@ the keys. Ctrl-C stops the reply being written and keeps the conversation; Ctrl-
 twice within a second, quits (exit status 130); Ctrl-D quits (0). Piped input is one message per line.`,
 			Flags:  modelFlags(),
 			Action: chatAction,
-		}, benchCommand(), templateCommand()},
+		}, benchCommand(), templateCommand(), serveCommand()},
 	}
 }
 

@@ -186,6 +186,7 @@ type Session struct {
 	err     error        // the backend could not start the session
 	pending []int        // sampled but not yet fed to the model (the last stop token)
 	logits  []float32
+	opt     SessionOptions // what the session was made with (a backend's Reset remakes its state)
 }
 
 // SessionOptions sizes a session's KV cache.
@@ -200,7 +201,7 @@ type SessionOptions struct {
 // NewSession starts an empty conversation.
 func (e *Engine) NewSession(opt SessionOptions) *Session {
 	if e.backend != nil {
-		s := &Session{e: e, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
+		s := &Session{e: e, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize), opt: opt}
 		s.bs, s.err = e.backend.NewState(opt)
 		return s
 	}
@@ -218,6 +219,10 @@ type GenerateOptions struct {
 	PrefillChunk int                       // prompt tokens per forward (default 256)
 	OnToken      func(id int, text string) // streamed: text holds only complete UTF-8
 	OnLogits     func(row []float32) error // the distribution each generated token was drawn from
+	// StopAfter, when set, is asked after each token is emitted (after
+	// OnToken) whether generation ends there; true ends it with StopReason
+	// "callback" (a server's stop strings and tool-call limits).
+	StopAfter func(id int, text string) bool
 }
 
 // Result is the outcome of a generation.
@@ -225,7 +230,7 @@ type Result struct {
 	PromptIDs   []int         `json:"prompt_ids"`
 	IDs         []int         `json:"ids"`
 	Text        string        `json:"text"`
-	StopReason  string        `json:"stop_reason"` // "eos", "max_tokens"
+	StopReason  string        `json:"stop_reason"` // "eos", "max_tokens", "context_full", "callback"
 	PrefillTokS float64       `json:"prefill_tok_s"`
 	DecodeTokS  float64       `json:"decode_tok_s"`
 	PrefillSecs float64       `json:"prefill_s"`
@@ -352,7 +357,12 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 			s.pending, res.StopReason = []int{id}, "eos"
 			break
 		}
-		emit(id, stream.Push(id))
+		piece := stream.Push(id)
+		emit(id, piece)
+		if opt.StopAfter != nil && opt.StopAfter(id, piece) {
+			s.pending, res.StopReason = []int{id}, "callback"
+			break
+		}
 		if len(res.IDs) == opt.MaxTokens || s.Len() == s.maxContext() {
 			s.pending = []int{id}
 			if len(res.IDs) < opt.MaxTokens {
@@ -439,3 +449,76 @@ func (s *Session) Len() int {
 	}
 	return s.state.Len()
 }
+
+// Prefill feeds ids (after any pending token) without generating, so a
+// caller can prefill in segments and take a Snapshot between them. The
+// next Generate continues from the logits of the last token fed.
+func (s *Session) Prefill(ctx context.Context, ids []int, chunk int) error {
+	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(ids) > limit {
+		return fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens", len(ids), held, limit)
+	}
+	if err := s.prefill(ctx, append(slices.Clone(s.pending), ids...), chunk); err != nil {
+		return err
+	}
+	s.pending = nil
+	return nil
+}
+
+// Reset empties the session.
+func (s *Session) Reset() {
+	s.pending = nil
+	if s.bs != nil {
+		s.bs.Close()
+		s.bs, s.err = s.e.backend.NewState(s.opt)
+		return
+	}
+	s.state.Reset()
+	s.pending = nil
+}
+
+// Snapshot is a copy of a session's model state at one position. The
+// Gated DeltaNet state summarises every token so far and cannot be
+// truncated, so resuming a conversation needs a copy taken exactly where
+// it resumes.
+type Snapshot struct {
+	state   *qwen35.State
+	pending []int
+	bytes   int64
+}
+
+// Snapshot copies the session's state (a session after Generate holds its
+// last sampled token as pending; the snapshot keeps it).
+// Its KV storage holds exactly the written tokens (a Clone would keep the
+// session's whole capacity), so Bytes is what it occupies.
+//
+// A session on a backend (the GPU engine) has no snapshots yet: nil.
+func (s *Session) Snapshot() *Snapshot {
+	if s.bs != nil {
+		return nil
+	}
+	n := s.state.Len()
+	st := s.e.Model.NewState(qwen35.StateOptions{KVInitial: max(n, 1), MaxContext: s.state.MaxContext()})
+	if err := st.CopyFrom(s.state); err != nil {
+		panic(err) // same model, n ≤ MaxContext: cannot fail
+	}
+	return &Snapshot{state: st, pending: slices.Clone(s.pending), bytes: s.e.Model.Config().StateBytes(max(n, 1))}
+}
+
+// Restore makes the session an exact copy of snap, taken from a session of
+// the same engine.
+func (s *Session) Restore(snap *Snapshot) error {
+	if s.bs != nil || snap == nil {
+		return fmt.Errorf("runtime: this session cannot restore a snapshot (the GPU engine keeps none yet)")
+	}
+	if err := s.state.CopyFrom(snap.state); err != nil {
+		return err
+	}
+	s.pending = slices.Clone(snap.pending)
+	return nil
+}
+
+// Len is the number of tokens the snapshot stands for (its pending one included).
+func (sn *Snapshot) Len() int { return sn.state.Len() + len(sn.pending) }
+
+// Bytes is the memory the snapshot's written state occupies.
+func (sn *Snapshot) Bytes() int64 { return sn.bytes }

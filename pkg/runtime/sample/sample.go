@@ -30,6 +30,24 @@ type Params struct {
 	TopP float64
 	// Seed seeds the PCG generator.
 	Seed uint64
+	// MinP keeps the tokens whose probability (after temperature) is at
+	// least MinP times the most probable one's; 0 disables it. Applied
+	// after top-p, as transformers orders its warpers.
+	MinP float64
+	// Penalties over the tokens this Sampler has already returned (the
+	// generated history, not the prompt), applied to the raw logits first.
+	// PresencePenalty and FrequencyPenalty are OpenAI's: logit −=
+	// presence·[count>0] + frequency·count; 0 disables them.
+	// RepetitionPenalty is transformers' (CTRL): a seen token's logit is
+	// divided by it when positive, multiplied when negative; 0 or 1
+	// disables it. Unused penalties leave sampling bitwise unchanged.
+	PresencePenalty   float64
+	FrequencyPenalty  float64
+	RepetitionPenalty float64
+}
+
+func (p Params) penalized() bool {
+	return p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1)
 }
 
 // Validate reports parameters transformers would refuse, and ours.
@@ -41,6 +59,14 @@ func (p Params) Validate() error {
 		return fmt.Errorf("sample: top_k %d must be ≥ 0 (0 = disabled)", p.TopK)
 	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
 		return fmt.Errorf("sample: top_p %v must be in [0, 1] (0 or 1 = disabled)", p.TopP)
+	case math.IsNaN(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("sample: min_p %v must be in [0, 1] (0 = disabled)", p.MinP)
+	case !finiteIn(p.PresencePenalty, -2, 2):
+		return fmt.Errorf("sample: presence_penalty %v must be in [-2, 2] (0 = disabled)", p.PresencePenalty)
+	case !finiteIn(p.FrequencyPenalty, -2, 2):
+		return fmt.Errorf("sample: frequency_penalty %v must be in [-2, 2] (0 = disabled)", p.FrequencyPenalty)
+	case math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0) || p.RepetitionPenalty < 0:
+		return fmt.Errorf("sample: repetition_penalty %v must be a finite number > 0 (1 = disabled)", p.RepetitionPenalty)
 	}
 	return nil
 }
@@ -53,7 +79,12 @@ type Sampler struct {
 	cand  []candidate // scratch: surviving tokens
 	probs []float64
 	heap  []float32
+
+	counts    map[int]int // generated tokens so far, when a penalty is on
+	penalized []float32   // scratch: logits after penalties
 }
+
+func finiteIn(x, lo, hi float64) bool { return !math.IsNaN(x) && x >= lo && x <= hi }
 
 type candidate struct {
 	id    int
@@ -94,7 +125,23 @@ func Greedy(logits []float32) (int, error) {
 }
 
 // Sample picks the next token from logits [V].
+// With a penalty on, logits is left untouched and the token is recorded in
+// the history.
 func (s *Sampler) Sample(logits []float32) (int, error) {
+	if !s.p.penalized() {
+		return s.sample(logits)
+	}
+	id, err := s.sample(s.applyPenalties(logits))
+	if err == nil {
+		if s.counts == nil {
+			s.counts = map[int]int{}
+		}
+		s.counts[id]++
+	}
+	return id, err
+}
+
+func (s *Sampler) sample(logits []float32) (int, error) {
 	if s.p.Temperature == 0 {
 		return Greedy(logits)
 	}
@@ -103,7 +150,50 @@ func (s *Sampler) Sample(logits []float32) (int, error) {
 	}
 	cand := s.topK(logits)
 	cand = s.topP(cand)
+	cand = s.minP(cand)
 	return s.draw(cand), nil
+}
+
+// applyPenalties returns a copy of logits with the history's penalties.
+func (s *Sampler) applyPenalties(logits []float32) []float32 {
+	s.penalized = append(s.penalized[:0], logits...)
+	out := s.penalized
+	for id, n := range s.counts {
+		if id < 0 || id >= len(out) {
+			continue
+		}
+		l := float64(out[id])
+		if r := s.p.RepetitionPenalty; r != 0 && r != 1 {
+			if l > 0 {
+				l /= r
+			} else {
+				l *= r
+			}
+		}
+		l -= s.p.PresencePenalty + s.p.FrequencyPenalty*float64(n)
+		out[id] = float32(l)
+	}
+	return out
+}
+
+// minP keeps candidates with p ≥ MinP·p_max, i.e. logit ≥ max + ln(MinP),
+// which needs no softmax.
+func (s *Sampler) minP(cand []candidate) []candidate {
+	if s.p.MinP <= 0 || len(cand) == 0 {
+		return cand
+	}
+	m := math.Inf(-1)
+	for _, c := range cand {
+		m = max(m, c.logit)
+	}
+	threshold := m + math.Log(s.p.MinP)
+	kept := cand[:0]
+	for _, c := range cand {
+		if c.logit >= threshold {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
 func checkLogits(logits []float32) error {

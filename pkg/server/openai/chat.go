@@ -1,0 +1,279 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/chatparse"
+	"github.com/nvmai/nvmai/pkg/server"
+)
+
+type usageJSON struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func usage(u server.Usage) *usageJSON {
+	j := &usageJSON{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	j.PromptTokensDetails.CachedTokens = u.CachedTokens
+	return j
+}
+
+type functionJSON struct {
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
+}
+
+type toolCallJSON struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function functionJSON `json:"function"`
+}
+
+type messageJSON struct {
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+}
+
+// deltaJSON is a stream delta: content is omitted when absent, except in
+// the first chunk where it is null next to the role.
+type deltaJSON struct {
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+}
+
+type roleDeltaJSON struct {
+	Role    string  `json:"role"`
+	Content *string `json:"content"`
+}
+
+type choiceJSON struct {
+	Index        int          `json:"index"`
+	Message      *messageJSON `json:"message,omitempty"`
+	Delta        any          `json:"delta,omitempty"`
+	Logprobs     *struct{}    `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type chatJSON struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []choiceJSON `json:"choices"`
+	Usage   *usageJSON   `json:"usage,omitempty"`
+	Timings *timingsJSON `json:"timings,omitempty"`
+}
+
+// timingsJSON is llama-server's non-standard "timings" object (clients
+// ignore it; scripts and benchmarks read it), sent with the usage.
+type timingsJSON struct {
+	CacheN             int     `json:"cache_n"`
+	PromptN            int     `json:"prompt_n"`
+	PromptMS           float64 `json:"prompt_ms"`
+	PromptPerSecond    float64 `json:"prompt_per_second"`
+	PredictedN         int     `json:"predicted_n"`
+	PredictedMS        float64 `json:"predicted_ms"`
+	PredictedPerSecond float64 `json:"predicted_per_second"`
+	// ServerMS is the part of PredictedMS the server spent on its own
+	// per-token work (stop strings, parsing, encoding, writing).
+	ServerMS float64 `json:"server_ms"`
+}
+
+func timings(u server.Usage, o server.Outcome) *timingsJSON {
+	t := &timingsJSON{CacheN: u.CachedTokens, PromptN: u.PromptTokens - u.CachedTokens, PredictedN: u.CompletionTokens,
+		PromptMS: float64(o.Prefill.Microseconds()) / 1e3, PredictedMS: float64(o.Decode.Microseconds()) / 1e3,
+		ServerMS: float64(o.Callbacks.Microseconds()) / 1e3}
+	if o.Prefill > 0 {
+		t.PromptPerSecond = float64(t.PromptN) / o.Prefill.Seconds()
+	}
+	if o.Decode > 0 && u.CompletionTokens > 1 {
+		t.PredictedPerSecond = float64(u.CompletionTokens-1) / o.Decode.Seconds() // as nvmai-run: steps after the first token
+	}
+	return t
+}
+
+func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+	var req chatRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	creq, err := toChat(&req, h.defaults())
+	if err != nil {
+		return err
+	}
+	log.Stream = req.Stream
+	job, err := h.s.PrepareChat(creq)
+	if err != nil {
+		return err
+	}
+	info, _ := h.s.Info()
+	base := chatJSON{ID: h.s.NewID("chatcmpl-"), Created: h.s.Now().Unix(), Model: info.ID}
+	if !req.Stream {
+		res, err := job.RunChat(r.Context(), nil)
+		if err != nil {
+			return err
+		}
+		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
+		base.Object = "chat.completion"
+		base.Choices = []choiceJSON{{Message: finalMessage(res), FinishReason: &res.Finish}}
+		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
+		writeJSON(w, http.StatusOK, base)
+		return nil
+	}
+	base.Object = "chat.completion.chunk"
+	st := startStream(w, h.opt.KeepAlive)
+	defer st.stop()
+	chunk := func(delta any, finish *string) {
+		c := base
+		c.Choices = []choiceJSON{{Delta: delta, FinishReason: finish}}
+		st.data(c)
+	}
+	chunk(roleDeltaJSON{Role: "assistant"}, nil)
+	res, err := job.RunChat(r.Context(), func(ev chatparse.Event) { chunk(eventDelta(ev), nil) })
+	st.stopKeepAlive()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err // the client is gone
+		}
+		st.data(envelope(asAPIError(err)))
+		st.done()
+		return err
+	}
+	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
+	chunk(deltaJSON{}, &res.Finish)
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		c := base
+		c.Choices, c.Usage, c.Timings = []choiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
+		st.data(c)
+	}
+	st.done()
+	return nil
+}
+
+func fillLog(log *server.RequestLog, job *server.Job, u server.Usage, o server.Outcome, finish string) {
+	log.Fill(u, o, finish)
+	if o.FirstToken > 0 {
+		// TTFT from the request's arrival, queue wait included.
+		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
+	}
+}
+
+func finalMessage(res *server.ChatResult) *messageJSON {
+	m := &messageJSON{Role: "assistant"}
+	if res.Content != "" || len(res.ToolCalls) == 0 {
+		c := res.Content
+		m.Content = &c
+	}
+	if res.Reasoning != "" {
+		r := res.Reasoning
+		m.ReasoningContent = &r
+	}
+	for _, tc := range res.ToolCalls {
+		args := tc.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		m.ToolCalls = append(m.ToolCalls, toolCallJSON{ID: tc.ID, Type: "function", Function: functionJSON{Name: tc.Name, Arguments: &args}})
+	}
+	return m
+}
+
+func eventDelta(ev chatparse.Event) deltaJSON {
+	text := ev.Text
+	switch ev.Kind {
+	case chatparse.Reasoning:
+		return deltaJSON{ReasoningContent: &text}
+	case chatparse.ToolCallStart:
+		empty, i := "", ev.Index
+		return deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, ID: ev.ID, Type: "function", Function: functionJSON{Name: ev.Name, Arguments: &empty}}}}
+	case chatparse.ToolCallArgs:
+		i := ev.Index
+		return deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: &text}}}}
+	}
+	return deltaJSON{Content: &text}
+}
+
+// stream writes SSE events; a keep-alive goroutine writes a comment
+// whenever the stream has been silent for a while (long prefills, queue
+// waits), since clients and proxies time out on silence.
+type stream struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	last    time.Time
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	stopped sync.Once
+}
+
+func startStream(w http.ResponseWriter, keepAlive time.Duration) *stream {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	st := &stream{w: w, rc: http.NewResponseController(w), last: time.Now(), quit: make(chan struct{})}
+	st.wg.Add(1)
+	go st.keepAlive(keepAlive)
+	return st
+}
+
+func (st *stream) keepAlive(every time.Duration) {
+	defer st.wg.Done()
+	tick := time.NewTicker(max(every/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-st.quit:
+			return
+		case <-tick.C:
+			st.mu.Lock()
+			if time.Since(st.last) >= every*3/4 {
+				st.write(": keep-alive\n\n")
+			}
+			st.mu.Unlock()
+		}
+	}
+}
+
+func (st *stream) write(s string) {
+	st.last = time.Now()
+	st.w.Write([]byte(s))
+	st.rc.Flush()
+}
+
+func (st *stream) data(v any) {
+	b, err := marshal(v)
+	if err != nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.write("data: " + string(b) + "\n\n")
+}
+
+func (st *stream) done() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.write("data: [DONE]\n\n")
+}
+
+func (st *stream) stopKeepAlive() {
+	st.stopped.Do(func() { close(st.quit) })
+	st.wg.Wait()
+}
+
+func (st *stream) stop() { st.stopKeepAlive() }

@@ -1,0 +1,100 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/nvmai/nvmai/pkg/server"
+)
+
+// defaultCompletionTokens is OpenAI's max_tokens default for /v1/completions.
+const defaultCompletionTokens = 16
+
+type textChoiceJSON struct {
+	Text         string    `json:"text"`
+	Index        int       `json:"index"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type completionJSON struct {
+	ID      string           `json:"id"`
+	Object  string           `json:"object"`
+	Created int64            `json:"created"`
+	Model   string           `json:"model"`
+	Choices []textChoiceJSON `json:"choices"`
+	Usage   *usageJSON       `json:"usage,omitempty"`
+	Timings *timingsJSON     `json:"timings,omitempty"`
+}
+
+func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+	var req completionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	creq := &server.CompletionRequest{Endpoint: "/v1/completions"}
+	var err error
+	if creq.Prompt, err = decodePrompt(req.Prompt); err != nil {
+		return err
+	}
+	if req.Echo {
+		return badRequest("echo", "echo is not supported")
+	}
+	if creq.Sampling, err = req.sampling(h.defaults()); err != nil {
+		return err
+	}
+	if creq.Stop, err = decodeStop(req.Stop); err != nil {
+		return err
+	}
+	if creq.MaxTokens, err = maxTokens(req.MaxTokens, nil); err != nil {
+		return err
+	}
+	if creq.MaxTokens == 0 {
+		creq.MaxTokens = defaultCompletionTokens
+	}
+	log.Stream = req.Stream
+	job, err := h.s.PrepareCompletion(creq)
+	if err != nil {
+		return err
+	}
+	info, _ := h.s.Info()
+	base := completionJSON{ID: h.s.NewID("cmpl-"), Object: "text_completion", Created: h.s.Now().Unix(), Model: info.ID}
+	if !req.Stream {
+		res, err := job.RunCompletion(r.Context(), nil)
+		if err != nil {
+			return err
+		}
+		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
+		base.Choices = []textChoiceJSON{{Text: res.Text, FinishReason: &res.Finish}}
+		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
+		writeJSON(w, http.StatusOK, base)
+		return nil
+	}
+	st := startStream(w, h.opt.KeepAlive)
+	defer st.stop()
+	chunk := func(text string, finish *string) {
+		c := base
+		c.Choices = []textChoiceJSON{{Text: text, FinishReason: finish}}
+		st.data(c)
+	}
+	res, err := job.RunCompletion(r.Context(), func(t string) { chunk(t, nil) })
+	st.stopKeepAlive()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		st.data(envelope(asAPIError(err)))
+		st.done()
+		return err
+	}
+	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
+	chunk("", &res.Finish)
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		c := base
+		c.Choices, c.Usage, c.Timings = []textChoiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
+		st.data(c)
+	}
+	st.done()
+	return nil
+}

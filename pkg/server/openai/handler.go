@@ -1,0 +1,366 @@
+// Package openai is the OpenAI-compatible protocol adapter over the server
+// core: it decodes /v1/chat/completions, /v1/completions and
+// /apply-template requests, maps them onto pkg/server's requests, and
+// encodes responses and SSE streams in OpenAI's shapes (with
+// reasoning_content for reasoning), errors in OpenAI's envelope.
+package openai
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	goruntime "runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/server"
+)
+
+// Options configures the handler.
+type Options struct {
+	APIKey     string        // required as Bearer or x-api-key when set
+	CORSOrigin string        // Access-Control-Allow-Origin; "" = no CORS
+	MaxBody    int64         // request body cap in bytes (default 4 MiB)
+	KeepAlive  time.Duration // most silence on a stream (default 5 s)
+}
+
+// DefaultMaxBody is the request body cap.
+const DefaultMaxBody = 4 << 20
+
+// Handler serves the OpenAI-compatible API.
+type Handler struct {
+	s      *server.Server
+	opt    Options
+	routes map[string]route
+}
+
+type route struct {
+	method string
+	fn     func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
+	open   bool // no API key needed
+}
+
+// New returns the handler over s.
+func New(s *server.Server, opt Options) *Handler {
+	if opt.MaxBody <= 0 {
+		opt.MaxBody = DefaultMaxBody
+	}
+	if opt.KeepAlive <= 0 {
+		opt.KeepAlive = 5 * time.Second
+	}
+	h := &Handler{s: s, opt: opt}
+	h.routes = map[string]route{
+		"/health":              {method: http.MethodGet, fn: h.health, open: true},
+		"/v1/models":           {method: http.MethodGet, fn: h.models},
+		"/v1/chat/completions": {method: http.MethodPost, fn: h.chat},
+		"/v1/completions":      {method: http.MethodPost, fn: h.completions},
+		"/apply-template":      {method: http.MethodPost, fn: h.applyTemplate},
+	}
+	return h
+}
+
+// ServeHTTP routes, authenticates, checks method, content type and body
+// size, recovers from panics, and logs one line per request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.s.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	log := &server.RequestLog{Time: start, Endpoint: r.Method + " " + r.URL.Path}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			log.Error = fmt.Sprintf("panic: %v\n%s", p, debug.Stack())
+			if !rec.wrote {
+				writeError(rec, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (the server logged it)"})
+			}
+		}
+		log.Status = rec.status
+		log.TotalSeconds = h.s.Now().Sub(start).Seconds()
+		if r.URL.Path != "/health" { // load balancers and scripts poll it
+			h.s.Log(*log)
+		}
+	}()
+	if err := h.serve(rec, r, log); err != nil {
+		log.Error = err.Error()
+		if !rec.wrote {
+			writeError(rec, asAPIError(err))
+		}
+	}
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+	if h.cors(w, r) {
+		return nil
+	}
+	rt, ok := h.routes[r.URL.Path]
+	if !ok {
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: fmt.Sprintf("no endpoint %s; this server has /v1/chat/completions, /v1/completions, /v1/models, /apply-template and /health", r.URL.Path)}
+	}
+	if !rt.open && !h.authorized(r) {
+		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: "missing or wrong API key: send it as Authorization: Bearer KEY or x-api-key: KEY"}
+	}
+	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", rt.method)
+		return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, rt.method, r.Method)}
+	}
+	if rt.method == http.MethodPost {
+		if ct := r.Header.Get("Content-Type"); ct != "" {
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: fmt.Sprintf("Content-Type %q: send application/json (with curl: -H 'Content-Type: application/json')", ct)}
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, h.opt.MaxBody)
+	}
+	return rt.fn(w, r, log)
+}
+
+// decode reads the request body into v, then lifts the connection's read
+// deadline: net/http cancels a request's context when a read times out,
+// and its background read (which watches for the client going away)
+// would hit the ReadTimeout in the middle of a long generation.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := decodeJSON(r.Body, v); err != nil {
+		return err
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return nil
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	if h.opt.APIKey == "" {
+		return true
+	}
+	key := r.Header.Get("x-api-key")
+	if a := r.Header.Get("Authorization"); key == "" && len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		key = strings.TrimSpace(a[7:])
+	}
+	return subtle.ConstantTimeCompare([]byte(key), []byte(h.opt.APIKey)) == 1
+}
+
+// cors sets the CORS headers for the configured origin and answers
+// preflight requests; it reports whether the request was answered.
+func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
+	o := h.opt.CORSOrigin
+	origin := r.Header.Get("Origin")
+	if o == "" || origin == "" || (o != "*" && origin != o) {
+		return false
+	}
+	w.Header().Set("Access-Control-Allow-Origin", o)
+	w.Header().Set("Vary", "Origin")
+	if r.Method == http.MethodOptions {
+		w.Header().Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key")
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	return false
+}
+
+// statusRecorder remembers the status for the log line.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if !s.wrote {
+		s.status, s.wrote = http.StatusOK, true
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// asAPIError maps core errors onto HTTP statuses and OpenAI error types.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var se *server.Error
+	if errors.As(err, &se) {
+		switch se.Kind {
+		case server.KindInvalid:
+			return &apiError{Status: 400, Type: "invalid_request_error", Param: se.Param, Message: se.Msg}
+		case server.KindContextOverflow:
+			return &apiError{Status: 400, Type: "invalid_request_error", Param: se.Param, Code: "context_length_exceeded", Message: se.Msg}
+		case server.KindQueueFull:
+			return &apiError{Status: 429, Type: "rate_limit_error", Code: "queue_full", Message: se.Msg}
+		case server.KindUnavailable:
+			return &apiError{Status: 503, Type: "server_error", Code: "loading", Message: se.Msg}
+		}
+		return &apiError{Status: 500, Type: "server_error", Message: se.Msg}
+	}
+	return &apiError{Status: 500, Type: "server_error", Message: err.Error()}
+}
+
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func envelope(e *apiError) errorBody {
+	b := errorBody{Error: errorObject{Message: e.Message, Type: e.Type}}
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Error.Code = &e.Code
+	}
+	return b
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	writeJSON(w, e.Status, envelope(e))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := marshal(v)
+	if err != nil {
+		status, body = 500, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// marshal encodes without HTML escaping (prompts and code contain < > &).
+func marshal(v any) ([]byte, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
+}
+
+func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
+	if err := h.s.Health(); err != nil {
+		return err
+	}
+	// The goroutine count lets a load test check that nothing leaked.
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "goroutines": goruntime.NumGoroutine()})
+	return nil
+}
+
+func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
+	info, ok := h.s.Info()
+	if !ok {
+		return h.s.Health()
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+		Context int    `json:"context_length"`
+	}
+	m := model{ID: info.ID, Object: "model", Created: h.s.Now().Unix(), OwnedBy: "nvmai", Context: info.Context}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
+	return nil
+}
+
+func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
+	var req chatRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	creq, err := toChat(&req, h.defaults())
+	if err != nil {
+		return err
+	}
+	creq.NoGenerationPrompt = req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt
+	prompt, err := h.s.ApplyTemplate(creq)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
+	return nil
+}
+
+func (h *Handler) defaults() sample.Params {
+	info, _ := h.s.Info()
+	return info.Sampling
+}
+
+// NewHTTPServer returns an http.Server with the timeouts a public-facing
+// server needs (slow-header and slow-body clients are cut off; streams
+// have no write timeout, generation can take minutes).
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// LimitListener accepts at most n connections at once (further ones wait
+// in the kernel's backlog), bounding the goroutines and buffers clients
+// can make the server hold.
+func LimitListener(l net.Listener, n int) net.Listener {
+	return &limitListener{Listener: l, sem: make(chan struct{}, n)}
+}
+
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

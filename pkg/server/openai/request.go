@@ -1,0 +1,443 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+
+	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/server"
+)
+
+// Ceilings on what one request may hold (the body cap bounds bytes; these
+// bound counts, so that a small body cannot ask for huge work).
+const (
+	maxMessages = 100_000
+	maxTools    = 1024
+	maxStops    = 4
+)
+
+// samplingFields are the sampling knobs both endpoints take.
+type samplingFields struct {
+	Temperature       *float64 `json:"temperature"`
+	TopP              *float64 `json:"top_p"`
+	TopK              *int     `json:"top_k"`
+	MinP              *float64 `json:"min_p"`
+	PresencePenalty   *float64 `json:"presence_penalty"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	Seed              *int64   `json:"seed"`
+	N                 *int     `json:"n"`
+	Logprobs          *bool    `json:"logprobs"`
+	Stream            bool     `json:"stream"`
+	StreamOptions     *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens *int `json:"max_tokens"`
+}
+
+type chatRequest struct {
+	Model    string    `json:"model"`
+	Messages []message `json:"messages"`
+	samplingFields
+	Stop                json.RawMessage   `json:"stop"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	Tools               []json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
+	ReasoningEffort     *string        `json:"reasoning_effort"`
+	AddGenerationPrompt *bool          `json:"add_generation_prompt"`
+}
+
+type message struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	Name             string          `json:"name"`
+	ToolCallID       string          `json:"tool_call_id"`
+	ToolCalls        []toolCallIn    `json:"tool_calls"`
+	ReasoningContent *string         `json:"reasoning_content"`
+	Reasoning        *string         `json:"reasoning"`
+}
+
+type toolCallIn struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+type completionRequest struct {
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	samplingFields
+	Stop json.RawMessage `json:"stop"`
+	Echo bool            `json:"echo"`
+}
+
+// apiError is an error with its HTTP status, encoded as OpenAI's envelope.
+type apiError struct {
+	Status  int
+	Type    string
+	Param   string
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// decodeJSON decodes one JSON object from body into v, naming what is
+// wrong: the byte offset of a syntax error, the field of a type error.
+func decodeJSON(body io.Reader, v any) error {
+	// Decoding from the stream holds one copy of the body, not two.
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if tooLarge(err) != nil {
+			return tooLarge(err)
+		}
+		return badRequest("", "the request body holds more than one JSON value")
+	}
+	return nil
+}
+
+func tooLarge(err error) error {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body)", mb.Limit)}
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	if e := tooLarge(err); e != nil {
+		return e
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest("", "the request body is empty; send a JSON object")
+	case errors.As(err, &se):
+		return badRequest("", "malformed JSON at byte offset %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return badRequest("", "the request body must be a JSON object, not %s", te.Value)
+		}
+		return badRequest(field, "field %q: expected %s, got JSON %s", field, jsonKind(te.Type.String()), te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("", "malformed JSON: the body ends in the middle of a value")
+	}
+	return badRequest("", "malformed JSON: %v", err)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case strings.Contains(goType, "bool"):
+		return "a boolean"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	case strings.HasPrefix(goType, "[]") || strings.HasPrefix(goType, "*[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// sampling maps the request's knobs over the model's defaults.
+func (f *samplingFields) sampling(defaults sample.Params) (sample.Params, error) {
+	p := defaults
+	if f.Temperature != nil {
+		p.Temperature = *f.Temperature
+		if p.Temperature > 0 && defaults.Temperature == 0 {
+			p.TopP = 1 // the model's greedy default carries no nucleus setting
+		}
+	}
+	if f.TopP != nil {
+		p.TopP = *f.TopP
+	}
+	if f.TopK != nil {
+		p.TopK = max(*f.TopK, 0) // -1 is a common "off"
+	}
+	if f.MinP != nil {
+		p.MinP = *f.MinP
+	}
+	if f.PresencePenalty != nil {
+		p.PresencePenalty = *f.PresencePenalty
+	}
+	if f.FrequencyPenalty != nil {
+		p.FrequencyPenalty = *f.FrequencyPenalty
+	}
+	if f.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *f.RepetitionPenalty
+	}
+	if f.Seed != nil {
+		p.Seed = uint64(*f.Seed)
+	} else {
+		p.Seed = rand.Uint64()
+	}
+	if err := p.Validate(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "sample: ")
+		return p, badRequest(strings.Fields(msg)[0], "%s", msg)
+	}
+	if f.N != nil && *f.N != 1 {
+		return p, badRequest("n", "n must be 1 (this server generates one choice per request)")
+	}
+	if f.Logprobs != nil && *f.Logprobs {
+		return p, badRequest("logprobs", "logprobs are not supported")
+	}
+	return p, nil
+}
+
+func decodeStop(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, badRequest("stop", "field \"stop\": expected a string or an array of strings")
+	}
+	if len(many) > maxStops {
+		return nil, badRequest("stop", "stop has %d strings; at most %d are allowed", len(many), maxStops)
+	}
+	return many, nil
+}
+
+func maxTokens(maxTok, maxCompletion *int) (int, error) {
+	if maxTok != nil && maxCompletion != nil {
+		return 0, badRequest("max_tokens", "give max_tokens or max_completion_tokens, not both")
+	}
+	v := maxTok
+	if v == nil {
+		v = maxCompletion
+	}
+	if v == nil {
+		return 0, nil
+	}
+	if *v < 1 {
+		return 0, badRequest("max_tokens", "max_tokens must be at least 1, got %d", *v)
+	}
+	return *v, nil
+}
+
+// toChat validates a chat request and maps it onto the core's.
+func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error) {
+	if len(r.Messages) == 0 {
+		return nil, badRequest("messages", "messages is empty; send at least one message")
+	}
+	if len(r.Messages) > maxMessages || len(r.Tools) > maxTools {
+		return nil, badRequest("messages", "too many messages (at most %d) or tools (at most %d)", maxMessages, maxTools)
+	}
+	msgs, err := convertMessages(r.Messages)
+	if err != nil {
+		return nil, err
+	}
+	req := &server.ChatRequest{Endpoint: "/v1/chat/completions", Messages: msgs, Kwargs: r.ChatTemplateKwargs, ParallelToolCalls: true}
+	if err := checkTools(r.Tools); err != nil {
+		return nil, err
+	}
+	req.Tools = r.Tools
+	if req.ToolChoice, req.ToolName, err = decodeToolChoice(r.ToolChoice); err != nil {
+		return nil, err
+	}
+	if r.ParallelToolCalls != nil {
+		req.ParallelToolCalls = *r.ParallelToolCalls
+	}
+	if rf := r.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+		return nil, badRequest("response_format", "response_format %q is not supported yet (only \"text\")", rf.Type)
+	}
+	if e := r.ReasoningEffort; e != nil {
+		on := *e != "none"
+		req.Thinking = &on
+	}
+	if req.Sampling, err = r.sampling(defaults); err != nil {
+		return nil, err
+	}
+	if req.Stop, err = decodeStop(r.Stop); err != nil {
+		return nil, err
+	}
+	if req.MaxTokens, err = maxTokens(r.MaxTokens, r.MaxCompletionTokens); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+func checkTools(tools []json.RawMessage) error {
+	for i, raw := range tools {
+		var t struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object: %v", i, err)
+		}
+		if t.Type != "function" || t.Function == nil || t.Function.Name == "" {
+			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be {\"type\":\"function\",\"function\":{\"name\":…}}", i)
+		}
+	}
+	return nil
+}
+
+func decodeToolChoice(raw json.RawMessage) (server.ToolChoiceMode, string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return server.ToolAuto, "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch m := server.ToolChoiceMode(s); m {
+		case server.ToolAuto, server.ToolNone, server.ToolRequired:
+			return m, "", nil
+		}
+		return "", "", badRequest("tool_choice", "tool_choice %q: expected auto, none, required or {\"type\":\"function\",\"function\":{\"name\":…}}", s)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil || named.Function.Name == "" {
+		return "", "", badRequest("tool_choice", "tool_choice: expected auto, none, required or {\"type\":\"function\",\"function\":{\"name\":…}}")
+	}
+	return server.ToolNamed, named.Function.Name, nil
+}
+
+// convertMessages maps OpenAI messages onto the template's: developer
+// becomes system, leading system messages merge into one, content parts
+// must be text, and tool-call arguments sent as a JSON string are decoded
+// to the object the template iterates.
+func convertMessages(in []message) ([]chattemplate.Message, error) {
+	out := make([]chattemplate.Message, 0, len(in))
+	for i, m := range in {
+		param := fmt.Sprintf("messages[%d]", i)
+		cm := chattemplate.Message{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name}
+		switch m.Role {
+		case "developer":
+			cm.Role = "system"
+		case "system", "user", "assistant", "tool":
+		case "":
+			return nil, badRequest(param+".role", "%s has no role", param)
+		default:
+			return nil, badRequest(param+".role", "%s.role %q: expected system, developer, user, assistant or tool", param, m.Role)
+		}
+		var err error
+		if cm.Content, cm.Parts, err = decodeContent(m.Content, param); err != nil {
+			return nil, err
+		}
+		if m.ReasoningContent != nil {
+			cm.ReasoningContent = m.ReasoningContent
+		} else if m.Reasoning != nil {
+			cm.ReasoningContent = m.Reasoning
+		}
+		for j, tc := range m.ToolCalls {
+			args, err := decodeArguments(tc.Function.Arguments, fmt.Sprintf("%s.tool_calls[%d].function.arguments", param, j))
+			if err != nil {
+				return nil, err
+			}
+			cm.ToolCalls = append(cm.ToolCalls, chattemplate.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args})
+		}
+		if cm.Role == "system" && len(out) > 0 && out[len(out)-1].Role == "system" && len(out) == 1 {
+			out[0].Content = strings.TrimRight(out[0].Content, "\n") + "\n\n" + flatten(cm)
+			out[0].Parts = nil
+			continue
+		}
+		out = append(out, cm)
+	}
+	return out, nil
+}
+
+func flatten(m chattemplate.Message) string {
+	if m.Parts == nil {
+		return m.Content
+	}
+	var b strings.Builder
+	for _, p := range m.Parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+func decodeContent(raw json.RawMessage, param string) (string, []chattemplate.Part, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", nil, badRequest(param+".content", "%s.content: expected a string or an array of {\"type\":\"text\",\"text\":…} parts", param)
+	}
+	out := make([]chattemplate.Part, 0, len(parts))
+	for k, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", nil, badRequest(fmt.Sprintf("%s.content[%d]", param, k), "%s.content[%d] has type %q; this server runs a text-only model and takes only text parts", param, k, p.Type)
+		}
+		out = append(out, chattemplate.Part{Type: "text", Text: *p.Text})
+	}
+	return "", out, nil
+}
+
+// decodeArguments returns the call's arguments as the JSON object the
+// template iterates: a JSON string holding an object is decoded (key order
+// kept, as the raw bytes are); anything else passes through as it came.
+func decodeArguments(raw json.RawMessage, param string) (json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return raw, nil // already an object (or another JSON value)
+	}
+	if strings.TrimSpace(s) == "" {
+		return json.RawMessage("{}"), nil
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(s), &obj) == nil {
+		return json.RawMessage(strings.TrimSpace(s)), nil
+	}
+	return raw, nil
+}
+
+func decodePrompt(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil && len(many) == 1 {
+		return many[0], nil
+	}
+	return "", badRequest("prompt", "prompt: expected a string (or an array of one string)")
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errQueueFull is returned when --queue-limit requests already wait.
+var errQueueFull = errors.New("queue full")
+
+// queue runs one generation at a time; up to limit more wait in FIFO order.
+type queue struct {
+	mu      sync.Mutex
+	limit   int
+	busy    bool
+	waiters []*ticket
+	onIdle  func() // called (under mu) when the last job leaves
+}
+
+// ticket is a place in the queue.
+type ticket struct {
+	q       *queue
+	turn    chan struct{} // closed when the ticket holds the engine
+	holding bool          // guarded by q.mu
+	done    bool          // released; guarded by q.mu
+}
+
+// enqueue takes a place without waiting, or fails at once when the queue
+// is full, so the adapter can answer 429 before it starts a response.
+func (q *queue) enqueue() (*ticket, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := &ticket{q: q, turn: make(chan struct{})}
+	if !q.busy {
+		q.busy, t.holding = true, true
+		close(t.turn)
+		return t, nil
+	}
+	if len(q.waiters) >= q.limit {
+		return nil, errQueueFull
+	}
+	q.waiters = append(q.waiters, t)
+	return t, nil
+}
+
+// wait blocks until the ticket holds the engine or ctx ends.
+func (t *ticket) wait(ctx context.Context) error {
+	select {
+	case <-t.turn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives the engine to the next waiter, or leaves the queue.
+// It is safe to call more than once.
+func (t *ticket) release() {
+	q := t.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.done = true
+	if !t.holding {
+		for i, w := range q.waiters {
+			if w == t {
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				break
+			}
+		}
+		return
+	}
+	if len(q.waiters) == 0 {
+		q.busy = false
+		if q.onIdle != nil {
+			q.onIdle()
+		}
+		return
+	}
+	next := q.waiters[0]
+	q.waiters = q.waiters[1:]
+	next.holding = true
+	close(next.turn)
+}
+
+// waiting is the number of queued requests (not the running one).
+func (q *queue) waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiters)
+}

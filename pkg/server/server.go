@@ -1,0 +1,584 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/chatparse"
+	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
+)
+
+// Config configures a Server.
+type Config struct {
+	// QueueLimit is how many requests may wait behind the running one
+	// (default 4); more are refused (ErrQueueFull).
+	QueueLimit int
+	// Thinking is the default for enable_thinking when a request does not
+	// say (nil: leave it to the template, i.e. the model's default).
+	Thinking *bool
+	// Log receives one record per request; nil writes text lines to stderr.
+	Log func(RequestLog)
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Server is the core: it holds the engine once loaded and runs requests
+// one at a time.
+type Server struct {
+	cfg      Config
+	q        queue
+	mu       sync.RWMutex
+	engine   Engine
+	renderer Renderer
+	loadErr  error
+	ids      atomic.Uint64
+	idle     *time.Timer
+}
+
+// New returns a server with no engine yet (Health reports loading).
+func New(cfg Config) *Server {
+	if cfg.QueueLimit <= 0 {
+		cfg.QueueLimit = 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = TextLogger(os.Stderr)
+	}
+	s := &Server{cfg: cfg}
+	s.q.limit = cfg.QueueLimit
+	// Snapshots and request buffers are large and short-lived; the Go
+	// runtime hands freed memory back to the OS only slowly, so an idle
+	// server returns it at once (a second after the last request).
+	s.idle = time.AfterFunc(time.Hour, func() {
+		if s.q.waiting() == 0 {
+			debug.FreeOSMemory()
+		}
+	})
+	s.idle.Stop()
+	s.q.onIdle = func() { s.idle.Reset(time.Second) }
+	return s
+}
+
+// SetEngine makes the server ready.
+func (s *Server) SetEngine(e Engine, r Renderer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.engine, s.renderer = e, r
+}
+
+// SetLoadError records that loading failed (Health then reports it).
+func (s *Server) SetLoadError(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loadErr = err
+}
+
+// Ready returns the engine and renderer, or an error while loading.
+func (s *Server) ready() (Engine, Renderer, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.engine == nil {
+		if s.loadErr != nil {
+			return nil, nil, &Error{Kind: KindUnavailable, Msg: "the model failed to load: " + s.loadErr.Error()}
+		}
+		return nil, nil, &Error{Kind: KindUnavailable, Msg: "the model is still loading; retry when GET /health answers 200"}
+	}
+	return s.engine, s.renderer, nil
+}
+
+// Health is nil once the model is loaded.
+func (s *Server) Health() error {
+	_, _, err := s.ready()
+	return err
+}
+
+// Info describes the loaded model (ok false while loading).
+func (s *Server) Info() (ModelInfo, bool) {
+	e, _, err := s.ready()
+	if err != nil {
+		return ModelInfo{}, false
+	}
+	return e.Info(), true
+}
+
+// Log writes a request record (adapters log requests the core refused too).
+func (s *Server) Log(r RequestLog) { s.cfg.Log(r) }
+
+// NewID returns a process-unique id with prefix (chatcmpl-, cmpl-, …).
+func (s *Server) NewID(prefix string) string {
+	return fmt.Sprintf("%s%x%04x", prefix, s.cfg.Now().UnixNano(), s.ids.Add(1)&0xffff)
+}
+
+// Now is the server's clock.
+func (s *Server) Now() time.Time { return s.cfg.Now() }
+
+// ErrorKind classifies a core error so that each protocol can map it.
+type ErrorKind int
+
+const (
+	KindInvalid         ErrorKind = iota // the request is at fault (400)
+	KindContextOverflow                  // prompt + max tokens exceed the context (400)
+	KindQueueFull                        // too many waiting (429 / 529)
+	KindUnavailable                      // loading (503)
+	KindInternal                         // the engine failed (500)
+)
+
+// Error is a failure with a kind and a message meant for the client.
+type Error struct {
+	Kind  ErrorKind
+	Param string // the request field at fault, when known
+	Msg   string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func invalid(param, format string, args ...any) *Error {
+	return &Error{Kind: KindInvalid, Param: param, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ToolChoiceMode is OpenAI's tool_choice.
+type ToolChoiceMode string
+
+const (
+	ToolAuto     ToolChoiceMode = "auto"
+	ToolNone     ToolChoiceMode = "none"
+	ToolRequired ToolChoiceMode = "required"
+	ToolNamed    ToolChoiceMode = "function"
+)
+
+// ChatRequest is a chat turn, whatever protocol it arrived in.
+type ChatRequest struct {
+	Endpoint string // for the log line
+	Messages []chattemplate.Message
+	Tools    []json.RawMessage // client tool objects {"type":"function","function":{…}}
+	// ToolChoice: auto (default); none renders no tools and never returns
+	// calls; required and a named function start the reply with the
+	// call's opening markup (thinking off for that turn), so the model
+	// continues inside a call.
+	ToolChoice        ToolChoiceMode
+	ToolName          string // ToolNamed: the function
+	ParallelToolCalls bool   // false: generation ends when a second call starts
+	// Kwargs are chat_template_kwargs; Thinking, when set, is
+	// enable_thinking unless Kwargs already has it.
+	Kwargs   map[string]any
+	Thinking *bool
+	// NoGenerationPrompt renders without the assistant header
+	// (/apply-template with add_generation_prompt false).
+	NoGenerationPrompt bool
+	Sampling           sample.Params
+	MaxTokens          int // 0: up to the context
+	Stop               []string
+}
+
+// CompletionRequest is a raw-prompt completion.
+type CompletionRequest struct {
+	Endpoint  string
+	Prompt    string
+	Sampling  sample.Params
+	MaxTokens int
+	Stop      []string
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int
+	CachedTokens     int
+	CompletionTokens int
+}
+
+// ChatResult is a finished chat turn. Its content, reasoning and calls are
+// exactly the concatenation of the events streamed.
+type ChatResult struct {
+	Content   string
+	Reasoning string
+	ToolCalls []chatparse.ToolCall
+	Finish    string // stop, length, tool_calls
+	Usage     Usage
+	Outcome   Outcome
+}
+
+// CompletionResult is a finished raw completion.
+type CompletionResult struct {
+	Text    string
+	Finish  string // stop, length
+	Usage   Usage
+	Outcome Outcome
+}
+
+// ApplyTemplate renders the request's prompt (POST /apply-template).
+func (s *Server) ApplyTemplate(req *ChatRequest) (string, error) {
+	_, r, err := s.ready()
+	if err != nil {
+		return "", err
+	}
+	p, _, err := s.renderChat(r, req)
+	return p, err
+}
+
+func (s *Server) templateInput(req *ChatRequest) (chattemplate.Input, error) {
+	in := chattemplate.Input{Messages: req.Messages, AddGenerationPrompt: !req.NoGenerationPrompt, Kwargs: map[string]any{}}
+	for k, v := range req.Kwargs {
+		in.Kwargs[k] = v
+	}
+	if _, set := in.Kwargs["enable_thinking"]; !set {
+		switch {
+		case req.Thinking != nil:
+			in.Kwargs["enable_thinking"] = *req.Thinking
+		case s.cfg.Thinking != nil:
+			in.Kwargs["enable_thinking"] = *s.cfg.Thinking
+		}
+	}
+	if req.ToolChoice != ToolNone {
+		in.Tools = req.Tools
+	}
+	switch req.ToolChoice {
+	case ToolRequired, ToolNamed:
+		if len(req.Tools) == 0 {
+			return in, invalid("tool_choice", "tool_choice %q needs tools", req.ToolChoice)
+		}
+		if req.ToolChoice == ToolNamed && !hasTool(req.Tools, req.ToolName) {
+			return in, invalid("tool_choice", "tool_choice names function %q, which is not among the request's tools", req.ToolName)
+		}
+		in.Kwargs["enable_thinking"] = false // the forced call opens the reply
+	}
+	return in, nil
+}
+
+// renderChat renders the prompt and the forced start of the reply.
+func (s *Server) renderChat(r Renderer, req *ChatRequest) (prompt, forced string, err error) {
+	in, err := s.templateInput(req)
+	if err != nil {
+		return "", "", err
+	}
+	prompt, err = safeRender(r, in)
+	if err != nil {
+		return "", "", err
+	}
+	switch req.ToolChoice {
+	case ToolRequired:
+		forced = "<tool_call>\n"
+	case ToolNamed:
+		forced = "<tool_call>\n<function=" + req.ToolName + ">\n"
+	}
+	return prompt, forced, nil
+}
+
+// safeRender maps template failures (and panics inside the engine) to a
+// 400 with the template's message.
+func safeRender(r Renderer, in chattemplate.Input) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = invalid("messages", "chat template failed: %v", p)
+		}
+	}()
+	out, err = r.Render(in)
+	var re *chattemplate.RenderError
+	if errors.As(err, &re) {
+		return "", invalid("messages", "%s", re.Error())
+	}
+	if err != nil {
+		return "", invalid("messages", "chat template: %v", err)
+	}
+	return out, nil
+}
+
+func hasTool(tools []json.RawMessage, name string) bool {
+	for _, t := range parserTools(tools) {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// parserTools extracts name and parameter schema of each tool object.
+func parserTools(tools []json.RawMessage) []chatparse.Tool {
+	var out []chatparse.Tool
+	for _, raw := range tools {
+		var t struct {
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(raw, &t) == nil && t.Function.Name != "" {
+			out = append(out, chatparse.Tool{Name: t.Function.Name, Parameters: t.Function.Parameters})
+		}
+	}
+	return out
+}
+
+// Job is a validated request holding a place in the queue. Run it once,
+// or Cancel it; either frees the place.
+type Job struct {
+	s      *Server
+	e      Engine
+	t      *ticket
+	start  time.Time
+	prompt []int
+	max    int
+	chat   *ChatRequest
+	forced string
+	think  bool
+	comp   *CompletionRequest
+}
+
+// PrepareChat renders and tokenizes req, checks it against the context and
+// takes a place in the queue, without waiting: every refusal happens here,
+// before an adapter starts its response.
+func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
+	start := s.cfg.Now()
+	e, r, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	prompt, forced, err := s.renderChat(r, req)
+	if err != nil {
+		return nil, err
+	}
+	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n")}
+	return j, j.admit(prompt+forced, req.MaxTokens, req.Sampling)
+}
+
+// PrepareCompletion is PrepareChat for a raw prompt.
+func (s *Server) PrepareCompletion(req *CompletionRequest) (*Job, error) {
+	start := s.cfg.Now()
+	e, _, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	if req.Prompt == "" {
+		return nil, invalid("prompt", "prompt is empty")
+	}
+	j := &Job{s: s, e: e, start: start, comp: req}
+	return j, j.admit(req.Prompt, req.MaxTokens, req.Sampling)
+}
+
+func (j *Job) admit(text string, maxTokens int, p sample.Params) error {
+	if err := p.Validate(); err != nil {
+		return invalid("", "%s", strings.TrimPrefix(err.Error(), "sample: "))
+	}
+	if maxTokens < 0 {
+		return invalid("max_tokens", "max_tokens must be at least 1")
+	}
+	j.prompt = j.e.Tokenize(text)
+	ctxLen := j.e.Info().Context
+	if len(j.prompt) >= ctxLen {
+		return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", len(j.prompt), ctxLen)}
+	}
+	j.max = maxTokens
+	if j.max == 0 {
+		j.max = ctxLen - len(j.prompt)
+	}
+	if len(j.prompt)+j.max > ctxLen {
+		return &Error{Kind: KindContextOverflow, Param: "max_tokens", Msg: fmt.Sprintf("the prompt has %d tokens and max_tokens asks for %d, together %d, more than the context of %d tokens; lower max_tokens to at most %d", len(j.prompt), j.max, len(j.prompt)+j.max, ctxLen, ctxLen-len(j.prompt))}
+	}
+	t, err := j.s.q.enqueue()
+	if err != nil {
+		return &Error{Kind: KindQueueFull, Msg: fmt.Sprintf("the server is busy: one request is running and %d are waiting (--queue-limit); retry shortly", j.s.q.limit)}
+	}
+	j.t = t
+	return nil
+}
+
+// PromptTokens is the number of prompt tokens.
+func (j *Job) PromptTokens() int { return len(j.prompt) }
+
+// Cancel frees the job's place without running it.
+func (j *Job) Cancel() { j.t.release() }
+
+// RunChat waits for the job's turn and generates, passing each parsed
+// event to onEvent as it becomes certain.
+func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*ChatResult, error) {
+	defer j.t.release()
+	if err := j.t.wait(ctx); err != nil {
+		return nil, err
+	}
+	req := j.chat
+	var tools []chatparse.Tool
+	if req.ToolChoice != ToolNone {
+		tools = parserTools(req.Tools)
+	}
+	acc := &chatAccumulator{req: req, onEvent: onEvent}
+	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools})
+	acc.push(parser.Push(j.forced))
+	stops := newStopMatcher(req.Stop)
+	out, err := j.e.Generate(ctx, Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling}, func(text string) bool {
+		safe, hit := stops.Push(text)
+		if safe != "" {
+			acc.push(parser.Push(safe))
+		}
+		return !hit && !acc.limitHit
+	})
+	if err != nil {
+		return nil, engineError(err)
+	}
+	if rest := stops.Flush(); rest != "" && !acc.limitHit {
+		acc.push(parser.Push(rest))
+	}
+	acc.push(parser.Finish())
+	res := &ChatResult{Content: acc.content.String(), Reasoning: acc.reasoning.String(), ToolCalls: acc.calls, Outcome: out,
+		Usage: Usage{PromptTokens: len(j.prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}}
+	res.Finish = finishReason(out.Finish)
+	if len(acc.calls) > 0 {
+		res.Finish = "tool_calls"
+	}
+	return res, nil
+}
+
+// RunCompletion waits for the job's turn and generates raw text.
+func (j *Job) RunCompletion(ctx context.Context, onText func(string)) (*CompletionResult, error) {
+	defer j.t.release()
+	if err := j.t.wait(ctx); err != nil {
+		return nil, err
+	}
+	var text strings.Builder
+	emit := func(s string) {
+		if s != "" {
+			text.WriteString(s)
+			if onText != nil {
+				onText(s)
+			}
+		}
+	}
+	stops := newStopMatcher(j.comp.Stop)
+	out, err := j.e.Generate(ctx, Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: j.comp.Sampling}, func(t string) bool {
+		safe, hit := stops.Push(t)
+		emit(safe)
+		return !hit
+	})
+	if err != nil {
+		return nil, engineError(err)
+	}
+	emit(stops.Flush())
+	return &CompletionResult{Text: text.String(), Finish: finishReason(out.Finish), Outcome: out,
+		Usage: Usage{PromptTokens: len(j.prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}}, nil
+}
+
+// Started is when the request reached the core (for time to first token).
+func (j *Job) Started() time.Time { return j.start }
+
+func finishReason(f Finish) string {
+	if f == FinishLength {
+		return "length"
+	}
+	return "stop"
+}
+
+func engineError(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &Error{Kind: KindInternal, Msg: "generation failed: " + err.Error()}
+}
+
+// chatAccumulator forwards parsed events, applying tool_choice none and
+// parallel_tool_calls=false, and keeps the totals.
+type chatAccumulator struct {
+	req                *ChatRequest
+	onEvent            func(chatparse.Event)
+	content, reasoning strings.Builder
+	calls              []chatparse.ToolCall
+	limitHit           bool
+}
+
+func (a *chatAccumulator) push(evs []chatparse.Event) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case chatparse.Content:
+			a.content.WriteString(ev.Text)
+		case chatparse.Reasoning:
+			a.reasoning.WriteString(ev.Text)
+		case chatparse.ToolCallStart, chatparse.ToolCallArgs:
+			if a.req.ToolChoice == ToolNone {
+				continue // documented: no tool calls ever
+			}
+			if ev.Index >= 1 && !a.req.ParallelToolCalls {
+				a.limitHit = true
+				continue
+			}
+			if ev.Kind == chatparse.ToolCallStart {
+				a.calls = append(a.calls, chatparse.ToolCall{ID: ev.ID, Name: ev.Name})
+			} else if n := len(a.calls); n > 0 {
+				a.calls[n-1].Arguments += ev.Text
+			}
+		}
+		if a.onEvent != nil && (ev.Text != "" || ev.Kind == chatparse.ToolCallStart) {
+			a.onEvent(ev)
+		}
+	}
+}
+
+// RequestLog is one request's log record.
+type RequestLog struct {
+	Time             time.Time `json:"time"`
+	Endpoint         string    `json:"endpoint"`
+	Status           int       `json:"status"`
+	Stream           bool      `json:"stream"`
+	PromptTokens     int       `json:"prompt_tokens"`
+	CachedTokens     int       `json:"cached_tokens"`
+	CompletionTokens int       `json:"completion_tokens"`
+	PrefillTokS      float64   `json:"prefill_tok_s"`
+	DecodeTokS       float64   `json:"decode_tok_s"`
+	TTFTSeconds      float64   `json:"ttft_s"`
+	TotalSeconds     float64   `json:"total_s"`
+	Finish           string    `json:"finish_reason,omitempty"`
+	Error            string    `json:"error,omitempty"`
+}
+
+// Fill sets the token and timing fields from a finished generation.
+func (r *RequestLog) Fill(u Usage, o Outcome, finish string) {
+	r.PromptTokens, r.CachedTokens, r.CompletionTokens, r.Finish = u.PromptTokens, u.CachedTokens, u.CompletionTokens, finish
+	if s := o.Prefill.Seconds(); s > 0 {
+		r.PrefillTokS = float64(u.PromptTokens-u.CachedTokens) / s
+	}
+	if s := o.Decode.Seconds(); s > 0 && u.CompletionTokens > 1 {
+		r.DecodeTokS = float64(u.CompletionTokens-1) / s
+	}
+}
+
+// TextLogger writes one human-readable line per request.
+func TextLogger(w io.Writer) func(RequestLog) {
+	var mu sync.Mutex
+	return func(r RequestLog) {
+		mu.Lock()
+		defer mu.Unlock()
+		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s ttft=%.3fs total=%.3fs finish=%s",
+			r.Time.UTC().Format(time.RFC3339), r.Endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
+			r.PrefillTokS, r.DecodeTokS, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
+		if r.Error != "" {
+			line += fmt.Sprintf(" error=%q", r.Error)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// JSONLogger writes one JSON object per request (--log-json).
+func JSONLogger(w io.Writer) func(RequestLog) {
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	return func(r RequestLog) {
+		mu.Lock()
+		defer mu.Unlock()
+		enc.Encode(r)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

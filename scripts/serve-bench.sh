@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Measures nvmai-run serve on a synthetic 35B-A3B-geometry install (loopback only):
+#   1. server overhead per token: decode rate of a streamed /v1/completions against
+#      `nvmai-run --json` on the same prompt and token count, interleaved pairs;
+#   2. time to first token of a second chat turn that reuses a ~4,000-token prefix
+#      from the prompt cache, against the same turn cold, interleaved pairs.
+#
+#   scripts/serve-bench.sh [--only overhead|ttft] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G] [--threads N] [--prefix-words N]
+#
+# --install defaults to models/synth-l4, created with
+#   bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output DIR
+# when missing. Prints the numbers; the VM is noisy, so compare the ratios of one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780
+while [ $# -gt 0 ]; do
+  case $1 in
+    --install) install=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --ttft-runs) ttft_runs=$2; shift 2 ;;
+    --ram-budget) budget=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --prefix-words) words=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "serve-bench.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+go build -o bin/ ./cmd/nvmai-convert ./cmd/nvmai-run ./scripts/internal/servebench
+if [ ! -d "$install" ]; then
+  bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output "$install"
+fi
+work=$(mktemp -d /tmp/nvmai-serve-bench.XXXXXX)
+server_pid=
+stop_server() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  server_pid=
+}
+cleanup() { stop_server; rm -rf "$work"; }
+trap cleanup EXIT
+flags=(--threads "$threads" --ram-budget "$budget" --max-context 8192)
+# start_server INSTALL: serves INSTALL on a free loopback port, sets $url.
+start_server() {
+  port=$(( 20000 + RANDOM % 20000 ))
+  bin/nvmai-run serve --model "$1" --port "$port" --prompt-cache 2G "${flags[@]}" 2>"$work/server.log" &
+  server_pid=$!
+  for _ in $(seq 600); do
+    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; exit 1; }
+    sleep 0.2
+  done
+  grep ready "$work/server.log"
+  url=http://127.0.0.1:$port
+}
+bin/nvmai-convert --input testdata/tiny-moe-fused --output "$work/tiny" --bits 8 >/dev/null
+
+if [ "$only" != ttft ]; then
+echo "== server overhead per token, synthetic 35B-A3B geometry ($runs interleaved pairs, a fresh server per pair so both start with a cold expert cache; its tokens decode to almost no text)"
+port=$(( 20000 + RANDOM % 20000 ))
+bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$install" -runs "$runs" -tokens 128 -run-flags "${flags[*]}"
+
+echo "== server overhead per token, tiny model (every token streams text: the SSE cost in full; a fresh server per pair)"
+port=$(( 20000 + RANDOM % 20000 ))
+bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$work/tiny" -runs "$runs" -tokens 256 -run-flags "${flags[*]}"
+
+fi
+if [ "$only" != overhead ]; then
+echo "== time to first token, second turn reusing the prefix vs cold ($ttft_runs interleaved pairs)"
+start_server "$install"
+bin/servebench -mode ttft -url "$url" -runs "$ttft_runs" -prefix-words "$words"
+stop_server
+fi
