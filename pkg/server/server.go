@@ -412,7 +412,7 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 		tools = parserTools(req.Tools)
 	}
 	acc := &chatAccumulator{req: req, onEvent: onEvent}
-	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools})
+	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools, NoToolCalls: req.ToolChoice == ToolNone})
 	acc.push(parser.Push(j.forced))
 	stops := newStopMatcher(req.Stop)
 	out, err := j.e.Generate(ctx, Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling}, func(text string) bool {
