@@ -54,6 +54,9 @@ type Config struct {
 	HeadDim    int     // Dh
 	RopeTheta  float64 // θ
 	RotaryDim  int     // rd: leading dims of each head that RoPE rotates
+	// RopeScaling extends the context past the trained one (YaRN); the
+	// zero value is plain RoPE.
+	RopeScaling RopeScaling
 
 	// Gated DeltaNet.
 	ConvKernel       int // K
@@ -193,6 +196,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("qwen35: config rms_norm_eps %v must be positive and finite", c.RMSNormEps)
 	case c.Arch == ArchMoE && c.ExpertsPerToken > c.NumExperts:
 		return fmt.Errorf("qwen35: config num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerToken, c.NumExperts)
+	}
+	if err := c.RopeScaling.validate(); err != nil {
+		return err
 	}
 	for i, k := range c.Layers {
 		if k != LinearAttention && k != FullAttention {
