@@ -23,6 +23,10 @@ import (
 type Options struct {
 	Threads int // compute threads; default all cores
 	Experts ExpertOptions
+	// RopeScaling "yarn" extends the model's context to MaxContext tokens
+	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.
+	RopeScaling string
+	MaxContext  int
 }
 
 // Engine is a loaded model ready to generate.
@@ -64,7 +68,7 @@ func (e *Engine) load(opt Options) error {
 	if e.Generation, err = readGeneration(dir, m.Geometry.VocabSize); err != nil {
 		return err
 	}
-	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	cfg, err := modelConfig(e.Install, opt.RopeScaling, opt.MaxContext)
 	if err != nil {
 		return err
 	}
@@ -153,6 +157,7 @@ type Session struct {
 type SessionOptions struct {
 	KVInitial  int // starting KV capacity in tokens (default 8192)
 	MaxContext int // most tokens the session may hold (default the model's maximum)
+	KVBits     int // KV cache width, 8, 16 or 32 (default qwen35.DefaultKVBits)
 	// StepProfile, when set, receives the phase times of the session's
 	// decode steps (qwen35.StepProfile; nvmai-run bench reports them).
 	StepProfile *qwen35.StepProfile
@@ -160,7 +165,11 @@ type SessionOptions struct {
 
 // NewSession starts an empty conversation.
 func (e *Engine) NewSession(opt SessionOptions) *Session {
-	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	bits := opt.KVBits
+	if bits == 0 {
+		bits = qwen35.DefaultKVBits
+	}
+	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	st.SetStepProfile(opt.StepProfile)
 	return &Session{e: e, state: st, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
 }

@@ -211,3 +211,17 @@ func (s *State) FillSynthetic(n int, seed uint64) error {
 	s.pos = n
 	return nil
 }
+
+// KVBytes is the memory the KV caches hold now (their capacity, not just
+// the tokens written).
+func (s *State) KVBytes() int64 {
+	var n int64
+	for _, ls := range s.layers {
+		if kv := ls.kv; kv != nil {
+			for _, r := range []*kvRows{&kv.k, &kv.v} {
+				n += 4*int64(len(r.f32)) + 2*int64(len(r.b16)) + int64(len(r.q8)) + 4*int64(len(r.scales))
+			}
+		}
+	}
+	return n
+}
