@@ -36,6 +36,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the first prompt's decode to `FILE`"},
 			&cli.StringFlag{Name: "prefill-cpuprofile", Usage: "write a CPU profile of the first prompt's prefill to `FILE`"},
 			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
+			&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"},
 		),
 		Action: benchAction,
 	}
@@ -44,7 +45,8 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 // benchModelFlags are the model and cache flags of modelFlags; sampling and
 // length flags make no sense for a fixed benchmark.
 func benchModelFlags() []cli.Flag {
-	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true}
+	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true,
+		"kv-bits": true, "max-context": true, "rope-scaling": true, "force": true}
 	var out []cli.Flag
 	for _, f := range modelFlags() {
 		if keep[f.Names()[0]] {
@@ -70,7 +72,7 @@ func benchAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
-		PrefillCPUProfile: c.String("prefill-cpuprofile")}
+		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: c.Int("kv-bits"), FillContext: c.Int("fill-context")}
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}

@@ -26,7 +26,7 @@ func chatAction(c *cli.Context) error {
 	}
 	out := bufio.NewWriter(os.Stdout)
 	opt.OnToken = func(_ int, text string) { out.WriteString(text); out.Flush() }
-	sess := e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context")})
+	sess := e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
 	var prefix []tokenizer.Message
 	if s := c.String("system"); s != "" {
 		prefix = append(prefix, tokenizer.Message{Role: "system", Content: s})

@@ -31,9 +31,20 @@ func loadEngine(c *cli.Context) (*runtime.Engine, error) {
 		}
 		budget = b
 	}
-	return runtime.Load(c.String("model"), runtime.Options{Threads: c.Int("threads"), Experts: runtime.ExpertOptions{
+	if err := checkKVFlags(c); err != nil {
+		return nil, err
+	}
+	e, err := runtime.Load(c.String("model"), runtime.Options{Threads: c.Int("threads"), Experts: runtime.ExpertOptions{
 		Budget: budget, Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c),
-	}})
+	}, RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")})
+	if err != nil {
+		return nil, err
+	}
+	if err := reportFootprint(c, e, budget); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
 }
 
 // prefetchFlag maps --prefetch (0 turns it off) onto ExpertOptions.Prefetch
@@ -151,7 +162,7 @@ func generateAction(c *cli.Context) error {
 	if !c.Bool("json") {
 		opt.OnToken = func(_ int, text string) { out.WriteString(text); out.Flush() }
 	}
-	sess := e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context")})
+	sess := e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
 	res, err := sess.Generate(c.Context, ids, opt)
 	if err != nil {
 		return err

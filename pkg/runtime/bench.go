@@ -60,6 +60,13 @@ type BenchOptions struct {
 	// DiskReads is how many random experts the raw read measurement reads
 	// (default 256); negative skips it. Dense models skip it.
 	DiskReads int
+	// KVBits is the sessions' KV width (default qwen35.DefaultKVBits).
+	KVBits int
+	// FillContext, when positive, puts synthetic KV rows before each prompt
+	// (qwen35.State.FillSynthetic) so that prompt and generated tokens end
+	// the context at exactly this many tokens: it measures the memory and
+	// attention cost of a long context without prefilling it, not quality.
+	FillContext int
 }
 
 // BenchRun is one prompt's measurement.
@@ -213,7 +220,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if i == 0 {
 			prof = benchProfiles{prefill: opt.PrefillCPUProfile, decode: opt.CPUProfile}
 		}
-		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps)
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
 		}
@@ -292,11 +299,35 @@ func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
 // benchProfiles names the CPU profiles one prompt writes ("" for none).
 type benchProfiles struct{ prefill, decode string }
 
+// benchKV is a run's KV width and the context its synthetic rows fill to.
+type benchKV struct{ bits, fill int }
+
+// session starts a session for ids and tokens, its KV preallocated (no
+// growth during the run) and filled with synthetic rows as asked.
+func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepProfile) (*Session, int, error) {
+	rows := 0
+	if kv.fill > 0 {
+		if rows = kv.fill - len(ids) - tokens; rows < 0 {
+			return nil, 0, fmt.Errorf("--fill-context %d is shorter than the %d prompt and %d generated tokens", kv.fill, len(ids), tokens)
+		}
+	}
+	sess := e.NewSession(SessionOptions{KVInitial: rows + len(ids) + tokens + 1, KVBits: kv.bits, StepProfile: steps})
+	if rows > 0 {
+		if err := sess.state.FillSynthetic(rows, 1); err != nil {
+			return nil, 0, err
+		}
+	}
+	return sess, rows, nil
+}
+
 // benchOne runs one prompt in a fresh session. The expert counters are
 // snapshotted when the first distribution is ready (prefill done), so the
 // run's cache figures split into the prefill's and the decode's.
-func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile) (run BenchRun, err error) {
-	sess := e.NewSession(SessionOptions{KVInitial: len(ids) + tokens + 1, StepProfile: steps})
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile, kv benchKV) (run BenchRun, err error) {
+	sess, filled, err := kv.session(e, ids, tokens, steps)
+	if err != nil {
+		return run, err
+	}
 	var prof0 *os.File
 	stop := func() {
 		if prof0 != nil {
@@ -346,7 +377,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
 	if steps := len(res.IDs) - 1; steps > 0 {
-		run.StateBytesPerToken = e.meanStateBytes(len(ids), steps)
+		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, sess.state.KVBits())
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
 	}
@@ -370,11 +401,11 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 // meanStateBytes is the state a decode step reads, averaged over steps
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
-func (e *Engine) meanStateBytes(promptTokens, steps int) float64 {
+func (e *Engine) meanStateBytes(promptTokens, steps, kvBits int) float64 {
 	cfg := e.Model.Config()
 	var sum float64
 	for s := 1; s <= steps; s++ {
-		sum += float64(cfg.StateBytes(promptTokens + s))
+		sum += float64(cfg.StateBytesAt(promptTokens+s, kvBits))
 	}
 	return sum / float64(steps)
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	goruntime "runtime"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
@@ -79,7 +80,10 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.KV = perToken * int64(ctx)
 	f.KVGrowth = perToken * int64(previousCapacity(ctx))
 	f.Recurrent = cfg.StateBytes(0)
-	threads := max(opt.Threads, 1)
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = goruntime.NumCPU()
+	}
 	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
 	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch
 	return f, nil

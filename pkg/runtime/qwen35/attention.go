@@ -64,7 +64,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	m.parallelHeads(Hq, func(worker, lo, hi int) {
 		m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
-	sc.prof.mark(PhaseAttnHeads, int64(2*4*(pos0+T)*kvd))
+	sc.prof.mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
 	m.matmul(out, w.o, o, T)
 	sc.prof.markProducts(PhaseAttnOut, w.o)
 }
