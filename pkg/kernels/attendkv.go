@@ -132,11 +132,16 @@ func attendScoresTiled(scores, q []float32, d, n int, scale float32, qi, scratch
 		panic(fmt.Sprintf("kernels.AttendScores: %d scores, %d query values of width %d, %d of scratch and %d of qi for %d positions", len(scores), len(q), d, len(scratch), len(qi), n))
 	}
 	tileRows, tileScores := scratch[:attendTile*d], scratch[attendTile*d:]
+	asm := n > 0 && interleaveQueriesAsm(q, d, qi) // once, not per tile
 	for t0 := 0; t0 < n; t0 += attendTile {
 		rows := min(attendTile, n-t0)
 		widen(tileRows[:rows*d], t0, rows)
 		ts := tileScores[:heads*rows]
-		AttendScores(ts, q, d, tileRows, d, rows, scale, qi)
+		if asm {
+			attendScoresTileAsm(ts, qi, d, tileRows, rows, scale)
+		} else {
+			AttendScores(ts, q, d, tileRows, d, rows, scale, qi)
+		}
 		for j := range heads {
 			copy(scores[j*n+t0:j*n+t0+rows], ts[j*rows:(j+1)*rows])
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -310,6 +311,9 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepPr
 		if rows = kv.fill - len(ids) - tokens; rows < 0 {
 			return nil, 0, fmt.Errorf("--fill-context %d is shorter than the %d prompt and %d generated tokens", kv.fill, len(ids), tokens)
 		}
+		// The last prompt's cache is garbage now; return it first, so
+		// each prompt's peak RSS is its own cache's.
+		debug.FreeOSMemory()
 	}
 	sess := e.NewSession(SessionOptions{KVInitial: rows + len(ids) + tokens + 1, KVBits: kv.bits, StepProfile: steps})
 	if rows > 0 {
