@@ -8,12 +8,14 @@ import (
 
 // attnScratch holds the per-chunk buffers of a full-attention layer.
 type attnScratch struct {
-	q2      []float32 // q_proj output [T, Hq·2·Dh]: per head, query then gate
-	k, v    []float32 // [T, Hkv·Dh]
-	o       []float32 // gated attention output [T, Hq·Dh]
-	kRow    []float32 // one token's normed, rotated keys [Hkv·Dh] before a below-float32 cache stores them
-	workers []attnWorker
-	prof    *StepProfile
+	q2        []float32 // q_proj output [T, Hq·2·Dh]: per head, query then gate
+	k, v      []float32 // [T, Hkv·Dh]
+	o         []float32 // gated attention output [T, Hq·Dh]
+	kRow      []float32 // one token's normed, rotated keys [Hkv·Dh] before a below-float32 cache stores them
+	qAll      []float32 // attnSplit: every head's normed, rotated query [Hq, Dh]
+	scoresAll []float32 // attnSplit: one KV head's group of scores [heads, positions]
+	workers   []attnWorker
+	prof      *StepProfile
 }
 
 // attnWorker is one thread's scratch for the per-head attention.
@@ -61,9 +63,13 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 
 	o := grow(&sc.o, T*Hq*Dh)
 	sc.workers = workerSlots(sc.workers, m.pool.Threads())
-	m.parallelHeads(Hq, func(worker, lo, hi int) {
-		m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
-	})
+	if m.splitAttention(pos0+T, T) {
+		m.attnSplit(w, ls, sc, ws, pos0, q2, o)
+	} else {
+		m.parallelHeads(Hq, func(worker, lo, hi int) {
+			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
+		})
+	}
 	sc.prof.mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
 	m.matmul(out, w.o, o, T)
 	sc.prof.markProducts(PhaseAttnOut, w.o)
@@ -128,11 +134,11 @@ func rotate(x, cos, sin []float32) {
 // cache).
 func attendGroup(o, qs []float32, kv *kvCache, g, n int, scale float32, scores, qi, tile []float32) {
 	heads := len(qs) / kv.dh
-	kv.scores(scores, qs, g, n, scale, qi, tile)
+	kv.scores(scores, qs, g, 0, n, scale, qi, tile)
 	for j := range heads {
 		softmaxInPlace(scores[j*n : (j+1)*n])
 	}
-	kv.values(o, scores, g, n, tile)
+	kv.values(o, scores, g, 0, kv.dh, n, tile)
 }
 
 // softmaxInPlace replaces x by softmax(x). The denominator is summed in

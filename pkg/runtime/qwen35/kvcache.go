@@ -137,9 +137,10 @@ func (c *kvCache) keyRowF32(pos int) []float32 {
 
 func (c *kvCache) f32() bool { return c.k.f32 != nil }
 
-// scores writes (q_j·k_t)·scale for KV head g's first n cached keys.
-func (c *kvCache) scores(scores, qs []float32, g, n int, scale float32, qi, scratch []float32) {
-	off := g * c.dh
+// scores writes (q_j·k_t)·scale for KV head g's cached keys at positions
+// a … a+n−1.
+func (c *kvCache) scores(scores, qs []float32, g, a, n int, scale float32, qi, scratch []float32) {
+	off := a*c.row + g*c.dh
 	switch {
 	case c.k.f32 != nil:
 		kernels.AttendScores(scores, qs, c.dh, c.k.f32[off:], c.row, n, scale, qi)
@@ -151,16 +152,22 @@ func (c *kvCache) scores(scores, qs []float32, g, n int, scale float32, qi, scra
 	}
 }
 
-// values writes Σ_t w[j·n+t]·v_t over KV head g's first n cached values.
-func (c *kvCache) values(o, w []float32, g, n int, scratch []float32) {
-	off := g * c.dh
+// values writes Σ_t w[j·n+t]·v_t over KV head g's first n cached values,
+// columns c0 … c0+cw−1 of the head (c0 a multiple of the scale group) into
+// o [heads, cw]. Each column's sum is the same whatever the columns asked.
+func (c *kvCache) values(o, w []float32, g, c0, cw, n int, scratch []float32) {
+	off := g*c.dh + c0
 	switch {
 	case c.v.f32 != nil:
-		kernels.AttendValues(o, w, c.dh, c.v.f32[off:], c.row, n)
+		kernels.AttendValues(o, w, cw, c.v.f32[off:], c.row, n)
 	case c.v.b16 != nil:
-		kernels.AttendValuesBF16(o, w, c.dh, kernels.BF16Rows{Values: c.v.b16[off:], Stride: c.row}, n, scratch)
+		kernels.AttendValuesBF16(o, w, cw, kernels.BF16Rows{Values: c.v.b16[off:], Stride: c.row}, n, scratch)
 	default:
 		gr := kvGroup(c.dh)
-		kernels.AttendValuesQ8(o, w, c.dh, kernels.Q8Rows{Values: c.v.q8[off:], Scales: c.v.scales[off/gr:], Stride: c.row, Group: gr}, n, scratch)
+		kernels.AttendValuesQ8(o, w, cw, kernels.Q8Rows{Values: c.v.q8[off:], Scales: c.v.scales[off/gr:], Stride: c.row, Group: gr}, n, scratch)
 	}
 }
+
+// columnBlock is the width the split attention hands each thread's values:
+// the int8 scale group (64, or the whole head).
+func (c *kvCache) columnBlock() int { return kvGroup(c.dh) }

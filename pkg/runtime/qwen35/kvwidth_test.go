@@ -199,3 +199,33 @@ func TestKVWidthFidelity(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitAttentionBitwise: the long-context split of a decode step's
+// attention (positions for scores, columns for values) gives bitwise the
+// logits of the per-head path, at every width and with 2 and 3 threads.
+func TestSplitAttentionBitwise(t *testing.T) {
+	ref := loadRefs(t, filepath.Join(fixturesDir(t), fixtureModels[0].refs))[pick(4, 5)]
+	defer func(v bool) { splitAttentionAlways = v }(splitAttentionAlways)
+	for _, bits := range kvWidths {
+		for _, threads := range []int{2, 3} {
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			m, _ := fixtureModels[0].open(t, pool)
+			V := m.Config().VocabSize
+			run := func(split bool) ([]float32, []int) {
+				splitAttentionAlways = split
+				pieces := append([]int{len(ref.IDs) / 2}, ones(len(ref.IDs)-len(ref.IDs)/2)...) // decode steps split
+				logits, st := prefill(t, m, StateOptions{KVBits: bits}, ref.IDs, pieces)
+				return logits, greedy(t, m, st, argmax(logits[len(logits)-V:]), 6)
+			}
+			want, wantG := run(false)
+			got, gotG := run(true)
+			if i := bitwiseDiff(got, want); i >= 0 {
+				t.Errorf("kv%d, %d threads: split logit %d = %v, per head %v", bits, threads, i, got[i], want[i])
+			}
+			if !slices.Equal(gotG, wantG) {
+				t.Errorf("kv%d, %d threads: split greedy %v, per head %v", bits, threads, gotG, wantG)
+			}
+		}
+	}
+}
