@@ -6,6 +6,8 @@
 #           on the 4-layer 35B-A3B synthetic (one full-attention layer), per width; the KV figures
 #           per layer and projected to the 40-layer model (10 full-attention layers) come from the
 #           footprint line nvmai-run prints at start (runtime.ComputeFootprint).
+#   kernel: one KV head's decode attention (8 query heads of 256) over 4k, 32k and 128k positions
+#           per width, the widths interleaved round by round (TestAttendKVSpeed): fastest and median.
 #   speed:  decode tok/s and the attention phase (attn_heads: norms, RoPE, scores, softmax, values)
 #           per decode step after CONTEXTS (default 4096 32768 131072) tokens on the 12-layer
 #           35B-A3B synthetic (three full-attention layers), ROUNDS times per width.
@@ -42,8 +44,11 @@ bench() {
   $run bench --model "$1" --fill-context "$2" --kv-bits "$3" --tokens "$tokens" --prompt-tokens 16 --skip-bandwidth --json 2>"$work/footprint"
 }
 
+echo "== kernel: one KV head's attention, interleaved rounds"
+NVMAI_KV_SPEED=1 nice -n 10 go test -count=1 -run TestAttendKVSpeed -v ./pkg/kernels | grep '^n='
+
 echo "== memory: $mem_context-token context, 4-layer synthetic (1 full-attention layer)"
-for bits in 32 8; do
+for bits in ${MEM_WIDTHS:-32 8}; do
   json=$(bench "$work/35b-l4" "$mem_context" "$bits")
   kv=$(sed -n 's/.* KV \([^(]*\) (.*/\1/p' "$work/footprint")
   echo "kv$bits: peak RSS $(jq -r '.runs | map(.peak_rss_bytes) | max / 1048576 | floor' <<<"$json") MiB; KV per full-attention layer $kv; $(head -1 "$work/footprint")"
@@ -53,7 +58,9 @@ echo "== speed: 12-layer synthetic (3 full-attention layers), $tokens decoded to
 printf '%-8s %-5s %-6s %10s %14s %10s\n' context kv round 'decode/s' 'attn ms/token' 'attn share'
 for ctx in $contexts; do
   for r in $(seq 1 "$rounds"); do
-    for bits in 8 32; do
+    widths="8 32"
+    [ $((r % 2)) = 0 ] && widths="32 8" # alternate which width goes first
+    for bits in $widths; do
       json=$(bench "$work/35b-l12" "$ctx" "$bits")
       jq -r --arg ctx "$ctx" --arg bits "$bits" --arg r "$r" '(.phases[] | select(.name == "attn_heads")) as $a
         | [$ctx, "kv" + $bits, $r, (.median.decode_tok_s * 1000 | round / 1000), ($a.seconds_per_token * 1e5 | round / 100), (($a.share * 1000 | round) / 10 | tostring) + "%"]
