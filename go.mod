@@ -5,7 +5,10 @@ go 1.27.0
 toolchain go1.27.3
 
 require (
+	github.com/ardanlabs/jinja v1.12.0
+	github.com/ebitengine/purego v0.11.3
 	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/peterh/liner v1.2.3
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/sync v0.25.0
@@ -15,8 +18,10 @@ require (
 )
 
 require (
+	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/mattn/go-runewidth v0.0.31 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect

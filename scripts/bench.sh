@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuilds the README's performance table on this machine: the Q4/Q8 GEMV kernels against a plain
+# Rebuilds the performance tables of docs/performance.md on this machine: the Q4/Q8 GEMV kernels against a plain
 # memory read, decode with every expert cached (4- and 12-layer synthetic 35B-A3B installs, and the
 # 40-layer one where 21 GiB of RAM are free, else a projection to 40 layers), decode and prefill of the
 # full 40-layer 4-bit synthetic install under an 8 GiB expert budget, and a decode CPU profile grouped
@@ -11,7 +11,8 @@
 #   --synth-dir DIR   where the synthetic installs are (created when missing; default models/synth)
 #   --tokens N        tokens generated per prompt (default 128)
 #   --no-full         skip the 40-layer install (18.7 GiB on disk)
-#   --update-readme   replace the table between the bench markers in README.md
+#   --update-readme   replace the block between the bench markers in docs/performance.md
+#                     (the name is kept from when the tables lived in the README)
 #   --delete          remove the synthetic installs this run created
 #
 # Needs only Go and POSIX tools. Output: out/bench/ (performance.md, the raw key=value lines, the
@@ -253,13 +254,14 @@ go tool pprof -top -nodecount=40 bin/nvmai-run "$out/decode.prof" >"$out/decode-
 echo
 cat "$out/performance.md"
 if [ "$update" = 1 ]; then
-  if ! grep -q '<!-- bench:begin' README.md; then
-    echo "bench.sh: README.md has no bench markers; paste $out/performance.md by hand" >&2
+  doc=docs/performance.md
+  if ! grep -q '^<!-- bench:begin' "$doc" || ! grep -q '^<!-- bench:end' "$doc"; then
+    echo "bench.sh: $doc has no bench markers; paste $out/performance.md by hand" >&2
     exit 1
   fi
   awk -v f="$out/performance.md" '
-    /<!-- bench:begin/ { while ((getline l < f) > 0) print l; skip = 1; next }
-    /<!-- bench:end/ { skip = 0; next }
-    !skip' README.md >README.md.bench && mv README.md.bench README.md
-  echo "== README.md updated"
+    /^<!-- bench:begin/ { while ((getline l < f) > 0) print l; skip = 1; next }
+    /^<!-- bench:end/ { skip = 0; next }
+    !skip' "$doc" >"$doc.bench" && mv "$doc.bench" "$doc"
+  echo "== $doc updated"
 fi

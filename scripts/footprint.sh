@@ -24,7 +24,7 @@ install=${1:-/work/synth/35b-4bit-l4}
 budgets=${BUDGETS:-"128M 512M 2G"}
 tokens=${TOKENS:-16}
 buffered=${BUFFERED:-1} # 0 skips the NVMAI_BOUNDED_IO=0 run, which fills the page cache with every expert read
-# The documented fixed overhead (README "Footprint and I/O"; footprintOverhead in
+# The documented fixed overhead (docs/streaming.md "Footprint"; footprintOverhead in
 # pkg/runtime/footprint_test.go): Go runtime and binary, tokenizer, forward scratch, GC headroom.
 # Keep the two equal.
 overhead_mib=${OVERHEAD_MIB:-160}

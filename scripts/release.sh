@@ -7,7 +7,7 @@
 #   4. the golden gate: scripts/demo.sh builds the embedded model's installs into a temporary models
 #      directory, then `nvmai-verify golden` checks every declared target (with --models-dir DIR,
 #      also over that directory of real installs, which it never writes)
-#   5. packing: nvmai-VERSION-linux-ARCH.tar.gz (commands, LICENSE, NOTICE, README.md) and SHA256SUMS
+#   5. packing: nvmai-VERSION-linux-ARCH.tar.gz (commands, LICENSE, NOTICE, README.md, docs/) and SHA256SUMS
 # Every golden target that was not checked is named at the end and in OUT/not-checked.txt.
 # --publish additionally requires a clean work tree, the tag VERSION at HEAD, and --notes FILE that
 # names every target not checked; it then creates the GitHub release with gh.
@@ -132,7 +132,7 @@ for arch in "${ARCHES[@]}"; do
   name="nvmai-$version-linux-$arch"
   mkdir -p "$work/stage/$name/bin"
   cp "$work/bin-$arch/"* "$work/stage/$name/bin/"
-  cp LICENSE NOTICE README.md "$work/stage/$name/"
+  cp LICENSE NOTICE README.md "$work/stage/$name/" && cp -r docs "$work/stage/$name/docs"
   # Reproducible archives: sorted names, fixed owner and times, no gzip timestamp.
   tar -C "$work/stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -cf - "$name" |
     gzip -n -9 >"$out/$name.tar.gz"

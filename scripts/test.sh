@@ -2,18 +2,28 @@
 # The test suite (README's second command): lint gates (gofmt, vet, the converter's expert-order
 # probe), every package with the race detector, the kernels again without assembly, and the arm64
 # kernels under qemu user emulation when qemu-aarch64-static is installed (.ci/run installs it).
+# It ends by saying how many tests skipped, and how many of those needed the reference fixtures
+# (../shared/fixtures, which a clone from GitHub does not have), also when a test failed.
+# Arguments, when given, replace ./... as the packages of the race run (.ci/run gives none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
+scratch=$(mktemp -d)
+# The skip summary comes last whatever happened; bash keeps the exit status through the trap.
+trap 'if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
+packages=("$@")
+[ ${#packages[@]} -gt 0 ] || packages=(./...)
 echo "== lint gates"; scripts/lint.sh
-echo "== go test -race"; go test -race -count=1 -timeout 20m ./...
+go build -o "$scratch/testsummary" ./scripts/internal/testsummary
+# -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
+echo "== go test -race"
+go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
 echo "== arm64 kernels under qemu"
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
-  bin=$(mktemp -d)/kernels.arm64
+  bin=$scratch/kernels.arm64
   GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
   (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
-  rm -rf "$(dirname "$bin")"
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 fi

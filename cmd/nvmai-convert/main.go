@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -26,19 +25,23 @@ func app() *cli.App {
 Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
 manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
 and the receipt verified-install.json. Output appears only when complete; an existing install is
-never replaced without --overwrite. Vision-tower tensors are skipped; mtp.* draft-head tensors are
-copied verbatim to draft/mtp.safetensors.`,
+never replaced without --overwrite, and nothing but an nvmai install ever is (nor an --output
+overlapping --input). Vision-tower tensors are skipped; mtp.* draft-head tensors are
+copied verbatim to draft/mtp.safetensors. --bits 4,8 (any comma list of 4, 8 and 16) writes
+DIR-4bit, DIR-8bit (and DIR-16bit) from one read of the snapshot.
+Exit status: 0 written, 1 the conversion failed (nothing is left half-written), 2 a bad command
+line, 130 interrupted.`,
 		Flags: []cli.Flag{
 			// Checked in convertAction, not with Required: urfave/cli would
 			// then demand them of the synth subcommand too.
 			&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: "Hugging Face snapshot `DIR` (required)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "install `DIR` to create (required)"},
-			&cli.StringFlag{Name: "bits", Aliases: []string{"b"}, Value: "4", Usage: "width: 4, 8, 16 (exact bf16) or 4,8"},
+			&cli.StringFlag{Name: "bits", Aliases: []string{"b"}, Value: "4", Usage: "widths, one or a comma list of 4, 8 and 16 (exact bf16): 4, 8, 16, 4,8, 4,16, 8,16 or 4,8,16"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing install at --output"},
 			&cli.StringFlag{Name: "model-id", Usage: "model name recorded in the manifest (default: the repo or the input folder name)"},
 			&cli.StringFlag{Name: "repo", Usage: "source repo `ORG/NAME` to record (default: taken from a Hugging Face cache path)"},
 			&cli.StringFlag{Name: "revision", Usage: "source revision to record (default: taken from a Hugging Face cache path)"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "quantization threads (default: all cores)"},
+			cliutil.ThreadsFlag("quantization threads", "t"),
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
 		},
 		Action:   convertAction,
@@ -67,16 +70,16 @@ func convertAction(c *cli.Context) error {
 		Revision: c.String("revision"), Threads: c.Int("threads"), Progress: prog.Update,
 		Notice: func(msg string) {
 			if !c.Bool("quiet") {
-				fmt.Fprintln(os.Stderr, msg)
+				fmt.Fprintln(c.App.ErrWriter, msg)
 			}
 		},
 	})
-	prog.Finish()
+	prog.End(err)
 	if err != nil {
 		return err
 	}
 	for _, r := range results {
-		fmt.Printf("wrote %s (%d-bit, %s, %d resident tensors) in %.1fs\n", r.Dir, r.Bits, r.Manifest.Architecture, len(r.Manifest.Tensors), time.Since(start).Seconds())
+		fmt.Fprintf(c.App.Writer, "wrote %s (%d-bit, %s, %d resident tensors) in %.1fs\n", r.Dir, r.Bits, r.Manifest.Architecture, len(r.Manifest.Tensors), time.Since(start).Seconds())
 	}
 	return nil
 }

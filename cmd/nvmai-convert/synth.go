@@ -26,10 +26,10 @@ Geometries: ` + strings.Join(convert.SynthGeometryNames(), ", ") + `. See docs/s
 			&cli.StringFlag{Name: "geometry", Aliases: []string{"g"}, Usage: "model shape `NAME`: " + strings.Join(convert.SynthGeometryNames(), ", ")},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "install `DIR` to create"},
 			&cli.IntFlag{Name: "bits", Aliases: []string{"b"}, Value: 4, Usage: "width: 4, 8 or 16 (bf16)"},
-			&cli.IntFlag{Name: "layers", Usage: "keep only the first `N` decoder layers (same layer pattern); 0 keeps all", DefaultText: "all"},
+			cliutil.IntRange(&cli.IntFlag{Name: "layers", Usage: "keep only the first `N` decoder layers (same layer pattern); 0 keeps all", DefaultText: "all"}, 0, 1<<16, "0 = all"),
 			&cli.Uint64Flag{Name: "seed", Usage: "random seed; the same seed writes the same bytes"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing install at --output"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "generator threads; never changes the bytes", DefaultText: "all cores"},
+			cliutil.ThreadsFlag("generator threads; never changes the bytes", "t"),
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written and its size, write nothing"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
 		},
@@ -57,25 +57,26 @@ func synthAction(c *cli.Context) error {
 				experts = f.Size
 			}
 		}
-		fmt.Printf("%s, %d-bit, %d layers: %s in %d files (%d bytes): resident.bin %s", opt.Geometry, opt.Bits,
-			m.Geometry.NumLayers, cliutil.HumanBytes(total), len(m.Files), total, cliutil.HumanBytes(resident))
+		w := c.App.Writer
+		fmt.Fprintf(w, "%s, %d-bit, %d layers: %s in %d files (%d bytes): resident.bin %s", opt.Geometry, opt.Bits,
+			m.Geometry.NumLayers, cliutil.Bytes(total), len(m.Files), total, cliutil.Bytes(resident))
 		if m.Experts != nil {
-			fmt.Printf(", %d expert files of %s", len(m.Experts.Layers), cliutil.HumanBytes(experts))
+			fmt.Fprintf(w, ", %d expert files of %s", len(m.Experts.Layers), cliutil.Bytes(experts))
 		}
-		fmt.Println("; nothing written")
+		fmt.Fprintln(w, "; nothing written")
 		return nil
 	}
 	prog := cliutil.NewProgress("writing", c.Bool("quiet"))
 	opt.Progress = prog.Update
 	res, err := convert.Synth(c.Context, opt)
-	prog.Finish()
+	prog.End(err)
 	if err != nil {
 		return err
 	}
 	secs := res.Elapsed.Seconds()
-	fmt.Printf("wrote %s (%s, %d layers, %d-bit, seed %d): %s in %.1fs, %.0f MB/s\n",
+	fmt.Fprintf(c.App.Writer, "wrote %s (%s, %d layers, %d-bit, seed %d): %s in %.1fs, %s\n",
 		res.Dir, opt.Geometry, res.Manifest.Geometry.NumLayers, opt.Bits, opt.Seed,
-		cliutil.HumanBytes(res.Bytes), secs, float64(res.Bytes)/1e6/max(secs, 1e-9))
+		cliutil.Bytes(res.Bytes), secs, cliutil.Rate(float64(res.Bytes)/max(secs, 1e-9)))
 	return nil
 }
 
@@ -94,8 +95,6 @@ func synthOptions(c *cli.Context) (convert.SynthOptions, error) {
 		return opt, cliutil.Usagef("--output is required: the install directory to create")
 	case opt.Bits != 4 && opt.Bits != 8 && opt.Bits != 16:
 		return opt, cliutil.Usagef("--bits %d is not supported: choose 4, 8 or 16", opt.Bits)
-	case opt.Threads < 0:
-		return opt, cliutil.Usagef("--threads %d must be positive", opt.Threads)
 	}
 	if _, err := convert.LookupSynthGeometry(opt.Geometry, opt.Layers); err != nil {
 		return opt, cliutil.Usagef("%v", err)

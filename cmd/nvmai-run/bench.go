@@ -1,16 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
-	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -27,44 +27,29 @@ measures, in the same process, the plain memory-read rate (1 … --threads gorou
 512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.
 Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
 lm_head …): each phase's share of a step and the rate it reads its weights or state at.`,
-		Flags: append(benchModelFlags(),
-			&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt"},
-			&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"},
-			&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"},
+		Flags: append(engineFlags(),
+			cliutil.IntRange(&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt (N tokens are N-1 decode steps: the first comes from the prefill)"}, 2, maxContextCeiling, "2 = one decode step"),
+			cliutil.IntRange(&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"}, 0, maxContextCeiling, ""),
+			&cli.StringFlag{Name: "prompt-ids", Usage: "one prompt of comma-separated token `IDS` instead of the fixed prompts (scripts/vs-llamacpp.sh gives both engines the same ids)"},
+			cliutil.IntRange(&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"}, 0, maxContextCeiling, ""),
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.BoolFlag{Name: "kv", Usage: "print one line of key=value pairs (labels and medians), for scripts"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the first prompt's decode to `FILE`"},
 			&cli.StringFlag{Name: "prefill-cpuprofile", Usage: "write a CPU profile of the first prompt's prefill to `FILE`"},
 			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
-			&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+			cliutil.IntRange(&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"}, 0, maxContextCeiling, ""),
 		),
 		Action: benchAction,
 	}
-}
-
-// benchModelFlags are the model and cache flags of modelFlags; sampling and
-// length flags make no sense for a fixed benchmark.
-func benchModelFlags() []cli.Flag {
-	keep := map[string]bool{"model": true, "threads": true, "ram-budget": true, "expert-cache-slots": true, "io-threads": true, "prefetch": true,
-		"kv-bits": true, "max-context": true, "rope-scaling": true, "force": true}
-	var out []cli.Flag
-	for _, f := range modelFlags() {
-		if keep[f.Names()[0]] {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func benchAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected argument %q", c.Args().First())
 	}
-	if c.Int("tokens") < 2 {
-		return cliutil.Usagef("--tokens must be at least 2 (one decode step)")
-	}
-	if c.Int("prompt-tokens") < 0 || c.Int("warmup") < 0 {
-		return cliutil.Usagef("--prompt-tokens and --warmup must be positive")
+	if err := cliutil.Exclusive(c, "json", "kv"); err != nil {
+		return err
 	}
 	e, err := loadEngine(c)
 	if err != nil {
@@ -76,64 +61,96 @@ func benchAction(c *cli.Context) error {
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}
+	if !c.Bool("quiet") {
+		printFootprint(c, e)
+		opt.OnPrompt = func(i, n int, name string, run *runtime.BenchRun) {
+			printBenchProgress(c.App.ErrWriter, i, n, name, run)
+		}
+	}
+	if c.IsSet("prompt-ids") {
+		ids, err := parseIDs(c.String("prompt-ids"))
+		if err != nil {
+			return err
+		}
+		if err := checkIDs(e, ids); err != nil {
+			return err
+		}
+		opt.Prompts = []runtime.BenchPrompt{{Name: "ids", IDs: ids}}
+	}
 	r, err := e.Bench(c.Context, opt)
+	if errors.Is(err, context.Canceled) {
+		return &cliutil.InterruptedError{Msg: "interrupted; no report (each prompt's line above is what was measured)"}
+	}
 	if err != nil {
 		return err
 	}
+	w := c.App.Writer
 	switch {
 	case c.Bool("json"):
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", " ")
 		return enc.Encode(r)
 	case c.Bool("kv"):
-		printBenchKV(os.Stdout, r)
+		printBenchKV(w, r)
 		return nil
 	}
-	printBench(os.Stdout, r)
+	printBench(w, r)
 	return nil
 }
 
-func printBench(w io.Writer, r *runtime.BenchReport) {
-	fmt.Fprintf(w, "engine %s | %s (%s), %d layers, %d-bit | budget %s (%d/%d slots per layer, %s I/O × %d, read-ahead %d) | threads %d | %s\n",
-		r.Engine, r.Model, r.ModelID, r.Layers, r.Width, expertcache.FormatSize(r.BudgetBytes), r.SlotsPerLayer, r.Experts,
-		r.IOMode, r.IOThreads, r.Prefetch, r.Threads, r.CPU)
-	fmt.Fprintf(w, "%-9s %6s %5s %9s %9s %6s %10s %9s %8s %9s | %7s %9s %8s\n",
-		"prompt", "tokens", "gen", "prefill/s", "decode/s", "hit", "read/tok", "read/s", "io wait", "peak RSS",
-		"pf hit", "pf read", "pf wait")
-	for _, run := range append(r.Runs, r.Median) {
-		fmt.Fprintf(w, "%-9s %6d %5d %9.2f %9.2f %5.1f%% %10s %7s/s %6.1fms %9s | %6.1f%% %9s %7.2fs\n",
-			run.Prompt, run.PromptTokens, run.Generated, run.PrefillTokS, run.DecodeTokS, 100*run.HitRate,
-			expertcache.FormatSize(int64(run.BytesPerToken)), expertcache.FormatSize(int64(run.ReadRate)),
-			1e3*run.IOWaitPerTok, expertcache.FormatSize(run.PeakRSS),
-			100*run.PrefillHitRate, expertcache.FormatSize(run.PrefillBytesRead), run.PrefillIOWait)
+// printBenchProgress writes one line as each prompt starts and ends.
+func printBenchProgress(w io.Writer, i, n int, name string, run *runtime.BenchRun) {
+	if run == nil {
+		fmt.Fprintf(w, "bench: prompt %d of %d (%s) …\n", i+1, n, name)
+		return
 	}
+	fmt.Fprintf(w, "bench: prompt %d of %d (%s): prefill %.1f tok/s, decode %.1f tok/s over %s\n",
+		i+1, n, name, run.PrefillTokS, run.DecodeTokS, plural(max(run.Generated-1, 0), "step"))
+}
+
+func printBench(w io.Writer, r *runtime.BenchReport) {
+	fmt.Fprintf(w, "engine %s | %s (%s), %d layers, %d-bit | budget %s (%d/%s per layer, %s I/O × %d, read-ahead %d) | threads %d | %s\n",
+		r.Engine, r.Model, r.ModelID, r.Layers, r.Width, cliutil.Bytes(r.BudgetBytes), r.SlotsPerLayer, plural(r.Experts, "slot"),
+		r.IOMode, r.IOThreads, r.Prefetch, r.Threads, r.CPU)
+	fmt.Fprintf(w, "%-9s %6s %5s %9s %9s %6s %10s %12s %8s %10s | %11s %12s %12s\n",
+		"prompt", "tokens", "gen", "prefill/s", "decode/s", "hit", "read/tok", "read/s", "io wait", "peak RSS",
+		"prefill hit", "prefill read", "prefill wait")
+	for _, run := range append(r.Runs, r.Median) {
+		fmt.Fprintf(w, "%-9s %6d %5d %9.2f %9.2f %5.1f%% %10s %12s %6.1fms %10s | %10.1f%% %12s %11.2fs\n",
+			run.Prompt, run.PromptTokens, run.Generated, run.PrefillTokS, run.DecodeTokS, 100*run.HitRate,
+			cliutil.Bytes(int64(run.BytesPerToken)), cliutil.Rate(run.ReadRate),
+			1e3*run.IOWaitPerTok, cliutil.Bytes(run.PeakRSS),
+			100*run.PrefillHitRate, cliutil.Bytes(run.PrefillBytesRead), run.PrefillIOWait)
+	}
+	fmt.Fprintf(w, "decode/s counts decode steps: %d generated tokens are %s (the first comes from the prefill); read/tok is per step\n",
+		r.Median.Generated, plural(max(r.Median.Generated-1, 0), "step"))
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}
-	fmt.Fprintf(w, "compute pool hand-offs per decode token: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
+	fmt.Fprintf(w, "compute pool hand-offs per decode step: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
 	if r.HugePageBytes >= 0 {
-		fmt.Fprintf(w, "huge pages back %s of the process's memory (NVMAI_HUGEPAGES=0 turns them off)\n", expertcache.FormatSize(r.HugePageBytes))
+		fmt.Fprintf(w, "huge pages back %s of the process's memory (NVMAI_HUGEPAGES=0 turns them off)\n", cliutil.Bytes(r.HugePageBytes))
 	}
-	fmt.Fprintf(w, "per decode token: weights %s + state %s → %.1f GB/s at the median decode rate (weights alone %.1f GB/s)\n",
-		expertcache.FormatSize(r.WeightBytesPerToken), expertcache.FormatSize(int64(r.Median.StateBytesPerToken)),
-		r.ReadRate/1e9, r.WeightRate/1e9)
+	fmt.Fprintf(w, "per decode step: weights %s + state %s → %s at the median decode rate (weights alone %s)\n",
+		cliutil.Bytes(r.WeightBytesPerToken), cliutil.Bytes(int64(r.Median.StateBytesPerToken)),
+		cliutil.Rate(r.ReadRate), cliutil.Rate(r.WeightRate))
 	for t := 1; t <= r.Threads; t++ {
 		if v, ok := r.WeightMemRead[t]; ok {
 			b := r.WeightMemReadBest[t]
-			fmt.Fprintf(w, "plain read of the weights' own memory as a step reads it, %d thread(s): median %.1f GB/s, best %.1f (decode's read rate = %.0f%% of the median, %.0f%% of the best)\n",
-				t, v/1e9, b/1e9, 100*r.ReadRate/v, 100*r.ReadRate/b)
+			fmt.Fprintf(w, "plain read of the weights' own memory as a step reads it, %s: median %s, best %s (decode's read rate = %.0f%% of the median, %.0f%% of the best)\n",
+				plural(t, "thread"), cliutil.Rate(v), cliutil.Rate(b), 100*r.ReadRate/v, 100*r.ReadRate/b)
 		}
 	}
 	for t := 1; t <= r.Threads; t++ {
 		if v, ok := r.MemRead[t]; ok {
 			b := r.MemReadBest[t]
-			fmt.Fprintf(w, "plain read of a fresh 512 MiB buffer, %d thread(s): median %.1f GB/s, best %.1f (decode's read rate = %.0f%% of the median, %.0f%% of the best)\n",
-				t, v/1e9, b/1e9, 100*r.ReadRate/v, 100*r.ReadRate/b)
+			fmt.Fprintf(w, "plain read of a fresh 512 MiB buffer, %s: median %s, best %s (decode's read rate = %.0f%% of the median, %.0f%% of the best)\n",
+				plural(t, "thread"), cliutil.Rate(v), cliutil.Rate(b), 100*r.ReadRate/v, 100*r.ReadRate/b)
 		}
 	}
 	if r.DiskRead > 0 {
-		fmt.Fprintf(w, "raw %s reads of random experts × %d: %.2f GB/s; decode's disk time per token ÷ measured time per token = %.2f\n",
-			r.IOMode, r.IOThreads, r.DiskRead/1e9, r.DiskBound)
+		fmt.Fprintf(w, "raw %s reads of random experts × %d: %s; decode's disk time per step ÷ measured time per step = %.2f\n",
+			r.IOMode, r.IOThreads, cliutil.Rate(r.DiskRead), r.DiskBound)
 	}
 	printPhases(w, r.Phases)
 }
@@ -144,19 +161,21 @@ func printPhases(w io.Writer, phases []runtime.BenchPhase) {
 	if len(phases) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "decode step by phase (every prompt):\n%-14s %9s %7s %10s %9s\n", "phase", "ms/token", "share", "read/tok", "rate")
+	fmt.Fprintf(w, "decode step by phase (every prompt):\n%-14s %9s %7s %10s %12s\n", "phase", "ms/step", "share", "read/step", "rate")
 	for _, p := range phases {
 		rate := "-"
 		if p.Rate > 0 {
-			rate = fmt.Sprintf("%.1f GB/s", p.Rate/1e9)
+			rate = cliutil.Rate(p.Rate)
 		}
-		fmt.Fprintf(w, "%-14s %9.3f %6.1f%% %10s %9s\n", p.Name, 1e3*p.SecondsPerToken, 100*p.Share,
-			expertcache.FormatSize(int64(p.BytesPerToken)), rate)
+		fmt.Fprintf(w, "%-14s %9.3f %6.1f%% %10s %12s\n", p.Name, 1e3*p.SecondsPerToken, 100*p.Share,
+			cliutil.Bytes(int64(p.BytesPerToken)), rate)
 	}
 }
 
 // printBenchKV writes the labels and the median as key=value pairs on one
-// line (sizes in MiB or GiB, rates in GB/s), for scripts/bench.sh.
+// line (sizes in MiB or GiB, rates in decimal GB/s = 1e9 bytes/s, as
+// scripts/bench.sh and the README tables have always read them; pf_* are
+// the prefill's figures), for scripts/bench.sh.
 func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	m := r.Median
 	const mib, gib = 1 << 20, 1 << 30

@@ -2,18 +2,86 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/peterh/liner"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
+	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
-// chatAction runs an interactive conversation: one session whose model
-// state carries every earlier turn, so each turn only processes new tokens.
+// chatHelp is what /help prints; docs/commands.md carries the same text.
+const chatHelp = `Enter sends the line. Commands:
+  /reset     start a new conversation (the --system message is kept)
+  /exit      quit (also /quit, or Ctrl-D at an empty prompt)
+  /help      this list
+  //text     send "/text" (a message that itself starts with /)
+Multi-line: a line that starts with """ opens a message, the line that ends with """ sends it.
+Keys: Ctrl-C stops the reply being written (what was written stays in the conversation);
+  at the prompt, or twice within a second, it quits. Up/Down: history. Left/Right, Home/End,
+  Ctrl-A/E, Ctrl-W/U/K: edit. Ctrl-R: search history.`
+
+// quitWindow is how soon a second Ctrl-C during a reply quits the chat.
+const quitWindow = time.Second
+
+var (
+	// errPromptInterrupt is Ctrl-C at the prompt.
+	errPromptInterrupt = errors.New("interrupted at the prompt")
+	// errStopped ends a reply the user stopped with Ctrl-C.
+	errStopped = errors.New("reply stopped")
+	// errQuitByInterrupt leaves the chat with exit status 130 and no message.
+	errQuitByInterrupt = cli.Exit("", cliutil.ExitInterrupted)
+)
+
+// generator is the part of runtime.Session the chat drives.
+type generator interface {
+	Generate(ctx context.Context, promptIDs []int, opt runtime.GenerateOptions) (*runtime.Result, error)
+	Len() int
+}
+
+// lineReader reads what the user types, one line at a time.
+type lineReader interface {
+	// ReadLine shows prompt and returns one line without its newline:
+	// io.EOF at the end of input, errPromptInterrupt for Ctrl-C.
+	ReadLine(prompt string) (string, error)
+	AddHistory(line string)
+	Close() error
+}
+
+// chat is one interactive conversation: a session whose model state holds
+// every earlier turn, so each turn processes only its new tokens.
+type chat struct {
+	newSession  func() generator
+	tok         *tokenizer.Tokenizer
+	opt         runtime.GenerateOptions
+	system      string
+	maxContext  int
+	in          lineReader
+	intr        <-chan os.Signal
+	out         *bufio.Writer // the replies
+	info        io.Writer     // notices
+	interactive bool          // a person at a terminal: banner, prompts
+	report      func(res *runtime.Result)
+
+	reading chan lineResult // a ReadLine still under way, which the next readLine waits for
+
+	sess    generator
+	closing string // closes the previous assistant turn in front of the next one
+	pending int    // tokens the session will feed before the next turn (its last stop token)
+	fresh   bool   // the system message is still to be sent
+}
+
+// chatAction runs nvmai-run chat on the terminal or on piped input.
 func chatAction(c *cli.Context) error {
 	e, err := loadEngine(c)
 	if err != nil {
@@ -24,37 +92,325 @@ func chatAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	out := bufio.NewWriter(os.Stdout)
-	opt.OnToken = func(_ int, text string) { out.WriteString(text); out.Flush() }
-	sess := e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
-	var prefix []tokenizer.Message
-	if s := c.String("system"); s != "" {
-		prefix = append(prefix, tokenizer.Message{Role: "system", Content: s})
+	printFootprint(c, e)
+	maxContext := c.Int("max-context")
+	if maxContext <= 0 {
+		maxContext = e.Model.Config().MaxContext
 	}
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<26)
-	fmt.Fprintln(os.Stderr, "chat: type a message and press Enter; Ctrl-D to quit")
-	closing := ""
-	for fmt.Fprint(os.Stderr, "> "); in.Scan(); fmt.Fprint(os.Stderr, "> ") {
-		line := strings.TrimSpace(in.Text())
-		if line == "" {
-			continue
-		}
-		turn := closing + tokenizer.ChatPrompt(append(prefix, tokenizer.Message{Role: "user", Content: line}), true)
-		prefix = nil
-		res, err := sess.Generate(c.Context, e.Tokenizer.Encode(turn), opt)
-		if err != nil {
+	intr := cliutil.CatchInterrupts()
+	defer intr.Stop()
+	interactive := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	var in lineReader = newPipeReader(os.Stdin)
+	if interactive {
+		in = newTermReader()
+	}
+	defer in.Close()
+	stats := c.Bool("stats")
+	ch := &chat{
+		newSession: func() generator {
+			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
+		},
+		tok: e.Tokenizer, opt: opt, system: c.String("system"), maxContext: maxContext,
+		in: in, intr: intr.C, out: bufio.NewWriter(os.Stdout), info: os.Stderr, interactive: interactive,
+		report: func(res *runtime.Result) {
+			printTiming(res, opt.Sampling)
+			if stats {
+				printStats(res)
+			}
+		},
+	}
+	return ch.run(c.Context)
+}
+
+// run reads messages and answers them until the input ends or the user quits.
+func (ch *chat) run(ctx context.Context) error {
+	ch.reset()
+	if ch.interactive {
+		fmt.Fprintln(ch.info, `chat: type a message and press Enter; """ starts a multi-line one; /help lists commands; Ctrl-D quits`)
+	}
+	for {
+		msg, block, err := ch.readMessage(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			if ch.interactive {
+				fmt.Fprintln(ch.info) // leave the shell's prompt on a line of its own
+			}
+			return nil
+		case errors.Is(err, errPromptInterrupt):
+			return errQuitByInterrupt
+		case err != nil:
 			return err
 		}
-		out.WriteString("\n")
-		out.Flush()
-		printTiming(res, opt.Sampling)
-		// The stop token is fed with the next turn; a turn cut short by
-		// --max-tokens is closed explicitly.
-		closing = "\n"
-		if res.StopReason != "eos" {
-			closing = "<|im_end|>\n"
+		if !block && strings.HasPrefix(msg, "/") {
+			if !strings.HasPrefix(msg, "//") {
+				if quit := ch.command(msg); quit {
+					return nil
+				}
+				continue
+			}
+			msg = msg[1:]
+		}
+		if err := ch.turn(ctx, msg); err != nil {
+			return err
 		}
 	}
-	return in.Err()
 }
+
+// reset starts a new conversation.
+func (ch *chat) reset() {
+	ch.sess, ch.closing, ch.pending, ch.fresh = ch.newSession(), "", 0, true
+}
+
+// command runs one /command and reports whether the chat should end.
+func (ch *chat) command(line string) (quit bool) {
+	switch name, _, _ := strings.Cut(line, " "); name {
+	case "/exit", "/quit":
+		return true
+	case "/reset":
+		ch.reset()
+		fmt.Fprintln(ch.info, "(new conversation)")
+	case "/help":
+		fmt.Fprintln(ch.info, chatHelp)
+	default:
+		fmt.Fprintf(ch.info, "unknown command %s; /help lists them (start a message with // to send a leading /)\n", name)
+	}
+	return false
+}
+
+// readMessage reads one message: a line, or a """ block of lines (block
+// is then true: a block is never a command). An empty line gives an empty
+// message. Ctrl-C inside a block drops the block.
+func (ch *chat) readMessage(ctx context.Context) (msg string, block bool, err error) {
+	line, err := ch.readLine(ctx, "> ")
+	if err != nil {
+		return "", false, err
+	}
+	line = strings.TrimSpace(line)
+	if line != "" {
+		ch.in.AddHistory(line)
+	}
+	first, ok := strings.CutPrefix(line, `"""`)
+	if !ok {
+		return line, false, nil
+	}
+	if body, closed := strings.CutSuffix(first, `"""`); closed && first != "" {
+		return strings.TrimSpace(body), true, nil
+	}
+	lines := []string{first}
+	for {
+		l, err := ch.readLine(ctx, "… ")
+		if errors.Is(err, errPromptInterrupt) {
+			fmt.Fprintln(ch.info, "(multi-line message dropped)")
+			return "", true, nil
+		}
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(ch.info, `(the input ended inside a """ message; it was not sent)`)
+			return "", true, io.EOF
+		}
+		if err != nil {
+			return "", true, err
+		}
+		ch.in.AddHistory(l)
+		if body, closed := strings.CutSuffix(strings.TrimRight(l, " \t"), `"""`); closed {
+			return strings.TrimSpace(strings.Join(append(lines, body), "\n")), true, nil
+		}
+		lines = append(lines, l)
+	}
+}
+
+type lineResult struct {
+	line string
+	err  error
+}
+
+// readLine reads one line while watching for a SIGINT, which on a terminal
+// the line editor takes as a key but on piped input arrives as a signal. A
+// read the signal overtook stays under way, and the next call takes its line.
+// SIGTERM, which cancels ctx, ends the chat here too.
+func (ch *chat) readLine(ctx context.Context, prompt string) (string, error) {
+	if ch.reading == nil {
+		got := make(chan lineResult, 1)
+		go func() {
+			l, err := ch.in.ReadLine(prompt)
+			got <- lineResult{l, err}
+		}()
+		ch.reading = got
+	}
+	select {
+	case r := <-ch.reading:
+		ch.reading = nil
+		return r.line, r.err
+	case <-ch.intr:
+		return "", errPromptInterrupt
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// turnIDs encodes the user's message as the next turn. What the user typed
+// is text: <|im_end|> in it does not end the turn.
+func (ch *chat) turnIDs(msg string) []int {
+	var msgs []tokenizer.Message
+	if ch.fresh && ch.system != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: ch.system})
+	}
+	msgs = append(msgs, tokenizer.Message{Role: "user", Content: msg})
+	ids := ch.tok.Encode(ch.closing)
+	return append(ids, ch.tok.EncodeChatText(msgs, true)...)
+}
+
+// turn sends one message and streams the reply. Ctrl-C stops the reply;
+// the tokens written so far stay in the conversation as the assistant's
+// turn, closed before the next message as a turn cut by --max-tokens is.
+func (ch *chat) turn(ctx context.Context, msg string) error {
+	if msg == "" {
+		return nil
+	}
+	ids := ch.turnIDs(msg)
+	if !ch.fits(len(ids)) {
+		return nil
+	}
+	var stop, quit atomic.Bool
+	turnCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go ch.watchInterrupts(done, &stop, &quit, cancel)
+
+	var decodeStart time.Time
+	opt := ch.opt
+	opt.OnToken = func(_ int, text string) {
+		ch.out.WriteString(text)
+		ch.out.Flush()
+	}
+	opt.OnLogits = func([]float32) error {
+		if decodeStart.IsZero() {
+			decodeStart = time.Now()
+		}
+		if stop.Load() { // checked only between tokens: the prompt is always read whole
+			return errStopped
+		}
+		return nil
+	}
+	res, err := ch.sess.Generate(turnCtx, ids, opt)
+	if quit.Load() {
+		return errQuitByInterrupt
+	}
+	stopped := errors.Is(err, errStopped)
+	if err != nil && !stopped {
+		return err
+	}
+	ch.fresh = false
+	ch.out.WriteString("\n")
+	if err := ch.out.Flush(); err != nil {
+		return err
+	}
+	if stopped {
+		res.StopReason = "interrupted"
+		if d := time.Since(decodeStart).Seconds(); d > 0 {
+			res.DecodeTokS = float64(len(res.IDs)) / d
+		}
+	}
+	ch.report(res)
+	ch.closeTurn(res.StopReason)
+	return nil
+}
+
+// watchInterrupts turns Ctrl-C during a reply into a stop and a second one
+// within quitWindow into quitting (cancelling a prompt still being read).
+func (ch *chat) watchInterrupts(done <-chan struct{}, stop, quit *atomic.Bool, cancel func()) {
+	var last time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case <-ch.intr:
+			if stop.Swap(true) && time.Since(last) < quitWindow {
+				quit.Store(true)
+				cancel()
+				return
+			}
+			last = time.Now()
+		}
+	}
+}
+
+// closeTurn records how the session ends the assistant's turn. An EOS stop
+// token (<|im_end|>) is still to be fed, so only its newline is missing; a
+// turn cut by --max-tokens or the context holds its last token unfed and
+// needs <|im_end|>; a stopped one has fed everything it showed.
+func (ch *chat) closeTurn(reason string) {
+	switch reason {
+	case "eos":
+		ch.closing, ch.pending = "\n", 1
+	case "interrupted":
+		ch.closing, ch.pending = "<|im_end|>\n", 0
+	default:
+		ch.closing, ch.pending = "<|im_end|>\n", 1
+	}
+	if reason == "context_full" {
+		fmt.Fprintf(ch.info, "(the conversation has filled the context of %d tokens; /reset starts a new one, or raise --max-context)\n", ch.maxContext)
+	}
+}
+
+// fits reports whether a turn of n tokens fits the context, and says what
+// to do when it does not, instead of ending the chat.
+func (ch *chat) fits(n int) bool {
+	held := ch.sess.Len() + ch.pending
+	if held+n <= ch.maxContext {
+		return true
+	}
+	if n > ch.maxContext {
+		fmt.Fprintf(ch.info, "(this message is %d tokens, more than the context limit of %d; shorten it or raise --max-context)\n", n, ch.maxContext)
+	} else if held >= ch.maxContext {
+		fmt.Fprintf(ch.info, "(the conversation fills the context of %d tokens; /reset starts a new conversation, or raise --max-context)\n", ch.maxContext)
+	} else {
+		fmt.Fprintf(ch.info, "(the conversation holds %d of %d tokens and this message needs %d more; /reset starts a new conversation, or raise --max-context)\n", held, ch.maxContext, n)
+	}
+	return false
+}
+
+// termReader edits lines on a terminal (github.com/peterh/liner): cursor
+// keys, history, Ctrl-C as a key while the prompt is shown.
+type termReader struct{ l *liner.State }
+
+func newTermReader() *termReader {
+	l := liner.NewLiner()
+	l.SetCtrlCAborts(true)
+	l.SetMultiLineMode(true)
+	return &termReader{l}
+}
+
+func (r *termReader) ReadLine(prompt string) (string, error) {
+	line, err := r.l.Prompt(prompt)
+	if errors.Is(err, liner.ErrPromptAborted) {
+		return "", errPromptInterrupt
+	}
+	return line, err
+}
+
+func (r *termReader) AddHistory(line string) { r.l.AppendHistory(line) }
+func (r *termReader) Close() error           { return r.l.Close() }
+
+// pipeReader reads piped input: no prompt, no editing, lines of any length
+// up to 64 MiB.
+type pipeReader struct{ s *bufio.Scanner }
+
+func newPipeReader(r io.Reader) *pipeReader {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 64<<20)
+	return &pipeReader{s}
+}
+
+func (r *pipeReader) ReadLine(string) (string, error) {
+	if r.s.Scan() {
+		return r.s.Text(), nil
+	}
+	if err := r.s.Err(); err != nil {
+		return "", err
+	}
+	return "", io.EOF
+}
+
+func (r *pipeReader) AddHistory(string) {}
+func (r *pipeReader) Close() error      { return nil }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -28,9 +28,21 @@ func checkKVFlags(c *cli.Context) error {
 	return nil
 }
 
-// reportFootprint prints the process's memory footprint (one line, stderr)
-// and refuses one that an explicit --max-context or --ram-budget makes
-// larger than the machine, unless --force.
+// footprints holds each loaded engine's footprint until its command has
+// checked its own arguments and prints it (printFootprint), so a usage
+// error stays the one line on stderr.
+var footprints sync.Map // *runtime.Engine → runtime.Footprint
+
+// printFootprint prints e's memory footprint as one line on stderr.
+func printFootprint(c *cli.Context, e *runtime.Engine) {
+	if f, ok := footprints.LoadAndDelete(e); ok {
+		fmt.Fprintln(c.App.ErrWriter, f)
+	}
+}
+
+// reportFootprint computes the process's memory footprint and refuses one
+// that an explicit --max-context or --ram-budget makes larger than the
+// machine, unless --force.
 func reportFootprint(c *cli.Context, e *runtime.Engine, budget int64) error {
 	f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{
 		Experts: runtime.ExpertOptions{Budget: budget, Slots: c.Int("expert-cache-slots")}, KVBits: c.Int("kv-bits"),
@@ -39,7 +51,7 @@ func reportFootprint(c *cli.Context, e *runtime.Engine, budget int64) error {
 	if err != nil {
 		return cliutil.Usagef("%v", err)
 	}
-	fmt.Fprintln(os.Stderr, f)
+	footprints.Store(e, f)
 	if !(c.IsSet("max-context") || c.IsSet("ram-budget")) || c.Bool("force") {
 		return nil
 	}

@@ -20,50 +20,47 @@ func app() *cli.App {
 		Description: `Streams the generated text to stdout and prints timing (prefill and decode tokens/s) to stderr.
 Sampling defaults come from the model's generation_config.json; --temperature 0 is greedy.
 Generation stops at any EOS id of the generation config (with --chat also at <|im_end|>) unless
---ignore-eos, or after --max-tokens. Greedy output is identical for any --threads.`,
+--ignore-eos, or after --max-tokens. Greedy output is identical for any --threads.
+The decode rate counts decode steps: N generated tokens take N-1 steps, since the first comes from
+the prefill (the same in --json: decode_tok_s = steps / decode_s). Ctrl-C stops the generation,
+prints what was generated and the timing line (with --json a partial object whose stop_reason is
+"interrupted") and exits 130.
+Exit status: 0 done, 1 the run failed (a broken install, a failed write of stdout or --logits-out),
+2 a bad command line, 130 interrupted.`,
 		Flags:  append(modelFlags(), promptFlags()...),
 		Action: generateAction,
 		Commands: []*cli.Command{{
 			Name:      "chat",
 			Usage:     "interactive conversation that keeps its state between turns",
-			UsageText: "nvmai-run chat --model DIR [--system TEXT]",
-			Flags:     modelFlags(),
-			Action:    chatAction,
-		}, benchCommand()},
+			UsageText: "nvmai-run chat --model DIR [--system TEXT] [--stats]",
+			Description: `Type a message and press Enter; a line starting with """ opens a multi-line message, a line
+ending in """ sends it. /reset starts a new conversation (keeping --system), /exit quits, /help lists
+the keys. Ctrl-C stops the reply being written and keeps the conversation; Ctrl-C at the prompt, or
+twice within a second, quits (exit status 130); Ctrl-D quits (0). Piped input is one message per line.`,
+			Flags:  modelFlags(),
+			Action: chatAction,
+		}, benchCommand(), templateCommand()},
 	}
 }
 
+// modelFlags are the flags of a command that generates text: the engine,
+// the session, sampling, and the chat and report options.
 func modelFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install `DIR` (from nvmai-convert or nvmai-install)"},
-		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "compute threads", DefaultText: "all cores"},
-		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 256, Usage: "most tokens to generate"},
-		&cli.Float64Flag{Name: "temperature", Usage: "sampling temperature, 0 = greedy", DefaultText: "generation_config.json"},
-		&cli.IntFlag{Name: "top-k", Usage: "keep the K most likely tokens, 0 = off", DefaultText: "generation_config.json"},
-		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling mass, 1 = off", DefaultText: "generation_config.json"},
-		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "random seed; the same seed gives the same text"},
-		&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at end-of-sequence tokens"},
+	flags := append(engineFlags(), sessionFlags()...)
+	flags = append(flags, samplingFlags()...)
+	return append(flags,
 		&cli.StringFlag{Name: "system", Usage: "system message for --chat and chat"},
-		&cli.IntFlag{Name: "kv-initial", Usage: "initial KV cache size in tokens; doubles on demand", DefaultText: "8192"},
-		&cli.IntFlag{Name: "max-context", Usage: "most tokens of context", DefaultText: "the model's maximum"},
-		&cli.IntFlag{Name: "kv-bits", Value: 8, Usage: "KV cache width: 8 (int8, a scale per 64 values), 16 (bfloat16) or 32 (float32)"},
-		&cli.StringFlag{Name: "rope-scaling", Value: "none", Usage: "none, or yarn to extend the context 2x or 4x (--max-context 524288 or 1048576 for Qwen3.5/3.6)"},
-		&cli.BoolFlag{Name: "force", Usage: "start even when the memory footprint exceeds the machine's RAM"},
-		&cli.StringFlag{Name: "ram-budget", Usage: "memory for cached experts, e.g. 8G or 512M (binary units)", DefaultText: "8G, at most half the RAM"},
-		&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer (overrides --ram-budget)"},
-		&cli.IntFlag{Name: "io-threads", Usage: "parallel expert reads", DefaultText: "4"},
-		&cli.IntFlag{Name: "prefetch", Usage: "experts per layer to predict and read ahead while decoding (at most top_k); 0 = off. Only when the cache cannot hold every expert", DefaultText: "4"},
 		&cli.BoolFlag{Name: "stats", Usage: "print expert-cache hits, misses, bytes read, read rate, I/O wait and peak RSS to stderr"},
-	}
+	)
 }
 
 func promptFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt `TEXT`"},
-		&cli.StringFlag{Name: "prompt-file", Aliases: []string{"f"}, Usage: "read the prompt from `FILE`"},
-		&cli.StringFlag{Name: "prompt-ids", Usage: "comma-separated token ids, bypassing the tokenizer"},
+		&cli.StringFlag{Name: "prompt-file", Aliases: []string{"f"}, Usage: "read the prompt from `FILE` (- = stdin); one trailing newline is dropped, as llama.cpp's -f does"},
+		&cli.StringFlag{Name: "prompt-ids", Usage: "comma-separated token `IDS`, bypassing the tokenizer (not with --chat)"},
 		&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt in the model's chat format and stop at <|im_end|>"},
-		&cli.BoolFlag{Name: "json", Usage: "print one JSON object (prompt_ids, ids, text, timings) instead of streaming"},
+		&cli.BoolFlag{Name: "json", Usage: "print one JSON object (prompt_ids, ids, text, stop_reason, timings) instead of streaming"},
 		&cli.StringFlag{Name: "logits-out", Usage: "write float32 little-endian logits, one vocab-size row per generated token, to `FILE`"},
 	}
 }

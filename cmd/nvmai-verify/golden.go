@@ -18,7 +18,7 @@ func goldenCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "golden",
 		Usage:     "compare fixed greedy generations with the stored baselines (the release gate)",
-		UsageText: "nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--targets FILE] [--record [--force]] [--json]",
+		UsageText: "nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--targets FILE] [--only NAME,...] [--record [--force]] [--json]",
 		Description: `For every target declared in GOLDEN_DIR/targets.json (the embedded model at 4, 8 and 16 bits,
 and with "registry": true every registry model at each width), runs its prompt greedily for exactly
 its number of tokens on MODELS_DIR/INSTALL and compares the text byte for byte with
@@ -26,20 +26,22 @@ GOLDEN_DIR/TARGET.txt. A target whose install is absent is NOT CHECKED: listed, 
 silently. An installed model (a directory holding manifest.json) that no target covers fails the
 gate unless targets.json lists it under not_golden with its reason. The models directory is
 fingerprinted before and after; any change fails the gate. Nothing is downloaded, converted or
-written there. --record writes missing baselines (never over one without --force).
+written there. --record writes missing baselines and checks the others (never writes over one
+without --force). --only runs just the named targets and does not judge coverage (scripts/demo.sh
+checks the embedded model's three that way).
 Exit status 0 when the gate passes, 1 when it fails, 2 for a bad command line.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "models-dir", Usage: "`DIR` holding the installs (never written)"},
 			&cli.StringFlag{Name: "golden-dir", Value: filepath.Join("benchmark", "golden"), Usage: "`DIR` holding the baselines"},
 			&cli.StringFlag{Name: "targets", Usage: "targets `FILE` (default GOLDEN_DIR/targets.json)"},
-			&cli.BoolFlag{Name: "record", Usage: "write a baseline for every target with an install and none recorded yet"},
+			&cli.StringSliceFlag{Name: "only", Usage: "run only the targets `NAME,...`; coverage is not judged"},
+			&cli.BoolFlag{Name: "record", Usage: "write a baseline for every target with an install and none recorded yet; check the rest"},
 			&cli.BoolFlag{Name: "force", Usage: "with --record, replace existing baselines"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
-			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"},
+			cliutil.IntRange(&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"}, 1, cliutil.MaxThreads, ""),
 			&cli.StringFlag{Name: "commit", Value: buildCommit(), Usage: "commit recorded in new baselines (informational)"},
 		},
-		Action:       goldenAction,
-		OnUsageError: usageError,
+		Action: goldenAction,
 	}
 }
 
@@ -69,24 +71,27 @@ func goldenAction(c *cli.Context) error {
 	if targetsPath == "" {
 		targetsPath = filepath.Join(c.String("golden-dir"), verify.TargetsFile)
 	}
+	out := c.App.Writer
 	ts, err := verify.ReadTargets(targetsPath)
 	if err != nil {
-		return err
+		return goldenError(c, err)
 	}
-	out := c.App.Writer
 	opt := verify.GateOptions{
 		ModelsDir: c.String("models-dir"), GoldenDir: c.String("golden-dir"), Targets: ts,
-		Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Commit: c.String("commit"),
+		Only: c.StringSlice("only"), Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Commit: c.String("commit"),
 	}
 	if !c.Bool("json") {
 		opt.OnResult = func(r verify.TargetResult) { printResult(out, r) }
 	}
 	rep, err := verify.Gate(c.Context, opt)
 	if err != nil {
-		return err
+		return goldenError(c, err)
 	}
 	if c.Bool("json") {
-		if err := writeJSON(out, rep); err != nil {
+		if err := writeJSON(out, struct {
+			OK bool `json:"ok"`
+			*verify.GateReport
+		}{rep.OK(), rep}); err != nil {
 			return err
 		}
 	} else {
@@ -96,6 +101,15 @@ func goldenAction(c *cli.Context) error {
 		return cli.Exit("golden gate failed", cliutil.ExitFailure)
 	}
 	return nil
+}
+
+// goldenError prints, with --json, an error object on stdout for a gate
+// that could not run, and returns err.
+func goldenError(c *cli.Context, err error) error {
+	if c.Bool("json") {
+		writeJSON(c.App.Writer, jsonError{Dir: c.String("models-dir"), Error: err.Error()})
+	}
+	return err
 }
 
 // printResult prints one target's line. Release tooling greps the
@@ -127,9 +141,16 @@ func printGateSummary(w io.Writer, rep *verify.GateReport) {
 	if !rep.OK() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "golden gate %s: %d passed, %d failed, %d recorded, %d not checked, %d uncovered, %d change(s) to %s\n",
-		verdict, rep.Passed, rep.Failed, rep.Recorded, len(rep.NotChecked), len(rep.Uncovered), len(rep.ModelsDirChanges), rep.ModelsDir)
+	uncovered := fmt.Sprintf("%d uncovered", len(rep.Uncovered))
+	if !rep.CoverageChecked {
+		uncovered = "coverage not checked (--only)"
+	}
+	fmt.Fprintf(w, "golden gate %s: %d passed, %d failed, %d recorded, %d not checked, %s, %d change(s) to %s\n",
+		verdict, rep.Passed, rep.Failed, rep.Recorded, len(rep.NotChecked), uncovered, len(rep.ModelsDirChanges), rep.ModelsDir)
 	if len(rep.NotChecked) > 0 {
 		fmt.Fprintf(w, "not checked: %s\n", strings.Join(rep.NotChecked, ", "))
+	}
+	if len(rep.Installs) == 0 {
+		fmt.Fprintf(w, "no installs found under %s (an install is a directory holding manifest.json): is it the directory that holds them?\n", rep.ModelsDir)
 	}
 }

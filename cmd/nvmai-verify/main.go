@@ -23,29 +23,29 @@ func app() *cli.App {
 	return &cli.App{
 		Name:  "nvmai-verify",
 		Usage: "check nvmai installs against their receipts, and golden baselines",
-		UsageText: `nvmai-verify --verify-install DIR [--json] [--reissue]
+		UsageText: `nvmai-verify --verify-install DIR [--json] [--reissue [--trust-current-bytes]]
 nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--record [--force]] [--json]`,
 		Description: `--verify-install re-hashes every payload file of DIR against verified-install.json, checks the
 manifest (ceilings, tensor ranges inside their files, expert files of exactly experts × stride
 bytes), that the tokenizer and configs are present and that no stray file was added. Exit status 0
-when sound, 1 with every problem listed (file, expected, found), 2 for a bad command line.
---reissue rewrites the receipt, and only after a full check found nothing wrong but the receipt
-itself.`,
+when sound, 1 with every problem listed (file, expected, found), 2 for a bad command line, 130
+interrupted. --json prints the report with a top-level "ok" (true or false), or, when no report
+could be made (no such directory), {"ok": false, "error": "…"}.
+--reissue rewrites the receipt in canonical form, and only after every file matched the hash the
+old receipt gives it (a reformatted receipt still holds its hashes). With no usable receipt it
+refuses, unless --trust-current-bytes is also given: the files are then hashed as they are and
+recorded, checked against nothing.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "verify-install", Usage: "install `DIR` to check"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
 			&cli.BoolFlag{Name: "reissue", Usage: "rewrite verified-install.json after a successful full check"},
-			&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "files hashed in parallel"},
+			&cli.BoolFlag{Name: "trust-current-bytes", Usage: "with --reissue and no usable receipt: record the files as they are now, unchecked"},
+			cliutil.IntRange(&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "files hashed in parallel"}, 1, cliutil.MaxThreads, ""),
 		},
-		Commands:     []*cli.Command{goldenCommand()},
-		Action:       verifyInstall,
-		OnUsageError: usageError,
+		Commands: []*cli.Command{goldenCommand()},
+		Action:   verifyInstall,
 	}
 }
-
-// usageError makes flag-parsing mistakes exit with status 2, like every
-// other command-line mistake.
-func usageError(_ *cli.Context, err error, _ bool) error { return cliutil.Usagef("%v", err) }
 
 func verifyInstall(c *cli.Context) error {
 	if c.NArg() > 0 {
@@ -54,13 +54,23 @@ func verifyInstall(c *cli.Context) error {
 	if c.String("verify-install") == "" {
 		return cliutil.Usagef("nothing to do: give --verify-install DIR, or the golden command (see --help)")
 	}
-	rep, err := verify.Install(c.String("verify-install"), c.Int("threads"), c.Bool("reissue"))
+	if c.Bool("trust-current-bytes") && !c.Bool("reissue") {
+		return cliutil.Usagef("--trust-current-bytes only applies with --reissue")
+	}
+	rep, err := verify.CheckInstall(c.Context, c.String("verify-install"), verify.InstallOptions{
+		Threads: c.Int("threads"), Reissue: c.Bool("reissue"), TrustCurrentBytes: c.Bool("trust-current-bytes")})
+	out := c.App.Writer
 	if err != nil {
+		if c.Bool("json") {
+			writeJSON(out, jsonError{Dir: c.String("verify-install"), Error: err.Error()})
+		}
 		return err
 	}
-	out := c.App.Writer
 	if c.Bool("json") {
-		if err := writeJSON(out, rep); err != nil {
+		if err := writeJSON(out, struct {
+			OK bool `json:"ok"`
+			*verify.Report
+		}{rep.OK(), rep}); err != nil {
 			return err
 		}
 	} else {
@@ -70,6 +80,14 @@ func verifyInstall(c *cli.Context) error {
 		return cli.Exit("", cliutil.ExitFailure)
 	}
 	return nil
+}
+
+// jsonError is what --json prints on stdout when no report could be made,
+// so a script reading stdout always gets an object with "ok".
+type jsonError struct {
+	OK    bool   `json:"ok"` // always false
+	Dir   string `json:"dir,omitempty"`
+	Error string `json:"error"`
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -88,8 +106,11 @@ func printReport(w io.Writer, rep *verify.Report) {
 		status = fmt.Sprintf("%d problem(s)", len(rep.Problems))
 	}
 	fmt.Fprintf(w, "%s: %s (%s %d-bit, %d files, %s hashed)", rep.Dir, status, rep.ModelID, rep.Bits, rep.Files, cliutil.HumanBytes(rep.Bytes))
-	if rep.Reissued {
-		fmt.Fprint(w, "; receipt reissued")
+	switch {
+	case rep.Trusted:
+		fmt.Fprint(w, "; receipt written from the files as they are (--trust-current-bytes: nothing checked them)")
+	case rep.Reissued:
+		fmt.Fprint(w, "; receipt reissued (every file matched the old receipt)")
 	}
 	fmt.Fprintln(w)
 }

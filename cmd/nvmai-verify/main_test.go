@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,10 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
 	"github.com/nvmai/nvmai/pkg/convert"
 )
 
@@ -22,15 +20,8 @@ import (
 // status cliutil.Run would give the process.
 func run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	a := app()
-	var out, errOut bytes.Buffer
-	a.Writer, a.ErrWriter = &out, &errOut
-	a.ExitErrHandler = func(*cli.Context, error) {}
-	err := a.RunContext(context.Background(), append([]string{"nvmai-verify"}, args...))
-	if err != nil {
-		t.Logf("error: %v", err)
-	}
-	return out.String(), cliutil.ExitCode(err)
+	r := clitest.Run(t, app(), args...)
+	return r.Stdout, r.Code
 }
 
 var shared struct {
@@ -151,8 +142,12 @@ func TestGoldenCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "RECORDED m4 -> ") || !strings.Contains(out, "NOT CHECKED absent-8bit: ") {
 		t.Fatalf("record: exit %d\n%s", code, out)
 	}
-	if _, code := run(t, append(base, "--record")...); code != cliutil.ExitFailure {
-		t.Errorf("second --record without --force: exit %d, want 1", code)
+	// With every baseline present, --record records nothing and checks the rest.
+	if out, code := run(t, append(base, "--record")...); code != 0 || !strings.Contains(out, "PASS m4 (") || !strings.Contains(out, "0 recorded") {
+		t.Errorf("second --record without --force: exit %d, want 0 with m4 checked\n%s", code, out)
+	}
+	if out, code := run(t, append(base, "--only", "m4")...); code != 0 || strings.Contains(out, "absent-8bit") {
+		t.Errorf("--only m4: exit %d\n%s", code, out)
 	}
 
 	out, code = run(t, base...)
@@ -165,7 +160,7 @@ func TestGoldenCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
 	}
-	for _, key := range []string{"models_dir", "golden_dir", "results", "not_checked", "uncovered", "excused", "models_dir_changes", "passed", "failed", "recorded"} {
+	for _, key := range []string{"ok", "models_dir", "golden_dir", "results", "not_checked", "uncovered", "excused", "models_dir_changes", "passed", "failed", "recorded"} {
 		if _, ok := rep[key]; !ok {
 			t.Errorf("--json report lacks %q", key)
 		}
@@ -204,4 +199,55 @@ func repoRoot(t *testing.T) string {
 func copyDir(t *testing.T, src, dst string) {
 	t.Helper()
 	testfix.CopyTree(t, src, dst)
+}
+
+// M2, L1, L11, L26 on nvmai-verify: one-line usage errors with the
+// subcommand's help, ranges, --version, and JSON that always has "ok".
+func TestCommandLine(t *testing.T) {
+	models := t.TempDir()
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"--verify-instal", models}, "unknown flag --verify-instal; did you mean --verify-install? (see nvmai-verify --help)"},
+		{[]string{"golden", "--modles-dir", models}, "unknown flag --modles-dir; did you mean --models-dir? (see nvmai-verify golden --help)"},
+		{[]string{"--verify-install", models, "--threads", "-1"}, "--threads -1 is out of range: use 1 to 4096"},
+		{[]string{"golden", "--models-dir", models, "--threads", "0"}, "--threads 0 is out of range: use 1 to 4096 (see nvmai-verify golden --help)"},
+		{[]string{"--verify-install", models, "golden"}, "--verify-install does not apply to nvmai-verify golden"},
+	} {
+		r := clitest.Run(t, app(), tc.args...)
+		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, tc.stderr) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, r.Code, r.Stdout, r.Stderr, tc.stderr)
+		}
+	}
+	if r := clitest.Run(t, app(), "--version"); r.Code != 0 || !strings.HasPrefix(r.Stdout, "nvmai-verify devel") {
+		t.Errorf("--version: exit %d, %q", r.Code, r.Stdout)
+	}
+	r := clitest.Run(t, app(), "--verify-install", filepath.Join(models, "absent"), "--json")
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(r.Stdout), &obj); err != nil || r.Code != cliutil.ExitFailure || obj["ok"] != false || !strings.Contains(obj["error"].(string), "absent") {
+		t.Errorf("--json on a missing install: exit %d, %v, stdout %q", r.Code, err, r.Stdout)
+	}
+	r = clitest.Run(t, app(), "golden", "--models-dir", models, "--golden-dir", filepath.Join(models, "absent"), "--json")
+	obj = nil
+	if err := json.Unmarshal([]byte(r.Stdout), &obj); err != nil || r.Code != cliutil.ExitFailure || obj["ok"] != false {
+		t.Errorf("golden --json without targets: exit %d, %v, stdout %q", r.Code, err, r.Stdout)
+	}
+}
+
+func TestJSONReportHasOK(t *testing.T) {
+	dir := filepath.Join(install(t), "m4")
+	for _, tc := range []struct {
+		damage bool
+		ok     bool
+	}{{false, true}, {true, false}} {
+		if tc.damage {
+			os.WriteFile(filepath.Join(dir, "stray.txt"), []byte("x"), 0o644)
+		}
+		out, _ := run(t, "--verify-install", dir, "--json")
+		var rep map[string]any
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || rep["ok"] != tc.ok || rep["dir"] != dir {
+			t.Errorf("damaged %v: ok %v (want %v), %v", tc.damage, rep["ok"], tc.ok, err)
+		}
+	}
 }

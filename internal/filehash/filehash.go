@@ -3,6 +3,7 @@
 package filehash
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -12,15 +13,37 @@ import (
 
 // SHA256 returns the size and the lowercase hex sha256 of the file at path.
 func SHA256(path string) (size int64, sum string, err error) {
+	return SHA256Context(context.Background(), path)
+}
+
+// SHA256Context is SHA256, checking ctx between blocks so that hashing a
+// large file stops promptly on Ctrl-C; it then returns ctx's error.
+func SHA256Context(ctx context.Context, path string) (size int64, sum string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
+	if ctx.Err() != nil {
+		return 0, "", ctx.Err()
+	}
 	if err != nil {
 		return 0, "", fmt.Errorf("hashing %s: %w", path, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader fails its next Read once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

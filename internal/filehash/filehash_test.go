@@ -1,8 +1,10 @@
 package filehash
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,5 +25,17 @@ func TestSHA256(t *testing.T) {
 	}
 	if _, _, err := SHA256(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
 		t.Fatalf("missing file: %v, want a not-exist error", err)
+	}
+}
+
+func TestSHA256ContextStops(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, make([]byte, 3<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := SHA256Context(ctx, p); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled hash: %v, want context.Canceled", err)
 	}
 }

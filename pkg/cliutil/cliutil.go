@@ -28,14 +28,6 @@ const (
 	ExitInterrupted = 130 // Ctrl-C
 )
 
-// UsageError marks a command-line mistake (exit 2).
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
-// Usagef builds a UsageError.
-func Usagef(format string, args ...any) error { return &UsageError{fmt.Sprintf(format, args...)} }
-
 // ExitCode maps an error to the process exit status.
 func ExitCode(err error) int {
 	var ue *UsageError
@@ -53,28 +45,77 @@ func ExitCode(err error) int {
 	return ExitFailure
 }
 
-// Run runs app with a context cancelled on SIGINT/SIGTERM, prints any error
-// as "NAME: error" on stderr and exits with ExitCode.
+// Run runs app on os.Args with a context cancelled on SIGINT/SIGTERM and
+// exits with Main's status; a failed close of stdout (the last write to a
+// file can fail only there) is a failure too.
 func Run(app *cli.App) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	app.ExitErrHandler = func(*cli.Context, error) {} // we map errors ourselves
-	app.UseShortOptionHandling = true
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once
+	}()
 	stopProfile := startProfile(app.Name)
-	err := app.RunContext(ctx, os.Args)
+	code := Main(ctx, app, os.Args)
 	stopProfile()
+	if err := os.Stdout.Close(); err != nil && code == ExitOK && !errors.Is(err, os.ErrClosed) {
+		fmt.Fprintf(os.Stderr, "%s: close stdout: %v\n", app.Name, err)
+		code = ExitFailure
+	}
+	os.Exit(code)
+}
+
+// Main prepares app (Prepare), normalizes args (NormalizeArgs), runs it,
+// prints any error as one "NAME: error" line on app.ErrWriter and returns
+// the exit status. Everything written to app.Writer (stdout when unset)
+// goes through a checked writer: a failed write makes a successful run
+// fail with the reason. Tests run a command in-process through Main.
+func Main(ctx context.Context, app *cli.App, args []string) int {
+	Prepare(app)
+	if app.Writer == nil {
+		app.Writer = os.Stdout
+	}
+	if app.ErrWriter == nil {
+		app.ErrWriter = os.Stderr
+	}
+	out := NewOutput(app.Writer, "stdout")
+	app.Writer = out
+	args, err := NormalizeArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
+	if err == nil {
+		err = out.Err()
+	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("interrupted; nothing was left half-written")
-			fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
-			os.Exit(ExitInterrupted)
-		}
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintf(os.Stderr, "%s: %s\n", app.Name, msg)
+		if line := errorLine(err); line != "" {
+			fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, line)
 		}
 	}
-	os.Exit(ExitCode(err))
+	return ExitCode(err)
 }
+
+// errorLine is what the user reads about err.
+func errorLine(err error) string {
+	var ue *UsageError
+	var ie *InterruptedError
+	switch {
+	case errors.As(err, &ie):
+		return ie.Msg
+	case errors.Is(err, context.Canceled):
+		return "interrupted; nothing was left half-written"
+	case errors.As(err, &ue):
+		return ue.Line()
+	}
+	return err.Error()
+}
+
+// InterruptedError is a run stopped by Ctrl-C (exit 130) whose message says
+// what was kept; without one Main says nothing was left half-written, which
+// is true of the commands that write files atomically.
+type InterruptedError struct{ Msg string }
+
+func (e *InterruptedError) Error() string { return e.Msg }
+func (e *InterruptedError) Unwrap() error { return context.Canceled }
 
 // ProfileEnv names a file that receives a CPU profile of the whole command
 // (go tool pprof reads it).
@@ -117,7 +158,7 @@ func NewProgress(desc string, quiet bool) *Progress {
 		return p
 	}
 	if IsTerminal(os.Stderr) {
-		p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetDescription(desc), progressbar.OptionShowBytes(true),
+		p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetDescription(desc), progressbar.OptionShowBytes(true), progressbar.OptionUseIECUnits(true),
 			progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
@@ -142,26 +183,25 @@ func (p *Progress) Update(done, total int64) {
 	p.ended = done >= total
 	p.last = time.Now()
 	secs := time.Since(p.start).Seconds()
-	fmt.Fprintf(p.w, "%s: %s of %s (%.0f MB/s)\n", p.desc, HumanBytes(done), HumanBytes(total), float64(done)/1e6/max(secs, 1e-9))
+	fmt.Fprintf(p.w, "%s: %s of %s (%s)\n", p.desc, Bytes(done), Bytes(total), Rate(float64(done)/max(secs, 1e-9)))
 }
 
-// Finish ends the bar.
+// Finish ends the bar at 100%.
 func (p *Progress) Finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 	}
 }
 
-// HumanBytes formats n with binary units.
-func HumanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
+// End ends the bar: at 100% when the work succeeded, where it stopped
+// otherwise (a failed or interrupted run must not look complete).
+func (p *Progress) End(err error) {
+	if err == nil {
+		p.Finish()
+		return
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
+	if p.bar != nil {
+		p.bar.Exit()
+		fmt.Fprintln(os.Stderr)
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -119,8 +120,12 @@ func (o *Options) check() error {
 	if o.Notice == nil {
 		o.Notice = func(string) {}
 	}
+	if err := o.resolveInput(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
-	for _, t := range o.Targets {
+	dirs := make([]string, len(o.Targets))
+	for i, t := range o.Targets {
 		if t.Bits != 4 && t.Bits != 8 && t.Bits != 16 {
 			return &BitsError{t.Bits}
 		}
@@ -132,11 +137,44 @@ func (o *Options) check() error {
 			return fmt.Errorf("two outputs share the directory %s", t.Dir)
 		}
 		seen[abs] = true
-		if _, err := os.Lstat(t.Dir); err == nil && !o.Overwrite {
-			return fmt.Errorf("%w: %s exists; pass --overwrite to replace it, or choose another --output", ErrExists, t.Dir)
+		dirs[i] = t.Dir
+	}
+	if err := checkOverlap(o.Input, dirs); err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := checkTarget(d, o.Overwrite); err != nil {
+			return err
 		}
 	}
 	o.sourceIdentity()
+	return nil
+}
+
+// resolveInput checks that --input names a snapshot directory, follows a
+// Hugging Face repo folder to the snapshot its refs/main names, and
+// recognises an nvmai install given by mistake.
+func (o *Options) resolveInput() error {
+	fi, err := os.Stat(o.Input)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--input %s: no such directory", o.Input)
+	case err != nil:
+		return fmt.Errorf("--input %s: %w", o.Input, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--input %s is a file; pass the directory of a Hugging Face snapshot", o.Input)
+	}
+	if m, err := readOwnManifest(o.Input); err == nil {
+		return fmt.Errorf("--input %s is an nvmai install (%s, %d-bit), not a Hugging Face snapshot; run it with nvmai-run --model %s, or convert from the snapshot it was made from", o.Input, m.ModelID, m.Bits, o.Input)
+	}
+	snap, commit, ok, err := hf.RepoFolderSnapshot(o.Input)
+	if err != nil {
+		return fmt.Errorf("--input: %w", err)
+	}
+	if ok {
+		o.Notice(fmt.Sprintf("--input %s is a Hugging Face repo folder; converting its snapshot %s (refs/main)", o.Input, commit))
+		o.Input = snap
+	}
 	return nil
 }
 

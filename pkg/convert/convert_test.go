@@ -200,29 +200,6 @@ func TestTwoWidthsFromOneRead(t *testing.T) {
 	}
 }
 
-func TestExistingInstallNeedsOverwrite(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-fused")
-	out := filepath.Join(t.TempDir(), "m")
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(out, "keep"), []byte("x"), 0o644)
-	_, err := Run(context.Background(), Options{Input: src, Targets: []Target{{4, out}}})
-	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "--overwrite") {
-		t.Fatalf("got %v, want ErrExists mentioning --overwrite", err)
-	}
-	if _, err := os.Stat(filepath.Join(out, "keep")); err != nil {
-		t.Fatal("existing install was touched")
-	}
-	if _, err := Run(context.Background(), Options{Input: src, Targets: []Target{{4, out}}, Overwrite: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(out, packexperts.ReceiptFile)); err != nil {
-		t.Fatal("overwrite did not produce an install")
-	}
-	assertNoLeftovers(t, filepath.Dir(out), "m")
-}
-
 func TestParseBits(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

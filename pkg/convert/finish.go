@@ -48,7 +48,7 @@ func (c *converter) finish(ctx context.Context) ([]Result, error) {
 		}
 	}
 	for _, o := range c.outs {
-		if err := publish(o.staging, o.target.Dir); err != nil {
+		if err := publish(o.staging, o.target.Dir, c.opt.Overwrite); err != nil {
 			return nil, err
 		}
 		results = append(results, Result{Target: o.target, Manifest: o.man})
@@ -167,9 +167,14 @@ func EncodeManifest(m *packexperts.Manifest) ([]byte, error) {
 }
 
 // publish renames a sealed staging directory to final. An existing final
-// directory (allowed only with --overwrite) is moved aside first and removed
-// only after the new one is in place.
-func publish(staging, final string) error {
+// directory (allowed only with overwrite, and only when it is an nvmai
+// install: checked again here, as it may have changed during the
+// conversion) is moved aside first and removed only after the new one is in
+// place.
+func publish(staging, final string, overwrite bool) error {
+	if err := checkTarget(final, overwrite); err != nil {
+		return err
+	}
 	var old string
 	if _, err := os.Lstat(final); err == nil {
 		old = filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".old-"+strconv.Itoa(os.Getpid()))

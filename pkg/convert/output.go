@@ -11,6 +11,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
+	"github.com/nvmai/nvmai/pkg/version"
 )
 
 // output is one install being written into its staging directory.
@@ -24,22 +25,7 @@ type output struct {
 	parts    map[string]*packexperts.Tensor // "gate", "up", "down"
 	draft    *safetensors.Writer
 	draftF   *os.File
-}
-
-// stagingDir is a hidden sibling of the final directory, so a failed or
-// interrupted conversion never leaves anything that looks like an install.
-func stagingDir(final string) string {
-	return filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".partial-"+strconv.Itoa(os.Getpid()))
-}
-
-// removeStaleStaging deletes staging directories that earlier, interrupted
-// runs left for the same final directory.
-func removeStaleStaging(final string) {
-	pattern := filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".partial-*")
-	stale, _ := filepath.Glob(pattern)
-	for _, s := range stale {
-		os.RemoveAll(s)
-	}
+	lock     *os.File // held on staging while this process writes it
 }
 
 func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.TensorSpec) (*output, error) {
@@ -47,12 +33,13 @@ func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.Tens
 		return nil, err
 	}
 	removeStaleStaging(t.Dir)
-	o := &output{target: t, staging: stagingDir(t.Dir), tensors: map[string]*packexperts.Tensor{}, experts: map[int]*os.File{}, parts: map[string]*packexperts.Tensor{}}
-	if err := os.MkdirAll(o.staging, 0o755); err != nil {
+	staging, lock, err := createStaging(t.Dir)
+	if err != nil {
 		return nil, err
 	}
+	o := &output{target: t, staging: staging, lock: lock, tensors: map[string]*packexperts.Tensor{}, experts: map[int]*os.File{}, parts: map[string]*packexperts.Tensor{}}
 	o.man = &packexperts.Manifest{
-		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion, WrittenBy: version.String(),
 		ModelID: opt.ModelID, Architecture: snap.Architecture, Bits: t.Bits, Geometry: snap.Geometry,
 		Source: packexperts.Source{Repo: opt.Repo, Revision: opt.Revision},
 	}
@@ -219,4 +206,13 @@ func (o *output) closeFiles() error {
 func (o *output) abort() {
 	o.closeFiles()
 	os.RemoveAll(o.staging)
+}
+
+// unlock lets other runs know this one no longer writes the staging
+// directory (published or removed by now).
+func (o *output) unlock() {
+	if o.lock != nil {
+		o.lock.Close()
+		o.lock = nil
+	}
 }

@@ -75,11 +75,11 @@ func (c *converter) ordered() []*hf.SourceTensor {
 }
 
 func (c *converter) cleanup() {
-	if c.ok {
-		return
-	}
 	for _, o := range c.outs {
-		o.abort()
+		if !c.ok {
+			o.abort()
+		}
+		o.unlock()
 	}
 }
 

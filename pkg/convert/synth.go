@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"github.com/nvmai/nvmai/pkg/units"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
+	"github.com/nvmai/nvmai/pkg/version"
 )
 
 // synthGenerator versions the mapping from (seed, tensor, block) to bytes:
@@ -89,8 +91,8 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 	if opt.Output == "" {
 		return nil, fmt.Errorf("no output: pass --output DIR")
 	}
-	if _, err := os.Lstat(opt.Output); err == nil && !opt.Overwrite {
-		return nil, fmt.Errorf("%w: %s exists; pass --overwrite to replace it, or choose another --output", ErrExists, opt.Output)
+	if err := checkTarget(opt.Output, opt.Overwrite); err != nil {
+		return nil, err
 	}
 	p, err := newSynthPlan(&opt)
 	if err != nil {
@@ -104,8 +106,8 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 		return nil, err
 	}
 	removeStaleStaging(final)
-	staging := stagingDir(final)
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	staging, lock, err := createStaging(final)
+	if err != nil {
 		return nil, err
 	}
 	published := false
@@ -113,11 +115,12 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 		if !published {
 			os.RemoveAll(staging)
 		}
+		lock.Close()
 	}()
 	if err := p.seal(ctx, staging, &opt); err != nil {
 		return nil, fmt.Errorf("%s: %w", final, err)
 	}
-	if err := publish(staging, final); err != nil {
+	if err := publish(staging, final, opt.Overwrite); err != nil {
 		return nil, err
 	}
 	published = true
@@ -147,7 +150,7 @@ func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
 	}
 	p := &synthPlan{geo: geo, seed: opt.Seed}
 	p.man = &packexperts.Manifest{
-		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion,
+		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion, WrittenBy: version.String(),
 		ModelID: "synthetic/" + geo.Name, Architecture: geo.Architecture, Bits: opt.Bits, Geometry: geo.Geometry,
 		Source: packexperts.Source{Repo: "synthetic", Revision: synthRevision(opt.Seed), Files: []packexperts.SourceFile{}},
 	}
@@ -413,7 +416,7 @@ func checkFreeSpace(dir string, need int64) error {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if need > free {
-		return fmt.Errorf("the install needs %.1f GB but %s has only %.1f GB free; free some space, choose another --output, or write fewer --layers", float64(need)/1e9, dir, float64(free)/1e9)
+		return fmt.Errorf("the install needs %s but %s has only %s free; free some space, choose another --output, or write fewer --layers", units.Bytes(need), dir, units.Bytes(free))
 	}
 	return nil
 }

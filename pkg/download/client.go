@@ -66,6 +66,17 @@ type Client struct {
 	// filesystem holding path; nil means statfs. Tests inject it.
 	FreeSpace func(path string) (uint64, error)
 
+	// Offline refuses every request (HF_HUB_OFFLINE, nvmai-install
+	// --offline): Snapshot then reads the cache alone.
+	Offline bool
+	// OnRetry, when set, is told about every request about to be retried
+	// (from several goroutines at once), so retries are never silent.
+	OnRetry func(RetryNotice)
+
+	// dial replaces the transport's dialer: a test seam for faults that
+	// loopback cannot produce (a DNS failure).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	initOnce  sync.Once
 	transport http.RoundTripper
 }
@@ -90,6 +101,7 @@ func NewClient() *Client {
 		RetryWaitMax:  DefaultRetryWaitMax,
 		RetryAfterMax: DefaultRetryAfterMax,
 		HeaderTimeout: DefaultHeaderTimeout,
+		Offline:       OfflineFromEnvironment(),
 	}
 }
 
@@ -171,7 +183,11 @@ func NewHTTP1Transport(rootCAs *x509.CertPool, headerTimeout time.Duration) *htt
 
 func (c *Client) roundTripper() http.RoundTripper {
 	c.initOnce.Do(func() {
-		c.transport = http1Only{next: NewHTTP1Transport(c.RootCAs, c.HeaderTimeout)}
+		t := NewHTTP1Transport(c.RootCAs, c.HeaderTimeout)
+		if c.dial != nil {
+			t.DialContext = c.dial
+		}
+		c.transport = http1Only{next: t}
 	})
 	return c.transport
 }
@@ -193,7 +209,10 @@ func (c *Client) isHubHost(u *url.URL) bool {
 
 // newRequest builds a request that carries the token only to the Hub host.
 func (c *Client) newRequest(ctx context.Context, method, rawURL string) (*retryablehttp.Request, error) {
-	req, err := retryablehttp.NewRequestWithContext(ctx, method, rawURL, nil)
+	if c.Offline {
+		return nil, fmt.Errorf("%w: refusing %s %s (offline mode: --offline or HF_HUB_OFFLINE)", ErrOffline, method, rawURL)
+	}
+	req, err := retryablehttp.NewRequestWithContext(withAttemptLog(ctx, method, rawURL), method, rawURL, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +239,8 @@ func (c *Client) retryClient(followRedirects bool) *retryablehttp.Client {
 	rc.RetryMax = c.MaxRetries
 	rc.RetryWaitMin, rc.RetryWaitMax = c.RetryWaitMin, c.RetryWaitMax
 	rc.Backoff = c.backoff
-	rc.CheckRetry = checkRetry
-	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	rc.CheckRetry = c.checkRetryAndReport
+	rc.ErrorHandler = countAttempts
 	return rc
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvmai/nvmai/pkg/units"
 	"io"
 	"net/http"
 	"net/url"
@@ -221,22 +222,19 @@ type DiskSpaceError struct {
 	Path string
 	Need uint64
 	Free uint64
+	// Elsewhere is the advice for putting the data on another disk; empty
+	// means the cache's (HF_HOME or HF_HUB_CACHE).
+	Elsewhere string
 }
 
 func (e *DiskSpaceError) Error() string {
-	return fmt.Sprintf("not enough disk space on %s: need %s, %s free; free up %s or point HF_HOME "+
-		"(or HF_HUB_CACHE) at a larger disk", e.Path, humanBytes(e.Need), humanBytes(e.Free), humanBytes(e.Need-e.Free))
+	elsewhere := e.Elsewhere
+	if elsewhere == "" {
+		elsewhere = "point HF_HOME (or HF_HUB_CACHE) at a larger disk"
+	}
+	return fmt.Sprintf("not enough disk space on %s: need %s, %s free; free up %s or %s",
+		e.Path, humanBytes(e.Need), humanBytes(e.Free), humanBytes(e.Need-e.Free), elsewhere)
 }
 
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB (%d bytes)", float64(n)/float64(div), "KMGTPE"[exp], n)
-}
+// humanBytes is units.Bytes for the unsigned counts this package keeps.
+func humanBytes(n uint64) string { return units.Bytes(int64(min(n, 1<<63-1))) }

@@ -109,7 +109,7 @@ func (c *Client) getJSON(ctx context.Context, rawURL, repo, rev string, out any)
 	resp, err := c.retryClient(true).Do(req)
 	if err != nil {
 		closeBody(resp)
-		return nil, fmt.Errorf("GET %s: %w", rawURL, bareError(err))
+		return nil, c.requestError(http.MethodGet, rawURL, err)
 	}
 	defer resp.Body.Close()
 	if herr := c.hubErrorFrom(resp, repo, rev, ""); herr != nil {
@@ -320,7 +320,7 @@ func (c *Client) locate(ctx context.Context, repo, commit string, f RemoteFile) 
 		resp, err := client.Do(req)
 		if err != nil {
 			closeBody(resp)
-			return "", fmt.Errorf("%s: HEAD %s: %w", f.Path, current, bareError(err))
+			return "", fmt.Errorf("%s: %w", f.Path, c.requestError(http.MethodHead, current, err))
 		}
 		resp.Body.Close()
 		if herr := c.hubErrorFrom(resp, repo, commit, f.Path); herr != nil {

@@ -19,9 +19,9 @@ func TestReporterPrintsLinesWhenNotATerminal(t *testing.T) {
 	r.FileDone("config.json", 10, true)
 	r.Close()
 	for _, want := range []string{
-		"2 files, 2.0 MiB", "1.0 MiB (1048576 bytes) already present", "1 reused",
+		"2 files, 2 MiB", "1 MiB already present", "1 reused",
 		"retrying model.safetensors at byte 67108864 after attempt 1 failed: stalled",
-		"fetched model.safetensors (3.0 MiB", "reused config.json (10 B)",
+		"fetched model.safetensors (3 MiB)\n", "reused config.json (10 B)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

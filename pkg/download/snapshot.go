@@ -22,6 +22,10 @@ type SnapshotOptions struct {
 	// after the download (e.g. an install written next to it); the
 	// preflight demands it on top of the bytes still to fetch.
 	ReserveBytes uint64
+	// Ref, when rev is a commit, is the branch or tag it was resolved from:
+	// refs/<Ref> then records the commit, as it does when rev is a branch,
+	// so a later offline run finds it.
+	Ref string
 }
 
 // Snapshot is a downloaded, verified set of files at one commit.
@@ -67,6 +71,9 @@ func (c *Client) Snapshot(ctx context.Context, repo, rev string, opts SnapshotOp
 		}
 		cacheDir = d
 	}
+	if c.Offline {
+		return LocalSnapshot(cacheDir, repo, rev, opts.Include)
+	}
 	commit, err := c.ResolveRevision(ctx, repo, rev)
 	if err != nil {
 		return nil, err
@@ -100,9 +107,16 @@ func (c *Client) Snapshot(ctx context.Context, repo, rev string, opts SnapshotOp
 	if err := c.fetchAll(ctx, repo, commit, cache, tasks, progress); err != nil {
 		return nil, err
 	}
-	if !IsCommit(rev) {
-		if err := cache.writeRef(rev, commit); err != nil {
-			return nil, fmt.Errorf("record refs/%s: %w", rev, err)
+	ref := rev
+	if IsCommit(rev) {
+		ref = opts.Ref
+	}
+	if ref != "" && !IsCommit(ref) {
+		if err := validateRevision(ref); err != nil {
+			return nil, err
+		}
+		if err := cache.writeRef(ref, commit); err != nil {
+			return nil, fmt.Errorf("record refs/%s: %w", ref, err)
 		}
 	}
 	return &Snapshot{Repo: repo, Commit: commit, Dir: cache.snapshotDir(commit), Files: files}, nil

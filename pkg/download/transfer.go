@@ -101,7 +101,7 @@ func (c *Client) fetchChunk(ctx context.Context, hc *retryablehttp.Client, rawUR
 			return "", context.Cause(ctx)
 		}
 		// retryablehttp already retried what can be retried at this level.
-		return "", fatal(fmt.Errorf("%v: %w", ch, bareError(err)))
+		return "", fatal(fmt.Errorf("%v: %w", ch, c.requestError(http.MethodGet, rawURL, err)))
 	}
 	defer resp.Body.Close()
 	if err := c.checkChunkResponse(resp, ch); err != nil {

@@ -132,6 +132,9 @@ func (s *Snapshot) checkTokenizer() error {
 		}
 		s.files = append(s.files, SourceFile{Name: f.name, Path: s.path(f.name), Size: size})
 	}
+	if err := packexperts.CheckTokenizerFiles(s.Dir); err != nil {
+		return fmt.Errorf("%w; the snapshot's tokenizer is broken (an incomplete download, or an edit): fetch it again", err)
+	}
 	return nil
 }
 

@@ -32,6 +32,7 @@ const (
 type Manifest struct {
 	Format        string    `json:"format"`
 	FormatVersion int       `json:"format_version"`
+	WrittenBy     string    `json:"written_by,omitempty"` // the nvmai build that wrote it (version.String()); absent in older installs
 	ModelID       string    `json:"model_id"`
 	Architecture  string    `json:"architecture"` // "qwen3_5_moe" or "qwen3_5"
 	Bits          int       `json:"bits"`         // nominal width: 4, 8 or 16

@@ -95,12 +95,34 @@ func TestValidateRefusesInconsistentManifests(t *testing.T) {
 		{"scales missing", func(m *Manifest) { m.Tensors[0].Scales = nil }, "scales and biases"},
 		{"geometry", func(m *Manifest) { m.Geometry.LayerTypes = []string{"sliding"} }, "layer_types[0]"},
 		{"expert count", func(m *Manifest) { m.Experts.Count = 5 }, "disagree with geometry"},
+		{"written_by with a newline", func(m *Manifest) { m.WrittenBy = "nvmai\nforged" }, "written_by"},
+		{"written_by too long", func(m *Manifest) { m.WrittenBy = strings.Repeat("v", 300) }, "written_by"},
 	} {
 		m := validManifest(t)
 		tc.mutate(m)
 		err := m.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// written_by (review L11) names the nvmai build; manifests written before
+// it existed stay valid.
+func TestWrittenByIsOptional(t *testing.T) {
+	for _, wb := range []string{"", "devel", "v1.2.3 (abcdef0)", "devel (abcdef0123+dirty)"} {
+		m := validManifest(t)
+		m.WrittenBy = wb
+		raw, err := encodeForTest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "written_by") != (wb != "") {
+			t.Errorf("written_by %q: encoded as %s", wb, raw)
+		}
+		back, err := ParseManifest(raw)
+		if err != nil || back.WrittenBy != wb {
+			t.Errorf("written_by %q: parsed back %v, %v", wb, back, err)
 		}
 	}
 }

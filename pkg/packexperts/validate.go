@@ -77,12 +77,18 @@ func ValidRelPath(name string) error {
 // Validate checks the manifest's internal consistency: names, file list,
 // every tensor's byte length against its dtype and shape, ranges inside
 // their files and not overlapping, and the expert layout.
+// maxWrittenBy bounds the written_by field: a version and a commit.
+const maxWrittenBy = 256
+
 func (m *Manifest) Validate() error {
 	if m.Format != FormatName {
 		return formatErr("format is %q, want %q", m.Format, FormatName)
 	}
 	if m.FormatVersion != FormatVersion {
 		return formatErr("format_version %d is not supported by this nvmai (it reads version %d); convert the model again with this nvmai", m.FormatVersion, FormatVersion)
+	}
+	if len(m.WrittenBy) > maxWrittenBy || strings.ContainsFunc(m.WrittenBy, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return formatErr("written_by is over %d bytes or holds control characters", maxWrittenBy)
 	}
 	if m.Architecture != ArchQwen35MoE && m.Architecture != ArchQwen35 {
 		return formatErr("architecture %q is not supported", m.Architecture)

@@ -12,10 +12,14 @@ package receipt
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,39 +71,70 @@ func Encode(r *Receipt) ([]byte, error) {
 // Parse decodes a receipt and refuses one that is not in canonical form or
 // whose fields are malformed.
 func Parse(raw []byte) (*Receipt, error) {
+	r, canonical, err := ParseLenient(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !canonical {
+		return nil, fmt.Errorf("%w; "+reissueHint, ErrNotCanonical, "DIR")
+	}
+	return r, nil
+}
+
+// ErrNotCanonical is a receipt whose fields are sound but whose bytes are
+// not the canonical encoding (reformatted, whitespace edited).
+var ErrNotCanonical = errors.New("receipt is not in canonical form " + CanonicalForm + " (edited by hand?)")
+
+// reissueHint is true advice for a non-canonical receipt: --reissue
+// compares every file with the hashes it still holds before rewriting it.
+const reissueHint = "nvmai-verify --verify-install %s --reissue compares every file with its hashes and, when all match, rewrites it canonically"
+
+// ParseLenient decodes a receipt whose bytes need not be canonical: its
+// fields are checked as strictly as Parse checks them, and canonical says
+// whether raw is the canonical encoding. A reformatted receipt still holds
+// the hashes the install was sealed with, so a verifier can check the
+// files against it before rewriting it.
+func ParseLenient(raw []byte) (r *Receipt, canonical bool, err error) {
 	if int64(len(raw)) > limits.Receipt {
-		return nil, fmt.Errorf("receipt is %d bytes, over the %d-byte ceiling", len(raw), limits.Receipt)
+		return nil, false, fmt.Errorf("receipt is %d bytes, over the %d-byte ceiling", len(raw), limits.Receipt)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var r Receipt
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("receipt is not valid JSON: %w", err)
+	r = new(Receipt)
+	if err := dec.Decode(r); err != nil {
+		return nil, false, fmt.Errorf("receipt is not valid JSON: %w", err)
 	}
+	if dec.More() {
+		return nil, false, fmt.Errorf("receipt has data after its JSON object")
+	}
+	if err := r.validate(); err != nil {
+		return nil, false, err
+	}
+	canon, err := Encode(r)
+	if err != nil {
+		return nil, false, err
+	}
+	return r, bytes.Equal(canon, raw), nil
+}
+
+func (r *Receipt) validate() error {
 	if r.ReceiptVersion != Version || r.CanonicalForm != CanonicalForm {
-		return nil, fmt.Errorf("receipt version %d form %q is not %d %q; reissue it with nvmai-verify --verify-install --reissue", r.ReceiptVersion, r.CanonicalForm, Version, CanonicalForm)
+		return fmt.Errorf("receipt version %d form %q is not %d %q: another nvmai version wrote it; check the install with that version, or reconvert it", r.ReceiptVersion, r.CanonicalForm, Version, CanonicalForm)
 	}
 	if !isHex64(r.ManifestSHA256) {
-		return nil, fmt.Errorf("receipt manifest_sha256 %q is not 64 lowercase hex digits", r.ManifestSHA256)
+		return fmt.Errorf("receipt manifest_sha256 %q is not 64 lowercase hex digits", r.ManifestSHA256)
 	}
 	seen := map[string]bool{}
 	for _, f := range r.Files {
 		if f.Name == "" || seen[f.Name] || strings.Contains(f.Name, "..") || filepath.IsAbs(f.Name) || strings.Contains(f.Name, "\\") {
-			return nil, fmt.Errorf("receipt file name %q is empty, duplicated or not a plain relative path", f.Name)
+			return fmt.Errorf("receipt file name %q is empty, duplicated or not a plain relative path", f.Name)
 		}
 		seen[f.Name] = true
 		if f.Size < 0 || !isHex64(f.SHA256) {
-			return nil, fmt.Errorf("receipt entry %s has a bad size or sha256", f.Name)
+			return fmt.Errorf("receipt entry %s has a bad size or sha256", f.Name)
 		}
 	}
-	canon, err := Encode(&r)
-	if err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(canon, raw) {
-		return nil, fmt.Errorf("receipt is not in canonical form %s (edited by hand?); reissue it with nvmai-verify --verify-install --reissue", CanonicalForm)
-	}
-	return &r, nil
+	return nil
 }
 
 func isHex64(s string) bool {
@@ -120,9 +155,12 @@ func Read(path string) (*Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := Parse(raw)
+	r, canonical, err := ParseLenient(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if !canonical {
+		return nil, fmt.Errorf("%s: %w; "+reissueHint, path, ErrNotCanonical, filepath.Dir(path))
 	}
 	return r, nil
 }
@@ -137,9 +175,11 @@ func Write(path string, r *Receipt) error {
 }
 
 // WriteFileAtomic writes data to a temporary sibling, syncs it and renames it
-// over path, so a reader sees the old file or the whole new one.
+// over path, so a reader sees the old file or the whole new one. The file
+// gets mode 0644 less the umask, like every other file of an install, so a
+// shared models directory or a service account can read it.
 func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := createTemp(path)
 	if err != nil {
 		return err
 	}
@@ -158,6 +198,23 @@ func WriteFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// createTemp is os.CreateTemp with mode 0644 (subject to the umask) where
+// os.CreateTemp always uses 0600.
+func createTemp(path string) (*os.File, error) {
+	for range 100 {
+		var rnd [6]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return nil, err
+		}
+		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("creating a temporary file next to %s: too many collisions", path)
+}
+
 // SHA256Hex is the lowercase hex sha256 of b.
 func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
@@ -167,13 +224,18 @@ func SHA256Hex(b []byte) string {
 // Build hashes the named files of dir (threads at a time) and returns a
 // receipt for them; manifestName is hashed too and recorded as the manifest.
 func Build(dir, manifestName string, names []string, tool string, threads int) (*Receipt, error) {
+	return BuildContext(context.Background(), dir, manifestName, names, tool, threads)
+}
+
+// BuildContext is Build, stopping with ctx's error when ctx is done.
+func BuildContext(ctx context.Context, dir, manifestName string, names []string, tool string, threads int) (*Receipt, error) {
 	all := append([]string{manifestName}, names...)
 	files := make([]File, len(all))
-	var g errgroup.Group
+	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(threads, 1))
 	for i, name := range all {
 		g.Go(func() error {
-			size, sum, err := filehash.SHA256(filepath.Join(dir, filepath.FromSlash(name)))
+			size, sum, err := filehash.SHA256Context(ctx, filepath.Join(dir, filepath.FromSlash(name)))
 			files[i] = File{Name: name, Size: size, SHA256: sum}
 			return err
 		})
@@ -199,24 +261,37 @@ func (p Problem) String() string {
 // it compares sizes only (what the runtime does at load). It reports every
 // problem, not just the first.
 func Check(dir string, r *Receipt, full bool, threads int) []Problem {
+	probs, _ := CheckContext(context.Background(), dir, r, full, threads)
+	return probs
+}
+
+// CheckContext is Check, stopping between blocks of a file with ctx's error
+// when ctx is done (a 34 GiB install takes minutes to hash).
+func CheckContext(ctx context.Context, dir string, r *Receipt, full bool, threads int) ([]Problem, error) {
 	probs := make([][]Problem, len(r.Files))
-	var g errgroup.Group
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(threads, 1))
 	for i, f := range r.Files {
 		g.Go(func() error {
-			probs[i] = checkOne(dir, f, full)
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			probs[i] = checkOne(gctx, dir, f, full)
 			return nil
 		})
 	}
 	g.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var out []Problem
 	for _, p := range probs {
 		out = append(out, p...)
 	}
-	return out
+	return out, nil
 }
 
-func checkOne(dir string, f File, full bool) []Problem {
+func checkOne(ctx context.Context, dir string, f File, full bool) []Problem {
 	p := filepath.Join(dir, filepath.FromSlash(f.Name))
 	st, err := os.Stat(p)
 	if err != nil {
@@ -228,7 +303,7 @@ func checkOne(dir string, f File, full bool) []Problem {
 	if !full {
 		return nil
 	}
-	_, sum, err := filehash.SHA256(p)
+	_, sum, err := filehash.SHA256Context(ctx, p)
 	if err != nil {
 		return []Problem{{f.Name, "sha256 " + f.SHA256, "unreadable (" + err.Error() + ")"}}
 	}

@@ -2,9 +2,13 @@ package receipt
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -104,6 +108,76 @@ func TestWriteIsAtomicAndReadable(t *testing.T) {
 	}
 }
 
+// review M1: a receipt is 0644 less the umask, like every other file of an
+// install; os.CreateTemp's 0600 locked other users out of shared installs.
+func TestWriteMode(t *testing.T) {
+	for _, umask := range []int{0o022, 0o002, 0o077} {
+		t.Run(fmt.Sprintf("umask %03o", umask), func(t *testing.T) {
+			old := syscall.Umask(umask)
+			defer syscall.Umask(old)
+			dir, r := sample(t)
+			p := filepath.Join(dir, "verified-install.json")
+			for range 2 { // a fresh write, then a rewrite over it
+				if err := Write(p, r); err != nil {
+					t.Fatal(err)
+				}
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := os.FileMode(0o644 &^ umask); fi.Mode().Perm() != want {
+					t.Errorf("mode %v, want %v", fi.Mode().Perm(), want)
+				}
+			}
+		})
+	}
+}
+
+// A receipt reformatted by hand keeps its hashes: ParseLenient reads it and
+// says it is not canonical; Parse refuses it with a hint that is true.
+func TestParseLenient(t *testing.T) {
+	_, r := sample(t)
+	canon, _ := Encode(r)
+	cases := []struct {
+		name      string
+		raw       string
+		canonical bool
+		err       string
+	}{
+		{"canonical", string(canon), true, ""},
+		{"a space added", strings.Replace(string(canon), `"receipt_version": 1`, `"receipt_version": 1 `, 1), false, ""},
+		{"compacted", compact(t, canon), false, ""},
+		{"another version", strings.Replace(string(canon), `"receipt_version": 1`, `"receipt_version": 2`, 1), false, "another nvmai version"},
+		{"trailing data", string(canon) + "{}", false, "after its JSON object"},
+		{"not JSON", "{", false, "not valid JSON"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, canonical, err := ParseLenient([]byte(tc.raw))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || canonical != tc.canonical || got.ManifestSHA256 != r.ManifestSHA256 || len(got.Files) != len(r.Files) {
+				t.Fatalf("canonical %v err %v, want canonical %v and the same entries", canonical, err, tc.canonical)
+			}
+			if _, err := Parse([]byte(tc.raw)); (err == nil) != tc.canonical || err != nil && !strings.Contains(err.Error(), "--reissue compares every file") {
+				t.Errorf("Parse: %v", err)
+			}
+		})
+	}
+}
+
+func compact(t testing.TB, raw []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
 func FuzzParse(f *testing.F) {
 	_, r := sample(f)
 	raw, _ := Encode(r)
@@ -119,4 +193,47 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("accepted a receipt that is not in canonical form")
 		}
 	})
+}
+
+// Whatever ParseLenient accepts re-encodes to a canonical receipt that Parse
+// accepts with the same entries: reissuing from a lenient parse loses or
+// invents nothing.
+func FuzzParseLenient(f *testing.F) {
+	_, r := sample(f)
+	raw, _ := Encode(r)
+	f.Add(raw)
+	f.Add([]byte(compact(f, raw)))
+	f.Add([]byte(`{"receipt_version":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, canonical, err := ParseLenient(data)
+		if err != nil {
+			return
+		}
+		canon, err := Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if canonical != bytes.Equal(canon, data) {
+			t.Fatalf("canonical = %v for bytes that do not say so", canonical)
+		}
+		back, err := Parse(canon)
+		if err != nil || back.ManifestSHA256 != r.ManifestSHA256 || len(back.Files) != len(r.Files) {
+			t.Fatalf("the canonical re-encoding does not parse back: %v", err)
+		}
+	})
+}
+
+// The hint nvmai-run and nvmai-verify pass on names the install, and is
+// true: --reissue checks a non-canonical receipt's hashes (review H3).
+func TestReadNonCanonicalNamesTheInstall(t *testing.T) {
+	dir, r := sample(t)
+	canon, _ := Encode(r)
+	p := filepath.Join(dir, "verified-install.json")
+	if err := os.WriteFile(p, bytes.Replace(canon, []byte("\n  "), []byte("\n    "), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Read(p)
+	if !errors.Is(err, ErrNotCanonical) || !strings.Contains(err.Error(), "nvmai-verify --verify-install "+dir+" --reissue compares every file") {
+		t.Fatalf("Read: %v", err)
+	}
 }

@@ -45,6 +45,13 @@ type Entry struct {
 	Reason       string `json:"reason"` // why not, when !Supported
 	Widths       []int  `json:"widths"` // quantization widths offered (bits)
 	Notes        string `json:"notes"`
+	// Geometry names the nvmai-convert synth geometry (pkg/convert) whose
+	// shape the model is taken to have: install and download sizes are
+	// computed from it. Empty when no geometry fits.
+	Geometry string `json:"geometry"`
+	// DownloadBytes is an estimate of the bf16 download, for entries
+	// without a Geometry to compute it from; 0 when unknown.
+	DownloadBytes int64 `json:"download_bytes"`
 
 	// Width is the width a spelling such as "katcoder-8bit" asked for,
 	// 0 when the name carried none. Set by Lookup, never in the JSON.
@@ -133,6 +140,10 @@ func validateEntry(e Entry) error {
 		return errors.New("supported entries take no reason")
 	case len(e.Widths) == 0:
 		return errors.New("no widths")
+	case e.Geometry != "" && !namePattern.MatchString(e.Geometry):
+		return fmt.Errorf("geometry %q is not a geometry name", e.Geometry)
+	case e.DownloadBytes < 0:
+		return fmt.Errorf("download_bytes %d is negative", e.DownloadBytes)
 	}
 	for _, w := range e.Widths {
 		if w != 4 && w != 8 {

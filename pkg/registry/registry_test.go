@@ -116,8 +116,11 @@ func TestValidateCatchesBadEntries(t *testing.T) {
 		"name with width":    strings.Replace(good, `"name":"m"`, `"name":"m-8bit"`, 1),
 		"unknown field":      strings.Replace(good, `"notes":""`, `"notes":"","sha":"x"`, 1),
 		"duplicate":          good + "," + good,
+		"sized":              strings.Replace(good, `"notes":""`, `"notes":"","geometry":"qwen3.5-2b","download_bytes":4000000000`, 1),
+		"bad geometry":       strings.Replace(good, `"notes":""`, `"notes":"","geometry":"Qwen 2B"`, 1),
+		"negative download":  strings.Replace(good, `"notes":""`, `"notes":"","download_bytes":-1`, 1),
 	}
-	ok := map[string]bool{"good": true, "pinned": true}
+	ok := map[string]bool{"good": true, "pinned": true, "sized": true}
 	for name, models := range cases {
 		_, err := parse([]byte(`{"version":1,"models":[` + models + `]}`))
 		if (err == nil) != ok[name] {

@@ -30,6 +30,7 @@ import (
 type BenchPrompt struct {
 	Name string
 	Text string
+	IDs  []int // when set, the prompt's token ids (Text is then not used)
 }
 
 // BenchPrompts are the benchmark's fixed prompts: a counting, a prose and a
@@ -61,6 +62,9 @@ type BenchOptions struct {
 	// DiskReads is how many random experts the raw read measurement reads
 	// (default 256); negative skips it. Dense models skip it.
 	DiskReads int
+	// OnPrompt, when set, is told as each prompt starts (run nil) and
+	// ends, so a long benchmark can show its progress.
+	OnPrompt func(index, total int, name string, run *BenchRun)
 	// KVBits is the sessions' KV width (default qwen35.DefaultKVBits).
 	KVBits int
 	// FillContext, when positive, puts synthetic KV rows before each prompt
@@ -76,7 +80,9 @@ type BenchRun struct {
 	PromptTokens int     `json:"prompt_tokens"`
 	Generated    int     `json:"generated_tokens"`
 	PrefillTokS  float64 `json:"prefill_tok_s"`
-	DecodeTokS   float64 `json:"decode_tok_s"`
+	// DecodeTokS is decode steps per second: Generated tokens take
+	// Generated-1 steps, since the first token comes from the prefill.
+	DecodeTokS float64 `json:"decode_tok_s"`
 	// Decode-only expert cache figures (prefill excluded).
 	HitRate       float64 `json:"hit_rate"`
 	Misses        int64   `json:"misses"`
@@ -221,9 +227,15 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if i == 0 {
 			prof = benchProfiles{prefill: opt.PrefillCPUProfile, decode: opt.CPUProfile}
 		}
+		if opt.OnPrompt != nil {
+			opt.OnPrompt(i, len(opt.Prompts), p.Name, nil)
+		}
 		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
+		}
+		if opt.OnPrompt != nil {
+			opt.OnPrompt(i, len(opt.Prompts), p.Name, &run)
 		}
 		r.Runs = append(r.Runs, run)
 	}
@@ -282,6 +294,9 @@ func (e *Engine) benchWarmup(ctx context.Context, n int) error {
 // benchPromptIDs encodes p; with n > 0 it repeats the text until it gives at
 // least n tokens and keeps the first n.
 func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
+	if p.IDs != nil {
+		return repeatIDs(p.IDs, n), nil
+	}
 	ids := e.Tokenizer.Encode(p.Text)
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("bench prompt %q encodes to no tokens", p.Name)
@@ -295,6 +310,19 @@ func (e *Engine) benchPromptIDs(p BenchPrompt, n int) ([]int, error) {
 		ids = e.Tokenizer.Encode(text)
 	}
 	return ids[:n], nil
+}
+
+// repeatIDs repeats ids until there are n and keeps the first n (all of
+// them when n ≤ 0).
+func repeatIDs(ids []int, n int) []int {
+	if n <= 0 {
+		return ids
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = ids[i%len(ids)]
+	}
+	return out
 }
 
 // benchProfiles names the CPU profiles one prompt writes ("" for none).

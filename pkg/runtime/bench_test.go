@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,6 +172,22 @@ func TestMedian(t *testing.T) {
 	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
 		if got := median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %g, want %g", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestRepeatIDsCutsOrRepeatsToLength(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []int
+		n    int
+		want []int
+	}{
+		{[]int{1, 2, 3}, 0, []int{1, 2, 3}},
+		{[]int{1, 2, 3}, 2, []int{1, 2}},
+		{[]int{1, 2, 3}, 7, []int{1, 2, 3, 1, 2, 3, 1}},
+	} {
+		if got := repeatIDs(tc.ids, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("repeatIDs(%v, %d) = %v, want %v", tc.ids, tc.n, got, tc.want)
 		}
 	}
 }

@@ -20,7 +20,7 @@ const FootprintOverhead = 160 << 20
 type FootprintOptions struct {
 	Experts     ExpertOptions
 	KVBits      int    // 0 = qwen35.DefaultKVBits
-	MaxContext  int    // tokens the KV cache may grow to; 0 = the model's maximum
+	MaxContext  int    // tokens the KV cache may grow to; 0 or more than the model's = the model's maximum
 	RopeScaling string // "" or "yarn" (then MaxContext is required)
 	Threads     int    // compute threads; each holds its own attention scores
 }
@@ -54,12 +54,9 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	if !qwen35.ValidKVBits(bits) {
 		return Footprint{}, fmt.Errorf("KV cache width %d bits: use 8, 16 or 32", bits)
 	}
-	ctx := cfg.MaxContext
+	ctx := cfg.MaxContext // a larger MaxContext is lowered to it, as sessions lower it
 	if opt.MaxContext > 0 {
-		ctx = opt.MaxContext
-	}
-	if ctx > cfg.MaxContext {
-		return Footprint{}, fmt.Errorf("max context %d exceeds the model's %d tokens; YaRN (--rope-scaling yarn) extends it 2x or 4x", ctx, cfg.MaxContext)
+		ctx = min(opt.MaxContext, cfg.MaxContext)
 	}
 	f := Footprint{Resident: int64(len(in.resident)), KVBits: bits, MaxContext: ctx}
 	if x := in.Manifest.Experts; x != nil {

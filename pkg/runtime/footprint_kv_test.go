@@ -47,8 +47,8 @@ func TestComputeFootprint(t *testing.T) {
 	if err != nil || y.MaxContext != 2*native {
 		t.Errorf("YaRN 2x: %+v, %v", y, err)
 	}
-	if _, err := ComputeFootprint(e.Install, FootprintOptions{MaxContext: 2 * native}); err == nil {
-		t.Error("a max context past the model's without YaRN was accepted")
+	if f, err := ComputeFootprint(e.Install, FootprintOptions{MaxContext: 2 * native}); err != nil || f.MaxContext != native {
+		t.Errorf("a max context past the model's without YaRN: %d tokens, %v; want lowered to %d", f.MaxContext, err, native)
 	}
 	if _, err := ComputeFootprint(e.Install, FootprintOptions{KVBits: 4}); err == nil {
 		t.Error("4-bit KV accepted")

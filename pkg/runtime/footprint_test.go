@@ -18,8 +18,8 @@ import (
 )
 
 // footprintOverhead is the documented fixed part of a generating process's
-// footprint beyond resident bytes + expert budget + KV (README "Footprint
-// and I/O"): the Go runtime and the binary's text, the tokenizer, the
+// footprint beyond resident bytes + expert budget + KV (docs/streaming.md
+// "Footprint"): the Go runtime and the binary's text, the tokenizer, the
 // forward pass's scratch and garbage-collector headroom. Measured on the
 // 4-layer 35B-A3B synthetic install with a full 256-token prefill chunk:
 // about 82 MiB of anonymous memory beyond the slots plus about 12 MiB of

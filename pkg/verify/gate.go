@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
@@ -26,11 +28,15 @@ type GateOptions struct {
 	ModelsDir string   // where installs live; never written
 	GoldenDir string   // where baselines live; written only with Record
 	Targets   *Targets // what to check
-	Record    bool     // write baselines instead of comparing
-	Force     bool     // with Record, replace existing baselines
-	Threads   int      // compute threads (0: all cores); the text must not depend on it
-	Machine   string   // recorded in new baselines (default: Machine())
-	Commit    string   // recorded in new baselines
+	// Only, when set, names the targets to run (scripts/demo.sh runs the
+	// embedded model's three). Such a partial run does not judge coverage:
+	// other installs in ModelsDir are not its business.
+	Only    []string
+	Record  bool   // write the baselines not yet recorded; check the others
+	Force   bool   // with Record, replace existing baselines too
+	Threads int    // compute threads (0: all cores); the text must not depend on it
+	Machine string // recorded in new baselines (default: Machine())
+	Commit  string // recorded in new baselines
 	// OnResult, when set, is called as each target finishes.
 	OnResult func(TargetResult)
 }
@@ -58,6 +64,11 @@ type GateReport struct {
 	Uncovered []string `json:"uncovered"`
 	// Excused are installs present but excused, with their reasons.
 	Excused []Exception `json:"excused"`
+	// Installs are every install found (relative to ModelsDir); none means
+	// ModelsDir is probably not the directory that holds them.
+	Installs []string `json:"installs"`
+	// CoverageChecked is false for a run restricted by Only.
+	CoverageChecked bool `json:"coverage_checked"`
 	// ModelsDirChanges lists what the run changed under ModelsDir: each is a failure.
 	ModelsDirChanges []string `json:"models_dir_changes"`
 	Passed           int      `json:"passed"`
@@ -88,15 +99,23 @@ func Gate(ctx context.Context, opt GateOptions) (*GateReport, error) {
 		return nil, fmt.Errorf("fingerprinting the models directory: %w", err)
 	}
 	rep := &GateReport{ModelsDir: opt.ModelsDir, GoldenDir: opt.GoldenDir, Results: []TargetResult{},
-		NotChecked: []string{}, Uncovered: []string{}, Excused: []Exception{}, ModelsDirChanges: []string{}}
-	if err := rep.checkCoverage(opt.ModelsDir, opt.Targets); err != nil {
+		NotChecked: []string{}, Uncovered: []string{}, Excused: []Exception{}, Installs: []string{}, ModelsDirChanges: []string{}}
+	if err := rep.checkCoverage(opt.ModelsDir, opt.Targets, len(opt.Only) == 0); err != nil {
 		return nil, err
 	}
-	for i := range opt.Targets.Targets {
+	run, err := opt.selected()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range run {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, context.Cause(ctx)
 		}
-		res := runTarget(ctx, &opt, &opt.Targets.Targets[i])
+		res := runTarget(ctx, &opt, t)
+		// An interrupted generation is not a failure of the target: stop.
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
 		rep.tally(res)
 		if opt.OnResult != nil {
 			opt.OnResult(res)
@@ -117,18 +136,57 @@ func (opt *GateOptions) check() error {
 	if opt.Targets == nil {
 		return errors.New("no golden targets given")
 	}
-	for _, d := range []string{opt.ModelsDir, opt.GoldenDir} {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			return fmt.Errorf("%q is not a directory: %v", d, err)
-		}
+	if err := checkDir("--models-dir", opt.ModelsDir, "create installs there with scripts/demo.sh, nvmai-convert or nvmai-install, or pass the directory that holds them"); err != nil {
+		return err
+	}
+	if err := checkDir("--golden-dir", opt.GoldenDir, "run from the repository root or pass --golden-dir"); err != nil {
+		return err
 	}
 	if _, err := os.Stat(filepath.Join(opt.ModelsDir, packexperts.ManifestFile)); err == nil {
-		return fmt.Errorf("%s is itself an install; pass the directory that holds the installs", opt.ModelsDir)
+		return fmt.Errorf("--models-dir %s is an install, not a directory of installs: pass the directory that holds it (--models-dir %s)",
+			opt.ModelsDir, filepath.Dir(filepath.Clean(opt.ModelsDir)))
 	}
 	if opt.Machine == "" {
 		opt.Machine = Machine()
 	}
 	return nil
+}
+
+func checkDir(flag, dir, hint string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s %s does not exist (%s)", flag, dir, hint)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", flag, dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s %s is a file, not a directory (%s)", flag, dir, hint)
+	}
+	return nil
+}
+
+// selected returns the targets to run: all, or those Only names.
+func (opt *GateOptions) selected() ([]*Target, error) {
+	all := opt.Targets.Targets
+	var out []*Target
+	if len(opt.Only) == 0 {
+		for i := range all {
+			out = append(out, &all[i])
+		}
+		return out, nil
+	}
+	for _, name := range opt.Only {
+		i := slices.IndexFunc(all, func(t Target) bool { return t.Name == name })
+		if i < 0 {
+			names := make([]string, len(all))
+			for j, t := range all {
+				names[j] = t.Name
+			}
+			return nil, fmt.Errorf("--only: no target %q; the targets are %s", name, strings.Join(names, ", "))
+		}
+		out = append(out, &all[i])
+	}
+	return out, nil
 }
 
 func (r *GateReport) tally(res TargetResult) {
@@ -147,10 +205,14 @@ func (r *GateReport) tally(res TargetResult) {
 
 // checkCoverage finds every installed model and sorts it into covered (a
 // target checks it), excused, or uncovered.
-func (r *GateReport) checkCoverage(modelsDir string, ts *Targets) error {
+func (r *GateReport) checkCoverage(modelsDir string, ts *Targets, judge bool) error {
 	installs, err := findInstalls(modelsDir)
 	if err != nil {
 		return fmt.Errorf("looking for installs in %s: %w", modelsDir, err)
+	}
+	r.Installs = append(r.Installs, installs...)
+	if r.CoverageChecked = judge; !judge {
+		return nil
 	}
 	covered := map[string]bool{}
 	for _, t := range ts.Targets {
@@ -187,19 +249,22 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 		res.Status, res.Problem = StatusNotChecked, "no install at "+dir
 		return res
 	}
+	// With Record, a target whose baseline exists is checked like any
+	// other; only --force records over it.
+	record := opt.Record && opt.Force
 	var want *Baseline
-	if !opt.Record || !opt.Force {
+	if !record {
 		b, err := ReadBaseline(res.Baseline)
 		switch {
-		case opt.Record && err == nil:
-			return fail("%s exists; pass --force to record over it (a mismatch is never a reason to)", res.Baseline)
-		case opt.Record && !errors.Is(err, fs.ErrNotExist):
+		case opt.Record && errors.Is(err, fs.ErrNotExist):
+			record = true
+		case opt.Record && err != nil:
 			return fail("%v; pass --force to replace it", err)
-		case !opt.Record && errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, fs.ErrNotExist):
 			return fail("no baseline %s; record one with nvmai-verify golden --record", res.Baseline)
-		case !opt.Record && err != nil:
+		case err != nil:
 			return fail("%v", err)
-		case !opt.Record:
+		default:
 			if diff := b.mismatch(t); diff != "" {
 				return fail("%s was recorded with %s; the target changed, so record a new baseline deliberately (--record --force)", res.Baseline, diff)
 			}
@@ -211,7 +276,7 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 		return fail("%v", err)
 	}
 	res.Text = text
-	if opt.Record {
+	if record {
 		b := &Baseline{Target: t.Name, Prompt: t.Prompt, Tokens: t.Tokens, Seed: t.Seed, Bits: t.Bits,
 			Machine: opt.Machine, Commit: opt.Commit, Text: text}
 		if err := writeBaseline(res.Baseline, b); err != nil {
@@ -221,6 +286,9 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 		return res
 	}
 	if diff := textDiff(want.Text, text); diff != "" {
+		if opt.Record {
+			return fail("%s; the baseline was kept (--record writes only missing ones; --force records over it, never to hide a mismatch)", diff)
+		}
 		return fail("%s", diff)
 	}
 	res.Status, res.Text = StatusPassed, ""
@@ -232,6 +300,9 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 // length), returning the text. It fails when the install's width is not the
 // target's.
 func Generate(ctx context.Context, dir string, t *Target, threads int) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", context.Cause(ctx)
+	}
 	e, err := runtime.Load(dir, runtime.Options{Threads: threads})
 	if err != nil {
 		return "", err
@@ -244,7 +315,9 @@ func Generate(ctx context.Context, dir string, t *Target, threads int) (string, 
 	if len(ids) == 0 {
 		return "", fmt.Errorf("target %s: the prompt encodes to no tokens", t.Name)
 	}
-	sess := e.NewSession(runtime.SessionOptions{KVInitial: len(ids) + t.Tokens})
+	// The float32 KV cache: the baselines are the reference precision's
+	// text, which an 8-bit cache may leave after a few hundred tokens.
+	sess := e.NewSession(runtime.SessionOptions{KVInitial: len(ids) + t.Tokens, KVBits: 32})
 	res, err := sess.Generate(ctx, ids, runtime.GenerateOptions{
 		MaxTokens: t.Tokens,
 		Sampling:  sample.Params{Temperature: 0, TopP: 1, Seed: t.Seed},

@@ -3,12 +3,14 @@ package verify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "re-record the committed golden baselines of the embedded model")
@@ -138,14 +140,28 @@ func TestGateRecordThenCheck(t *testing.T) {
 			t.Errorf("check after record: %+v", rep.Results)
 		}
 	})
-	t.Run("record refuses to overwrite without force", func(t *testing.T) {
+	t.Run("record checks existing baselines and writes nothing", func(t *testing.T) {
 		rep := runGate(t, rec)
-		if r := resultOf(rep, "m4"); r.Status != StatusFailed || !strings.Contains(r.Problem, "--force") || rep.OK() {
-			t.Errorf("second record: %+v", r)
+		if r := resultOf(rep, "m4"); r.Status != StatusPassed || rep.Recorded != 0 || !rep.OK() {
+			t.Errorf("second record: %+v", rep.Results)
 		}
 		if now, _ := os.ReadFile(path); string(now) != string(recorded) {
 			t.Error("baseline overwritten without --force")
 		}
+	})
+	t.Run("record keeps a baseline that differs and fails", func(t *testing.T) {
+		b, _ := ReadBaseline(path)
+		b.Text += "!"
+		changed := string(b.Encode())
+		writeFile(t, path, changed)
+		rep := runGate(t, rec)
+		if r := resultOf(rep, "m4"); r.Status != StatusFailed || !strings.Contains(r.Problem, "the baseline was kept") || rep.OK() {
+			t.Errorf("record over a mismatch: %+v", r)
+		}
+		if now, _ := os.ReadFile(path); string(now) != changed {
+			t.Error("baseline overwritten without --force")
+		}
+		writeFile(t, path, string(recorded))
 	})
 	t.Run("record with force overwrites", func(t *testing.T) {
 		writeFile(t, path, "garbage")
@@ -286,16 +302,95 @@ func TestGateRefusesBadDirectories(t *testing.T) {
 	ts := &Targets{}
 	good := t.TempDir()
 	install := installCopy(t, 4)
-	for name, opt := range map[string]GateOptions{
-		"missing models dir":       {ModelsDir: filepath.Join(good, "absent"), GoldenDir: good, Targets: ts},
-		"missing golden dir":       {ModelsDir: good, GoldenDir: filepath.Join(good, "absent"), Targets: ts},
-		"models dir is an install": {ModelsDir: install, GoldenDir: good, Targets: ts},
-		"no targets":               {ModelsDir: good, GoldenDir: good},
+	file := filepath.Join(good, "file")
+	writeFile(t, file, "x")
+	for _, tc := range []struct {
+		name string
+		opt  GateOptions
+		want string
+	}{
+		{"missing models dir", GateOptions{ModelsDir: filepath.Join(good, "absent"), GoldenDir: good, Targets: ts},
+			"--models-dir " + filepath.Join(good, "absent") + " does not exist (create installs there"},
+		{"models dir is a file", GateOptions{ModelsDir: file, GoldenDir: good, Targets: ts}, "is a file, not a directory"},
+		{"missing golden dir", GateOptions{ModelsDir: good, GoldenDir: filepath.Join(good, "absent"), Targets: ts},
+			"(run from the repository root or pass --golden-dir)"},
+		{"models dir is an install", GateOptions{ModelsDir: install, GoldenDir: good, Targets: ts},
+			"is an install, not a directory of installs: pass the directory that holds it (--models-dir " + filepath.Dir(install) + ")"},
+		{"no targets", GateOptions{ModelsDir: good, GoldenDir: good}, "no golden targets"},
+		{"unknown --only", GateOptions{ModelsDir: good, GoldenDir: good, Targets: &Targets{Targets: []Target{{Name: "a"}}}, Only: []string{"b"}},
+			`--only: no target "b"; the targets are a`},
 	} {
-		if _, err := Gate(context.Background(), opt); err == nil {
-			t.Errorf("%s: no error", name)
+		_, err := Gate(context.Background(), tc.opt)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+func TestReadTargetsMissingSaysWhere(t *testing.T) {
+	_, err := ReadTargets(filepath.Join("benchmark", "golden", TargetsFile))
+	if err == nil || !strings.Contains(err.Error(), "(run from the repository root or pass --golden-dir)") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// --only runs the named targets and leaves coverage alone (an install no
+// target covers does not fail it); every install found is reported.
+func TestGateOnly(t *testing.T) {
+	models := modelsWith(t, map[string]string{"m4": "tiny-moe-4bit", "m8": "tiny-moe-8bit", "extra": "tiny-moe-4bit"})
+	ts := &Targets{Targets: []Target{
+		{Name: "m4", Install: "m4", Bits: 4, Prompt: "Once upon a", Tokens: 4},
+		{Name: "m8", Install: "m8", Bits: 8, Prompt: "Once upon a", Tokens: 4},
+	}}
+	rep := runGate(t, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: ts, Record: true, Only: []string{"m8"}, Threads: 2})
+	if len(rep.Results) != 1 || rep.Results[0].Target != "m8" || rep.Recorded != 1 || len(rep.Uncovered) != 0 || rep.CoverageChecked || !rep.OK() {
+		t.Errorf("%+v", rep)
+	}
+	if !slices.Equal(rep.Installs, []string{"extra", "m4", "m8"}) {
+		t.Errorf("installs %v", rep.Installs)
+	}
+	full := runGate(t, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: ts, Record: true, Threads: 2})
+	if !full.CoverageChecked || !slices.Equal(full.Uncovered, []string{"extra"}) || full.OK() {
+		t.Errorf("without --only: %+v", full)
+	}
+}
+
+// Ctrl-C stops the gate between targets and inside a generation: the
+// cancellation is returned (exit 130), never reported as a failed target.
+func TestGateStopsWhenCancelled(t *testing.T) {
+	models := modelsWith(t, map[string]string{"m4": "tiny-moe-4bit", "m8": "tiny-moe-8bit"})
+	long := &Targets{Targets: []Target{
+		{Name: "m4", Install: "m4", Bits: 4, Prompt: "Once upon a", Tokens: maxGoldenTokens},
+		{Name: "m8", Install: "m8", Bits: 8, Prompt: "Once upon a", Tokens: maxGoldenTokens},
+	}}
+	short := &Targets{Targets: []Target{
+		{Name: "m4", Install: "m4", Bits: 4, Prompt: "Once upon a", Tokens: 2},
+		{Name: "m8", Install: "m8", Bits: 8, Prompt: "Once upon a", Tokens: 2},
+	}}
+	t.Run("between targets", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var seen []string
+		_, err := Gate(ctx, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: short, Record: true, Threads: 2,
+			OnResult: func(r TargetResult) { seen = append(seen, r.Target); cancel() }})
+		if !errors.Is(err, context.Canceled) || !slices.Equal(seen, []string{"m4"}) {
+			t.Errorf("got %v after %v", err, seen)
+		}
+	})
+	t.Run("during a generation", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		var seen []string
+		_, err := Gate(ctx, GateOptions{ModelsDir: models, GoldenDir: t.TempDir(), Targets: long, Record: true, Threads: 2,
+			OnResult: func(r TargetResult) { seen = append(seen, r.Target) }})
+		if !errors.Is(err, context.DeadlineExceeded) || len(seen) != 0 {
+			t.Errorf("got %v after %v", err, seen)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("the gate took %v to stop", took)
+		}
+	})
 }
 
 func TestFingerprintStableAndSensitive(t *testing.T) {

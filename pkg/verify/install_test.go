@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -79,6 +80,12 @@ func TestInstallTamper(t *testing.T) {
 		{"stray file added", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "experts", "notes.txt"), "hello") }, "experts/notes.txt", "stray"},
 		{"tokenizer removed", func(t *testing.T, dir string) { remove(t, filepath.Join(dir, "tokenizer.json")) }, "tokenizer.json", "missing"},
 		{"config removed", func(t *testing.T, dir string) { remove(t, filepath.Join(dir, "config.json")) }, "config.json", "missing"},
+		// review M5: a broken tokenizer verified "ok" and failed only at nvmai-run.
+		{"tokenizer.json truncated", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "tokenizer.json"), "{\n") }, "tokenizer.json", "invalid JSON"},
+		{"tokenizer_config.json chat_template not a string", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "tokenizer_config.json"), `{"chat_template": 5}`)
+		}, "tokenizer_config.json", "chat_template"},
+		{"chat_template.jinja not UTF-8", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "chat_template.jinja"), "\xff") }, "chat_template.jinja", "UTF-8"},
 		{"manifest tensor offset changed", manifestEdit(func(m map[string]any) {
 			tt := firstTensor(m)
 			tt["offset"] = tt["offset"].(float64) + 64
@@ -212,7 +219,7 @@ func TestInstallReissue(t *testing.T) {
 			t.Fatal("reissued over a stray file")
 		}
 	})
-	t.Run("allowed when only the receipt was deleted", func(t *testing.T) {
+	t.Run("allowed when only the receipt was deleted and the bytes are trusted", func(t *testing.T) {
 		dir := installCopy(t, 4)
 		rcPath := filepath.Join(dir, packexperts.ReceiptFile)
 		orig, err := receipt.Read(rcPath)
@@ -220,12 +227,12 @@ func TestInstallReissue(t *testing.T) {
 			t.Fatal(err)
 		}
 		remove(t, rcPath)
-		rep, err := Install(dir, 2, true)
+		rep, err := CheckInstall(context.Background(), dir, InstallOptions{Threads: 2, Reissue: true, TrustCurrentBytes: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rep.Reissued || !rep.OK() {
-			t.Fatalf("report %+v, want reissued and sound", rep)
+		if !rep.Reissued || !rep.Trusted || !rep.OK() || rep.Files != len(orig.Files) {
+			t.Fatalf("report %+v, want reissued from %d trusted files and sound", rep, len(orig.Files))
 		}
 		got, err := receipt.Read(rcPath)
 		if err != nil {

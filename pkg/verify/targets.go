@@ -3,7 +3,9 @@ package verify
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"regexp"
 
 	"github.com/nvmai/nvmai/pkg/limits"
@@ -73,6 +75,9 @@ var targetName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 func ReadTargets(path string) (*Targets, error) {
 	// A hand-written JSON configuration: bounded like the snapshot configs.
 	raw, err := limits.ReadFile(path, limits.SnapshotJSON)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("golden targets %s not found (run from the repository root or pass --golden-dir)", path)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,8 @@ type Hub struct {
 	tokens     map[string]bool
 	faults     []*injection
 	log        []Request
-	signatures int // bumping it expires every CDN URL handed out before
+	forbidden  testing.TB // set by ForbidRequests: any request fails this test
+	signatures int        // bumping it expires every CDN URL handed out before
 }
 
 type repo struct {
@@ -288,9 +289,33 @@ func (h *Hub) record(r *http.Request, server, filePath string, status int) {
 	})
 }
 
+// ForbidRequests makes every later request to the Hub or its CDN fail t
+// (and answer 418): what an offline client must never make.
+func (h *Hub) ForbidRequests(t testing.TB) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forbidden = t
+}
+
+// refuseForbidden answers and fails the test when requests are forbidden.
+func (h *Hub) refuseForbidden(w http.ResponseWriter, r *http.Request, server string) bool {
+	h.mu.Lock()
+	t := h.forbidden
+	h.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	t.Errorf("fakehub: %s request %s %s while requests are forbidden", server, r.Method, r.URL)
+	http.Error(w, "requests are forbidden in this test", http.StatusTeapot)
+	return true
+}
+
 // ---- Hub endpoints ----
 
 func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
+	if h.refuseForbidden(w, r, "hub") {
+		return
+	}
 	p := r.URL.EscapedPath()
 	switch {
 	case strings.HasPrefix(p, "/api/models/"):
@@ -552,6 +577,9 @@ func (h *Hub) fail(w http.ResponseWriter, r *http.Request, server, filePath stri
 // ---- CDN ----
 
 func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
+	if h.refuseForbidden(w, r, "cdn") {
+		return
+	}
 	p, ok := strings.CutPrefix(r.URL.EscapedPath(), "/lfs/")
 	repoID, rest, ok2 := splitRepo(p)
 	commit, escapedPath, _ := strings.Cut(rest, "/")
