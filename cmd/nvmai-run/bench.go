@@ -124,6 +124,11 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 	}
 	fmt.Fprintf(w, "decode/s counts decode steps: %d generated tokens are %s (the first comes from the prefill); read/tok is per step\n",
 		r.Median.Generated, plural(max(r.Median.Generated-1, 0), "step"))
+	if g, ok := r.GPU.(interface{ Summary() []string }); ok {
+		for _, line := range g.Summary() {
+			fmt.Fprintln(w, line)
+		}
+	}
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}

@@ -95,7 +95,7 @@ func chatAction(c *cli.Context) error {
 	printFootprint(c, e)
 	maxContext := c.Int("max-context")
 	if maxContext <= 0 {
-		maxContext = e.Model.Config().MaxContext
+		maxContext = e.Config().MaxContext
 	}
 	intr := cliutil.CatchInterrupts()
 	defer intr.Stop()

@@ -9,6 +9,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/gpu"
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a
@@ -27,6 +28,7 @@ const (
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install `DIR` (from nvmai-convert or nvmai-install)"},
+		&cli.StringFlag{Name: "engine", Value: "cpu", Usage: "where the model runs: cpu, or gpu (an NVIDIA GPU holding every weight; needs the driver and NVRTC)"},
 		cliutil.ThreadsFlag("compute threads (at most the cores; greedy output is the same for any count)", "t"),
 		&cli.StringFlag{Name: "ram-budget", Usage: "memory for cached experts, e.g. 8G or 512M (binary units)", DefaultText: "8G, at most half the RAM"},
 		cliutil.IntRange(&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer, instead of --ram-budget"}, 1, maxSlotsCeiling, ""),
@@ -109,7 +111,12 @@ func engineOptions(c *cli.Context) (string, runtime.Options, error) {
 			return "", runtime.Options{}, err
 		}
 	}
-	return dir, runtime.Options{Threads: c.Int("threads"), Experts: x, RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
+	backend, err := gpu.LoaderFor(c.String("engine"))
+	if err != nil {
+		return "", runtime.Options{}, cliutil.Usagef("%v", err)
+	}
+	return dir, runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x,
+		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
 }
 
 // checkExpertFlags refuses an expert cache that cannot hold the experts one
@@ -144,7 +151,7 @@ func prefetchFlag(c *cli.Context) int {
 // sessionOptions applies --max-context and --kv-initial, lowered with a
 // warning to what the model allows.
 func sessionOptions(c *cli.Context, e *runtime.Engine) runtime.SessionOptions {
-	modelMax := e.Model.Config().MaxContext // with --rope-scaling yarn, the extended context
+	modelMax := e.Config().MaxContext // with --rope-scaling yarn, the extended context
 	maxCtx := c.Int("max-context")
 	if modelMax > 0 && maxCtx > modelMax {
 		cliutil.Warnf(c, "--max-context %d is more than this model's maximum of %d tokens; using %d", maxCtx, modelMax, modelMax)

@@ -204,7 +204,7 @@ func generate(c *cli.Context, e *runtime.Engine, ids []int, opt runtime.Generate
 		}
 	}
 	so := sessionOptions(c, e)
-	modelMax := e.Model.Config().MaxContext
+	modelMax := e.Config().MaxContext
 	if limit := cmp.Or(so.MaxContext, modelMax); limit > 0 && len(ids) > limit {
 		return cliutil.Usagef("the prompt has %d tokens, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
 			len(ids), limit, modelMax)

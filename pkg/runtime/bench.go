@@ -162,6 +162,9 @@ type BenchReport struct {
 	// Phases splits the decode steps of every prompt by what they spend
 	// their time on (qwen35.StepProfile), in the model's order.
 	Phases []BenchPhase `json:"phases"`
+	// GPU is the backend's own report (pkg/runtime/gpu: device, copy
+	// bandwidth, kernels per token, GEMV bandwidth), when one runs.
+	GPU any `json:"gpu,omitempty"`
 }
 
 // BenchPhase is one phase of the decode steps: its time and the memory it
@@ -272,6 +275,12 @@ func (e *Engine) benchLabels() *BenchReport {
 		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Prefetch: st.PrefetchWidth, Threads: e.pool.Threads(),
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
 	}
+	if e.backend != nil {
+		r.Engine = e.backend.Name()
+		if g, ok := e.backend.(interface{ BenchInfo() any }); ok {
+			r.GPU = g.BenchInfo()
+		}
+	}
 	return r
 }
 
@@ -345,6 +354,9 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepPr
 	}
 	sess := e.NewSession(SessionOptions{KVInitial: rows + len(ids) + tokens + 1, KVBits: kv.bits, StepProfile: steps})
 	if rows > 0 {
+		if sess.state == nil {
+			return nil, 0, fmt.Errorf("--fill-context needs the CPU engine: the %s engine keeps its own KV cache", e.backend.Name())
+		}
 		if err := sess.state.FillSynthetic(rows, 1); err != nil {
 			return nil, 0, err
 		}
@@ -409,7 +421,11 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
 	if steps := len(res.IDs) - 1; steps > 0 {
-		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, sess.state.KVBits())
+		bits := qwen35.KVFloat32 // a backend's cache: the reference width
+		if sess.state != nil {
+			bits = sess.state.KVBits()
+		}
+		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, bits)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
 	}
@@ -434,7 +450,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
 func (e *Engine) meanStateBytes(promptTokens, steps, kvBits int) float64 {
-	cfg := e.Model.Config()
+	cfg := e.cfg
 	var sum float64
 	for s := 1; s <= steps; s++ {
 		sum += float64(cfg.StateBytesAt(promptTokens+s, kvBits))

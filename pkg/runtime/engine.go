@@ -23,10 +23,33 @@ import (
 type Options struct {
 	Threads int // compute threads; default all cores
 	Experts ExpertOptions
+	// Backend, when set, runs the model instead of the CPU engine
+	// (pkg/runtime/gpu provides one); the tokenizer and sampling stay here.
+	Backend BackendLoader
 	// RopeScaling "yarn" extends the model's context to MaxContext tokens
 	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.
 	RopeScaling string
 	MaxContext  int
+}
+
+// BackendLoader builds a Backend over an opened install.
+type BackendLoader func(in *Install, cfg qwen35.Config) (Backend, error)
+
+// Backend runs the model somewhere other than this package's CPU path.
+type Backend interface {
+	Name() string // for reports: "gpu (NVIDIA H200)"
+	NewState(opt SessionOptions) (BackendState, error)
+	Close()
+}
+
+// BackendState is one sequence of a Backend.
+type BackendState interface {
+	Len() int
+	MaxContext() int
+	Forward(ids []int) error    // afterwards the last token's logits are on the backend
+	Logits(dst []float32) error // copies them
+	Argmax() (int, error)       // the greedy pick among them, computed on the backend
+	Close()
 }
 
 // Engine is a loaded model ready to generate.
@@ -39,7 +62,12 @@ type Engine struct {
 	cache      *expertcache.Cache // nil for dense models
 	trace      *tracedExperts     // set when NVMAI_ROUTE_TRACE names a file
 	experts    interface{ Close() error }
+	backend    Backend       // nil: the CPU engine (Model)
+	cfg        qwen35.Config // the geometry, whichever engine runs it
 }
+
+// Backend is the engine's non-CPU backend, or nil.
+func (e *Engine) Backend() Backend { return e.backend }
 
 // Load opens the install at dir and builds its model.
 func Load(dir string, opt Options) (*Engine, error) {
@@ -70,6 +98,12 @@ func (e *Engine) load(opt Options) error {
 	}
 	cfg, err := modelConfig(e.Install, opt.RopeScaling, opt.MaxContext)
 	if err != nil {
+		return err
+	}
+	e.cfg = cfg
+	if opt.Backend != nil {
+		e.pool = kernels.NewPool(1) // for the bench's memory probes only
+		e.backend, err = opt.Backend(e.Install, cfg)
 		return err
 	}
 	var ex qwen35.Experts
@@ -106,6 +140,9 @@ func readGeneration(dir string, vocab int) (*hf.GenerationConfig, error) {
 func (e *Engine) Close() {
 	if e.pool != nil {
 		e.pool.Close()
+	}
+	if e.backend != nil {
+		e.backend.Close()
 	}
 	if e.experts != nil {
 		e.experts.Close()
@@ -149,7 +186,9 @@ func (e *Engine) EOSIDs() []int {
 type Session struct {
 	e       *Engine
 	state   *qwen35.State
-	pending []int // sampled but not yet fed to the model (the last stop token)
+	bs      BackendState // instead of state when the engine has a Backend
+	err     error        // the backend could not start the session
+	pending []int        // sampled but not yet fed to the model (the last stop token)
 	logits  []float32
 }
 
@@ -165,6 +204,11 @@ type SessionOptions struct {
 
 // NewSession starts an empty conversation.
 func (e *Engine) NewSession(opt SessionOptions) *Session {
+	if e.backend != nil {
+		s := &Session{e: e, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
+		s.bs, s.err = e.backend.NewState(opt)
+		return s
+	}
 	bits := opt.KVBits
 	if bits == 0 {
 		bits = qwen35.DefaultKVBits
@@ -243,14 +287,17 @@ func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
 // Generate feeds promptIDs after whatever the session already holds and
 // generates up to MaxTokens tokens.
 func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOptions) (*Result, error) {
-	if len(promptIDs) == 0 && len(s.pending) == 0 && s.state.Len() == 0 {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if len(promptIDs) == 0 && len(s.pending) == 0 && s.Len() == 0 {
 		return nil, fmt.Errorf("empty prompt")
 	}
 	sampler, err := sample.New(opt.Sampling)
 	if err != nil {
 		return nil, err
 	}
-	if held, limit := s.state.Len()+len(s.pending), s.state.MaxContext(); held+len(promptIDs) > limit {
+	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(promptIDs) > limit {
 		return nil, fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
 			len(promptIDs), held, limit, s.e.Install.Manifest.Geometry.MaxPositionEmbeddings)
 	}
@@ -281,7 +328,7 @@ func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
 			return err
 		}
 		n := min(chunk, len(ids))
-		if err := s.e.Model.Forward(s.state, ids[:n], s.logits, false); err != nil {
+		if err := s.forward(ids[:n]); err != nil {
 			return err
 		}
 		ids = ids[n:]
@@ -304,12 +351,7 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if opt.OnLogits != nil {
-			if err := opt.OnLogits(s.logits); err != nil {
-				return err
-			}
-		}
-		id, err := sampler.Sample(s.logits)
+		id, err := s.next(sampler, opt)
 		if err != nil {
 			return err
 		}
@@ -320,7 +362,7 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 			break
 		}
 		emit(id, stream.Push(id))
-		if len(res.IDs) == opt.MaxTokens || s.state.Len() == s.state.MaxContext() {
+		if len(res.IDs) == opt.MaxTokens || s.Len() == s.maxContext() {
 			s.pending = []int{id}
 			if len(res.IDs) < opt.MaxTokens {
 				res.StopReason = "context_full"
@@ -347,7 +389,48 @@ func (s *Session) forwardOne(id int) error {
 		t.position, t.decoding = s.state.Len(), true
 		defer func() { t.decoding = false }()
 	}
-	return s.e.Model.Forward(s.state, []int{id}, s.logits, false)
+	return s.forward([]int{id})
+}
+
+// forward feeds ids to whichever engine holds the session.
+func (s *Session) forward(ids []int) error {
+	if s.bs != nil {
+		return s.bs.Forward(ids)
+	}
+	return s.e.Model.Forward(s.state, ids, s.logits, false)
+}
+
+// next picks the next token. A backend picks greedy tokens itself, so only
+// the id comes back; otherwise its logits are copied here for the sampler.
+func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
+	if s.bs != nil {
+		if opt.OnLogits == nil && sampler.Params().Temperature == 0 {
+			return s.bs.Argmax()
+		}
+		if err := s.bs.Logits(s.logits); err != nil {
+			return 0, err
+		}
+	}
+	if opt.OnLogits != nil {
+		if err := opt.OnLogits(s.logits); err != nil {
+			return 0, err
+		}
+	}
+	return sampler.Sample(s.logits)
+}
+
+func (s *Session) maxContext() int {
+	if s.bs != nil {
+		return s.bs.MaxContext()
+	}
+	return s.state.MaxContext()
+}
+
+// Close releases the session's backend memory (nothing for the CPU engine).
+func (s *Session) Close() {
+	if s.bs != nil {
+		s.bs.Close()
+	}
 }
 
 // ExpertStats reports the expert cache's counters (zero for dense models).
@@ -359,4 +442,9 @@ func (e *Engine) ExpertStats() expertcache.Stats {
 }
 
 // Len is the number of tokens the session's model state holds.
-func (s *Session) Len() int { return s.state.Len() }
+func (s *Session) Len() int {
+	if s.bs != nil {
+		return s.bs.Len()
+	}
+	return s.state.Len()
+}

@@ -142,3 +142,7 @@ func modelConfig(in *Install, ropeScaling string, maxContext int) (qwen35.Config
 	}
 	return qwen35.Config{}, fmt.Errorf("rope scaling %q: use none or yarn", ropeScaling)
 }
+
+// Config is the model's geometry as loaded (YaRN applied), whichever engine
+// runs it.
+func (e *Engine) Config() qwen35.Config { return e.cfg }

@@ -1,0 +1,5 @@
+package gpukernels
+
+import "strconv"
+
+func fmtG(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }

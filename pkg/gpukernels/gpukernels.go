@@ -1,0 +1,252 @@
+// Package gpukernels holds nvmai's CUDA C kernels (kernels.cu, embedded)
+// and typed launchers for them. Each kernel names the Go reference it
+// reproduces (pkg/kernels, pkg/runtime/qwen35); the tests on a GPU machine
+// compare them (NVMAI_GPU=1).
+package gpukernels
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/kernels"
+)
+
+//go:embed kernels.cu
+var Source string
+
+// Names lists every kernel of Source.
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+
+// qTokenBlock is kernels.cu's QTB.
+const qTokenBlock = 8
+
+// MaxGDNShared is the shared memory gdn_heads may take: its state of one
+// head (Dk·Dv floats, 64 KiB for Qwen3.5) plus q, k and o.
+const MaxGDNShared = 100 << 10
+
+// Set is the loaded module with its kernels.
+type Set struct {
+	f map[string]*cuda.Function
+}
+
+// Load compiles (or reads from the cubin cache) and loads the kernels.
+func Load(c *cuda.Ctx) (*Set, error) {
+	m, err := c.LoadSource(Source, "nvmai_kernels.cu")
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{f: map[string]*cuda.Function{}}
+	for _, n := range Names {
+		f, err := c.Func(m, n)
+		if err != nil {
+			return nil, err
+		}
+		s.f[n] = f
+	}
+	for _, n := range []string{"gdn_heads"} {
+		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Launch counts kernels, so the engine can report kernels per token.
+type Launcher struct {
+	C     *cuda.Ctx
+	K     *Set
+	Count int
+	After func(kernel string) // when set, called after each launch (profiling)
+}
+
+func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
+	l.Count++
+	if err := l.C.Launch(l.K.f[name], grid, block, smem, args...); err != nil {
+		return err
+	}
+	if l.After != nil {
+		l.After(name)
+	}
+	return nil
+}
+
+func blocks(n, per int) int { return (n + per - 1) / per }
+
+// Mat is a weight matrix in device memory, as kernels.Matrix lays it out.
+type Mat struct {
+	Rows, Cols     int
+	Enc            kernels.Encoding
+	Data           cuda.DevicePtr
+	Scales, Biases cuda.DevicePtr // Q4/Q8 only
+	// Experts: EData and EScale are the byte strides from one expert's
+	// matrix to the next (0 for an ordinary matrix).
+	EData, EScale int64
+}
+
+// Quantized reports whether m takes the int8-activation path.
+func (m *Mat) Quantized() bool { return m.Enc == kernels.Q4 || m.Enc == kernels.Q8 }
+
+// QAct is device scratch for activations quantized per group of 64.
+type QAct struct {
+	Q8     cuda.DevicePtr // int8 [vectors·cols]
+	Q4     cuda.DevicePtr // int32 [vectors·groups·16]
+	DX, SX cuda.DevicePtr // float [vectors·groups]
+}
+
+// QActBytes is the scratch one QAct needs for vectors of cols values.
+func QActBytes(vectors, cols int) (q8, q4, ds int64) {
+	g := int64(vectors) * int64(cols/kernels.GroupSize)
+	return g * 64, g * 64, g * 4
+}
+
+// Embed writes rows tokens[0..T) of table into out [T, cols].
+func (l *Launcher) Embed(out cuda.DevicePtr, table *Mat, tokens cuda.DevicePtr, T int) error {
+	return l.launch("embed", cuda.D2(blocks(table.Cols, 256), T), cuda.D1(256), 0,
+		out, table.Data, table.Scales, table.Biases, int(table.Enc), table.Cols, tokens)
+}
+
+// RMSNorm normalises rows of n.
+func (l *Launcher) RMSNorm(out, x, scale cuda.DevicePtr, n, rows int, eps float32) error {
+	return l.launch("rmsnorm", cuda.D1(rows), cuda.D1(256), 0, out, x, scale, n, eps)
+}
+
+// Add does x += y over n values.
+func (l *Launcher) Add(x, y cuda.DevicePtr, n int) error {
+	return l.launch("add", cuda.D1(blocks(n, 256)), cuda.D1(256), 0, x, y, n)
+}
+
+// SwiGLU does g = silu(g)·u over n values.
+func (l *Launcher) SwiGLU(g, u cuda.DevicePtr, n int) error {
+	return l.launch("swiglu", cuda.D1(blocks(n, 256)), cuda.D1(256), 0, g, u, n)
+}
+
+// SwiGLUQuantize does g = silu(g)·u over vectors·cols values and quantizes
+// the result into q.
+func (l *Launcher) SwiGLUQuantize(q *QAct, g, u cuda.DevicePtr, vectors, cols int) error {
+	if cols%kernels.GroupSize != 0 {
+		return fmt.Errorf("gpukernels: swiglu: %d columns are not a multiple of %d", cols, kernels.GroupSize)
+	}
+	n := vectors * cols / kernels.GroupSize
+	return l.launch("swiglu_q", cuda.D1(blocks(n, 8)), cuda.D1(256), 0, g, u, n, q.Q8, q.Q4, q.DX, q.SX)
+}
+
+// RMSNormQuantize is RMSNorm of rows of n, the result also quantized into q.
+func (l *Launcher) RMSNormQuantize(q *QAct, out, x, scale cuda.DevicePtr, n, rows int, eps float32) error {
+	if n%kernels.GroupSize != 0 {
+		return fmt.Errorf("gpukernels: rmsnorm: %d columns are not a multiple of %d", n, kernels.GroupSize)
+	}
+	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(256), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
+}
+
+// Quantize quantizes vectors·cols values of x into q.
+func (l *Launcher) Quantize(q *QAct, x cuda.DevicePtr, vectors, cols int) error {
+	if cols%kernels.GroupSize != 0 {
+		return fmt.Errorf("gpukernels: quantize: %d columns are not a multiple of %d", cols, kernels.GroupSize)
+	}
+	g := vectors * cols / kernels.GroupSize
+	return l.launch("quantize", cuda.D1(blocks(g, 8)), cuda.D1(256), 0, x, g, q.Q8, q.Q4, q.DX, q.SX)
+}
+
+// GEMV computes y [T, slots·rows] = W·x for T tokens. For quantized W, q
+// must hold x quantized (Quantize); for float W, x is read. sel (may be 0)
+// picks experts per (token, slot); xslot says each slot has its own input
+// row. res (may be 0) is added to the result.
+func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res, sel cuda.DevicePtr, slots int, xslot bool, T int) error {
+	xs := 0
+	if xslot {
+		xs = 1
+	}
+	rows := m.Rows * slots
+	switch m.Enc {
+	case kernels.Q4, kernels.Q8:
+		bits := 4
+		if m.Enc == kernels.Q8 {
+			bits = 8
+		}
+		if T == 1 || sel != 0 { // decode, or each token picks its own experts
+			lanes := 16
+			if m.Cols/kernels.GroupSize <= 8 {
+				lanes = 8
+			}
+			return l.launch("qgemv", cuda.D2(T, blocks(rows, 256/lanes)), cuda.D1(256), 0,
+				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, lanes)
+		}
+		return l.launch("qgemv_tb", cuda.D2(blocks(T, qTokenBlock), blocks(rows, 16)), cuda.D1(256), 0,
+			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, qTokenBlock)
+	case kernels.F32, kernels.BF16, kernels.F16:
+		return l.launch("fgemv", cuda.D2(T, blocks(rows, 32)), cuda.D1(256), 0,
+			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
+	}
+	return fmt.Errorf("gpukernels: GEMV: unknown encoding %d", m.Enc)
+}
+
+// GDNConv runs the causal conv + SiLU over T tokens.
+func (l *Launcher) GDNConv(out, proj, state, w cuda.DevicePtr, C, K, T int) error {
+	if K > 8 {
+		return fmt.Errorf("gpukernels: conv kernel %d is wider than 8", K)
+	}
+	return l.launch("gdn_conv", cuda.D1(blocks(C, 128)), cuda.D1(128), 0, out, proj, state, w, C, K, T)
+}
+
+// GDNShape is the Gated DeltaNet geometry.
+type GDNShape struct{ C, Hk, Hv, Dk, Dv int }
+
+// GDNHeads runs the delta rule and gated norm for every value head; token
+// t's gate inputs are a[t·abStride+h] and b[t·abStride+h].
+func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.DevicePtr, s GDNShape, eps float32, T, abStride int) error {
+	threads := max(96, (s.Dv+31)/32*32)
+	smem := (2*s.Dk + s.Dv + s.Dk*s.Dv) * 4
+	if smem > MaxGDNShared {
+		return fmt.Errorf("gpukernels: a %d×%d delta-rule state (%d bytes) is past the %d bytes of shared memory the kernel asks for", s.Dk, s.Dv, smem, MaxGDNShared)
+	}
+	return l.launch("gdn_heads", cuda.D1(s.Hv), cuda.D1(threads), smem,
+		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T, abStride)
+}
+
+// AttnShape is the full-attention geometry.
+type AttnShape struct{ Hq, Hkv, Dh, Half int }
+
+// AttnKV writes the chunk's keys (normed, rotated) and values at *pos….
+func (l *Launcher) AttnKV(kc, vc, k, v, kNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, T int) error {
+	return l.launch("attn_kv", cuda.D2(s.Hkv, T), cuda.D1(128), 0, kc, vc, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, T)
+}
+
+// AttnHeads computes the gated attention output of every query head: the
+// scores in attnSlices slices of positions, then the softmax and values in
+// slices of 64 head dims.
+func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
+	if err := l.launch("attn_scores", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256), s.Dh*4,
+		scores, q2, kc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity); err != nil {
+		return err
+	}
+	return l.launch("attn_values", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64), 0,
+		o, scores, q2, vc, pos, s.Hq, s.Hkv, s.Dh, capacity)
+}
+
+// attnSlices is how many blocks share one head's scores.
+const attnSlices = 8
+
+// Route picks k of E experts per token from logits rows stride apart.
+func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T, stride int) error {
+	if E > 1024 || k > 64 {
+		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
+	}
+	return l.launch("route", cuda.D1(T), cuda.D1(32), 0, sel, weight, logits, E, k, stride)
+}
+
+// Combine adds the weighted routed outputs and the gated shared expert to x
+// (token t's gate logit at gate[t·gstride]).
+func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H, T, gstride int) error {
+	return l.launch("combine", cuda.D2(blocks(H, 256), T), cuda.D1(256), 0, x, routed, weight, shared, gate, k, H, gstride)
+}
+
+// Argmax writes the greedy token (−1 on NaN) to out.
+func (l *Launcher) Argmax(out, logits cuda.DevicePtr, V int) error {
+	return l.launch("argmax", cuda.D1(1), cuda.D1(1024), 0, out, logits, V)
+}
+
+// Advance adds T to the device position.
+func (l *Launcher) Advance(pos cuda.DevicePtr, T int) error {
+	return l.launch("advance", cuda.D1(1), cuda.D1(32), 0, pos, T)
+}

@@ -1,0 +1,846 @@
+// nvmai GPU kernels for the Qwen3.5 decoder. Compiled at run time by NVRTC
+// with --fmad=false: every product and sum rounds on its own, as in the Go
+// references (pkg/kernels, pkg/runtime/qwen35) each kernel names.
+// No host headers: NVRTC compiles this file alone.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+#define FLT_MAX_ 3.402823466e+38f
+
+// Encodings, as pkg/kernels.Encoding numbers them.
+#define ENC_F32 0
+#define ENC_BF16 1
+#define ENC_F16 2
+#define ENC_Q4 3
+#define ENC_Q8 4
+
+__device__ __forceinline__ float bf16f(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+__device__ __forceinline__ float f16f(u16 h) {
+    // IEEE half to float, exact (as pkg/kernels.f16ToF32).
+    u32 sign = ((u32)h & 0x8000u) << 16;
+    u32 exp = ((u32)h >> 10) & 0x1f;
+    u32 man = (u32)h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return __uint_as_float(sign);
+        float v = (float)man * (1.0f / 16777216.0f); // man · 2^-24
+        return sign ? -v : v;
+    }
+    if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+// exp32k is pkg/kernels.exp32: Cephes expf, bit for bit.
+__device__ __forceinline__ float exp32k(float x) {
+    if (x != x) return x;
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    float n = rintf(__fmul_rn(x, 1.44269504088896341f));
+    float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
+    r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+    float r2 = __fmul_rn(r, r);
+    float p = 1.9875691500e-4f;
+    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+    p = __fadd_rn(__fmul_rn(p, r2), r);
+    p = __fadd_rn(p, 1.0f);
+    return __fmul_rn(p, __uint_as_float((u32)((int)n + 127) << 23));
+}
+
+// kernels' float32 sigmoid: 1/(1+exp32(-v)).
+__device__ __forceinline__ float sigk(float v) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp32k(-v))); }
+
+// qwen35's scalar functions: float64 inside, rounded once.
+__device__ __forceinline__ float sigmoid64(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+__device__ __forceinline__ float exp64(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float softplus64(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
+
+// ---------------------------------------------------------------------------
+// Embedding: out[t] = row tokens[t] of the table (qwen35 embed.Row).
+extern "C" __global__ void embed(float* out, const u8* data, const u16* scales, const u16* biases,
+                                 int enc, int cols, const int* tokens) {
+    int t = blockIdx.y;
+    i64 row = tokens[t];
+    float* o = out + (i64)t * cols;
+    for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < cols; i += blockDim.x * gridDim.x) {
+        float v;
+        if (enc == ENC_Q4 || enc == ENC_Q8) {
+            int g = i / 64;
+            i64 groups = cols / 64;
+            float s = bf16f(scales[row * groups + g]);
+            float b = bf16f(biases[row * groups + g]);
+            u32 q;
+            if (enc == ENC_Q4) q = (data[row * (cols / 2) + i / 2] >> ((i & 1) * 4)) & 15;
+            else q = data[row * cols + i];
+            v = __fadd_rn(__fmul_rn(s, (float)q), b);
+        } else if (enc == ENC_BF16) {
+            v = bf16f(((const u16*)data)[row * cols + i]);
+        } else if (enc == ENC_F16) {
+            v = f16f(((const u16*)data)[row * cols + i]);
+        } else {
+            v = ((const float*)data)[row * cols + i];
+        }
+        o[i] = v;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Block reductions.
+__device__ double block_sum_d(double v, double* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    double r = 0;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < nw; i++) r += sh[i];
+        sh[0] = r;
+    }
+    __syncthreads();
+    r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// invRMS: 1/sqrt(mean(x²)+eps), the sum of squares in float64.
+__device__ float inv_rms(const float* x, int n, float eps, double* sh) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, sh);
+    float mean = (float)(ss / (double)n);
+    return (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+}
+
+// rmsnorm: out[r] = x[r]·inv·scale per row of n (qwen35 rmsNorm). One block per row.
+extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scale, int n, float eps) {
+    __shared__ double sh[32];
+    const float* xr = x + (i64)blockIdx.x * n;
+    float* orow = out + (i64)blockIdx.x * n;
+    float inv = inv_rms(xr, n, eps, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = __fmul_rn(__fmul_rn(xr[i], inv), scale[i]);
+}
+
+// add: x += y (qwen35 addTo).
+extern "C" __global__ void add(float* x, const float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+// swiglu: g = float32(g·sigmoid(g))·u (kernels.SwiGLU).
+extern "C" __global__ void swiglu(float* g, const float* u, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = g[i];
+        g[i] = __fmul_rn(__fmul_rn(v, sigk(v)), u[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Activation quantization (kernels.QActivation): one warp per group of 64.
+// xq8: int8 codes in element order; xq4: per group 8 words of even-element
+// codes then 8 of odd ones (word j holds elements 8j, 8j+2, 8j+4, 8j+6 or
+// 8j+1, …), matching the nibbles of an MLX Q4 word; dx = max|x|/127;
+// sx = Σx in sum8's order (lane k sums elements k, k+8, … in order, then
+// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))).
+// quant_warp quantizes one group gi whose elements lane and lane+32 are a0
+// and a1, by one warp; vs and qs are the warp's 64-entry scratch.
+__device__ void quant_warp(float a0, float a1, i64 gi, int lane, float* vs, signed char* qs,
+                           signed char* xq8, int* xq4, float* dx, float* sx) {
+    vs[lane] = a0;
+    vs[lane + 32] = a1;
+    float amax = 0;
+    if (fabsf(a0) > amax) amax = fabsf(a0); // NaNs never win
+    if (fabsf(a1) > amax) amax = fabsf(a1);
+    for (int o = 16; o > 0; o >>= 1) {
+        float b = __shfl_xor_sync(0xffffffffu, amax, o);
+        if (b > amax) amax = b;
+    }
+    float d = __fdiv_rn(amax, 127.0f);
+    float inv = __fdiv_rn(127.0f, amax);
+    bool tiny = amax != 0 && inv > FLT_MAX_;
+    for (int h = 0; h < 2; h++) {
+        float val = h ? a1 : a0;
+        float t = __fmul_rn(val, inv);
+        if (tiny) t = __fdiv_rn(val, d);
+        if (t > 127.0f) t = 127.0f;
+        else if (t < -127.0f) t = -127.0f;
+        else if (t != t) t = 0.0f;
+        signed char q = (signed char)(int)__fsub_rn(__fadd_rn(t, 12582912.0f), 12582912.0f);
+        qs[lane + 32 * h] = q;
+        xq8[gi * 64 + lane + 32 * h] = q;
+    }
+    __syncwarp();
+    if (lane < 16) {
+        int j = lane & 7, odd = lane >> 3;
+        u32 word = 0;
+        for (int b = 0; b < 4; b++) word |= ((u32)(u8)qs[8 * j + 2 * b + odd]) << (8 * b);
+        xq4[gi * 16 + lane] = (int)word;
+    }
+    float l = 0;
+    if (lane < 8)
+        for (int m = 0; m < 8; m++) l = __fadd_rn(l, vs[8 * m + lane]);
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 4, 8));
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 2, 8));
+    l = __fadd_rn(l, __shfl_down_sync(0xffffffffu, l, 1, 8));
+    if (lane == 0) {
+        dx[gi] = d;
+        sx[gi] = l;
+    }
+    __syncwarp();
+}
+
+extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gi = blockIdx.x * 8 + w;
+    if (gi >= total_groups) return; // the whole warp
+    const float* v = x + (i64)gi * 64;
+    quant_warp(v[lane], v[lane + 32], gi, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+}
+
+// swiglu_q is swiglu (g = silu(g)·u) and then quantize of the result, in one
+// pass: a warp per group.
+extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gi = blockIdx.x * 8 + w;
+    if (gi >= total_groups) return;
+    float* v = g + (i64)gi * 64;
+    const float* uu = u + (i64)gi * 64;
+    float g0 = v[lane], g1 = v[lane + 32];
+    float a0 = __fmul_rn(__fmul_rn(g0, sigk(g0)), uu[lane]);
+    float a1 = __fmul_rn(__fmul_rn(g1, sigk(g1)), uu[lane + 32]);
+    v[lane] = a0;
+    v[lane + 32] = a1;
+    quant_warp(a0, a1, gi, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+}
+
+// rmsnorm_q is rmsnorm of each row and then quantize of the result: one
+// block per row, its warps taking the row's groups in turn.
+extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* scale, int n, float eps,
+                                     signed char* xq8, int* xq4, float* dx, float* sx) {
+    __shared__ double sh[32];
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    const float* xr = x + (i64)blockIdx.x * n;
+    float* orow = out + (i64)blockIdx.x * n;
+    float inv = inv_rms(xr, n, eps, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = __fmul_rn(__fmul_rn(xr[i], inv), scale[i]);
+    __syncthreads();
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, groups = n / 64;
+    for (int g = w; g < groups; g += blockDim.x >> 5) {
+        const float* v = orow + g * 64;
+        quant_warp(v[lane], v[lane + 32], (i64)blockIdx.x * groups + g, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+    }
+}
+
+__device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Matrix addressing shared by the GEMVs. A launch covers `slots` matrices of
+// `rows` rows each (one, or the k experts a token selected): output row
+// r = slot·rows + lr. With sel, slot s of token t uses expert sel[t·k+s],
+// whose weights sit estride bytes after expert 0's. The input is token t's
+// (xslot = 0) or the slot's own (xslot = 1: row t·slots+s of the inputs).
+
+// qgemv: y = W·x for MLX affine Q4/Q8 through int8 activations, bitwise
+// kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
+// in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
+// 16 lanes fold by halving. res, when set, is added: y = res + Wx.
+extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
+    // lanes is 16, or 8 when a row has at most 8 groups: lanes 8…15 would
+    // only fold +0 into the sum, which changes no bit, so 8 lanes give the
+    // same result for twice the rows a block.
+    int t = blockIdx.x;
+    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    const float* dxa = dx + (i64)a * groups;
+    const float* sxa = sx + (i64)a * groups;
+    float acc = 0;
+    if (active) {
+#pragma unroll 4
+        for (int g = lane; g < groups; g += lanes) {
+            int d = 0;
+            if (bits == 4) {
+                const uint4* wp = (const uint4*)(w + g * 32);
+                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
+                uint4 w0 = wp[0], w1 = wp[1];
+                int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
+                const u32 m = 0x0F0F0F0Fu;
+                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
+                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
+                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
+                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
+                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
+                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
+                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
+                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+            } else {
+                const uint4* wp = (const uint4*)(w + g * 64);
+                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint4 ww = wp[k];
+                    int4 xx = xp[k];
+                    d = dp4a_us(ww.x, xx.x, d); d = dp4a_us(ww.y, xx.y, d);
+                    d = dp4a_us(ww.z, xx.z, d); d = dp4a_us(ww.w, xx.w, d);
+                }
+            }
+            float s = bf16f(sc[g]), b = bf16f(bi[g]);
+            float mul = __fmul_rn(s, dxa[g]);
+            float tt = __fmul_rn(mul, (float)d);
+            float u = __fmul_rn(b, sxa[g]);
+            acc = __fadd_rn(acc, __fadd_rn(tt, u));
+        }
+    }
+    if (lanes == 16) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, lanes));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, lanes));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, lanes));
+    if (active && lane == 0) {
+        i64 o = (i64)t * rows * slots + r;
+        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// fgemv: y = W·x for float weights (F32, BF16, F16), bitwise kernels.MatVec:
+// eight threads per row, thread l summing elements l, l+8, … in order (the
+// tail of a row included), then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). Same
+// gathering and res as qgemv.
+// qdot is one group's integer dot of Q4/Q8 weights with activation a.
+__device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint4 w3, const signed char* xq8, const int* xq4, i64 ag) {
+    int d = 0;
+    if (bits == 4) {
+        const int4* xp = (const int4*)(xq4 + ag * 16);
+        int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
+        const u32 m = 0x0F0F0F0Fu;
+        d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
+        d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
+        d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
+        d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
+        d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
+        d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
+        d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
+        d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+    } else {
+        const int4* xp = (const int4*)(xq8 + ag * 64);
+        uint4 ws[4] = {w0, w1, w2, w3};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int4 xx = xp[k];
+            d = dp4a_us(ws[k].x, xx.x, d); d = dp4a_us(ws[k].y, xx.y, d);
+            d = dp4a_us(ws[k].z, xx.z, d); d = dp4a_us(ws[k].w, xx.w, d);
+        }
+    }
+    return d;
+}
+
+#define QTB 8 // most tokens one block multiplies by the same weights
+
+// qgemv_tb is qgemv for up to QTB tokens per block (prefill without expert
+// gathering): the weights are read once for all of them.
+extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int T, int tb) {
+    int t0 = blockIdx.x * tb;
+    int nt = min(tb, T - t0);
+    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t0 * slots + slot] : 0; // sel implies tb = 1
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    float acc[QTB];
+#pragma unroll
+    for (int k = 0; k < QTB; k++) acc[k] = 0;
+    if (active) {
+#pragma unroll 2
+        for (int g = lane; g < groups; g += 16) {
+            uint4 w0, w1, w2 = make_uint4(0, 0, 0, 0), w3 = make_uint4(0, 0, 0, 0);
+            if (bits == 4) {
+                const uint4* wp = (const uint4*)(w + g * 32);
+                w0 = wp[0]; w1 = wp[1];
+            } else {
+                const uint4* wp = (const uint4*)(w + g * 64);
+                w0 = wp[0]; w1 = wp[1]; w2 = wp[2]; w3 = wp[3];
+            }
+            float s = bf16f(sc[g]), b = bf16f(bi[g]);
+#pragma unroll
+            for (int k = 0; k < QTB; k++) {
+                if (k < nt) {
+                    i64 a = xslot ? (i64)(t0 + k) * slots + slot : t0 + k;
+                    i64 ag = a * groups + g;
+                    int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
+                    float mul = __fmul_rn(s, dx[ag]);
+                    float tt = __fmul_rn(mul, (float)d);
+                    float u = __fmul_rn(b, sx[ag]);
+                    acc[k] = __fadd_rn(acc[k], __fadd_rn(tt, u));
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < QTB; k++) {
+        float v = acc[k];
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 8, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 2, 16));
+        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 1, 16));
+        if (active && lane == 0 && k < nt) {
+            i64 o = (i64)(t0 + k) * rows * slots + r;
+            y[o] = res ? __fadd_rn(res[o], v) : v;
+        }
+    }
+}
+
+template <int ENC>
+__device__ __forceinline__ float fload(const u8* base, i64 i) {
+    if (ENC == ENC_F32) return ((const float*)base)[i];
+    if (ENC == ENC_BF16) return bf16f(((const u16*)base)[i]);
+    return f16f(((const u16*)base)[i]);
+}
+
+// frow is one lane's in-order sum over a row: elements lane, lane+8, …,
+// loaded 32 at a time into registers before they are added (the loads are
+// what takes time; the additions must stay in order).
+template <int ENC>
+__device__ float frow(const u8* w, const float* xa, int cols, int lane) {
+    float acc = 0;
+    int i = lane;
+    const int B = 32;
+    for (; i + 8 * (B - 1) < cols; i += 8 * B) {
+        float wv[B], xv[B];
+#pragma unroll
+        for (int k = 0; k < B; k++) {
+            wv[k] = fload<ENC>(w, i + 8 * k);
+            xv[k] = xa[i + 8 * k];
+        }
+#pragma unroll
+        for (int k = 0; k < B; k++) acc = __fadd_rn(acc, __fmul_rn(wv[k], xv[k]));
+    }
+    for (; i < cols; i += 8) acc = __fadd_rn(acc, __fmul_rn(fload<ENC>(w, i), xa[i]));
+    return acc;
+}
+
+extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
+                                 const float* res, const int* sel, int slots, i64 edata, int xslot) {
+    int t = blockIdx.x;
+    int grp = threadIdx.x >> 3, lane = threadIdx.x & 7;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 3) + grp;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    const float* xa = x + (i64)a * cols;
+    const u8* base = data + (i64)e * edata;
+    int esize = enc == ENC_F32 ? 4 : 2;
+    const u8* w = base + (i64)lr * cols * esize;
+    float acc = 0;
+    if (active) {
+        if (enc == ENC_F32) acc = frow<ENC_F32>(w, xa, cols, lane);
+        else if (enc == ENC_BF16) acc = frow<ENC_BF16>(w, xa, cols, lane);
+        else acc = frow<ENC_F16>(w, xa, cols, lane);
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    if (active && lane == 0) {
+        i64 o = (i64)t * rows * slots + r;
+        y[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Gated DeltaNet.
+
+// gdn_conv: the depthwise causal conv + SiLU over T tokens (qwen35
+// causalConv): thread per channel, taps summed in order from zero, then the
+// last K−1 projections stay in state [K−1, C].
+extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[8];
+    for (int j = 0; j < K - 1; j++) win[j] = state[(i64)j * C + c];
+    for (int t = 0; t < T; t++) {
+        win[K - 1] = proj[(i64)t * C + c];
+        float acc = 0;
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(w[c * K + j], win[j]));
+        out[(i64)t * C + c] = __fmul_rn(acc, sigk(acc));
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+    for (int j = 0; j < K - 1; j++) state[(i64)j * C + c] = win[j];
+}
+
+// stage copies n floats by the whole block, 16 bytes a load when n and
+// both pointers allow, many loads in flight.
+__device__ void stage(float* dst, const float* src, int n) {
+    if ((n & 3) == 0 && ((unsigned long long)dst & 15) == 0 && ((unsigned long long)src & 15) == 0) {
+        float4* d = (float4*)dst;
+        const float4* s4 = (const float4*)src;
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) d[i] = s4[i];
+    } else {
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+// gdn_heads: per value head (block) and token, the L2-normed q and k, the
+// gates, the delta rule (kernels.DeltaRule, a thread per value column) and
+// the gated RMSNorm (qwen35 gatedNorm). conv [T, C] = q | k | v; z [T, Hv·Dv];
+// a, b [T, Hv]; state S [Hv, Dk, Dv] is staged in shared memory for the
+// chunk; o [T, Hv·Dv]. Sums that qwen35 runs in float64 in index order are
+// run so here, by one thread over shared copies.
+extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
+                                     const float* negExpA, const float* dtBias, const float* normW,
+                                     int C, int Hk, int Hv, int Dk, int Dv, float eps, int T, int abStride) {
+    extern __shared__ float smem[];
+    float* q = smem;           // [Dk]
+    float* k = q + Dk;         // [Dk]
+    float* ov = k + Dk;        // [Dv]
+    float* Ss = ov + Dv;       // [Dk, Dv]
+    __shared__ float gate[3];
+    int h = blockIdx.x, j = threadIdx.x;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    stage(Ss, Sh, Dk * Dv);
+    for (int t = 0; t < T; t++) {
+        const float* row = conv + (i64)t * C;
+        for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+            q[i] = row[kh * Dk + i];
+            k[i] = row[kd + kh * Dk + i];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) { // l2NormScaled's sums, index order, float64
+            double sq = 0;
+            for (int i = 0; i < Dk; i++) sq += (double)q[i] * (double)q[i];
+            gate[0] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (threadIdx.x == 32) {
+            double sk = 0;
+            for (int i = 0; i < Dk; i++) sk += (double)k[i] * (double)k[i];
+            gate[1] = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
+        } else if (threadIdx.x == 64 || (blockDim.x <= 64 && threadIdx.x == 1)) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            gate[2] = exp64(g);
+        }
+        __syncthreads();
+        float iq = gate[0], ik = gate[1], decay = gate[2];
+        float beta = sigmoid64(b[t * abStride + h]);
+        __syncthreads();
+        for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+            q[i] = __fmul_rn(__fmul_rn(q[i], iq), qScale);
+            k[i] = __fmul_rn(__fmul_rn(k[i], ik), 1.0f);
+        }
+        __syncthreads();
+        if (j < Dv) {
+            float p = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * Dv + j], decay), k[i]));
+            float delta = __fmul_rn(__fsub_rn(row[2 * kd + h * Dv + j], p), beta);
+            float out = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) {
+                float sv = __fadd_rn(__fmul_rn(Ss[i * Dv + j], decay), __fmul_rn(k[i], delta));
+                Ss[i * Dv + j] = sv;
+                out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+            }
+            ov[j] = out;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) { // gatedNorm's invRMS, index order, float64
+            double ss = 0;
+            for (int i = 0; i < Dv; i++) ss += (double)ov[i] * (double)ov[i];
+            float mean = (float)(ss / (double)Dv);
+            gate[0] = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+        }
+        __syncthreads();
+        if (j < Dv) {
+            float zz = z[(i64)t * vd + h * Dv + j];
+            float sz = __fmul_rn(zz, sigk(zz));
+            o[(i64)t * vd + h * Dv + j] = __fmul_rn(__fmul_rn(normW[j], __fmul_rn(ov[j], gate[0])), sz);
+        }
+        __syncthreads();
+    }
+    __syncthreads();
+    stage(Sh, Ss, Dk * Dv);
+}
+
+// ---------------------------------------------------------------------------
+// Gated attention.
+
+#define ATT_B 32       // cached values a thread loads before adding them
+#define ATT_SMEM 10240 // positions whose softmax weights attn_values keeps in shared memory
+
+// norm_rotate: rmsNorm with scale over a head of Dh (sum of squares in
+// float64, a block tree), then rotate-half RoPE on the first 2·half dims
+// (qwen35 rmsNorm + rotate), by the whole block. dst must not alias x.
+__device__ void norm_rotate(float* dst, const float* x, const float* scale, int Dh, float eps, const float* invFreq, int half, int pos, double* sh) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, sh);
+    float mean = (float)(ss / (double)Dh);
+    float inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) dst[i] = __fmul_rn(__fmul_rn(x[i], inv), scale[i]);
+    __syncthreads();
+    for (int jj = threadIdx.x; jj < half; jj += blockDim.x) {
+        float angle = __fmul_rn((float)pos, invFreq[jj]);
+        float c = (float)cos((double)angle), s = (float)sin((double)angle);
+        float x0 = dst[jj], x1 = dst[jj + half];
+        dst[jj] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        dst[jj + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    __syncthreads();
+}
+
+// attn_kv: normalise and rotate the chunk's keys into the cache and copy its
+// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
+extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
+                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    __shared__ double sh[32];
+    int g = blockIdx.x, t = blockIdx.y;
+    int kvd = Hkv * Dh;
+    int p = *pos + t;
+    norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
+}
+
+// attn_scores: per query head, token and slice z of the positions, the
+// normed rotated query and its scores over the cache up to the token
+// (kernels.AttendScores: four lanes, (l0+l1)+(l2+l3), a quad of threads a
+// position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
+extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
+                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    extern __shared__ float qs[]; // [Dh]
+    __shared__ double sh[32];
+    int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int p = *pos + t, n = p + 1;
+    float scale = (float)(1.0 / sqrt((double)Dh));
+    const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
+    norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p, sh);
+    float* sc = scores + ((i64)t * Hq + h) * cap;
+    int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
+    for (int s0 = z * nq; s0 < n; s0 += nq * Z) {
+        int s = s0 + quad;
+        float acc = 0;
+        if (s < n) {
+            const float* kr = kc + (i64)s * kvd + g * Dh;
+            int i = 0;
+            for (; i + 4 * ATT_B <= Dh; i += 4 * ATT_B) {
+                float kv[ATT_B];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) kv[k] = kr[i + 4 * k + l];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(qs[i + 4 * k + l], kv[k]));
+            }
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+            if (l == 0)
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
+        }
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
+        if (l == 0 && s < n) sc[s] = __fmul_rn(acc, scale);
+    }
+}
+
+// attn_values: per query head, token and slice of head dims, the softmax of
+// the scores (kernels.Exp after the maximum, a float64 denominator; every
+// block recomputes it) and the weighted values (kernels.AttendValues:
+// ascending positions from zero), times the sigmoid gate.
+extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
+                                       int Hq, int Hkv, int Dh, int cap) {
+    __shared__ double sh[32];
+    __shared__ float wsm[ATT_SMEM];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int n = *pos + t + 1;
+    const float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx = -__int_as_float(0x7f800000);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) mx = fmaxf(mx, sc[s]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mm = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
+        red[0] = mm;
+    }
+    __syncthreads();
+    mx = red[0];
+    double sum = 0;
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sum += (double)exp32k(__fsub_rn(sc[s], mx));
+    sum = block_sum_d(sum, sh);
+    float inv = (float)(1.0 / sum);
+    const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
+    int i = blockIdx.z * blockDim.x + threadIdx.x;
+    if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
+        for (int s = threadIdx.x; s < n; s += blockDim.x) wsm[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
+        __syncthreads();
+        if (i >= Dh) return;
+        float acc = 0;
+        const float* vcol = vc + g * Dh + i;
+        int s = 0;
+        for (; s + ATT_B <= n; s += ATT_B) {
+            float vv[ATT_B];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) vv[k] = vcol[(i64)(s + k) * kvd];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(wsm[s + k], vv[k]));
+        }
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], vcol[(i64)s * kvd]));
+        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+        return;
+    }
+    if (i >= Dh) return;
+    float acc = 0;
+    const float* vcol = vc + g * Dh + i;
+    int s = 0;
+    for (; s + ATT_B <= n; s += ATT_B) {
+        float vv[ATT_B], ww[ATT_B];
+#pragma unroll
+        for (int k = 0; k < ATT_B; k++) {
+            vv[k] = vcol[(i64)(s + k) * kvd];
+            ww[k] = sc[s + k];
+        }
+#pragma unroll
+        for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(ww[k], mx)), inv), vv[k]));
+    }
+    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), vcol[(i64)s * kvd]));
+    o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+}
+
+// ---------------------------------------------------------------------------
+// MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
+// most probable (lower id on ties), in ascending id order, weights
+// renormalised over the selection.
+extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
+    // One warp per token: at most 32 experts a lane, no block barriers.
+    __shared__ float probs[1024];
+    __shared__ unsigned char taken[1024];
+    __shared__ int chosen[64];
+    int t = blockIdx.x, lane = threadIdx.x;
+    const float* l = logits + (i64)t * stride;
+    float m = -__int_as_float(0x7f800000);
+    for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    double maxLogit = (double)m;
+    double sum = 0;
+    for (int e = lane; e < E; e += 32) sum += exp((double)l[e] - maxLogit);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    for (int e = lane; e < E; e += 32) {
+        probs[e] = (float)(exp((double)l[e] - maxLogit) / sum);
+        taken[e] = 0;
+    }
+    __syncwarp();
+    for (int s = 0; s < k; s++) {
+        float v = -1.0f;
+        int idx = 1 << 30;
+        for (int e = lane; e < E; e += 32)
+            if (!taken[e] && probs[e] > v) { v = probs[e]; idx = e; } // ascending e: the lower id wins ties
+        for (int off = 16; off > 0; off >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, v, off);
+            int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+            if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+        }
+        if (lane == 0) {
+            chosen[s] = idx;
+            taken[idx] = 1;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        for (int i = 1; i < k; i++) // insertion sort, ascending ids
+            for (int j2 = i; j2 > 0 && chosen[j2 - 1] > chosen[j2]; j2--) {
+                int tmp = chosen[j2]; chosen[j2] = chosen[j2 - 1]; chosen[j2 - 1] = tmp;
+            }
+        float total = 0;
+        for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
+        for (int i = 0; i < k; i++) {
+            sel[t * k + i] = chosen[i];
+            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], total);
+        }
+    }
+}
+
+// combine: x += Σ_s w_s·routed_s (ascending slots from zero, each product
+// rounded) + sigmoid(gate)·shared (qwen35 combineExperts, then addTo).
+extern "C" __global__ void combine(float* x, const float* routed, const float* weight, const float* shared, const float* gateLogit,
+                                   int k, int H, int gstride) {
+    int t = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= H) return;
+    float acc = 0;
+    for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(weight[t * k + s], routed[((i64)t * k + s) * H + i]));
+    float sg = sigmoid64(gateLogit[(i64)t * gstride]);
+    acc = __fadd_rn(acc, __fmul_rn(sg, shared[(i64)t * H + i]));
+    x[(i64)t * H + i] = __fadd_rn(x[(i64)t * H + i], acc);
+}
+
+// ---------------------------------------------------------------------------
+// Sampling and bookkeeping.
+
+// argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
+// NaN anywhere gives −1. One block.
+extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int hasnan;
+    if (threadIdx.x == 0) hasnan = 0;
+    __syncthreads();
+    float v = -__int_as_float(0x7f800000);
+    int idx = 1 << 30;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = logits[i];
+        if (x != x) hasnan = 1;
+        if (x > v || idx == (1 << 30)) { v = x; idx = i; }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, off);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+        if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    }
+    if ((threadIdx.x & 31) == 0) { bv[threadIdx.x >> 5] = v; bi[threadIdx.x >> 5] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++)
+            if (bv[w] > v || (bv[w] == v && bi[w] < idx)) { v = bv[w]; idx = bi[w]; }
+        *out = hasnan ? -1 : idx;
+    }
+}
+
+// advance: *pos += T, at the end of a step (position lives on the device so
+// one captured graph serves every step).
+extern "C" __global__ void advance(int* pos, int T) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) *pos += T;
+}

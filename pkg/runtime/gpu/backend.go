@@ -1,0 +1,313 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+)
+
+// Engines are the values of --engine.
+var Engines = []string{"cpu", "gpu"}
+
+// LoaderFor maps an --engine value to the runtime option that selects it:
+// nil for the CPU engine.
+func LoaderFor(engine string) (runtime.BackendLoader, error) {
+	switch strings.ToLower(engine) {
+	case "", "cpu":
+		return nil, nil
+	case "gpu":
+		return Loader, nil
+	}
+	return nil, fmt.Errorf("--engine %q: want one of %s", engine, strings.Join(Engines, ", "))
+}
+
+// Backend is the GPU engine as a runtime.Backend.
+type Backend struct {
+	Dev   *cuda.Device
+	Model *Model
+	last  *State
+}
+
+// Loader opens GPU 0 and uploads the install's weights.
+func Loader(in *runtime.Install, cfg qwen35.Config) (runtime.Backend, error) {
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	m, err := Load(dev, cfg, in, in.Dir, in.Manifest.Experts)
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	return &Backend{Dev: dev, Model: m}, nil
+}
+
+// Name labels reports.
+func (b *Backend) Name() string { return fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch) }
+
+// NewState starts a sequence.
+func (b *Backend) NewState(opt runtime.SessionOptions) (runtime.BackendState, error) {
+	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	if err != nil {
+		return nil, err
+	}
+	b.last = st
+	return st, nil
+}
+
+// Close frees the weights and the device.
+func (b *Backend) Close() {
+	b.Model.Close()
+	b.Dev.Close()
+}
+
+// BenchInfo is the GPU section of nvmai-run bench's report.
+type BenchInfo struct {
+	Device          string             `json:"device"`
+	Driver          int                `json:"driver"`
+	NVRTC           string             `json:"nvrtc"`
+	WeightBytes     int64              `json:"weight_bytes"`
+	TokenBytes      int64              `json:"weight_bytes_per_token"`
+	KernelsPerToken int                `json:"kernels_per_token"`
+	GraphMsPerToken float64            `json:"graph_ms_per_token"`   // decode step replayed as a graph, device time
+	HostMsPerToken  float64            `json:"host_ms_per_token"`    // Forward + Argmax as a session calls them, wall time
+	EagerMsPerToken float64            `json:"eager_ms_per_token"`   // the same launches one by one
+	EmptyGraphMs    float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
+	CopyBandwidth   float64            `json:"copy_bytes_per_s"`     // device-to-device, bytes read + written
+	WeightBandwidth float64            `json:"weight_bytes_per_s"`   // weight bytes per token ÷ graph time
+	BandwidthShare  float64            `json:"weight_share_of_copy"` // WeightBandwidth ÷ CopyBandwidth
+	PhaseMs         map[string]float64 `json:"phase_ms_per_token"`   // one eager step split by events
+	KernelMs        map[string]float64 `json:"kernel_ms_per_token"`  // the same step by phase/kernel
+	PhaseBytes      map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
+	PhaseBandwidth  map[string]float64 `json:"phase_weight_bytes_per_s"`
+	Error           string             `json:"error,omitempty"`
+}
+
+// BenchInfo measures the device figures of a decode step on a fresh
+// sequence (a 16-token prompt of id 1, then decode steps).
+func (b *Backend) BenchInfo() any {
+	info, err := b.Measure(16, 32)
+	if err != nil {
+		info.Error = err.Error()
+	}
+	return info
+}
+
+// Measure times decode steps after a prompt of prompt tokens: graph replays,
+// eager launches, an empty graph of as many kernels, a phase split, and the
+// copy bandwidth.
+func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
+	m := b.Model
+	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
+		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes}
+	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
+	if err != nil {
+		return info, err
+	}
+	defer st.Close()
+	ids := make([]int, prompt)
+	for i := range ids {
+		ids[i] = 1 + i%7
+	}
+	if err := st.Forward(ids); err != nil {
+		return info, err
+	}
+	if err := st.Forward([]int{1}); err != nil { // captures the graph
+		return info, err
+	}
+	info.KernelsPerToken = st.graphKernels
+	err = b.Dev.Do(func(c *cuda.Ctx) error {
+		ms, err := timeIt(c, steps, func() error { return c.LaunchGraph(st.graph) })
+		if err != nil {
+			return err
+		}
+		info.GraphMsPerToken = ms
+		l := &gpukernels.Launcher{C: c, K: m.ks}
+		if info.EagerMsPerToken, err = timeIt(c, steps, func() error { return m.forward(l, st, 1, nil) }); err != nil {
+			return err
+		}
+		if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
+			return err
+		}
+		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st); err != nil {
+			return err
+		}
+		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
+		return err
+	})
+	st.pos += 2*steps + 1 // every replay advanced the device position
+	if err != nil {
+		return info, err
+	}
+	start := time.Now()
+	for range steps { // what a session pays: upload the id, replay, read the pick
+		if err := st.Forward([]int{1}); err != nil {
+			return info, err
+		}
+		if _, err := st.Argmax(); err != nil {
+			return info, err
+		}
+	}
+	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	if info.GraphMsPerToken > 0 {
+		info.WeightBandwidth = float64(m.TokenBytes) / (info.GraphMsPerToken / 1e3)
+	}
+	if info.CopyBandwidth > 0 {
+		info.BandwidthShare = info.WeightBandwidth / info.CopyBandwidth
+	}
+	info.PhaseBandwidth = map[string]float64{}
+	for k, v := range info.PhaseBytes {
+		if ms := info.PhaseMs[k]; ms > 0 {
+			info.PhaseBandwidth[k] = float64(v) / (ms / 1e3)
+		}
+	}
+	return info, nil
+}
+
+// timeIt runs fn n times between two events and returns ms per run.
+func timeIt(c *cuda.Ctx, n int, fn func() error) (float64, error) {
+	if err := fn(); err != nil { // warm
+		return 0, err
+	}
+	start, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	for range n - 1 {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	end, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	ms, err := c.Elapsed(start, end)
+	c.Destroy(start)
+	c.Destroy(end)
+	return ms / float64(max(n-1, 1)), err
+}
+
+// emptyGraph times a graph of k trivial kernels: the launch floor of a
+// decode step with that many kernels. It leaves *pos unchanged.
+func emptyGraph(c *cuda.Ctx, l *gpukernels.Launcher, pos cuda.DevicePtr, k, n int) (float64, error) {
+	if err := c.BeginCapture(); err != nil {
+		return 0, err
+	}
+	var ferr error
+	for range k {
+		if err := l.Advance(pos, 0); err != nil && ferr == nil {
+			ferr = err
+		}
+	}
+	g, err := c.EndCapture()
+	if ferr != nil {
+		return 0, ferr
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyGraph(g)
+	return timeIt(c, n, func() error { return c.LaunchGraph(g) })
+}
+
+// copyBandwidth times device-to-device copies of n bytes: bytes read plus
+// written per second.
+func copyBandwidth(c *cuda.Ctx, n uint64) (float64, error) {
+	a, err := c.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(a)
+	b, err := c.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(b)
+	c.Memset32(a, 0x3f800001, n/4)
+	ms, err := timeIt(c, 10, func() error { return c.DtoD(b, a, n) })
+	if err != nil {
+		return 0, err
+	}
+	return 2 * float64(n) / (ms / 1e3), nil
+}
+
+// phases runs one eager decode step with an event after every kernel and
+// returns each phase's device time, the weight bytes it reads, and the time
+// of each phase's kernels by name ("moe/qgemv").
+func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]int64, map[string]float64, error) {
+	type mark struct {
+		e      *cuda.Event
+		kernel string
+	}
+	var marks []mark
+	var rerr error
+	record := func(kernel string) {
+		e, err := c.Record()
+		if err != nil && rerr == nil {
+			rerr = err
+		}
+		marks = append(marks, mark{e, kernel})
+	}
+	defer func() {
+		for _, mk := range marks {
+			if mk.e != nil {
+				c.Destroy(mk.e)
+			}
+		}
+	}()
+	record("")
+	var bounds []int // index in marks where each phase ends, and its name
+	var names []string
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record}
+	if err := m.forward(l, st, 1, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
+		return nil, nil, nil, err
+	}
+	if rerr != nil {
+		return nil, nil, nil, rerr
+	}
+	phase := map[string]float64{}
+	kernels := map[string]float64{}
+	b := 0
+	for i := 1; i < len(marks); i++ {
+		for b < len(bounds) && bounds[b] < i {
+			b++
+		}
+		d, err := c.Elapsed(marks[i-1].e, marks[i].e)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		name := "?"
+		if b < len(names) {
+			name = names[b]
+		}
+		phase[name] += d
+		kernels[name+"/"+marks[i].kernel] += d
+	}
+	return phase, m.phaseBytes, kernels, nil
+}
+
+// Summary is BenchInfo as lines of nvmai-run bench's text report.
+func (info *BenchInfo) Summary() []string {
+	if info.Error != "" {
+		return []string{"gpu: measuring failed: " + info.Error}
+	}
+	lines := []string{
+		fmt.Sprintf("gpu %s (driver %d, NVRTC %s): decode step %.3f ms on the device as a graph of %d kernels (%.3f ms launched one by one; a graph of as many empty kernels %.3f ms), %.3f ms as a session sees it",
+			info.Device, info.Driver, info.NVRTC, info.GraphMsPerToken, info.KernelsPerToken, info.EagerMsPerToken, info.EmptyGraphMs, info.HostMsPerToken),
+		fmt.Sprintf("gpu weights: %.0f MiB read per token → %.0f GB/s, %.0f%% of the %.0f GB/s device-to-device copy measured now",
+			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9),
+	}
+	for _, ph := range []string{PhaseEmbed, PhaseGDN, PhaseAttention, PhaseMoE, PhaseMLP, PhaseHead} {
+		if ms, ok := info.PhaseMs[ph]; ok {
+			lines = append(lines, fmt.Sprintf("gpu phase %-9s %.3f ms/token (kernels one by one), weights %.0f MiB, %.0f GB/s",
+				ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9))
+		}
+	}
+	return lines
+}

@@ -1,0 +1,81 @@
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/runtime"
+)
+
+// TestBench measures each install named by NVMAI_GPU_BENCH (comma-separated
+// directories): prefill of 512 tokens, decode of 128 (greedy, graph per
+// token), and the device figures of BenchInfo; it prints BENCH lines and
+// writes bench-<name>.json to $NVMAI_GPU_BENCH_OUT when set.
+func TestBench(t *testing.T) {
+	needGPU(t)
+	dirs := os.Getenv("NVMAI_GPU_BENCH")
+	if dirs == "" {
+		t.Skip("NVMAI_GPU_BENCH names no install to bench")
+	}
+	for _, dir := range filepath.SplitList(dirs) {
+		name := filepath.Base(dir)
+		start := time.Now()
+		e := loadEngine(t, dir, true)
+		load := time.Since(start)
+		b := e.Backend().(*Backend)
+		prompt := make([]int, 512)
+		for i := range prompt {
+			prompt[i] = 1 + (i*7919)%(e.Install.Manifest.Geometry.VocabSize-1)
+		}
+		var runs []*runtime.Result
+		for range 3 {
+			s := e.NewSession(runtime.SessionOptions{KVInitial: 1024})
+			res, err := s.Generate(context.Background(), prompt, runtime.GenerateOptions{MaxTokens: 129, IgnoreEOS: true, PrefillChunk: 512})
+			s.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, res)
+		}
+		info, err := b.Measure(512, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := func(f func(*runtime.Result) float64) (lo, hi float64) {
+			lo, hi = f(runs[0]), f(runs[0])
+			for _, r := range runs[1:] {
+				lo, hi = min(lo, f(r)), max(hi, f(r))
+			}
+			return
+		}
+		plo, phi := best(func(r *runtime.Result) float64 { return r.PrefillTokS })
+		dlo, dhi := best(func(r *runtime.Result) float64 { return r.DecodeTokS })
+		t.Logf("BENCH %s: load %.1fs; prefill 512: %.0f–%.0f tok/s; decode 128: %.1f–%.1f tok/s (3 runs)", name, load.Seconds(), plo, phi, dlo, dhi)
+		t.Logf("BENCH %s: session step %.3f ms wall (upload id, replay, read the pick)", name, info.HostMsPerToken)
+		t.Logf("BENCH %s: graph %.3f ms/token (eager %.3f), %d kernels/token, empty graph of as many %.3f ms; weights %.0f MiB/token → %.0f GB/s = %.0f%% of copy %.0f GB/s",
+			name, info.GraphMsPerToken, info.EagerMsPerToken, info.KernelsPerToken, info.EmptyGraphMs,
+			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9)
+		for _, ph := range []string{PhaseEmbed, PhaseGDN, PhaseAttention, PhaseMoE, PhaseMLP, PhaseHead} {
+			if ms, ok := info.PhaseMs[ph]; ok {
+				t.Logf("BENCH %s: phase %-9s %.3f ms/token, %.0f MiB, %.0f GB/s", name, ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9)
+			}
+		}
+		var ks []string
+		for k := range info.KernelMs {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return info.KernelMs[ks[i]] > info.KernelMs[ks[j]] })
+		for _, k := range ks[:min(12, len(ks))] {
+			t.Logf("BENCH %s: kernel %-22s %.3f ms/token", name, k, info.KernelMs[k])
+		}
+		if out := os.Getenv("NVMAI_GPU_BENCH_OUT"); out != "" {
+			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")
+			os.WriteFile(filepath.Join(out, "bench-"+name+".json"), raw, 0o644)
+		}
+	}
+}

@@ -1,0 +1,441 @@
+package gpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+)
+
+func uintptrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
+
+// Phases of a decode step, as BenchInfo splits it.
+const (
+	PhaseEmbed     = "embed"
+	PhaseGDN       = "gdn"       // norm, projections, conv, delta rule, out projection
+	PhaseAttention = "attention" // norm, projections, KV, attention, out projection
+	PhaseMoE       = "moe"       // norm, router, shared and routed experts, combine
+	PhaseMLP       = "mlp"
+	PhaseHead      = "lm_head" // final norm, lm_head, argmax
+)
+
+// MaxChunk is the most tokens one forward pass carries (prefill chunks).
+const MaxChunk = 256
+
+// StateOptions size a sequence's KV cache.
+type StateOptions struct {
+	KVInitial  int // starting capacity in tokens (default 1024); doubles on demand
+	MaxContext int // default the model's maximum
+	NoGraph    bool
+}
+
+// State is one sequence on the device: recurrent and conv state, the KV
+// cache and the scratch of a forward pass. Decode steps replay one captured
+// CUDA graph per KV capacity; the position lives in device memory.
+type State struct {
+	m            *Model
+	pos          int // host mirror of *dpos
+	maxCtx, kcap int
+	noGraph      bool
+
+	dpos, tokens, next cuda.DevicePtr
+	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
+	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
+	s                  scratch
+	graph              *cuda.Graph
+	graphKernels       int
+	failed             error
+	allocs             []cuda.DevicePtr // everything but the KV cache
+}
+
+// scratch is a forward pass's device buffers for up to MaxChunk tokens.
+type scratch struct {
+	x, u, proj, convOut, z, a, b, o    cuda.DevicePtr
+	q2, k, v, scores                   cuda.DevicePtr
+	router, sel, weight, sg, su, gates cuda.DevicePtr
+	eg, eu, routed, shared, g, up      cuda.DevicePtr
+	final, logits                      cuda.DevicePtr
+	qa                                 gpukernels.QAct
+}
+
+// NewState allocates a sequence.
+func (m *Model) NewState(opt StateOptions) (*State, error) {
+	cfg := m.cfg
+	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph}
+	if st.maxCtx <= 0 || st.maxCtx > cfg.MaxContext {
+		st.maxCtx = cfg.MaxContext
+	}
+	st.kcap = opt.KVInitial
+	if st.kcap <= 0 {
+		st.kcap = 1024
+	}
+	st.kcap = min(st.kcap, st.maxCtx)
+	err := m.dev.Do(func(c *cuda.Ctx) error { return st.alloc(c) })
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *State) alloc(c *cuda.Ctx) error {
+	g, cfg := st.m.geom, st.m.cfg
+	var err error
+	a := func(n int) cuda.DevicePtr {
+		if err != nil {
+			return 0
+		}
+		p, e := c.Alloc(uint64(max(n, 4)))
+		if e != nil {
+			err = e
+			return 0
+		}
+		st.allocs = append(st.allocs, p)
+		if e := c.Memset32(p, 0, uint64(max(n, 4)/4)); e != nil && err == nil {
+			err = e
+		}
+		return p
+	}
+	T := MaxChunk
+	f := func(n int) cuda.DevicePtr { return a(4 * T * n) }
+	st.dpos, st.tokens, st.next = a(4), a(4*T), a(4)
+	st.conv = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.rec = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.kc = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.vc = make([]cuda.DevicePtr, len(cfg.Layers))
+	for l, kind := range cfg.Layers {
+		if kind == qwen35.LinearAttention {
+			st.conv[l] = a(4 * (g.K - 1) * g.C)
+			st.rec[l] = a(4 * g.gdn.Hv * g.gdn.Dk * g.gdn.Dv)
+		}
+	}
+	s := &st.s
+	s.x, s.u = f(g.H), f(g.H)
+	s.proj, s.convOut, s.z, s.o = f(g.C), f(g.C), f(g.vd), f(max(g.vd, g.attn.Hq*g.attn.Dh))
+	s.a, s.b = f(2*g.gdn.Hv), f(g.gdn.Hv)
+	s.q2, s.k, s.v = f(2*g.attn.Hq*g.attn.Dh), f(g.kvd), f(g.kvd)
+	s.router, s.sel, s.weight = f(g.E+1), f(max(g.k, 1)), f(max(g.k, 1))
+	s.sg, s.su, s.gates = f(max(g.Is, 1)), f(max(g.Is, 1)), f(1)
+	s.eg, s.eu, s.routed = f(max(g.k*g.I, 1)), f(max(g.k*g.I, 1)), f(max(g.k*g.H, 1))
+	s.shared, s.g, s.up = f(g.H), f(max(g.Inter, 1)), f(max(g.Inter, 1))
+	s.final, s.logits = a(4*g.H), a(4*g.V)
+	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
+	q8, q4, ds := gpukernels.QActBytes(T, widest)
+	s.qa = gpukernels.QAct{Q8: a(int(q8)), Q4: a(int(q4)), DX: a(int(ds)), SX: a(int(ds))}
+	if err != nil {
+		return fmt.Errorf("gpu: allocating a sequence: %w", err)
+	}
+	return st.allocKV(c, st.kcap, 0)
+}
+
+// allocKV gives every attention layer a cache of capacity tokens, keeping
+// the first keep tokens, and sizes the score scratch to match.
+func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
+	g, cfg := st.m.geom, st.m.cfg
+	row := uint64(4 * g.kvd)
+	for l, kind := range cfg.Layers {
+		if kind != qwen35.FullAttention {
+			continue
+		}
+		for _, buf := range []*cuda.DevicePtr{&st.kc[l], &st.vc[l]} {
+			p, err := c.Alloc(row * uint64(capacity))
+			if err != nil {
+				return fmt.Errorf("gpu: no room for a KV cache of %d tokens: %w", capacity, err)
+			}
+			if *buf != 0 {
+				if keep > 0 {
+					if err := c.DtoD(p, *buf, row*uint64(keep)); err != nil {
+						return err
+					}
+				}
+				if err := c.Sync(); err != nil {
+					return err
+				}
+				c.Free(*buf)
+			}
+			*buf = p
+		}
+	}
+	if st.s.scores != 0 {
+		c.Free(st.s.scores)
+	}
+	p, err := c.Alloc(uint64(4 * MaxChunk * max(g.attn.Hq, 1) * capacity))
+	if err != nil {
+		return fmt.Errorf("gpu: no room for attention scores over %d tokens: %w", capacity, err)
+	}
+	st.s.scores = p
+	if st.graph != nil { // captured with the old buffers
+		c.DestroyGraph(st.graph)
+		st.graph = nil
+	}
+	st.kcap = capacity
+	return nil
+}
+
+// Close frees the sequence's device memory.
+func (st *State) Close() {
+	st.m.dev.Do(func(c *cuda.Ctx) error {
+		c.DestroyGraph(st.graph)
+		st.graph = nil
+		for _, p := range st.allocs {
+			c.Free(p)
+		}
+		for l := range st.kc {
+			if st.kc[l] != 0 {
+				c.Free(st.kc[l])
+				c.Free(st.vc[l])
+			}
+		}
+		if st.s.scores != 0 {
+			c.Free(st.s.scores)
+		}
+		return nil
+	})
+	st.allocs = nil
+}
+
+// Len is the number of tokens the sequence holds.
+func (st *State) Len() int { return st.pos }
+
+// MaxContext is the most tokens the sequence may hold.
+func (st *State) MaxContext() int { return st.maxCtx }
+
+// GraphKernels is the number of kernels in the decode graph (0 before the
+// first decode step or without graphs).
+func (st *State) GraphKernels() int { return st.graphKernels }
+
+// Forward feeds ids; afterwards the last token's logits and greedy pick are
+// on the device (Logits, Argmax).
+func (st *State) Forward(ids []int) error {
+	if st.failed != nil {
+		return fmt.Errorf("gpu: the sequence failed earlier (%v); start a new one", st.failed)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("gpu: Forward: no tokens")
+	}
+	for i, id := range ids {
+		if id < 0 || id >= st.m.geom.V {
+			return fmt.Errorf("gpu: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, st.m.geom.V)
+		}
+	}
+	if st.pos+len(ids) > st.maxCtx {
+		return fmt.Errorf("gpu: Forward: %d tokens after %d would pass the max context of %d", len(ids), st.pos, st.maxCtx)
+	}
+	err := st.m.dev.Do(func(c *cuda.Ctx) error {
+		if need := st.pos + len(ids); need > st.kcap {
+			capacity := st.kcap
+			for capacity < need {
+				capacity *= 2
+			}
+			if err := st.allocKV(c, min(capacity, st.maxCtx), st.pos); err != nil {
+				return err
+			}
+		}
+		for start := 0; start < len(ids); start += MaxChunk {
+			chunk := ids[start:min(start+MaxChunk, len(ids))]
+			if err := st.chunk(c, chunk); err != nil {
+				return err
+			}
+		}
+		if len(ids) > 1 {
+			return c.Sync() // prefill: its time belongs to the prompt, not the first decode step
+		}
+		return nil
+	})
+	if err != nil {
+		st.failed = err
+	}
+	return err
+}
+
+func (st *State) chunk(c *cuda.Ctx, ids []int) error {
+	tok := make([]int32, len(ids))
+	for i, id := range ids {
+		tok[i] = int32(id)
+	}
+	if err := c.HtoD(st.tokens, cuda.Bytes(tok)); err != nil {
+		return err
+	}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks}
+	if len(ids) == 1 && !st.noGraph {
+		if st.graph == nil {
+			if err := c.BeginCapture(); err != nil {
+				return err
+			}
+			ferr := st.m.forward(l, st, 1, nil)
+			g, err := c.EndCapture()
+			if ferr != nil {
+				return ferr
+			}
+			if err != nil {
+				return err
+			}
+			st.graph, st.graphKernels = g, l.Count
+		}
+		if err := c.LaunchGraph(st.graph); err != nil {
+			return err
+		}
+	} else if err := st.m.forward(l, st, len(ids), nil); err != nil {
+		return err
+	}
+	st.pos += len(ids)
+	return nil
+}
+
+// Logits copies the last token's logits into dst [V].
+func (st *State) Logits(dst []float32) error {
+	if len(dst) != st.m.geom.V {
+		return fmt.Errorf("gpu: Logits: %d values, want vocab %d", len(dst), st.m.geom.V)
+	}
+	return st.m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(dst), st.s.logits) })
+}
+
+// Argmax returns the greedy next token (computed on the device after the
+// last Forward: the lowest id among equal maxima, an error on NaN logits).
+func (st *State) Argmax() (int, error) {
+	var id [1]int32
+	if err := st.m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(id[:]), st.next) }); err != nil {
+		return 0, err
+	}
+	if id[0] < 0 {
+		return 0, fmt.Errorf("gpu: the logits hold a NaN: the forward pass is broken")
+	}
+	return int(id[0]), nil
+}
+
+// forward enqueues the whole decoder for T tokens at the device position:
+// the same launches whether captured into a graph or run directly.
+func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phase string)) error {
+	if mark == nil {
+		mark = func(string) {}
+	}
+	g, s := m.geom, &st.s
+	var err error
+	do := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	// gemv quantizes x into the scratch (when any of ws is quantized) and
+	// multiplies every w of ws by it.
+	// held is what the quantized scratch holds, so x read by several
+	// launches in a row is quantized once.
+	type quantized struct {
+		x             cuda.DevicePtr
+		vectors, cols int
+	}
+	var held quantized
+	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
+		for _, w := range ws {
+			if w.Quantized() && held != (quantized{x, vectors, cols}) {
+				do(l.Quantize(&s.qa, x, vectors, cols))
+				held = quantized{x, vectors, cols}
+				break
+			}
+		}
+		for _, o := range outs {
+			if o == held.x { // the product overwrites what was quantized
+				held = quantized{}
+			}
+		}
+		for i, w := range ws {
+			do(l.GEMV(outs[i], w, x, &s.qa, res, sel, slots, xslot, T))
+		}
+	}
+	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
+		gemv(x, T, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
+	}
+	anyQuantized := func(ws ...*gpukernels.Mat) bool {
+		for _, w := range ws {
+			if w != nil && w.Quantized() {
+				return true
+			}
+		}
+		return false
+	}
+	// norm is RMSNorm into u, quantized in the same launch when a product
+	// that reads u is quantized.
+	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
+		if anyQuantized(readers...) {
+			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, T, g.eps))
+			held = quantized{s.u, T, g.H}
+			return
+		}
+		do(l.RMSNorm(s.u, s.x, scale, g.H, T, g.eps))
+		held = quantized{}
+	}
+	// swiglu is g = silu(g)·u over vectors·cols, quantized in the same
+	// launch when its reader is.
+	swiglu := func(gp, up cuda.DevicePtr, vectors, cols int, reader *gpukernels.Mat) {
+		if reader.Quantized() {
+			do(l.SwiGLUQuantize(&s.qa, gp, up, vectors, cols))
+			held = quantized{gp, vectors, cols}
+			return
+		}
+		do(l.SwiGLU(gp, up, vectors*cols))
+	}
+	do(l.Embed(s.x, m.embed, st.tokens, T))
+	mark(PhaseEmbed)
+	for i := range m.layers {
+		ly := &m.layers[i]
+		norm(ly.inNorm, ly.qkv, ly.z, ly.ab, ly.a, ly.b, ly.q, ly.k, ly.v)
+		switch ly.kind {
+		case qwen35.LinearAttention:
+			a, b, abStride := s.a, s.b, g.gdn.Hv
+			if ly.ab != nil { // one product gives a then b per token
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.ab}, 0, 0, 1, false)
+				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
+			}
+			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
+			do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			one(s.o, g.vd, s.x, ly.out, s.x)
+			mark(PhaseGDN)
+		case qwen35.FullAttention:
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
+			do(l.AttnKV(st.kc[i], st.vc[i], s.k, s.v, ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, T))
+			do(l.AttnHeads(s.o, s.scores, s.q2, st.kc[i], st.vc[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, T))
+			one(s.o, g.attn.Hq*g.attn.Dh, s.x, ly.o, s.x)
+			mark(PhaseAttention)
+		}
+		norm(ly.postNorm, ly.routerG, ly.router, ly.sGate, ly.sUp, ly.sharedG, ly.eGate, ly.eUp, ly.gate, ly.up)
+		if ly.router != nil {
+			gates, stride, gstride := s.gates, g.E, 1
+			if ly.routerG != nil { // one product gives the router logits then the gate
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su}, []*gpukernels.Mat{ly.routerG, ly.sGate, ly.sUp}, 0, 0, 1, false)
+				gates, stride, gstride = s.router+cuda.DevicePtr(4*g.E), g.E+1, g.E+1
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
+			}
+			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
+			swiglu(s.sg, s.su, T, g.Is, ly.sDown)
+			one(s.sg, g.Is, s.shared, ly.sDown, 0)
+			swiglu(s.eg, s.eu, T*g.k, g.I, ly.eDown)
+			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{ly.eDown}, 0, s.sel, g.k, true)
+			do(l.Combine(s.x, s.routed, s.weight, s.shared, gates, g.k, g.H, T, gstride))
+			mark(PhaseMoE)
+		} else {
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.g, s.up}, []*gpukernels.Mat{ly.gate, ly.up}, 0, 0, 1, false)
+			swiglu(s.g, s.up, T, g.Inter, ly.down)
+			one(s.g, g.Inter, s.x, ly.down, s.x)
+			mark(PhaseMLP)
+		}
+	}
+	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
+	do(l.RMSNorm(s.final, last, m.norm, g.H, 1, g.eps))
+	// lm_head reads one row: run it as a one-token GEMV.
+	for _, w := range []*gpukernels.Mat{m.lmHead} {
+		if w.Quantized() {
+			do(l.Quantize(&s.qa, s.final, 1, g.H))
+		}
+		do(l.GEMV(s.logits, w, s.final, &s.qa, 0, 0, 1, false, 1))
+	}
+	do(l.Argmax(st.next, s.logits, g.V))
+	do(l.Advance(st.dpos, T))
+	mark(PhaseHead)
+	return err
+}

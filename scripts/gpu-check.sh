@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu-check.sh: on a machine with an NVIDIA GPU, build (or take prebuilt
+# test binaries), run every GPU test, the fidelity checks and the bench,
+# and print a closing table. Under 10 minutes on an H200.
+#
+#   scripts/gpu-check.sh                 # from a checkout with Go
+#   NVMAI_GPU_BIN=dir scripts/gpu-check.sh   # prebuilt: dir holds cuda.test,
+#                                        # gpukernels.test, gpu.test, nvmai-convert
+#
+# Fixtures come from a git-ignored copy, $NVMAI_GPU_FIXTURES (default
+# .fixtures/ at the repository root: tiny-moe-fused, tiny-moe-perexpert,
+# tiny-dense and their refs JSON), since ../shared is not on GPU machines.
+# SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
+# 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
+# CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
+# Logs go to $OUT (default /tmp/nvmai-gpu-check).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/nvmai-gpu-check}
+WORK=${WORK:-/tmp/nvmai-gpu-work}
+SYNTH=${SYNTH:-4,40}
+mkdir -p "$OUT" "$WORK"
+export NVMAI_GPU=1 NVMAI_GPU_FIXTURES=${NVMAI_GPU_FIXTURES:-$root/.fixtures}
+# Where ../shared exists (a developer's machine), refresh the git-ignored copy
+# that travels to GPU machines.
+if [ ! -d "$NVMAI_GPU_FIXTURES/tiny-dense" ] && [ -d "$root/../shared/fixtures/dev" ]; then
+	mkdir -p "$NVMAI_GPU_FIXTURES"
+	for f in tiny-moe-fused tiny-moe-perexpert tiny-dense tiny-moe.refs.json tiny-dense.refs.json; do
+		cp -r "$root/../shared/fixtures/dev/$f" "$NVMAI_GPU_FIXTURES/"
+	done
+fi
+export NVMAI_CUBIN_CACHE=${NVMAI_CUBIN_CACHE:-$WORK/cubin}
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+bin=${NVMAI_GPU_BIN:-}
+if [ -z "$bin" ]; then
+	bin=$WORK/bin
+	mkdir -p "$bin"
+	stamp "building test binaries"
+	(cd "$root" && export CGO_ENABLED=0 &&
+		go test -c -o "$bin/cuda.test" ./pkg/cuda &&
+		go test -c -o "$bin/gpukernels.test" ./pkg/gpukernels &&
+		go test -c -o "$bin/gpu.test" ./pkg/runtime/gpu &&
+		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert &&
+		go build -o "$bin/nvmai-run" ./cmd/nvmai-run) || { echo "build failed"; exit 1; }
+fi
+
+status=0
+run() { # name, binary, args…
+	local name=$1
+	shift
+	stamp "$name"
+	"$@" -test.v >"$OUT/$name.log" 2>&1
+	local rc=$?
+	grep -E '^(--- |ok|FAIL|PASS|panic)|FIDELITY|BENCH|discover_test' "$OUT/$name.log" | grep -v '^=== ' | tail -60
+	[ $rc -eq 0 ] || { status=1; echo "$name: exit $rc (log $OUT/$name.log)"; tail -30 "$OUT/$name.log"; }
+}
+
+run cuda "$bin/cuda.test"
+run kernels "$bin/gpukernels.test"
+run fidelity "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+
+synth=()
+if [ "$SYNTH" != none ]; then
+	for n in ${SYNTH//,/ }; do
+		d=$WORK/synth-35b-a3b-4bit-$n
+		if [ ! -f "$d/manifest.json" ]; then
+			stamp "nvmai-convert synth --layers $n"
+			args=(--layers "$n")
+			[ "$n" = 40 ] && args=()
+			"$bin/nvmai-convert" synth --geometry qwen3.5-35b-a3b --bits 4 "${args[@]}" --quiet --overwrite -o "$d" >"$OUT/synth-$n.log" 2>&1 || { status=1; tail -5 "$OUT/synth-$n.log"; continue; }
+		fi
+		synth+=("$d")
+	done
+fi
+if [ ${#synth[@]} -gt 0 ]; then
+	dirs=$(IFS=:; echo "${synth[*]}")
+	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
+	NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	# The CLI end to end on the largest install: greedy, then sampled on the host.
+	big=${synth[${#synth[@]}-1]}
+	stamp "nvmai-run --engine gpu"
+	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7"; do
+		"$bin/nvmai-run" --engine gpu -m "$big" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos $s --json >"$OUT/cli.json" 2>"$OUT/cli.err" &&
+			echo "CLI nvmai-run --engine gpu $s: $(grep -o '"decode_tok_s":[0-9.]*' "$OUT/cli.json")" | tee -a "$OUT/cli.log" ||
+			{ status=1; cat "$OUT/cli.err"; }
+	done
+	"$bin/nvmai-run" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/cli-bench.json" 2>"$OUT/cli-bench.err" &&
+		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)": ?("[^"]*"|[0-9.]+)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
+		{ status=1; tail -5 "$OUT/cli-bench.err"; }
+fi
+
+echo
+echo "== closing table ($(( $(date +%s) - t0 ))s) =="
+grep -hE 'FIDELITY|BENCH|^CLI' "$OUT"/*.log | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' || true
+grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true
+grep -hcE '^\s*--- PASS' "$OUT"/*.log | paste -sd+ | bc 2>/dev/null | sed 's/^/tests passed: /' || true
+[ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILURES (logs in $OUT)"
+exit $status
