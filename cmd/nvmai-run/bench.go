@@ -38,6 +38,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 			&cli.StringFlag{Name: "prefill-cpuprofile", Usage: "write a CPU profile of the first prompt's prefill to `FILE`"},
 			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+			cliutil.IntRange(&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"}, 0, maxContextCeiling, ""),
 		),
 		Action: benchAction,
 	}
@@ -56,11 +57,12 @@ func benchAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
-		PrefillCPUProfile: c.String("prefill-cpuprofile")}
+		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: c.Int("kv-bits"), FillContext: c.Int("fill-context")}
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}
 	if !c.Bool("quiet") {
+		printFootprint(c, e)
 		opt.OnPrompt = func(i, n int, name string, run *runtime.BenchRun) {
 			printBenchProgress(c.App.ErrWriter, i, n, name, run)
 		}

@@ -92,9 +92,10 @@ func chatAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	printFootprint(c, e)
 	maxContext := c.Int("max-context")
 	if maxContext <= 0 {
-		maxContext = e.Install.Manifest.Geometry.MaxPositionEmbeddings
+		maxContext = e.Config().MaxContext
 	}
 	intr := cliutil.CatchInterrupts()
 	defer intr.Stop()
@@ -107,7 +108,7 @@ func chatAction(c *cli.Context) error {
 	stats := c.Bool("stats")
 	ch := &chat{
 		newSession: func() generator {
-			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context")})
+			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
 		},
 		tok: e.Tokenizer, opt: opt, system: c.String("system"), maxContext: maxContext,
 		in: in, intr: intr.C, out: bufio.NewWriter(os.Stdout), info: os.Stderr, interactive: interactive,

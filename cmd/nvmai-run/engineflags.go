@@ -34,6 +34,9 @@ func engineFlags() []cli.Flag {
 		cliutil.IntRange(&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer, instead of --ram-budget"}, 1, maxSlotsCeiling, ""),
 		cliutil.IntRange(&cli.IntFlag{Name: "io-threads", Usage: "parallel expert reads", DefaultText: "4"}, 1, expertcache.MaxIOThreads, ""),
 		cliutil.IntRange(&cli.IntFlag{Name: "prefetch", Usage: "experts per layer to predict and read ahead while decoding (at most top_k); 0 = off. Only when the cache cannot hold every expert", DefaultText: "4"}, 0, maxPrefetch, "0 = off"),
+		&cli.IntFlag{Name: "kv-bits", Value: 8, Usage: "KV cache width: 8 (int8, a scale per 64 values), 16 (bfloat16) or 32 (float32)"},
+		&cli.StringFlag{Name: "rope-scaling", Value: "none", Usage: "none, or yarn to extend the context 2x or 4x (--max-context 524288 or 1048576 for Qwen3.5/3.6)"},
+		&cli.BoolFlag{Name: "force", Usage: "start even when the memory footprint exceeds the machine's RAM"},
 	}
 }
 
@@ -63,7 +66,15 @@ func loadEngine(c *cli.Context) (*runtime.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runtime.Load(dir, opt)
+	e, err := runtime.Load(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := reportFootprint(c, e, opt.Experts.Budget); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
 }
 
 // engineOptions turns the engine flags into load options. Every mistake is
@@ -76,6 +87,9 @@ func engineOptions(c *cli.Context) (string, runtime.Options, error) {
 		return "", runtime.Options{}, cliutil.Usagef("--model DIR is required (an install made by nvmai-convert or nvmai-install)")
 	}
 	if err := cliutil.Exclusive(c, "expert-cache-slots", "ram-budget"); err != nil {
+		return "", runtime.Options{}, err
+	}
+	if err := checkKVFlags(c); err != nil {
 		return "", runtime.Options{}, err
 	}
 	if _, _, err := cliutil.EnvInt(poolSpinEnv, 0, maxSpinMicros, "microseconds a compute thread spins before parking; 0 parks at once"); err != nil {
@@ -101,7 +115,8 @@ func engineOptions(c *cli.Context) (string, runtime.Options, error) {
 	if err != nil {
 		return "", runtime.Options{}, cliutil.Usagef("%v", err)
 	}
-	return dir, runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x}, nil
+	return dir, runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x,
+		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
 }
 
 // checkExpertFlags refuses an expert cache that cannot hold the experts one
@@ -136,7 +151,7 @@ func prefetchFlag(c *cli.Context) int {
 // sessionOptions applies --max-context and --kv-initial, lowered with a
 // warning to what the model allows.
 func sessionOptions(c *cli.Context, e *runtime.Engine) runtime.SessionOptions {
-	modelMax := e.Install.Manifest.Geometry.MaxPositionEmbeddings
+	modelMax := e.Config().MaxContext // with --rope-scaling yarn, the extended context
 	maxCtx := c.Int("max-context")
 	if modelMax > 0 && maxCtx > modelMax {
 		cliutil.Warnf(c, "--max-context %d is more than this model's maximum of %d tokens; using %d", maxCtx, modelMax, modelMax)
@@ -151,7 +166,7 @@ func sessionOptions(c *cli.Context, e *runtime.Engine) runtime.SessionOptions {
 		cliutil.Warnf(c, "--kv-initial %d is more than the context limit of %d tokens; using %d", kv, limit, limit)
 		kv = limit
 	}
-	return runtime.SessionOptions{KVInitial: kv, MaxContext: maxCtx}
+	return runtime.SessionOptions{KVInitial: kv, MaxContext: maxCtx, KVBits: c.Int("kv-bits")}
 }
 
 // plural spells "1 token", "2 tokens".

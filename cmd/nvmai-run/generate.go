@@ -204,11 +204,12 @@ func generate(c *cli.Context, e *runtime.Engine, ids []int, opt runtime.Generate
 		}
 	}
 	so := sessionOptions(c, e)
-	modelMax := e.Install.Manifest.Geometry.MaxPositionEmbeddings
+	modelMax := e.Config().MaxContext
 	if limit := cmp.Or(so.MaxContext, modelMax); limit > 0 && len(ids) > limit {
 		return cliutil.Usagef("the prompt has %d tokens, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
 			len(ids), limit, modelMax)
 	}
+	printFootprint(c, e)
 	sess := e.NewSession(so)
 	start := time.Now()
 	res, err := sess.Generate(c.Context, ids, opt)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -64,6 +65,13 @@ type BenchOptions struct {
 	// OnPrompt, when set, is told as each prompt starts (run nil) and
 	// ends, so a long benchmark can show its progress.
 	OnPrompt func(index, total int, name string, run *BenchRun)
+	// KVBits is the sessions' KV width (default qwen35.DefaultKVBits).
+	KVBits int
+	// FillContext, when positive, puts synthetic KV rows before each prompt
+	// (qwen35.State.FillSynthetic) so that prompt and generated tokens end
+	// the context at exactly this many tokens: it measures the memory and
+	// attention cost of a long context without prefilling it, not quality.
+	FillContext int
 }
 
 // BenchRun is one prompt's measurement.
@@ -225,7 +233,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if opt.OnPrompt != nil {
 			opt.OnPrompt(i, len(opt.Prompts), p.Name, nil)
 		}
-		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps)
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
 		}
@@ -329,11 +337,41 @@ func repeatIDs(ids []int, n int) []int {
 // benchProfiles names the CPU profiles one prompt writes ("" for none).
 type benchProfiles struct{ prefill, decode string }
 
+// benchKV is a run's KV width and the context its synthetic rows fill to.
+type benchKV struct{ bits, fill int }
+
+// session starts a session for ids and tokens, its KV preallocated (no
+// growth during the run) and filled with synthetic rows as asked.
+func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepProfile) (*Session, int, error) {
+	rows := 0
+	if kv.fill > 0 {
+		if rows = kv.fill - len(ids) - tokens; rows < 0 {
+			return nil, 0, fmt.Errorf("--fill-context %d is shorter than the %d prompt and %d generated tokens", kv.fill, len(ids), tokens)
+		}
+		// The last prompt's cache is garbage now; return it first, so
+		// each prompt's peak RSS is its own cache's.
+		debug.FreeOSMemory()
+	}
+	sess := e.NewSession(SessionOptions{KVInitial: rows + len(ids) + tokens + 1, KVBits: kv.bits, StepProfile: steps})
+	if rows > 0 {
+		if sess.state == nil {
+			return nil, 0, fmt.Errorf("--fill-context needs the CPU engine: the %s engine keeps its own KV cache", e.backend.Name())
+		}
+		if err := sess.state.FillSynthetic(rows, 1); err != nil {
+			return nil, 0, err
+		}
+	}
+	return sess, rows, nil
+}
+
 // benchOne runs one prompt in a fresh session. The expert counters are
 // snapshotted when the first distribution is ready (prefill done), so the
 // run's cache figures split into the prefill's and the decode's.
-func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile) (run BenchRun, err error) {
-	sess := e.NewSession(SessionOptions{KVInitial: len(ids) + tokens + 1, StepProfile: steps})
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile, kv benchKV) (run BenchRun, err error) {
+	sess, filled, err := kv.session(e, ids, tokens, steps)
+	if err != nil {
+		return run, err
+	}
 	var prof0 *os.File
 	stop := func() {
 		if prof0 != nil {
@@ -383,7 +421,11 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
 	if steps := len(res.IDs) - 1; steps > 0 {
-		run.StateBytesPerToken = e.meanStateBytes(len(ids), steps)
+		bits := qwen35.KVFloat32 // a backend's cache: the reference width
+		if sess.state != nil {
+			bits = sess.state.KVBits()
+		}
+		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, bits)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
 	}
@@ -407,11 +449,11 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 // meanStateBytes is the state a decode step reads, averaged over steps
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
-func (e *Engine) meanStateBytes(promptTokens, steps int) float64 {
+func (e *Engine) meanStateBytes(promptTokens, steps, kvBits int) float64 {
 	cfg := e.cfg
 	var sum float64
 	for s := 1; s <= steps; s++ {
-		sum += float64(cfg.StateBytes(promptTokens + s))
+		sum += float64(cfg.StateBytesAt(promptTokens+s, kvBits))
 	}
 	return sum / float64(steps)
 }

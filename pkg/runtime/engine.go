@@ -26,6 +26,10 @@ type Options struct {
 	// Backend, when set, runs the model instead of the CPU engine
 	// (pkg/runtime/gpu provides one); the tokenizer and sampling stay here.
 	Backend BackendLoader
+	// RopeScaling "yarn" extends the model's context to MaxContext tokens
+	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.
+	RopeScaling string
+	MaxContext  int
 }
 
 // BackendLoader builds a Backend over an opened install.
@@ -92,7 +96,7 @@ func (e *Engine) load(opt Options) error {
 	if e.Generation, err = readGeneration(dir, m.Geometry.VocabSize); err != nil {
 		return err
 	}
-	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	cfg, err := modelConfig(e.Install, opt.RopeScaling, opt.MaxContext)
 	if err != nil {
 		return err
 	}
@@ -193,6 +197,7 @@ type Session struct {
 type SessionOptions struct {
 	KVInitial  int // starting KV capacity in tokens (default 8192)
 	MaxContext int // most tokens the session may hold (default the model's maximum)
+	KVBits     int // KV cache width, 8, 16 or 32 (default qwen35.DefaultKVBits)
 	// StepProfile, when set, receives the phase times of the session's
 	// decode steps (qwen35.StepProfile; nvmai-run bench reports them).
 	StepProfile *qwen35.StepProfile
@@ -205,7 +210,11 @@ func (e *Engine) NewSession(opt SessionOptions) *Session {
 		s.bs, s.err = e.backend.NewState(opt)
 		return s
 	}
-	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	bits := opt.KVBits
+	if bits == 0 {
+		bits = qwen35.DefaultKVBits
+	}
+	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	st.SetStepProfile(opt.StepProfile)
 	return &Session{e: e, state: st, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
 }

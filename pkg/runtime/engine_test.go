@@ -94,7 +94,8 @@ func TestSixteenBitMatchesTransformers(t *testing.T) {
 					continue
 				}
 				var row0 []float32
-				res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), p.IDs, GenerateOptions{
+				// The float32 KV cache: transformers' own precision.
+				res, err := e.NewSession(SessionOptions{KVBits: 32}).Generate(context.Background(), p.IDs, GenerateOptions{
 					MaxTokens: len(p.Greedy), IgnoreEOS: true,
 					OnLogits: func(row []float32) error {
 						if row0 == nil {

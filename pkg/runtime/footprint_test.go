@@ -26,7 +26,7 @@ import (
 // binary text (scripts/footprint.sh); a 248k-entry tokenizer, as real
 // Qwen3.5 installs carry, added 33 MiB to the peak. This test's tiny model
 // needs about 6 MiB beyond resident + budget + KV.
-const footprintOverhead = 160 << 20
+const footprintOverhead = FootprintOverhead
 
 // footprintChildEnv carries a footprintRequest (JSON) to the re-executed
 // test binary, which then generates once and writes a footprintReport.

@@ -315,7 +315,9 @@ func Generate(ctx context.Context, dir string, t *Target, threads int) (string, 
 	if len(ids) == 0 {
 		return "", fmt.Errorf("target %s: the prompt encodes to no tokens", t.Name)
 	}
-	sess := e.NewSession(runtime.SessionOptions{KVInitial: len(ids) + t.Tokens})
+	// The float32 KV cache: the baselines are the reference precision's
+	// text, which an 8-bit cache may leave after a few hundred tokens.
+	sess := e.NewSession(runtime.SessionOptions{KVInitial: len(ids) + t.Tokens, KVBits: 32})
 	res, err := sess.Generate(ctx, ids, runtime.GenerateOptions{
 		MaxTokens: t.Tokens,
 		Sampling:  sample.Params{Temperature: 0, TopP: 1, Seed: t.Seed},

@@ -8,11 +8,14 @@ import (
 
 // attnScratch holds the per-chunk buffers of a full-attention layer.
 type attnScratch struct {
-	q2      []float32 // q_proj output [T, Hq·2·Dh]: per head, query then gate
-	k, v    []float32 // [T, Hkv·Dh]
-	o       []float32 // gated attention output [T, Hq·Dh]
-	workers []attnWorker
-	prof    *StepProfile
+	q2        []float32 // q_proj output [T, Hq·2·Dh]: per head, query then gate
+	k, v      []float32 // [T, Hkv·Dh]
+	o         []float32 // gated attention output [T, Hq·Dh]
+	kRow      []float32 // one token's normed, rotated keys [Hkv·Dh] before a below-float32 cache stores them
+	qAll      []float32 // attnSplit: every head's normed, rotated query [Hq, Dh]
+	scoresAll []float32 // attnSplit: one KV head's group of scores [heads, positions]
+	workers   []attnWorker
+	prof      *StepProfile
 }
 
 // attnWorker is one thread's scratch for the per-head attention.
@@ -20,6 +23,7 @@ type attnWorker struct {
 	q      []float32 // the normed, rotated queries of one head group [heads, Dh]
 	scores []float32 // their scores, then weights [heads, positions attended]
 	qi     []float32 // the queries interleaved for kernels.AttendScores [heads, Dh]
+	tile   []float32 // kernels.AttendScratch for a cache below float32
 }
 
 // attnMixer is docs/qwen35-architecture.md §3.4 for T tokens at positions
@@ -37,23 +41,36 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	m.matmulMulti([][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
 	sc.prof.markProducts(PhaseAttnProjections, w.q, w.k, w.v)
 
+	// Keys are quantized after k_norm and RoPE, values as projected; a
+	// float32 cache takes the keys in place.
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
-		dstK := ls.k[(pos0+t)*kvd : (pos0+t+1)*kvd]
+		dstK := ls.kv.keyRowF32(pos0 + t)
+		if dstK == nil {
+			dstK = grow(&sc.kRow, kvd)
+		}
 		for g := range Hkv {
 			kh := dstK[g*Dh : (g+1)*Dh]
 			rmsNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.kNorm, c.RMSNormEps)
 			rotate(kh, cos, sin)
 		}
-		copy(ls.v[(pos0+t)*kvd:(pos0+t+1)*kvd], v[t*kvd:(t+1)*kvd])
+		if ls.kv.f32() {
+			copy(ls.kv.v.f32[(pos0+t)*kvd:(pos0+t+1)*kvd], v[t*kvd:(t+1)*kvd])
+		} else {
+			ls.kv.putKV(pos0+t, dstK, v[t*kvd:(t+1)*kvd])
+		}
 	}
 
 	o := grow(&sc.o, T*Hq*Dh)
 	sc.workers = workerSlots(sc.workers, m.pool.Threads())
-	m.parallelHeads(Hq, func(worker, lo, hi int) {
-		m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
-	})
-	sc.prof.mark(PhaseAttnHeads, int64(2*4*(pos0+T)*kvd))
+	if m.splitAttention(pos0+T, T) {
+		m.attnSplit(w, ls, sc, ws, pos0, q2, o)
+	} else {
+		m.parallelHeads(Hq, func(worker, lo, hi int) {
+			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
+		})
+	}
+	sc.prof.mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
 	m.matmul(out, w.o, o, T)
 	sc.prof.markProducts(PhaseAttnOut, w.o)
 }
@@ -65,7 +82,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 // own arithmetic is the same whatever the grouping.
 func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
 	c := &m.cfg
-	Hq, Dh, kvd := c.NumHeads, c.HeadDim, c.kvDim()
+	Hq, Dh := c.NumHeads, c.HeadDim
 	half := c.RotaryDim / 2
 	group := Hq / c.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(Dh)))
@@ -84,7 +101,11 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 				rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			attendGroup(og, qs, ls.k, ls.v, g*Dh, kvd, n, Dh, scale, grow(&sc.scores, heads*n), grow(&sc.qi, heads*Dh))
+			var tile []float32
+			if !ls.kv.f32() {
+				tile = grow(&sc.tile, kernels.AttendScratch(heads, Dh))
+			}
+			attendGroup(og, qs, ls.kv, g, n, scale, grow(&sc.scores, heads*n), grow(&sc.qi, heads*Dh), tile)
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
@@ -106,17 +127,18 @@ func rotate(x, cos, sin []float32) {
 }
 
 // attendGroup writes softmax(q·Kᵀ·scale)·V for each query of qs [heads, Dh]
-// over the first n cached tokens of one KV head (at column off of rows of
-// width stride) into o [heads, Dh]. Per head, every sum runs over positions
-// in ascending order (kernels.AttendScores, kernels.AttendValues); scores is
-// scratch [heads, n], qi [heads, Dh].
-func attendGroup(o, qs, keys, values []float32, off, stride, n, Dh int, scale float32, scores, qi []float32) {
-	heads := len(qs) / Dh
-	kernels.AttendScores(scores, qs, Dh, keys[off:], stride, n, scale, qi)
+// over the first n cached tokens of KV head g into o [heads, Dh]. Per head,
+// every sum runs over positions in ascending order (kernels.AttendScores,
+// kernels.AttendValues and their Q8/BF16 forms); scores is scratch
+// [heads, n], qi [heads, Dh], tile kernels.AttendScratch (nil for a float32
+// cache).
+func attendGroup(o, qs []float32, kv *kvCache, g, n int, scale float32, scores, qi, tile []float32) {
+	heads := len(qs) / kv.dh
+	kv.scores(scores, qs, g, 0, n, scale, qi, tile)
 	for j := range heads {
 		softmaxInPlace(scores[j*n : (j+1)*n])
 	}
-	kernels.AttendValues(o, scores, Dh, values[off:], stride, n)
+	kv.values(o, scores, g, 0, kv.dh, n, tile)
 }
 
 // softmaxInPlace replaces x by softmax(x). The denominator is summed in

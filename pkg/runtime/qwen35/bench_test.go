@@ -153,12 +153,10 @@ func fakeContext(st *State, ctx int) {
 		ls := &st.layers[i]
 		fill(ls.conv)
 		fill(ls.rec)
-		if ls.k != nil {
-			fill(ls.k[:ctx*st.model.cfg.kvDim()])
-			fill(ls.v[:ctx*st.model.cfg.kvDim()])
-		}
 	}
-	st.pos = ctx
+	if err := st.FillSynthetic(ctx, 3); err != nil {
+		panic(err)
+	}
 }
 
 // BenchmarkDecodeRealLayers measures one decode token through a real-sized

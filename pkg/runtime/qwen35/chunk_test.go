@@ -105,14 +105,12 @@ func assertSameState(t *testing.T, a, b *State) {
 	if a.Len() != b.Len() {
 		t.Fatalf("state lengths %d and %d", a.Len(), b.Len())
 	}
-	row := a.model.cfg.kvDim()
 	for i := range a.layers {
 		la, lb := &a.layers[i], &b.layers[i]
 		if !slices.Equal(bits(la.conv), bits(lb.conv)) || !slices.Equal(bits(la.rec), bits(lb.rec)) {
 			t.Errorf("layer %d: GDN state differs", i)
 		}
-		if la.k != nil && (!slices.Equal(bits(la.k[:a.pos*row]), bits(lb.k[:b.pos*row])) ||
-			!slices.Equal(bits(la.v[:a.pos*row]), bits(lb.v[:b.pos*row]))) {
+		if la.kv != nil && !la.kv.samePrefix(lb.kv, a.pos) {
 			t.Errorf("layer %d: KV cache differs", i)
 		}
 	}

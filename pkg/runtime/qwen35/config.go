@@ -54,6 +54,9 @@ type Config struct {
 	HeadDim    int     // Dh
 	RopeTheta  float64 // θ
 	RotaryDim  int     // rd: leading dims of each head that RoPE rotates
+	// RopeScaling extends the context past the trained one (YaRN); the
+	// zero value is plain RoPE.
+	RopeScaling RopeScaling
 
 	// Gated DeltaNet.
 	ConvKernel       int // K
@@ -194,6 +197,9 @@ func (c Config) Validate() error {
 	case c.Arch == ArchMoE && c.ExpertsPerToken > c.NumExperts:
 		return fmt.Errorf("qwen35: config num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerToken, c.NumExperts)
 	}
+	if err := c.RopeScaling.validate(); err != nil {
+		return err
+	}
 	for i, k := range c.Layers {
 		if k != LinearAttention && k != FullAttention {
 			return fmt.Errorf("qwen35: config layer %d has unknown kind %v", i, k)
@@ -210,19 +216,23 @@ func (c Config) valueDim() int { return c.LinearValueHeads * c.LinearValueDim }
 func (c Config) kvDim() int    { return c.NumKVHeads * c.HeadDim }
 
 // StateBytes is what NewState allocates for a sequence holding kvTokens of
-// KV capacity (clamped to MaxContext): K and V of every full-attention layer
-// and the conv window and recurrent matrix of every Gated DeltaNet layer,
-// all float32. The footprint documentation and its checks use it.
-func (c Config) StateBytes(kvTokens int) int64 {
+// KV capacity (clamped to MaxContext) with a float32 cache: K and V of every
+// full-attention layer and the conv window and recurrent matrix of every
+// Gated DeltaNet layer (float32 whatever the cache). The footprint
+// documentation and its checks use it; StateBytesAt is any width.
+func (c Config) StateBytes(kvTokens int) int64 { return c.StateBytesAt(kvTokens, KVFloat32) }
+
+// StateBytesAt is StateBytes for a KV cache of the given width.
+func (c Config) StateBytesAt(kvTokens, bits int) int64 {
 	tokens := int64(min(kvTokens, c.MaxContext))
-	var floats int64
+	var n int64
 	for _, kind := range c.Layers {
 		switch kind {
 		case FullAttention:
-			floats += 2 * tokens * int64(c.NumKVHeads*c.HeadDim)
+			n += tokens * c.KVBytesPerToken(bits)
 		case LinearAttention:
-			floats += int64((c.ConvKernel-1)*c.ConvChannels() + c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
+			n += 4 * int64((c.ConvKernel-1)*c.ConvChannels()+c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
 		}
 	}
-	return 4 * floats
+	return n
 }

@@ -16,7 +16,6 @@ package qwen35
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
 )
@@ -103,7 +102,7 @@ func New(cfg Config, w Weights, ex Experts, pool *kernels.Pool) (*Model, error) 
 	if ld.err != nil {
 		return nil, ld.err
 	}
-	m.rope = newRope(cfg.RopeTheta, cfg.RotaryDim)
+	m.rope = newRope(cfg.RopeTheta, cfg.RotaryDim, cfg.RopeScaling)
 	return m, nil
 }
 
@@ -183,28 +182,3 @@ func onePlus(w []float32) []float32 {
 
 // Config returns the geometry the model was built with.
 func (m *Model) Config() Config { return m.cfg }
-
-// rope holds the inverse frequencies of partial rotary embedding, computed
-// in float32 like transformers: f_j = 1 / θ^(2j/rd).
-type rope struct {
-	invFreq []float32 // [rd/2]
-}
-
-func newRope(theta float64, rd int) rope {
-	inv := make([]float32, rd/2)
-	for j := range inv {
-		exponent := float32(2*j) / float32(rd)
-		inv[j] = 1 / float32(math.Pow(theta, float64(exponent)))
-	}
-	return rope{invFreq: inv}
-}
-
-// tables fills cos and sin [rd/2] for position p; the angle is rounded to
-// float32 before cos/sin, as transformers computes it.
-func (r rope) tables(p int, cos, sin []float32) {
-	for j, f := range r.invFreq {
-		angle := float32(p) * f
-		cos[j] = float32(math.Cos(float64(angle)))
-		sin[j] = float32(math.Sin(float64(angle)))
-	}
-}

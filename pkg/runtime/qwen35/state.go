@@ -2,6 +2,7 @@ package qwen35
 
 import (
 	"fmt"
+	"math/rand/v2"
 )
 
 // DefaultKVInitial is the KV capacity in tokens a State starts with: small
@@ -13,6 +14,7 @@ const DefaultKVInitial = 8192
 type StateOptions struct {
 	KVInitial  int // tokens of KV storage allocated up front; default DefaultKVInitial, clamped to MaxContext
 	MaxContext int // tokens the sequence may reach; default the model's max_position_embeddings
+	KVBits     int // KV cache width: KVInt8, KVBF16 or KVFloat32; 0 means KVFloat32 (see DefaultKVBits)
 }
 
 // State is one sequence: the conv window and recurrent matrix of every
@@ -24,6 +26,7 @@ type State struct {
 	maxContext int
 	kvInitial  int
 	kvCap      int // tokens every KV cache can hold without growing
+	kvBits     int
 	layers     []layerState
 	failed     error // set when a Forward failed half-way; the state is then inconsistent
 	tap        Tap
@@ -34,10 +37,11 @@ type State struct {
 type layerState struct {
 	conv []float32 // GDN: last K−1 pre-conv projections [K−1, C], oldest first
 	rec  []float32 // GDN: recurrent matrices S [Hv, Dk, Dv]
-	k, v []float32 // attention: [kvCap, Hkv·Dh]; k after k_norm and RoPE, v raw
+	kv   *kvCache  // attention: [kvCap, Hkv·Dh] each of K (after k_norm and RoPE) and V (raw)
 }
 
-// NewState returns an empty sequence for m.
+// NewState returns an empty sequence for m. It panics on a KVBits that
+// ValidKVBits rejects: callers validate their flags.
 func (m *Model) NewState(opts StateOptions) *State {
 	maxCtx := opts.MaxContext
 	if maxCtx <= 0 {
@@ -48,7 +52,14 @@ func (m *Model) NewState(opts StateOptions) *State {
 		initial = DefaultKVInitial
 	}
 	initial = min(initial, maxCtx)
-	st := &State{model: m, maxContext: maxCtx, kvInitial: initial, layers: make([]layerState, len(m.layers))}
+	bits := opts.KVBits
+	if bits == 0 {
+		bits = KVFloat32
+	}
+	if !ValidKVBits(bits) {
+		panic(fmt.Sprintf("qwen35: KV width %d bits: want 8, 16 or 32", bits))
+	}
+	st := &State{model: m, maxContext: maxCtx, kvInitial: initial, kvBits: bits, layers: make([]layerState, len(m.layers))}
 	c := m.cfg
 	for i, ly := range m.layers {
 		switch ly.kind {
@@ -56,8 +67,7 @@ func (m *Model) NewState(opts StateOptions) *State {
 			st.layers[i].conv = make([]float32, (c.ConvKernel-1)*c.ConvChannels())
 			st.layers[i].rec = make([]float32, c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
 		case FullAttention:
-			st.layers[i].k = make([]float32, initial*c.kvDim())
-			st.layers[i].v = make([]float32, initial*c.kvDim())
+			st.layers[i].kv = newKVCache(bits, initial, c.NumKVHeads, c.HeadDim)
 		}
 	}
 	st.kvCap = initial
@@ -69,6 +79,9 @@ func (s *State) Len() int { return s.pos }
 
 // MaxContext is the most tokens the state can hold.
 func (s *State) MaxContext() int { return s.maxContext }
+
+// KVBits is the KV cache's width.
+func (s *State) KVBits() int { return s.kvBits }
 
 // KVCapacity is how many tokens the KV caches hold before they next grow.
 func (s *State) KVCapacity() int { return s.kvCap }
@@ -93,16 +106,12 @@ func (s *State) Reset() {
 func (s *State) Clone() *State {
 	c := &State{
 		model: s.model, pos: s.pos, maxContext: s.maxContext, kvInitial: s.kvInitial,
-		kvCap: s.kvCap, failed: s.failed, layers: make([]layerState, len(s.layers)),
+		kvCap: s.kvCap, kvBits: s.kvBits, failed: s.failed, layers: make([]layerState, len(s.layers)),
 	}
-	used := s.pos * s.model.cfg.kvDim()
 	for i, ls := range s.layers {
 		cl := layerState{conv: cloneFloats(ls.conv), rec: cloneFloats(ls.rec)}
-		if ls.k != nil {
-			cl.k = make([]float32, len(ls.k))
-			cl.v = make([]float32, len(ls.v))
-			copy(cl.k, ls.k[:used])
-			copy(cl.v, ls.v[:used])
+		if ls.kv != nil {
+			cl.kv = ls.kv.resized(s.kvCap, s.pos)
 		}
 		c.layers[i] = cl
 	}
@@ -111,10 +120,14 @@ func (s *State) Clone() *State {
 
 // CopyFrom makes s an exact copy of src's sequence (not its tap or its
 // options), reusing s's storage where it is large enough. Both must belong
-// to the same Model, and src.Len() must fit s.MaxContext().
+// to the same Model and have the same KV width, and src.Len() must fit
+// s.MaxContext().
 func (s *State) CopyFrom(src *State) error {
 	if src.model != s.model {
 		return fmt.Errorf("qwen35: CopyFrom: the states belong to different models")
+	}
+	if src.kvBits != s.kvBits {
+		return fmt.Errorf("qwen35: CopyFrom: source KV cache is %d-bit, this state's is %d-bit", src.kvBits, s.kvBits)
 	}
 	if src.pos > s.maxContext {
 		return fmt.Errorf("qwen35: CopyFrom: source holds %d tokens, this state's max context is %d", src.pos, s.maxContext)
@@ -123,14 +136,12 @@ func (s *State) CopyFrom(src *State) error {
 	if err := s.growKV(src.pos); err != nil {
 		return err
 	}
-	row := s.model.cfg.kvDim()
 	for i, ls := range src.layers {
 		dst := &s.layers[i]
 		copy(dst.conv, ls.conv)
 		copy(dst.rec, ls.rec)
-		if dst.k != nil {
-			copy(dst.k, ls.k[:src.pos*row])
-			copy(dst.v, ls.v[:src.pos*row])
+		if dst.kv != nil {
+			dst.kv.copyFrom(ls.kv, src.pos)
 		}
 	}
 	s.pos = src.pos
@@ -160,18 +171,63 @@ func (s *State) growKV(need int) error {
 		newCap *= 2
 	}
 	newCap = min(newCap, s.maxContext)
-	row := s.model.cfg.kvDim()
 	for i := range s.layers {
-		ls := &s.layers[i]
-		if ls.k == nil {
-			continue
+		if ls := &s.layers[i]; ls.kv != nil {
+			ls.kv = ls.kv.resized(newCap, s.pos)
 		}
-		k := make([]float32, newCap*row)
-		v := make([]float32, newCap*row)
-		copy(k, ls.k[:s.pos*row])
-		copy(v, ls.v[:s.pos*row])
-		ls.k, ls.v = k, v
 	}
 	s.kvCap = newCap
 	return nil
+}
+
+// FillSynthetic makes the sequence n tokens long by writing random key and
+// value rows (unit normal, keys as k_norm leaves them; a few dozen distinct
+// rows in a fixed order) into every KV cache
+// in its width, growing it as a prefill would. The Gated DeltaNet state is
+// left as it is. It stands in for a long prefill when measuring the memory
+// and the attention cost of a long context; the logits that follow mean
+// nothing.
+func (s *State) FillSynthetic(n int, seed uint64) error {
+	if n < s.pos {
+		return fmt.Errorf("qwen35: FillSynthetic: %d tokens is shorter than the %d already held", n, s.pos)
+	}
+	if err := s.growKV(n); err != nil {
+		return err
+	}
+	// A few dozen random rows, reused: their content does not matter to
+	// what this measures, and drawing 2·n rows of normals would take longer
+	// than the measurement.
+	const distinct = 61
+	rng := rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15))
+	row := s.model.cfg.kvDim()
+	rows := make([]float32, distinct*row)
+	for j := range rows {
+		rows[j] = float32(rng.NormFloat64())
+	}
+	at := func(i int) []float32 { return rows[(i%distinct)*row : (i%distinct+1)*row] }
+	for i := range s.layers {
+		kv := s.layers[i].kv
+		if kv == nil {
+			continue
+		}
+		for p := s.pos; p < n; p++ {
+			kv.putKV(p, at(p+i), at(7*p+i+1))
+		}
+	}
+	s.pos = n
+	return nil
+}
+
+// KVBytes is the memory the KV caches hold now (their capacity, not just
+// the tokens written).
+func (s *State) KVBytes() int64 {
+	var n int64
+	for _, ls := range s.layers {
+		if kv := ls.kv; kv != nil {
+			for _, r := range []*kvRows{&kv.k, &kv.v} {
+				n += 4*int64(len(r.f32)) + 2*int64(len(r.b16)) + int64(len(r.q8)) + 4*int64(len(r.scales))
+			}
+		}
+	}
+	return n
 }

@@ -1,0 +1,208 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// q8Cache quantizes n rows of stride values, group values per scale.
+func q8Cache(x []float32, stride, group int) Q8Rows {
+	c := Q8Rows{Values: make([]int8, len(x)), Scales: make([]float32, len(x)/group), Stride: stride, Group: group}
+	for g := 0; g < len(x); g += group {
+		QuantizeQ8(c.Values[g:g+group], c.Scales[g/group:g/group+1], x[g:g+group])
+	}
+	return c
+}
+
+// widenedQ8 is the float32 cache the Q8 kernels must behave as if they
+// read: every value times its group's scale, written out in full here
+// (the test's oracle, never the kernels' tiles).
+func widenedQ8(c Q8Rows) []float32 {
+	out := make([]float32, len(c.Values))
+	for i, v := range c.Values {
+		out[i] = float32(v) * c.Scales[i/c.Group]
+	}
+	return out
+}
+
+func widenedBF16(v []uint16) []float32 {
+	out := make([]float32, len(v))
+	for i, h := range v {
+		out[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	return out
+}
+
+// TestAttendKVBitwise: the Q8 and BF16 kernels give attendOracle's bits
+// over the widened cache, with and without the assembly, for head counts in
+// and out of fours, widths in and out of the assembly's 16- and 64-column
+// steps, position counts around the tile of 64, KV heads inside wider rows
+// (offset into the row) and groups of 16, 32, 64 and the whole head.
+func TestAttendKVBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	for _, asm := range []bool{true, false} {
+		saved := floatAVX512Flag()
+		setFloatAVX512(saved && asm)
+		for _, heads := range []int{1, 3, 4, 8} {
+			for _, d := range []int{16, 32, 48, 64, 256} {
+				for _, n := range []int{1, 3, 63, 64, 65, 130} {
+					for _, kvHeads := range []int{1, 2} {
+						for _, group := range []int{16, 32, 64, d} {
+							if d%group != 0 {
+								continue
+							}
+							stride := kvHeads * d
+							off := (kvHeads - 1) * d // the last KV head of the row
+							name := fmt.Sprintf("asm=%v/heads=%d/d=%d/n=%d/stride=%d/group=%d", asm, heads, d, n, stride, group)
+							checkAttendKV(t, rng, name, heads, d, n, stride, off, group)
+						}
+					}
+				}
+			}
+		}
+		setFloatAVX512(saved)
+	}
+}
+
+func checkAttendKV(t *testing.T, rng *rand.Rand, name string, heads, d, n, stride, off, group int) {
+	t.Helper()
+	q := randomVector(rng, heads*d)
+	kf, vf := randomVector(rng, n*stride), randomVector(rng, n*stride)
+	scale := float32(0.0625)
+	scratch := make([]float32, AttendScratch(heads, d))
+	qi := make([]float32, heads*d)
+	w := randomVector(rng, heads*n) // any weights: AttendValues does not normalise
+
+	kq, vq := q8Cache(kf, stride, group), q8Cache(vf, stride, group)
+	wk := widenedQ8(kq)[off:]
+	wantS, _ := attendOracle(q, d, wk, wk, stride, n, scale)
+	scores := make([]float32, heads*n)
+	AttendScoresQ8(scores, q, d, Q8Rows{kq.Values[off:], kq.Scales[off/group:], stride, group}, n, scale, qi, scratch)
+	assertSameFloats(t, name+" q8 scores", scores, wantS)
+	o := floatEdgeVector(rng, heads*d)
+	AttendValuesQ8(o, w, d, Q8Rows{vq.Values[off:], vq.Scales[off/group:], stride, group}, n, scratch)
+	assertSameFloats(t, name+" q8 values", o, valuesOracle(w, d, widenedQ8(vq)[off:], stride, n))
+
+	kb, vb := make([]uint16, len(kf)), make([]uint16, len(vf))
+	ToBF16(kb, kf)
+	ToBF16(vb, vf)
+	wb := widenedBF16(kb)[off:]
+	wantS, _ = attendOracle(q, d, wb, wb, stride, n, scale)
+	AttendScoresBF16(scores, q, d, BF16Rows{kb[off:], stride}, n, scale, qi, scratch)
+	assertSameFloats(t, name+" bf16 scores", scores, wantS)
+	AttendValuesBF16(o, w, d, BF16Rows{vb[off:], stride}, n, scratch)
+	assertSameFloats(t, name+" bf16 values", o, valuesOracle(w, d, widenedBF16(vb)[off:], stride, n))
+}
+
+// valuesOracle is the value half of attendOracle for given weights.
+func valuesOracle(w []float32, d int, values []float32, stride, n int) []float32 {
+	heads := len(w) / n
+	o := make([]float32, heads*d)
+	for t := range n {
+		for j := range heads {
+			row, al := o[j*d:(j+1)*d], w[j*n+t]
+			for i, x := range values[t*stride : t*stride+d] {
+				row[i] += float32(al * x)
+			}
+		}
+	}
+	return o
+}
+
+// TestQuantizeQ8: every value comes back within half a step of its group's
+// scale, the group's largest magnitude maps to ±127, and zero groups give
+// zero scales.
+func TestQuantizeQ8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := randomVector(rng, 256)
+	clear(x[64:128])
+	q, s := make([]int8, 256), make([]float32, 4)
+	QuantizeQ8(q, s, x)
+	if s[1] != 0 {
+		t.Errorf("zero group: scale %g", s[1])
+	}
+	for i, v := range x {
+		back := float32(q[i]) * s[i/64]
+		if d := math.Abs(float64(back - v)); d > float64(s[i/64])*0.5001 {
+			t.Errorf("x[%d] = %g: back %g, off by %g > half of scale %g", i, v, back, d, s[i/64])
+		}
+	}
+	for g := range 4 {
+		if s[g] == 0 {
+			continue
+		}
+		var top int8
+		for _, v := range q[g*64 : (g+1)*64] {
+			top = max(top, v, -v)
+		}
+		if top != 127 {
+			t.Errorf("group %d: largest |q| %d, want 127", g, top)
+		}
+	}
+}
+
+// TestToBF16 checks rounding to nearest even on the cases that tell it
+// from truncation.
+func TestToBF16(t *testing.T) {
+	for _, c := range []struct {
+		in   uint32
+		want uint16
+	}{
+		{0x3F800000, 0x3F80}, // 1
+		{0x3F808000, 0x3F80}, // tie, even stays
+		{0x3F818000, 0x3F82}, // tie, odd rounds up
+		{0x3F808001, 0x3F81}, // above the tie
+		{0x7F7FFFFF, 0x7F80}, // rounds to +Inf
+		{0x80000000, 0x8000}, // -0
+	} {
+		var got [1]uint16
+		ToBF16(got[:], []float32{math.Float32frombits(c.in)})
+		if got[0] != c.want {
+			t.Errorf("ToBF16(%#08x) = %#04x, want %#04x", c.in, got[0], c.want)
+		}
+	}
+	var nan [1]uint16
+	ToBF16(nan[:], []float32{float32(math.NaN())})
+	if v := math.Float32frombits(uint32(nan[0]) << 16); v == v {
+		t.Errorf("NaN became %g", v)
+	}
+}
+
+// BenchmarkAttendKV times one KV head's attention (8 query heads of 256)
+// over n cached positions at every cache width, in positions per second;
+// n = 32768 leaves the cache in memory rather than in L2.
+func BenchmarkAttendKV(b *testing.B) {
+	const heads, d, kvd = 8, 256, 512
+	for _, n := range []int{4096, 32768} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		q, kf, vf := randomVector(rng, heads*d), randomVector(rng, n*kvd), randomVector(rng, n*kvd)
+		scores, qi, o := make([]float32, heads*n), make([]float32, heads*d), make([]float32, heads*d)
+		scratch := make([]float32, AttendScratch(heads, d))
+		kq, vq := q8Cache(kf, kvd, 64), q8Cache(vf, kvd, 64)
+		kb, vb := make([]uint16, len(kf)), make([]uint16, len(vf))
+		ToBF16(kb, kf)
+		ToBF16(vb, vf)
+		run := func(name string, f func()) {
+			b.Run(fmt.Sprintf("n=%d/%s", n, name), func(b *testing.B) {
+				for b.Loop() {
+					f()
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "pos/s")
+			})
+		}
+		run("f32", func() {
+			AttendScores(scores, q, d, kf, kvd, n, 0.0625, qi)
+			AttendValues(o, scores, d, vf, kvd, n)
+		})
+		run("bf16", func() {
+			AttendScoresBF16(scores, q, d, BF16Rows{kb, kvd}, n, 0.0625, qi, scratch)
+			AttendValuesBF16(o, scores, d, BF16Rows{vb, kvd}, n, scratch)
+		})
+		run("q8", func() {
+			AttendScoresQ8(scores, q, d, kq, n, 0.0625, qi, scratch)
+			AttendValuesQ8(o, scores, d, vq, n, scratch)
+		})
+	}
+}
