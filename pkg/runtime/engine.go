@@ -506,11 +506,12 @@ func (s *Session) Snapshot() *Snapshot {
 		return nil
 	}
 	n := s.state.Len()
-	st := s.e.Model.NewState(qwen35.StateOptions{KVInitial: max(n, 1), MaxContext: s.state.MaxContext()})
+	bits := s.state.KVBits()
+	st := s.e.Model.NewState(qwen35.StateOptions{KVInitial: max(n, 1), MaxContext: s.state.MaxContext(), KVBits: bits})
 	if err := st.CopyFrom(s.state); err != nil {
-		panic(err) // same model, n ≤ MaxContext: cannot fail
+		panic(err) // same model and width, n ≤ MaxContext: cannot fail
 	}
-	return &Snapshot{state: st, pending: slices.Clone(s.pending), bytes: s.e.Model.Config().StateBytes(max(n, 1))}
+	return &Snapshot{state: st, pending: slices.Clone(s.pending), bytes: s.e.Model.Config().StateBytesAt(max(n, 1), bits)}
 }
 
 // Restore makes the session an exact copy of snap, taken from a session of

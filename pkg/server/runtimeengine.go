@@ -15,6 +15,7 @@ type RuntimeOptions struct {
 	ModelID      string
 	Budget       string // shown in the ready line
 	KVInitial    int
+	KVBits       int   // KV cache width (runtime.SessionOptions.KVBits; 0: the default, 8)
 	MaxContext   int   // 0: the model's maximum
 	PrefillChunk int   // tokens per forward (default 256)
 	CacheBytes   int64 // prompt-cache budget; 0 disables it
@@ -44,7 +45,7 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 		opt.Boundaries = 2
 	}
 	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1}
-	r.sess = e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	r.sess = e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})
 	r.stopIDs = e.EOSIDs()
 	if id, ok := e.Tokenizer.TokenID("<|im_end|>"); ok && !slices.Contains(r.stopIDs, id) {
 		r.stopIDs = append(r.stopIDs, id)
