@@ -57,7 +57,7 @@ func benchAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
-		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: c.Int("kv-bits"), FillContext: c.Int("fill-context")}
+		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: kvBits(c), FillContext: c.Int("fill-context")}
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}

@@ -108,7 +108,7 @@ func chatAction(c *cli.Context) error {
 	stats := c.Bool("stats")
 	ch := &chat{
 		newSession: func() generator {
-			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: c.Int("kv-bits")})
+			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: kvBits(c)})
 		},
 		tok: e.Tokenizer, opt: opt, system: c.String("system"), maxContext: maxContext,
 		in: in, intr: intr.C, out: bufio.NewWriter(os.Stdout), info: os.Stderr, interactive: interactive,

@@ -166,7 +166,7 @@ func sessionOptions(c *cli.Context, e *runtime.Engine) runtime.SessionOptions {
 		cliutil.Warnf(c, "--kv-initial %d is more than the context limit of %d tokens; using %d", kv, limit, limit)
 		kv = limit
 	}
-	return runtime.SessionOptions{KVInitial: kv, MaxContext: maxCtx, KVBits: c.Int("kv-bits")}
+	return runtime.SessionOptions{KVInitial: kv, MaxContext: maxCtx, KVBits: kvBits(c)}
 }
 
 // plural spells "1 token", "2 tokens".

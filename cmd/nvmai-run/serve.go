@@ -80,7 +80,7 @@ func serveAction(c *cli.Context) error {
 	defer e.Close()
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
-		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: c.Int("kv-bits"), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
+		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
 	})
 	srv.SetEngine(re, renderer)
 	info := re.Info()

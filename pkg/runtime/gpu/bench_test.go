@@ -34,7 +34,7 @@ func TestBench(t *testing.T) {
 		}
 		var runs []*runtime.Result
 		for range 3 {
-			s := e.NewSession(runtime.SessionOptions{KVInitial: 1024})
+			s := e.NewSession(runtime.SessionOptions{KVInitial: 1024, KVBits: 32})
 			res, err := s.Generate(context.Background(), prompt, runtime.GenerateOptions{MaxTokens: 129, IgnoreEOS: true, PrefillChunk: 512})
 			s.Close()
 			if err != nil {

@@ -121,7 +121,7 @@ func lastLogits(t testing.TB, e *runtime.Engine, ids []int) []float32 {
 	t.Helper()
 	V := e.Install.Manifest.Geometry.VocabSize
 	var row []float32
-	s := e.NewSession(runtime.SessionOptions{KVInitial: 16})
+	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32})
 	defer s.Close()
 	_, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: 1, IgnoreEOS: true, OnLogits: func(r []float32) error {
 		row = slices.Clone(r)
@@ -138,7 +138,7 @@ func lastLogits(t testing.TB, e *runtime.Engine, ids []int) []float32 {
 
 func greedy(t testing.TB, e *runtime.Engine, ids []int, n int) []int {
 	t.Helper()
-	s := e.NewSession(runtime.SessionOptions{KVInitial: 16})
+	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32})
 	defer s.Close()
 	res, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: n, IgnoreEOS: true})
 	if err != nil {
