@@ -45,29 +45,7 @@ type workspace struct {
 // (an expert that cannot be read), st is left inconsistent and refuses
 // further use until Reset or CopyFrom.
 func (m *Model) Forward(st *State, ids []int, logits []float32, allLogits bool) error {
-	if err := m.checkForward(st, ids, logits, allLogits); err != nil {
-		return err
-	}
-	if err := st.growKV(st.pos + len(ids)); err != nil {
-		return err
-	}
-	V := m.cfg.VocabSize
-	for start := 0; start < len(ids); start += maxChunk {
-		end := min(start+maxChunk, len(ids))
-		var out []float32
-		switch {
-		case logits == nil:
-		case allLogits:
-			out = logits[start*V : end*V]
-		case end == len(ids):
-			out = logits
-		}
-		if err := m.forwardChunk(st, ids[start:end], out, allLogits); err != nil {
-			st.failed = err
-			return err
-		}
-	}
-	return nil
+	return m.ForwardChunked(st, ids, logits, allLogits, maxChunk)
 }
 
 func (m *Model) checkForward(st *State, ids []int, logits []float32, allLogits bool) error {
