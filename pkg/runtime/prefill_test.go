@@ -62,3 +62,23 @@ func TestLongPrefillPassesAreBitwiseInvisible(t *testing.T) {
 		}
 	}
 }
+
+func TestPrefillLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		disk, bytes, comp float64
+		wantTokS          float64
+		wantBinding       string
+	}{
+		{"disk binds", 4e9, 1e9, 10, 4, "disk"},
+		{"compute binds", 4e9, 1e8, 10, 40, "compute"},
+		{"nothing read", 4e9, 0, 10, 0, "compute"},
+		{"no disk rate", 0, 1e9, 10, 0, ""},
+		{"no compute rate", 4e9, 1e9, 0, 4, ""},
+	} {
+		got, binding := prefillLimits(tc.disk, BenchRun{PrefillBytesPerToken: tc.bytes, PrefillComputeTokS: tc.comp})
+		if got != tc.wantTokS || binding != tc.wantBinding {
+			t.Errorf("%s: prefillLimits = %v, %q; want %v, %q", tc.name, got, binding, tc.wantTokS, tc.wantBinding)
+		}
+	}
+}
