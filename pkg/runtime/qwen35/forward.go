@@ -98,12 +98,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		ly := &m.layers[l]
 		rmsNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
 		ws.prof.mark(PhaseNorms, 0)
-		switch ly.kind {
-		case LinearAttention:
-			m.gdnMixer(ly.gdn, &st.layers[l], &ws.gdn, u, mix, T)
-		case FullAttention:
-			m.attnMixer(ly.attn, &st.layers[l], &ws.attn, ws, st.pos, u, mix, T)
-		}
+		m.mixer(l, st, u, mix, T)
 		addTo(x, mix)
 		rmsNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
 		ws.prof.mark(PhaseNorms, 0)
