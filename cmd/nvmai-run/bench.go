@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 			cliutil.IntRange(&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt (N tokens are N-1 decode steps: the first comes from the prefill)"}, 2, maxContextCeiling, "2 = one decode step"),
 			cliutil.IntRange(&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"}, 0, maxContextCeiling, ""),
 			&cli.StringFlag{Name: "prompt-ids", Usage: "one prompt of comma-separated token `IDS` instead of the fixed prompts (scripts/vs-llamacpp.sh gives both engines the same ids)"},
+			cliutil.IntRange(&cli.IntFlag{Name: "prefill-chunk", Usage: "prefill in passes of `N` tokens", DefaultText: "256, or longer passes when the experts do not all fit (docs/prefill.md)"}, 0, maxContextCeiling, ""),
 			cliutil.IntRange(&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"}, 0, maxContextCeiling, ""),
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.BoolFlag{Name: "kv", Usage: "print one line of key=value pairs (labels and medians), for scripts"},
@@ -57,7 +59,7 @@ func benchAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
-		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: kvBits(c), FillContext: c.Int("fill-context")}
+		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: kvBits(c), FillContext: c.Int("fill-context"), PrefillChunk: c.Int("prefill-chunk")}
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}
@@ -132,6 +134,7 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}
+	printPrefillLimits(w, r)
 	fmt.Fprintf(w, "compute pool hand-offs per decode step: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
 	if r.HugePageBytes >= 0 {
 		fmt.Fprintf(w, "huge pages back %s of the process's memory (NVMAI_HUGEPAGES=0 turns them off)\n", cliutil.Bytes(r.HugePageBytes))
@@ -158,6 +161,27 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			r.IOMode, r.IOThreads, cliutil.Rate(r.DiskRead), r.DiskBound)
 	}
 	printPhases(w, r.Phases)
+}
+
+// printPrefillLimits relates the median prefill to the disk and compute
+// limits measured in the same run.
+func printPrefillLimits(w io.Writer, r *runtime.BenchReport) {
+	m := r.Median
+	fmt.Fprintf(w, "prefill: passes of %s, %s of experts read per prompt token", plural(m.PrefillChunk, "token"), cliutil.Bytes(int64(m.PrefillBytesPerToken)))
+	if r.PrefillDiskTokS > 0 {
+		fmt.Fprintf(w, "; disk-bound %.1f tok/s (raw read rate ÷ bytes per token)", r.PrefillDiskTokS)
+	}
+	if m.PrefillComputeTokS > 0 {
+		fmt.Fprintf(w, "; compute-bound %.1f tok/s (estimated: tokens ÷ prefill time less I/O wait)", m.PrefillComputeTokS)
+	}
+	if r.PrefillBinding != "" {
+		limit := m.PrefillComputeTokS
+		if r.PrefillBinding == "disk" {
+			limit = r.PrefillDiskTokS
+		}
+		fmt.Fprintf(w, "; %s binds, prefill runs at %.0f%% of it", r.PrefillBinding, 100*m.PrefillTokS/limit)
+	}
+	fmt.Fprintln(w)
 }
 
 // printPhases writes where a decode step's time goes, with the rate each
@@ -198,5 +222,7 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	for _, p := range r.Phases {
 		phases = append(phases, fmt.Sprintf("%s:%.1f:%.1f", p.Name, 100*p.Share, p.Rate/1e9))
 	}
+	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s",
+		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"))
 	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f phases=%s\n", r.Prefetch, m.GuessesPerToken, m.GuessesUsed, strings.Join(phases, ","))
 }

@@ -336,7 +336,8 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 // one as soon as its read lands, so computing with one expert overlaps
 // reading the next. A slot is pinned from the moment it is chosen until fn
 // returns for it; the mats must not be used after that. Requests larger
-// than the unpinned slots are served in batches (resident experts first).
+// than the unpinned slots are served rolling (resident experts first, each
+// freed slot at once reading the next missing expert; rolling.go).
 // The first error from fn stops further calls and is returned after the
 // reads in flight finish.
 func (c *Cache) Visit(layer int, ids []int, fn func(i int, m qwen35.ExpertMats) error) error {
@@ -375,6 +376,9 @@ func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen
 	c.mu.Unlock()
 	if free == 0 {
 		return fmt.Errorf("expert cache: layer %d: all %d slots are pinned by unreleased acquisitions; release them before Visit", layer, c.slots)
+	}
+	if len(batches) > 1 {
+		return c.visitRolling(lc, ids, fn)
 	}
 	for _, batch := range batches {
 		if err := c.visitBatch(lc, batch, fn); err != nil {

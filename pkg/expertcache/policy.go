@@ -312,7 +312,9 @@ func (s SimResult) HitRate() float64 {
 // i belongs to layer i % layers (so a trace recorded position by position,
 // layer by layer, is passed as is). Each layer has slots slots and
 // max(id)+1 experts; requests are served as Visit serves them, releasing
-// every slot before the next request.
+// every slot before the next request. A request larger than the slots is
+// simulated in batches; Visit serves it rolling (rolling.go), whose victims
+// depend on when reads land, so only such requests may count differently.
 func SimulateHitRate(trace [][]int, layers, slots int, policy Policy) (SimResult, error) {
 	p, err := policy.resolve()
 	if err != nil {

@@ -62,6 +62,9 @@ type BenchOptions struct {
 	// DiskReads is how many random experts the raw read measurement reads
 	// (default 256); negative skips it. Dense models skip it.
 	DiskReads int
+	// PrefillChunk is the prefill's pass length; 0 lets the engine pick
+	// (Engine.PrefillChunk). scripts/prefill-ab.sh compares the two.
+	PrefillChunk int
 	// OnPrompt, when set, is told as each prompt starts (run nil) and
 	// ends, so a long benchmark can show its progress.
 	OnPrompt func(index, total int, name string, run *BenchRun)
@@ -109,6 +112,13 @@ type BenchRun struct {
 	PrefillHitRate   float64 `json:"prefill_hit_rate"`
 	PrefillBytesRead int64   `json:"prefill_bytes_read"`
 	PrefillIOWait    float64 `json:"prefill_io_wait_s"`
+	// PrefillChunk is the prefill's pass length, PrefillBytesPerToken its
+	// expert bytes read per prompt token, and PrefillComputeTokS the prompt
+	// tokens over the prefill time less its I/O wait: the rate were every
+	// read free (an estimate, not a run with every expert resident).
+	PrefillChunk         int     `json:"prefill_chunk"`
+	PrefillBytesPerToken float64 `json:"prefill_bytes_read_per_token"`
+	PrefillComputeTokS   float64 `json:"prefill_compute_bound_tok_s"`
 }
 
 // BenchReport is a whole benchmark: labels, every prompt and their median.
@@ -159,6 +169,11 @@ type BenchReport struct {
 	// speculative reads) ÷ DiskRead over the measured time per token: 1
 	// means decode runs at the disk's limit.
 	DiskBound float64 `json:"disk_bound_ratio,omitempty"`
+	// PrefillDiskTokS is DiskRead over the median prefill bytes per token:
+	// the prefill rate were it only reading. PrefillBinding names the lower
+	// of it and the median PrefillComputeTokS ("disk" or "compute").
+	PrefillDiskTokS float64 `json:"prefill_disk_bound_tok_s,omitempty"`
+	PrefillBinding  string  `json:"prefill_binding,omitempty"`
 	// Phases splits the decode steps of every prompt by what they spend
 	// their time on (qwen35.StepProfile), in the model's order.
 	Phases []BenchPhase `json:"phases"`
@@ -233,7 +248,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if opt.OnPrompt != nil {
 			opt.OnPrompt(i, len(opt.Prompts), p.Name, nil)
 		}
-		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, opt.PrefillChunk, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
 		}
@@ -262,6 +277,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if rate > 0 && r.Median.DecodeTokS > 0 {
 			r.DiskBound = r.Median.BytesPerToken / rate * r.Median.DecodeTokS
 		}
+		r.PrefillDiskTokS, r.PrefillBinding = prefillLimits(rate, r.Median)
 	}
 	return r, nil
 }
@@ -367,7 +383,7 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepPr
 // benchOne runs one prompt in a fresh session. The expert counters are
 // snapshotted when the first distribution is ready (prefill done), so the
 // run's cache figures split into the prefill's and the decode's.
-func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens int, prof benchProfiles, steps *qwen35.StepProfile, kv benchKV) (run BenchRun, err error) {
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, chunk int, prof benchProfiles, steps *qwen35.StepProfile, kv benchKV) (run BenchRun, err error) {
 	sess, filled, err := kv.session(e, ids, tokens, steps)
 	if err != nil {
 		return run, err
@@ -393,7 +409,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	var handoffs, parks uint64
 	first := true
 	opt := GenerateOptions{
-		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true,
+		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true, PrefillChunk: chunk,
 		OnLogits: func([]float32) error {
 			if !first {
 				return nil
@@ -419,7 +435,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 		return run, err
 	}
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
-		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS}
+		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS, PrefillChunk: res.PrefillChunk}
 	if steps := len(res.IDs) - 1; steps > 0 {
 		bits := qwen35.KVFloat32 // a backend's cache: the reference width
 		if sess.state != nil {
@@ -432,6 +448,10 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens in
 	if e.cache != nil {
 		pre := expertReport(start, atDecode, len(ids))
 		run.PrefillHitRate, run.PrefillBytesRead, run.PrefillIOWait = pre.HitRate, pre.BytesRead, pre.WaitSeconds
+		run.PrefillBytesPerToken = pre.BytesPerToken
+		if compute := res.PrefillSecs - pre.WaitSeconds; compute > 0 {
+			run.PrefillComputeTokS = float64(len(ids)) / compute
+		}
 		steps := max(len(res.IDs)-1, 0) // the last sampled token is never fed back
 		x := expertReport(atDecode, e.ExpertStats(), steps)
 		run.HitRate, run.Misses, run.BytesPerToken, run.ReadRate = x.HitRate, x.Misses, x.BytesPerToken, x.ReadRate
@@ -501,7 +521,31 @@ func medianRun(runs []BenchRun) BenchRun {
 		PrefillHitRate:   med(func(r BenchRun) float64 { return r.PrefillHitRate }),
 		PrefillBytesRead: int64(med(func(r BenchRun) float64 { return float64(r.PrefillBytesRead) })),
 		PrefillIOWait:    med(func(r BenchRun) float64 { return r.PrefillIOWait }),
+
+		PrefillChunk:         int(med(func(r BenchRun) float64 { return float64(r.PrefillChunk) })),
+		PrefillBytesPerToken: med(func(r BenchRun) float64 { return r.PrefillBytesPerToken }),
+		PrefillComputeTokS:   med(func(r BenchRun) float64 { return r.PrefillComputeTokS }),
 	}
+}
+
+// prefillLimits is the prefill rate the raw disk read rate allows at the
+// median bytes per token, and which limit binds: the lower of it and the
+// median compute-bound rate ("" when either is unknown).
+func prefillLimits(diskRate float64, m BenchRun) (diskTokS float64, binding string) {
+	switch {
+	case m.PrefillBytesPerToken <= 0 && m.PrefillComputeTokS > 0:
+		return 0, "compute" // nothing read: the disk sets no limit
+	case diskRate <= 0 || m.PrefillBytesPerToken <= 0:
+		return 0, ""
+	}
+	diskTokS = diskRate / m.PrefillBytesPerToken
+	switch {
+	case m.PrefillComputeTokS <= 0:
+		return diskTokS, ""
+	case diskTokS < m.PrefillComputeTokS:
+		return diskTokS, "disk"
+	}
+	return diskTokS, "compute"
 }
 
 // median of v (the mean of the middle two for an even count); 0 for none.

@@ -225,7 +225,7 @@ type GenerateOptions struct {
 	Sampling     sample.Params
 	StopIDs      []int // generation ends after emitting one of these (unless IgnoreEOS)
 	IgnoreEOS    bool
-	PrefillChunk int                       // prompt tokens per forward (default 256)
+	PrefillChunk int                       // prompt tokens per pass; 0 picks it (Engine.PrefillChunk)
 	OnToken      func(id int, text string) // streamed: text holds only complete UTF-8
 	OnLogits     func(row []float32) error // the distribution each generated token was drawn from
 	// StopAfter, when set, is asked after each token is emitted (after
@@ -246,6 +246,9 @@ type Result struct {
 	DecodeSecs  float64       `json:"decode_s"`
 	Experts     *ExpertReport `json:"experts,omitempty"` // MoE only: the expert cache during this generation
 	PeakRSS     int64         `json:"peak_rss_bytes"`
+
+	// PrefillChunk is the tokens per prefill pass (the last may be shorter).
+	PrefillChunk int `json:"prefill_chunk"`
 }
 
 // ExpertReport is what the expert cache did during one generation.
@@ -315,7 +318,12 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 		res.PeakRSS, _ = expertcache.PeakRSS()
 	}()
 	start := time.Now()
-	if err := s.prefill(ctx, append(s.pending, promptIDs...), opt.PrefillChunk); err != nil {
+	feed := append(s.pending, promptIDs...)
+	res.PrefillChunk = opt.PrefillChunk
+	if res.PrefillChunk <= 0 {
+		res.PrefillChunk = s.e.PrefillChunk(len(feed))
+	}
+	if err := s.prefill(ctx, feed, res.PrefillChunk); err != nil {
 		return nil, err
 	}
 	s.pending = nil
@@ -324,21 +332,37 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	return res, s.decode(ctx, sampler, opt, res)
 }
 
+// prefill feeds ids in passes of chunk tokens. Each pass is its own
+// Forward so a cancelled context stops between passes.
 func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
-	if chunk <= 0 {
-		chunk = 256
-	}
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(chunk, len(ids))
-		if err := s.forward(ids[:n]); err != nil {
+		if err := s.forwardPass(ids[:n]); err != nil {
 			return err
 		}
+		// The pending token leads the first pass: once fed it is no longer
+		// pending, even if a later pass is cancelled.
+		s.pending = nil
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// PrefillChunk is the pass length Generate prefills a prompt of tokens
+// tokens in: qwen35.DefaultPrefillChunk while every expert fits in the
+// cache, else passes as long as the scratch budget allows, so each
+// streamed expert is read once per long pass instead of once per 256
+// tokens (docs/prefill.md).
+func (e *Engine) PrefillChunk(tokens int) int {
+	if e.backend != nil {
+		return 256 // a backend splits its own passes
+	}
+	st := e.ExpertStats()
+	streaming := e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts
+	return e.Model.Config().PrefillChunk(tokens, streaming)
 }
 
 func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt GenerateOptions, res *Result) error {
@@ -400,6 +424,15 @@ func (s *Session) forwardOne(id int) error {
 		defer func() { t.decoding = false }()
 	}
 	return s.forward([]int{id})
+}
+
+// forwardPass feeds one prefill pass: a backend takes it whole, the CPU
+// model in internal 256-token pieces (qwen35.ForwardChunked).
+func (s *Session) forwardPass(ids []int) error {
+	if s.bs != nil {
+		return s.bs.Forward(ids)
+	}
+	return s.e.Model.ForwardChunked(s.state, ids, s.logits, false, len(ids))
 }
 
 // forward feeds ids to whichever engine holds the session.

@@ -45,29 +45,7 @@ type workspace struct {
 // (an expert that cannot be read), st is left inconsistent and refuses
 // further use until Reset or CopyFrom.
 func (m *Model) Forward(st *State, ids []int, logits []float32, allLogits bool) error {
-	if err := m.checkForward(st, ids, logits, allLogits); err != nil {
-		return err
-	}
-	if err := st.growKV(st.pos + len(ids)); err != nil {
-		return err
-	}
-	V := m.cfg.VocabSize
-	for start := 0; start < len(ids); start += maxChunk {
-		end := min(start+maxChunk, len(ids))
-		var out []float32
-		switch {
-		case logits == nil:
-		case allLogits:
-			out = logits[start*V : end*V]
-		case end == len(ids):
-			out = logits
-		}
-		if err := m.forwardChunk(st, ids[start:end], out, allLogits); err != nil {
-			st.failed = err
-			return err
-		}
-	}
-	return nil
+	return m.ForwardChunked(st, ids, logits, allLogits, maxChunk)
 }
 
 func (m *Model) checkForward(st *State, ids []int, logits []float32, allLogits bool) error {
@@ -120,12 +98,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		ly := &m.layers[l]
 		rmsNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
 		ws.prof.mark(PhaseNorms, 0)
-		switch ly.kind {
-		case LinearAttention:
-			m.gdnMixer(ly.gdn, &st.layers[l], &ws.gdn, u, mix, T)
-		case FullAttention:
-			m.attnMixer(ly.attn, &st.layers[l], &ws.attn, ws, st.pos, u, mix, T)
-		}
+		m.mixer(l, st, u, mix, T)
 		addTo(x, mix)
 		rmsNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
 		ws.prof.mark(PhaseNorms, 0)
@@ -205,8 +178,18 @@ func (m *Model) matmul(dst []float32, w *kernels.Matrix, x []float32, n int) {
 		m.pool.MatVecFast(dst, w, x)
 		return
 	}
-	m.pool.MatMulFast(dst, w, x, n)
+	for lo := 0; lo < n; lo += matmulRows {
+		hi := min(lo+matmulRows, n)
+		m.pool.MatMulFast(dst[lo*w.Rows:hi*w.Rows], w, x[lo*w.Cols:hi*w.Cols], hi-lo)
+	}
 }
+
+// matmulRows is the most rows one kernel call multiplies. The kernels run
+// each block of weight rows against every row of x in turn, so beyond a few
+// hundred rows x no longer stays in the core's cache: a long prefill pass
+// (docs/prefill.md) computed about 20% slower per token unsplit. Rows are
+// independent, so splitting changes no bits.
+const matmulRows = 256
 
 // matmulMulti is matmul for several matrices reading the same x, as one
 // pool job (one quantization of x, one hand-off); each dst is bitwise what
@@ -215,5 +198,16 @@ func (m *Model) matmulMulti(dsts [][]float32, ws []*kernels.Matrix, x []float32,
 	for i, w := range ws {
 		dsts[i] = dsts[i][:n*w.Rows]
 	}
-	m.pool.MatMulFastMulti(dsts, ws, x[:n*ws[0].Cols], n)
+	if n <= matmulRows {
+		m.pool.MatMulFastMulti(dsts, ws, x[:n*ws[0].Cols], n)
+		return
+	}
+	part := make([][]float32, len(dsts))
+	for lo := 0; lo < n; lo += matmulRows {
+		hi := min(lo+matmulRows, n)
+		for i, w := range ws {
+			part[i] = dsts[i][lo*w.Rows : hi*w.Rows]
+		}
+		m.pool.MatMulFastMulti(part, ws, x[lo*ws[0].Cols:hi*ws[0].Cols], hi-lo)
+	}
 }

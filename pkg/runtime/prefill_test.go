@@ -1,0 +1,84 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// prefillRun generates a few greedy tokens after prompt with the given
+// prefill pass length (0: the engine picks) and returns every logits row
+// and the result.
+func prefillRun(t *testing.T, dir string, opt Options, prompt []int, chunk int) ([][]float32, *Result) {
+	t.Helper()
+	e, err := Load(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var rows [][]float32
+	res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), prompt, GenerateOptions{
+		MaxTokens: 6, IgnoreEOS: true, PrefillChunk: chunk,
+		OnLogits: func(r []float32) error { rows = append(rows, append([]float32(nil), r...)); return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, res
+}
+
+// The long passes a streaming cache prefills in give bitwise the logits of
+// today's 256-token passes, for every expert budget, thread count and
+// reader count, and read fewer expert bytes; with every expert resident the
+// pass stays 256 tokens.
+func TestLongPrefillPassesAreBitwiseInvisible(t *testing.T) {
+	refs := loadRefs(t, "tiny-moe.refs.json")
+	prompt := refs[len(refs)-1].IDs // 960 tokens
+	if testing.Short() || raceEnabled {
+		prompt = prompt[:600]
+	}
+	for _, bits := range []int{4, 16} {
+		dir := install(t, "tiny-moe-fused", bits)
+		for _, tc := range []struct {
+			slots, threads, readers int
+		}{{4, 1, 1}, {5, 2, 4}, {9, 3, 8}, {15, 2, 2}, {16, 2, 4}} {
+			t.Run(fmt.Sprintf("%dbit/%d-slots/%d-threads/%d-readers", bits, tc.slots, tc.threads, tc.readers), func(t *testing.T) {
+				opt := Options{Threads: tc.threads, Experts: ExpertOptions{Slots: tc.slots, IOThreads: tc.readers}}
+				want, old := prefillRun(t, dir, opt, prompt, 256)
+				got, res := prefillRun(t, dir, opt, prompt, 0)
+				if !sameBits(got, want) {
+					t.Error("logits differ from 256-token prefill passes")
+				}
+				streaming := tc.slots < 16
+				switch {
+				case streaming && res.PrefillChunk != len(prompt):
+					t.Errorf("prefill pass %d tokens for a %d-token prompt, want one pass", res.PrefillChunk, len(prompt))
+				case !streaming && res.PrefillChunk != 256:
+					t.Errorf("every expert resident: prefill pass %d tokens, want 256", res.PrefillChunk)
+				case streaming && res.Experts.BytesRead >= old.Experts.BytesRead:
+					t.Errorf("one long pass read %d expert bytes, 256-token passes %d", res.Experts.BytesRead, old.Experts.BytesRead)
+				}
+			})
+		}
+	}
+}
+
+func TestPrefillLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		disk, bytes, comp float64
+		wantTokS          float64
+		wantBinding       string
+	}{
+		{"disk binds", 4e9, 1e9, 10, 4, "disk"},
+		{"compute binds", 4e9, 1e8, 10, 40, "compute"},
+		{"nothing read", 4e9, 0, 10, 0, "compute"},
+		{"no disk rate", 0, 1e9, 10, 0, ""},
+		{"no compute rate", 4e9, 1e9, 0, 4, ""},
+	} {
+		got, binding := prefillLimits(tc.disk, BenchRun{PrefillBytesPerToken: tc.bytes, PrefillComputeTokS: tc.comp})
+		if got != tc.wantTokS || binding != tc.wantBinding {
+			t.Errorf("%s: prefillLimits = %v, %q; want %v, %q", tc.name, got, binding, tc.wantTokS, tc.wantBinding)
+		}
+	}
+}
