@@ -335,6 +335,9 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 // prefill feeds ids in passes of chunk tokens. Each pass is its own
 // Forward so a cancelled context stops between passes.
 func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
+	if chunk <= 0 {
+		chunk = s.e.PrefillChunk(len(ids))
+	}
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err

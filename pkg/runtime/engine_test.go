@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -187,4 +188,31 @@ func maxAbsDiff(a, b []float32) float64 {
 		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
 	}
 	return d
+}
+
+// Prefill with no pass length given takes the engine's own (a server calls
+// it so), and then generates what Generate on the whole prompt generates.
+func TestPrefillWithDefaultPassLength(t *testing.T) {
+	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ids := e.Tokenizer.Encode("Once upon a")
+	opt := GenerateOptions{MaxTokens: 8, IgnoreEOS: true}
+	whole, err := e.NewSession(SessionOptions{}).Generate(context.Background(), ids, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.NewSession(SessionOptions{})
+	if err := s.Prefill(context.Background(), ids[:len(ids)-1], 0); err != nil {
+		t.Fatal(err)
+	}
+	split, err := s.Generate(context.Background(), ids[len(ids)-1:], opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(whole.IDs, split.IDs) {
+		t.Fatalf("prefill then generate gave %v, generate on the whole prompt %v", split.IDs, whole.IDs)
+	}
 }
