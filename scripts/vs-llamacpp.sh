@@ -14,7 +14,8 @@
 #              16 GB machine: nvmai --ram-budget 6G, llama.cpp memory-mapped. Skipped, saying so,
 #              where no memory cgroup (v2 or v1) can be made.
 # Both engines get the same prompt token ids (a fixed LCG over ordinary ids), the same threads and
-# the same warm-up (a throwaway prefill of --warmup tokens), generate --tokens tokens greedily with
+# the same warm-up (a throwaway prefill of --warmup tokens, default 512: enough random ids to reach
+# every expert, so nvmai's slots hold what llama.cpp's load put in RAM), generate --tokens tokens greedily with
 # EOS ignored, and are timed the same way (prefill = prompt / time to the first token; decode =
 # (M−1) / time from the first token to the last). Each round runs every engine once per regime, the
 # engines alternating, so drifts of this shared VM fall on both. It prints medians, ranges and the
@@ -32,7 +33,7 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images wh
 export PATH="/usr/local/go/bin:$PATH"
 
 NLC_VERSION=3.22.1
-regimes="ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40" rounds=3 threads=2 tokens=32 prompt=64 warmup=64
+regimes="ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40" rounds=3 threads=2 tokens=32 prompt=64 warmup=512
 work=/tmp/nvmai-vs-llamacpp keep=0 update=""
 die() { echo "vs-llamacpp: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
