@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -180,6 +181,11 @@ type ChatRequest struct {
 	Sampling           sample.Params
 	MaxTokens          int // 0: up to the context
 	Stop               []string
+	// Format constrains the reply's content to JSON (nil: free text).
+	// Each adapter compiles it from its protocol's field (response_format,
+	// text.format, output_format) with jsonconstrain, answering a schema
+	// that does not compile with 400 before calling the core.
+	Format *jsonconstrain.Schema
 }
 
 // CompletionRequest is a raw-prompt completion.

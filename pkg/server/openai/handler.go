@@ -15,6 +15,7 @@ import (
 	"net/http"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,9 +43,42 @@ type Handler struct {
 }
 
 type route struct {
-	method string
-	fn     func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
-	open   bool // no API key needed
+	method     string
+	fn         func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
+	open       bool                                   // no API key needed
+	writeError func(w http.ResponseWriter, err error) // nil: OpenAI's envelope
+}
+
+// Route is an endpoint of another protocol adapter (Anthropic Messages,
+// Responses) mounted on this handler, so that every protocol shares one
+// listener and the same authentication, CORS, body limit, panic recovery
+// and request log.
+type Route struct {
+	Method string
+	// Serve handles the request; an error it returns before writing
+	// anything is written by WriteError.
+	Serve func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
+	// WriteError writes err in the protocol's own envelope. It also
+	// receives the shared layer's refusals (authentication, method, content
+	// type, body size, panics) as *APIError; Classify maps any error to one.
+	WriteError func(w http.ResponseWriter, err error)
+}
+
+// APIError is an error with its HTTP status and OpenAI error type and code.
+type APIError = apiError
+
+// Classify maps an error (a core *server.Error, a decoding failure, a
+// refusal of the shared layer) to its HTTP status and error type, so that
+// every protocol answers the same failure with the same status.
+func Classify(err error) *APIError { return asAPIError(err) }
+
+// DecodeJSON reads one JSON value from the request body into v, with the
+// same limits and error messages as the OpenAI endpoints.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, v any) error { return decode(w, r, v) }
+
+// Mount adds a route at path (replacing any with that path).
+func (h *Handler) Mount(path string, rt Route) {
+	h.routes[path] = route{method: rt.Method, fn: rt.Serve, writeError: rt.WriteError}
 }
 
 // New returns the handler over s.
@@ -79,7 +113,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			log.Error = fmt.Sprintf("panic: %v\n%s", p, debug.Stack())
 			if !rec.wrote {
-				writeError(rec, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (the server logged it)"})
+				h.writeErrorFor(r.URL.Path)(rec, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (the server logged it)"})
 			}
 		}
 		log.Status = rec.status
@@ -91,9 +125,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.serve(rec, r, log); err != nil {
 		log.Error = err.Error()
 		if !rec.wrote {
-			writeError(rec, asAPIError(err))
+			h.writeErrorFor(r.URL.Path)(rec, err)
 		}
 	}
+}
+
+// writeErrorFor returns the error writer of the route at path.
+func (h *Handler) writeErrorFor(path string) func(http.ResponseWriter, error) {
+	if rt, ok := h.routes[path]; ok && rt.writeError != nil {
+		return rt.writeError
+	}
+	return func(w http.ResponseWriter, err error) { writeError(w, asAPIError(err)) }
+}
+
+// paths lists the endpoints, for the 404 message.
+func (h *Handler) paths() string {
+	ps := make([]string, 0, len(h.routes))
+	for p := range h.routes {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return strings.Join(ps, ", ")
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
@@ -102,7 +154,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.Requ
 	}
 	rt, ok := h.routes[r.URL.Path]
 	if !ok {
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: fmt.Sprintf("no endpoint %s; this server has /v1/chat/completions, /v1/completions, /v1/models, /apply-template and /health", r.URL.Path)}
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: fmt.Sprintf("no endpoint %s; this server has %s", r.URL.Path, h.paths())}
 	}
 	if !rt.open && !h.authorized(r) {
 		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: "missing or wrong API key: send it as Authorization: Bearer KEY or x-api-key: KEY"}
