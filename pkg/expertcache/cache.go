@@ -14,7 +14,7 @@ import (
 	"github.com/nvmai/nvmai/internal/hugemem"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // DefaultIOThreads is NVMAI's reader pool size: on its SSD 4 threads reached
@@ -47,7 +47,7 @@ type Options struct {
 }
 
 // Cache is the bounded expert slot cache of one install. It implements
-// qwen35.Experts and qwen35.AcquireLimiter.
+// moe.Experts and moe.AcquireLimiter.
 type Cache struct {
 	dir      string
 	stride   int64
@@ -69,7 +69,7 @@ type Cache struct {
 	// positions, indices into ids and mats.
 	group     []int
 	groupIdx  []int
-	groupMats []qwen35.ExpertMats
+	groupMats []moe.ExpertMats
 	loading   []int // scratch: slot → index in the batch being read, or -1
 
 	topK     int
@@ -88,7 +88,7 @@ type layerCache struct {
 	fd     int
 	slab   []byte // slots × stride bytes of region
 	region *hugemem.Region
-	views  []qwen35.ExpertMats
+	views  []moe.ExpertMats
 	res    residency
 	// Per slot: a speculative read is writing into it; it was filled by a
 	// speculative read and not asked for since.
@@ -96,11 +96,11 @@ type layerCache struct {
 }
 
 var (
-	_ qwen35.Experts            = (*Cache)(nil)
-	_ qwen35.AcquireLimiter     = (*Cache)(nil)
-	_ qwen35.ExpertVisitor      = (*Cache)(nil)
-	_ qwen35.ExpertGroupVisitor = (*Cache)(nil)
-	_ qwen35.ExpertPrefetcher   = (*Cache)(nil)
+	_ moe.Experts            = (*Cache)(nil)
+	_ moe.AcquireLimiter     = (*Cache)(nil)
+	_ moe.ExpertVisitor      = (*Cache)(nil)
+	_ moe.ExpertGroupVisitor = (*Cache)(nil)
+	_ moe.ExpertPrefetcher   = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already
@@ -229,7 +229,7 @@ func (lc *layerCache) allocate(slots int, stride int64, parts []packexperts.Tens
 		return fmt.Errorf("allocating %d expert slots of %s: %w", slots, FormatSize(stride), err)
 	}
 	lc.region, lc.slab = region, region.Bytes
-	lc.views = make([]qwen35.ExpertMats, slots)
+	lc.views = make([]moe.ExpertMats, slots)
 	lc.spec, lc.prefetched = make([]bool, slots), make([]bool, slots)
 	for s := range slots {
 		if lc.views[s], err = slotMats(lc.slot(s, stride), parts); err != nil {
@@ -262,7 +262,7 @@ func (c *Cache) FilledSlots() [][][]byte {
 }
 
 // MaxAcquire is the number of slots per layer: the most experts one Acquire
-// can hold (qwen35.AcquireLimiter).
+// can hold (moe.AcquireLimiter).
 func (c *Cache) MaxAcquire() int { return c.slots }
 
 // enter claims the cache for one Acquire or Visit and counts it.
@@ -292,7 +292,7 @@ func (c *Cache) leave() { c.busy.Store(false) }
 // one is resident; their slots stay pinned (never evicted) until release.
 // More ids than MaxAcquire, or more misses than unpinned slots while other
 // acquisitions are held, is an error: the model batches by MaxAcquire.
-func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), error) {
+func (c *Cache) Acquire(layer int, ids []int) ([]moe.ExpertMats, func(), error) {
 	lc, err := c.enter(layer, ids)
 	if err != nil {
 		return nil, nil, err
@@ -322,7 +322,7 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 		c.unpinAll(lc, slotOf)
 		return nil, nil, firstErr
 	}
-	mats := make([]qwen35.ExpertMats, len(ids))
+	mats := make([]moe.ExpertMats, len(ids))
 	for i, s := range slotOf {
 		mats[i] = lc.views[s]
 	}
@@ -340,8 +340,8 @@ func (c *Cache) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), erro
 // freed slot at once reading the next missing expert; rolling.go).
 // The first error from fn stops further calls and is returned after the
 // reads in flight finish.
-func (c *Cache) Visit(layer int, ids []int, fn func(i int, m qwen35.ExpertMats) error) error {
-	return c.VisitGroups(layer, ids, func(idx []int, mats []qwen35.ExpertMats) error {
+func (c *Cache) Visit(layer int, ids []int, fn func(i int, m moe.ExpertMats) error) error {
+	return c.VisitGroups(layer, ids, func(idx []int, mats []moe.ExpertMats) error {
 		for j, i := range idx {
 			if err := fn(i, mats[j]); err != nil {
 				return err
@@ -356,7 +356,7 @@ func (c *Cache) Visit(layer int, ids []int, fn func(i int, m qwen35.ExpertMats) 
 // each missing one as its read lands. fn gets the indices into ids and
 // their mats (both valid only until it returns), so a caller can compute a
 // group's products as one parallel job.
-func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen35.ExpertMats) error) error {
+func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []moe.ExpertMats) error) error {
 	lc, err := c.enter(layer, ids)
 	if err != nil {
 		return err
@@ -388,7 +388,7 @@ func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []qwen
 	return nil
 }
 
-func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []qwen35.ExpertMats) error) error {
+func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []moe.ExpertMats) error) error {
 	slotOf := make([]int, len(batch))
 	load, err := c.placeBatch(lc, batch, slotOf)
 	if err != nil {

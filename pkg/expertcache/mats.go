@@ -2,13 +2,13 @@ package expertcache
 
 import (
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // slotMats views the expert record held in rec (stride bytes). A slot's
 // buffer never moves, so its views are built once in New and handed out on
 // every hit.
-func slotMats(rec []byte, parts []packexperts.Tensor) (qwen35.ExpertMats, error) {
+func slotMats(rec []byte, parts []packexperts.Tensor) (moe.ExpertMats, error) {
 	g, u, d, err := packexperts.ExpertViews(rec, parts)
-	return qwen35.ExpertMats{Gate: g, Up: u, Down: d}, err
+	return moe.ExpertMats{Gate: g, Up: u, Down: d}, err
 }

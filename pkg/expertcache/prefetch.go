@@ -34,7 +34,7 @@ func prefetchWidth(want, slots, experts, topK int) (width, inFlight int) {
 }
 
 // PrefetchWidth is how many predicted experts per layer Prefetch reads;
-// 0 means the model need not predict (qwen35.ExpertPrefetcher).
+// 0 means the model need not predict (moe.ExpertPrefetcher).
 func (c *Cache) PrefetchWidth() int { return c.prefetch }
 
 // Prefetch starts reading the first PrefetchWidth experts of ids for

@@ -3,7 +3,7 @@ package expertcache
 import (
 	"time"
 
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // A visit that asks for more experts than there are unpinned slots (a long
@@ -19,7 +19,7 @@ import (
 // visitRolling serves a visit of ids too large for the unpinned slots,
 // calling fn with one expert at a time: the resident ones first, then each
 // missing one as its read lands.
-func (c *Cache) visitRolling(lc *layerCache, ids []int, fn func([]int, []qwen35.ExpertMats) error) error {
+func (c *Cache) visitRolling(lc *layerCache, ids []int, fn func([]int, []moe.ExpertMats) error) error {
 	c.drainSpec() // a guess still being read would pin a slot the visit counts on
 	for s := range c.loading {
 		c.loading[s] = -1
@@ -81,7 +81,7 @@ type rolling struct {
 	lastEnd     time.Time
 	err         error
 	groupIdx    [1]int
-	groupMats   [1]qwen35.ExpertMats
+	groupMats   [1]moe.ExpertMats
 }
 
 // issue starts the reads of the next missing experts while unpinned slots
@@ -110,7 +110,7 @@ func (r *rolling) issue() {
 
 // call hands expert i over (unless an error stopped the visit) and
 // releases its slot.
-func (r *rolling) call(i int, fn func([]int, []qwen35.ExpertMats) error) {
+func (r *rolling) call(i int, fn func([]int, []moe.ExpertMats) error) {
 	if r.err == nil {
 		r.groupIdx[0], r.groupMats[0] = i, r.lc.views[r.slotOf[i]]
 		r.fail(fn(r.groupIdx[:], r.groupMats[:]))

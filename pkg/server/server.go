@@ -162,6 +162,9 @@ const (
 // ChatRequest is a chat turn, whatever protocol it arrived in.
 type ChatRequest struct {
 	Endpoint string // for the log line
+	// Model is the model the client asked for ("" when it did not say).
+	// With one model loaded it is ignored; with --models-dir it picks one.
+	Model    string
 	Messages []chattemplate.Message
 	Tools    []json.RawMessage // client tool objects {"type":"function","function":{…}}
 	// ToolChoice: auto (default); none renders no tools and never returns
@@ -191,6 +194,7 @@ type ChatRequest struct {
 // CompletionRequest is a raw-prompt completion.
 type CompletionRequest struct {
 	Endpoint  string
+	Model     string // as ChatRequest.Model
 	Prompt    string
 	Sampling  sample.Params
 	MaxTokens int
