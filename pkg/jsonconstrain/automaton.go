@@ -592,6 +592,14 @@ func (st *State) AcceptBytes(p []byte) bool {
 // no byte may follow.
 func (st *State) Done() bool { return st.m.done(st.top) }
 
+// Closed reports whether the top-level value has ended, so that nothing
+// but trailing whitespace may follow (unlike a top-level number, which is
+// Done but could still grow).
+func (st *State) Closed() bool {
+	fr := st.m.f[st.top]
+	return fr.kind == kRoot && fr.phase == pAfter
+}
+
 // Clone returns an independent copy of st.
 func (st *State) Clone() *State {
 	c := &State{m: machine{opts: st.m.opts}}

@@ -129,3 +129,78 @@ func BenchmarkNewMasker248k(b *testing.B) {
 		}
 	}
 }
+
+// stepDocument is what BenchmarkConstraintStep248k generates: nested
+// objects, an array, strings with spaces and CJK, numbers and an enum.
+const stepDocument = `{"name":"the quick brown fox","age":42,"tags":["red","green"],` +
+	`"address":{"street":"main road 12","city":"東京都"},"ok":true,"score":-3.25e2,"kind":"b"}`
+
+// greedyTokens splits doc by longest match over v's tokens, roughly what
+// a model's tokens look like.
+func greedyTokens(v *synthVocab, doc string) []int {
+	byText := map[string]int{}
+	longest := 0
+	for id, t := range v.toks {
+		if !v.special[id] {
+			if _, dup := byText[string(t)]; !dup {
+				byText[string(t)] = id
+			}
+			longest = max(longest, len(t))
+		}
+	}
+	var ids []int
+	for len(doc) > 0 {
+		for n := min(longest, len(doc)); n > 0; n-- {
+			if id, ok := byText[doc[:n]]; ok {
+				ids = append(ids, id)
+				doc = doc[n:]
+				break
+			}
+		}
+	}
+	return ids
+}
+
+// BenchmarkConstraintStep248k is the whole per-token cost structured
+// output adds to a generation on a Qwen-sized vocabulary: the mask
+// (Allowed, or the end tokens once the document is closed), applying it
+// to a 248,320-logit row, and advancing over the picked token, averaged
+// over the tokens of stepDocument. apply is Mask.Apply alone.
+func BenchmarkConstraintStep248k(b *testing.B) {
+	v := synthetic248k()
+	m, err := NewMasker(v, []int{len(v.toks) - 2, len(v.toks) - 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	schema := mustCompile(b, `{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
+		"tags":{"type":"array","items":{"type":"string"}},"address":{"type":"object","properties":{"street":{"type":"string"},
+		"city":{"type":"string"}},"required":["street","city"],"additionalProperties":false},"ok":{"type":"boolean"},
+		"score":{"type":"number"},"kind":{"enum":["a","b","c"]}},"required":["name","age","tags","address","kind"],"additionalProperties":false}`)
+	ids := append(greedyTokens(v, stepDocument), len(v.toks)-2)
+	logits := make([]float32, len(v.toks))
+	b.Run("step", func(b *testing.B) {
+		b.ReportMetric(float64(len(ids)), "tokens/doc")
+		b.ResetTimer()
+		for range b.N {
+			c := m.Constrain(schema)
+			for _, id := range ids {
+				if c.Mask(logits) == 0 {
+					b.Fatal("dead end")
+				}
+				if _, err := c.Advance(id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids))/1e3, "µs/token")
+	})
+	b.Run("apply", func(b *testing.B) {
+		var mk Mask
+		st := schema.Start()
+		st.AcceptBytes([]byte(`{"name":"the `))
+		m.Allowed(st, &mk)
+		for range b.N {
+			mk.Apply(logits)
+		}
+	})
+}

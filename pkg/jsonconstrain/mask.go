@@ -195,11 +195,30 @@ func (mk *Mask) Count() int {
 
 // Apply sets the logits of disallowed ids to -Inf, in place; logits may be
 // longer than the vocabulary (embedding padding rows), those are masked.
+// It goes a 64-id word at a time: most words of a mask are all allowed or
+// all refused, and in the others only the refused ids are visited.
 func (mk *Mask) Apply(logits []float32) {
 	inf := float32(math.Inf(-1))
-	for i := range logits {
-		if !mk.Allows(i) {
-			logits[i] = inf
+	for lo := 0; lo < len(logits); lo += 64 {
+		seg := logits[lo:min(lo+64, len(logits))]
+		var w uint64
+		if lo/64 < len(mk.bits) {
+			w = mk.bits[lo/64]
+		}
+		switch w {
+		case ^uint64(0):
+		case 0:
+			for i := range seg {
+				seg[i] = inf
+			}
+		default:
+			refused := ^w
+			if len(seg) < 64 {
+				refused &= 1<<len(seg) - 1
+			}
+			for ; refused != 0; refused &= refused - 1 {
+				seg[bits.TrailingZeros64(refused)] = inf
+			}
 		}
 	}
 }

@@ -232,7 +232,27 @@ type GenerateOptions struct {
 	// OnToken) whether generation ends there; true ends it with StopReason
 	// "callback" (a server's stop strings and tool-call limits).
 	StopAfter func(id int, text string) bool
+	// Constraint, when set, restricts every generated token (structured
+	// output): its Mask runs on the logits before penalties, temperature
+	// and top-k/top-p, greedy or sampled, and its Advance on the token
+	// picked. Unset, generation is unchanged.
+	Constraint Constraint
 }
+
+// Constraint is a per-step restriction on the next token.
+type Constraint interface {
+	// Mask sets the logits of the tokens not allowed next to -Inf and
+	// returns how many stay allowed; 0 ends generation with
+	// ErrConstraintDeadEnd.
+	Mask(logits []float32) (allowed int)
+	// Advance records the token picked. ended reports a token that ends
+	// the constrained output; generation stops there as at a stop token.
+	Advance(id int) (ended bool, err error)
+}
+
+// ErrConstraintDeadEnd is returned (wrapped) when a Constraint allows no
+// token: the vocabulary cannot continue what the constraint demands.
+var ErrConstraintDeadEnd = errors.New("the output constraint allows no next token")
 
 // Result is the outcome of a generation.
 type Result struct {
@@ -387,8 +407,12 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 		if err != nil {
 			return err
 		}
+		ended, err := advance(opt.Constraint, id)
+		if err != nil {
+			return err
+		}
 		res.IDs = append(res.IDs, id)
-		if !opt.IgnoreEOS && slices.Contains(opt.StopIDs, id) {
+		if ended || !opt.IgnoreEOS && slices.Contains(opt.StopIDs, id) {
 			// The stop token ends the text; its id is kept, its text is not shown.
 			s.pending, res.StopReason = []int{id}, "eos"
 			break
@@ -450,12 +474,15 @@ func (s *Session) forward(ids []int) error {
 // the id comes back; otherwise its logits are copied here for the sampler.
 func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
 	if s.bs != nil {
-		if opt.OnLogits == nil && sampler.Params().Temperature == 0 {
+		if opt.OnLogits == nil && opt.Constraint == nil && sampler.Params().Temperature == 0 {
 			return s.bs.Argmax()
 		}
 		if err := s.bs.Logits(s.logits); err != nil {
 			return 0, err
 		}
+	}
+	if opt.Constraint != nil && opt.Constraint.Mask(s.logits) == 0 {
+		return 0, fmt.Errorf("runtime: %w", ErrConstraintDeadEnd)
 	}
 	if opt.OnLogits != nil {
 		if err := opt.OnLogits(s.logits); err != nil {
@@ -463,6 +490,17 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 		}
 	}
 	return sampler.Sample(s.logits)
+}
+
+// advance moves c past the picked token (no constraint: nothing ends).
+func advance(c Constraint, id int) (ended bool, err error) {
+	if c == nil {
+		return false, nil
+	}
+	if ended, err = c.Advance(id); err != nil {
+		return false, fmt.Errorf("runtime: the output constraint refused token %d: %w", id, err)
+	}
+	return ended, nil
 }
 
 func (s *Session) maxContext() int {
