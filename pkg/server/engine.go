@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -42,6 +43,13 @@ type Generation struct {
 	Prompt    []int
 	MaxTokens int
 	Sampling  sample.Params
+	// Format constrains the output to a JSON document (nil: free text) by
+	// masking the logits at every step; the engine ends generation once
+	// the document is complete. FormatAfterThink: the prompt opened a
+	// <think> block, so the reasoning stays free and the constraint starts
+	// after the model's </think>.
+	Format           *jsonconstrain.Schema
+	FormatAfterThink bool
 }
 
 // Finish says why generation ended.

@@ -37,6 +37,7 @@ type RuntimeEngine struct {
 	cache   *promptcache.Cache[*runtime.Snapshot]
 	stopIDs []int
 	imStart int // <|im_start|>: messages begin there (-1 when absent)
+	format  formatMasker
 }
 
 // NewRuntimeEngine wraps e.
@@ -86,9 +87,14 @@ func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func
 		return out, r.fail(err)
 	}
 	out.Prefill = time.Since(start)
+	constraint, err := r.format.constraint(r.e.Tokenizer, r.stopIDs, g)
+	if err != nil {
+		return out, err
+	}
 	var first time.Duration
 	res, err := r.sess.Generate(ctx, nil, runtime.GenerateOptions{
 		MaxTokens: g.MaxTokens, Sampling: g.Sampling, StopIDs: r.stopIDs, PrefillChunk: r.opt.PrefillChunk,
+		Constraint: constraint,
 		StopAfter: func(_ int, text string) bool {
 			if first == 0 {
 				first = time.Since(start)

@@ -354,6 +354,9 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req, err = formatRequest(req); err != nil {
+		return nil, err
+	}
 	prompt, forced, err := s.renderChat(r, req)
 	if err != nil {
 		return nil, err
@@ -425,7 +428,8 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools, NoToolCalls: req.ToolChoice == ToolNone})
 	acc.push(parser.Push(j.forced))
 	stops := newStopMatcher(req.Stop)
-	out, err := j.e.Generate(ctx, Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling}, func(text string) bool {
+	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling, Format: req.Format, FormatAfterThink: req.Format != nil && j.think}
+	out, err := j.e.Generate(ctx, g, func(text string) bool {
 		safe, hit := stops.Push(text)
 		if safe != "" {
 			acc.push(parser.Push(safe))

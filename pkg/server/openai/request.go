@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
 )
@@ -50,12 +51,10 @@ type chatRequest struct {
 	Tools               []json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage   `json:"tool_choice"`
 	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
-	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
-	ReasoningEffort     *string        `json:"reasoning_effort"`
-	AddGenerationPrompt *bool          `json:"add_generation_prompt"`
+	ResponseFormat      json.RawMessage   `json:"response_format"`
+	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
+	ReasoningEffort     *string           `json:"reasoning_effort"`
+	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 }
 
 type message struct {
@@ -268,8 +267,8 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 	if r.ParallelToolCalls != nil {
 		req.ParallelToolCalls = *r.ParallelToolCalls
 	}
-	if rf := r.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
-		return nil, badRequest("response_format", "response_format %q is not supported yet (only \"text\")", rf.Type)
+	if req.Format, err = responseFormat(r.ResponseFormat); err != nil {
+		return nil, err
 	}
 	if e := r.ReasoningEffort; e != nil {
 		on := *e != "none"
@@ -285,6 +284,25 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 		return nil, err
 	}
 	return req, nil
+}
+
+// responseFormat compiles response_format into the core's Format (nil for
+// text or no field). A schema nvmai cannot enforce is a 400 naming the
+// field and every unsupported keyword with its place in the schema.
+func responseFormat(raw json.RawMessage) (*jsonconstrain.Schema, error) {
+	f, err := jsonconstrain.FromResponseFormat(raw, jsonconstrain.DefaultOptions)
+	var rfe *jsonconstrain.ResponseFormatError
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.As(err, &rfe):
+		var se *jsonconstrain.SchemaError
+		if errors.As(rfe.Err, &se) {
+			return nil, badRequest(rfe.Param, "%s", se.Error())
+		}
+		return nil, badRequest(rfe.Param, "%s %s", rfe.Param, rfe.Err.Error())
+	}
+	return nil, badRequest("response_format", "response_format: %v", err)
 }
 
 func checkTools(tools []json.RawMessage) error {

@@ -29,6 +29,7 @@ type Engine struct {
 	running  atomic.Int32
 	mu       sync.Mutex
 	prompts  []string
+	gens     []server.Generation
 	maxAlive int32
 }
 
@@ -60,6 +61,7 @@ func (e *Engine) Generate(ctx context.Context, g server.Generation, onToken func
 	prompt := decode(g.Prompt)
 	e.mu.Lock()
 	e.prompts = append(e.prompts, prompt)
+	e.gens = append(e.gens, g)
 	e.mu.Unlock()
 	start := time.Now()
 	if err := sleep(ctx, e.PrefillDelay); err != nil {
@@ -97,6 +99,14 @@ func (e *Engine) Prompts() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.prompts...)
+}
+
+// Generations returns the Generations asked for so far (the prompt, the
+// sampling, the Format), so adapters can test what they map to the core.
+func (e *Engine) Generations() []server.Generation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]server.Generation(nil), e.gens...)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

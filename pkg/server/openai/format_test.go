@@ -1,0 +1,183 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	oai "github.com/openai/openai-go/v3"
+
+	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/servertest"
+)
+
+func TestResponseFormatErrors(t *testing.T) {
+	h := newHarness(t, &servertest.Engine{}, Options{}, server.Config{})
+	const schemaParam = "response_format.json_schema.schema"
+	cases := []struct {
+		name, format, want, param string
+	}{
+		{"unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"name":{"type":"string","pattern":"^a"}}}}}`,
+			`unsupported schema keyword "pattern" at /properties/name/pattern`, schemaParam},
+		{"every unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"$ref":"#/x","minimum":3}}}`,
+			`"$ref" at /$ref; unsupported schema keyword "minimum" at /minimum`, schemaParam},
+		{"unknown type", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"text"}}}`, `unknown type "text" at /type`, schemaParam},
+		{"contradictory bounds", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"array","minItems":3,"maxItems":2}}}`, "minItems 3 is over maxItems 2", schemaParam},
+		{"schema missing", `{"type":"json_schema","json_schema":{"name":"p"}}`, "is missing", schemaParam},
+		{"schema not JSON object", `{"type":"json_schema","json_schema":{"name":"p","schema":false}}`, "allows no value", schemaParam},
+		{"unknown format type", `{"type":"xml"}`, `"xml" is not one of`, "response_format.type"},
+		{"format not an object", `"json"`, "must be an object", "response_format"},
+		{"forced tool call with a format", `{"type":"json_object"}`, "forces a tool call", "tool_choice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			extra := ""
+			if strings.Contains(tc.name, "tool") {
+				extra = `"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required",`
+			}
+			body := `{` + extra + `"response_format":` + tc.format + `,"messages":[{"role":"user","content":"x"}]}`
+			status, _, resp := h.post("/v1/chat/completions", "application/json", body)
+			var env struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(resp), &env); err != nil {
+				t.Fatalf("%s: %v", resp, err)
+			}
+			if status != 400 || env.Error.Type != "invalid_request_error" || !strings.Contains(env.Error.Message, tc.want) {
+				t.Fatalf("%d %s %q, want 400 invalid_request_error containing %q", status, env.Error.Type, env.Error.Message, tc.want)
+			}
+			if env.Error.Param == nil || *env.Error.Param != tc.param {
+				t.Fatalf("param %v, want %q", env.Error.Param, tc.param)
+			}
+		})
+	}
+	if n := len(h.eng.Generations()); n != 0 {
+		t.Fatalf("%d refused requests reached the engine", n)
+	}
+}
+
+// response_format reaches the engine as Generation.Format; text and an
+// absent field are no constraint. With tool_choice auto the format wins:
+// the tools are not rendered.
+func TestResponseFormatReachesTheEngine(t *testing.T) {
+	eng := &servertest.Engine{Script: script(`{"a"`, `:1}`)}
+	h := newHarness(t, eng, Options{}, server.Config{})
+	cases := []struct {
+		format string
+		want   bool
+	}{
+		{``, false},
+		{`"response_format":null,`, false},
+		{`"response_format":{"type":"text"},`, false},
+		{`"response_format":{"type":"json_object"},`, true},
+		{`"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}},`, true},
+		{`"tools":[{"type":"function","function":{"name":"f"}}],"stop":["}"],"response_format":{"type":"json_object"},`, true},
+	}
+	for i, tc := range cases {
+		body := `{` + tc.format + `"messages":[{"role":"user","content":"x"}]}`
+		status, _, resp := h.post("/v1/chat/completions", "application/json", body)
+		if status != 200 {
+			t.Fatalf("%s: %d %s", body, status, resp)
+		}
+		gens, prompts := eng.Generations(), eng.Prompts()
+		g := gens[len(gens)-1]
+		if (g.Format != nil) != tc.want || g.FormatAfterThink {
+			t.Fatalf("%s: Format set %v (after think %v), want %v", body, g.Format != nil, g.FormatAfterThink, tc.want)
+		}
+		if strings.Contains(prompts[len(prompts)-1], "<tools>") {
+			t.Fatalf("case %d: the tools were rendered beside a response_format", i)
+		}
+		if tc.want && !strings.Contains(resp, `"content":"{\"a\":1}"`) {
+			t.Fatalf("case %d: a stop string cut the document: %s", i, resp)
+		}
+	}
+	// Thinking on: the constraint starts after </think>.
+	if st, _, resp := h.post("/v1/chat/completions", "application/json", `{"reasoning_effort":"high","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"x"}]}`); st != 200 {
+		t.Fatalf("%d %s", st, resp)
+	}
+	if gens := eng.Generations(); !gens[len(gens)-1].FormatAfterThink {
+		t.Fatal("thinking on: FormatAfterThink not set")
+	}
+}
+
+// End to end through the OpenAI Go SDK on the tiny model: a json_schema
+// reply parses and validates for greedy and sampled requests, streamed
+// and not.
+func TestTinyModelResponseFormatThroughTheSDK(t *testing.T) {
+	ts := newTinyServer(t, 64<<20)
+	var schema map[string]any
+	if err := json.Unmarshal([]byte(sdkPetSchema), &schema); err != nil {
+		t.Fatal(err)
+	}
+	format := oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &oai.ResponseFormatJSONSchemaParam{
+		JSONSchema: oai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "pet", Strict: oai.Bool(true), Schema: schema},
+	}}
+	for _, s := range []struct {
+		temp float64
+		seed int64
+	}{{0, 0}, {0.8, 1}, {1.2, 2}, {1.5, 3}} {
+		t.Run(fmt.Sprintf("t%v-seed%d", s.temp, s.seed), func(t *testing.T) {
+			p := oai.ChatCompletionNewParams{Model: "tiny", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Describe a pet as JSON.")},
+				Temperature: oai.Float(s.temp), Seed: oai.Int(s.seed), MaxTokens: oai.Int(600), ResponseFormat: format}
+			r := ts.chat(t, p)
+			got := r.Choices[0].Message.Content
+			if r.Choices[0].FinishReason != "stop" {
+				t.Fatalf("finish %q: %q", r.Choices[0].FinishReason, got)
+			}
+			var pet struct {
+				Name string      `json:"name"`
+				Age  json.Number `json:"age"`
+				Kind string      `json:"kind"`
+				Tags []string    `json:"tags"`
+			}
+			dec := json.NewDecoder(strings.NewReader(got))
+			dec.DisallowUnknownFields()
+			dec.UseNumber()
+			if err := dec.Decode(&pet); err != nil || !strings.Contains(got, `"name"`) || strings.ContainsAny(pet.Age.String(), ".eE") || pet.Age == "" || !strings.Contains(got, `"tags"`) ||
+				(pet.Kind != "cat" && pet.Kind != "dog") || len(pet.Tags) > 2 {
+				t.Fatalf("%q does not validate: %v %+v", got, err, pet)
+			}
+			stream := ts.client.Chat.Completions.NewStreaming(context.Background(), p)
+			var acc oai.ChatCompletionAccumulator
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if acc.Choices[0].Message.Content != got {
+				t.Fatalf("streamed %q, non-streamed %q", acc.Choices[0].Message.Content, got)
+			}
+		})
+	}
+}
+
+const sdkPetSchema = `{"type":"object","properties":{
+	"name":{"type":"string","minLength":1,"maxLength":10},
+	"age":{"type":"integer"},
+	"kind":{"enum":["cat","dog"]},
+	"tags":{"type":"array","items":{"type":"string","maxLength":5},"maxItems":2}},
+	"required":["name","age","kind","tags"],"additionalProperties":false}`
+
+// json_object with nvmai's default limits: any object, which parses.
+func TestTinyModelJSONObjectThroughTheSDK(t *testing.T) {
+	ts := newTinyServer(t, 0)
+	format := oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &oai.ResponseFormatJSONObjectParam{}}
+	for seed := range int64(4) {
+		p := oai.ChatCompletionNewParams{Model: "tiny", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Reply in JSON.")},
+			Temperature: oai.Float(float64(seed) * 0.5), Seed: oai.Int(seed), MaxTokens: oai.Int(2000), ResponseFormat: format}
+		r := ts.chat(t, p)
+		got := r.Choices[0].Message.Content
+		var v map[string]any
+		if err := json.Unmarshal([]byte(got), &v); err != nil || r.Choices[0].FinishReason != "stop" {
+			t.Fatalf("seed %d: finish %q, %v: %q", seed, r.Choices[0].FinishReason, err, got)
+		}
+		t.Logf("seed %d: %d tokens", seed, r.Usage.CompletionTokens)
+	}
+}
