@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 // synthetic248k is a vocabulary the size of Qwen3.5's (248,320 ids): the
@@ -165,7 +167,9 @@ func greedyTokens(v *synthVocab, doc string) []int {
 // output adds to a generation on a Qwen-sized vocabulary: the mask
 // (Allowed, or the end tokens once the document is closed), applying it
 // to a 248,320-logit row, and advancing over the picked token, averaged
-// over the tokens of stepDocument. apply is Mask.Apply alone.
+// over the tokens of stepDocument. apply-* is Mask.Apply alone (inside a
+// string most tokens are allowed, after a value few), greedy-reference the
+// sampler's argmax over the same row.
 func BenchmarkConstraintStep248k(b *testing.B) {
 	v := synthetic248k()
 	m, err := NewMasker(v, []int{len(v.toks) - 2, len(v.toks) - 1})
@@ -194,13 +198,38 @@ func BenchmarkConstraintStep248k(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids))/1e3, "µs/token")
 	})
-	b.Run("apply", func(b *testing.B) {
-		var mk Mask
-		st := schema.Start()
-		st.AcceptBytes([]byte(`{"name":"the `))
-		m.Allowed(st, &mk)
+	// The sampler's cheapest pick on the same row, for the ratio.
+	b.Run("greedy-reference", func(b *testing.B) {
+		for i := range logits {
+			logits[i] = float32(i % 977)
+		}
 		for range b.N {
-			mk.Apply(logits)
+			if _, err := sample.Greedy(logits); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
+	for _, at := range []struct{ name, prefix string }{{"apply-in-string", `{"name":"the `}, {"apply-after-value", `{"name":"the"`}} {
+		b.Run(at.name, func(b *testing.B) {
+			var mk Mask
+			st := schema.Start()
+			st.AcceptBytes([]byte(at.prefix))
+			m.Allowed(st, &mk)
+			b.ReportMetric(float64(mk.Count()), "allowed")
+			for range b.N {
+				mk.Apply(logits)
+			}
+		})
+	}
+}
+
+// BenchmarkNewMaskerFixture is the Masker a server builds for the tiny
+// fixture's 4,103-id tokenizer.
+func BenchmarkNewMaskerFixture(b *testing.B) {
+	tok := fixtureTokenizer(b)
+	for range b.N {
+		if _, err := NewMasker(tok, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

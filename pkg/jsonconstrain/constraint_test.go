@@ -13,15 +13,17 @@ import (
 func TestApplyMatchesAllows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	inf := float32(math.Inf(-1))
-	for _, words := range []int{0, 1, 2, 3} {
+	for _, words := range []int{0, 1, 2, 3, 8} {
 		for n := 0; n <= words*64+70; n++ {
 			mk := Mask{bits: make([]uint64, words)}
 			for i := range mk.bits {
-				switch rng.IntN(3) {
+				switch rng.IntN(4) {
 				case 0:
 					mk.bits[i] = ^uint64(0)
 				case 1:
 					mk.bits[i] = rng.Uint64()
+				case 2:
+					mk.bits[i] = 1<<rng.IntN(64) | 1<<rng.IntN(64)
 				}
 			}
 			logits := make([]float32, n)

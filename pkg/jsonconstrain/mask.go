@@ -177,6 +177,7 @@ func (t *trie) nodeIDs(n int32) []int32 {
 type Mask struct {
 	bits []uint64
 	m    machine
+	kept []keptLogit // Apply's scratch
 }
 
 // Allows reports whether id is in the set.
@@ -195,31 +196,82 @@ func (mk *Mask) Count() int {
 
 // Apply sets the logits of disallowed ids to -Inf, in place; logits may be
 // longer than the vocabulary (embedding padding rows), those are masked.
-// It goes a 64-id word at a time: most words of a mask are all allowed or
-// all refused, and in the others only the refused ids are visited.
+// It goes a 64-id word at a time. An allowed word is skipped; in a word
+// mostly allowed only the refused ids are visited; a run of words mostly
+// refused (most of a row outside strings) is filled by copying and its
+// few allowed logits put back.
 func (mk *Mask) Apply(logits []float32) {
-	inf := float32(math.Inf(-1))
-	for lo := 0; lo < len(logits); lo += 64 {
-		seg := logits[lo:min(lo+64, len(logits))]
-		var w uint64
-		if lo/64 < len(mk.bits) {
-			w = mk.bits[lo/64]
-		}
-		switch w {
-		case ^uint64(0):
-		case 0:
-			for i := range seg {
-				seg[i] = inf
-			}
-		default:
+	for lo := 0; lo < len(logits); {
+		w := mk.word(lo / 64)
+		switch {
+		case w == ^uint64(0):
+			lo += 64
+		case bits.OnesCount64(w) > 32:
+			seg := logits[lo:min(lo+64, len(logits))]
 			refused := ^w
 			if len(seg) < 64 {
 				refused &= 1<<len(seg) - 1
 			}
 			for ; refused != 0; refused &= refused - 1 {
-				seg[bits.TrailingZeros64(refused)] = inf
+				seg[bits.TrailingZeros64(refused)] = negInf[0]
+			}
+			lo += 64
+		default:
+			lo = mk.fillSparse(logits, lo)
+		}
+	}
+}
+
+// fillSparse masks the run of mostly refused words from logits[lo] and
+// returns where the run ends.
+func (mk *Mask) fillSparse(logits []float32, lo int) int {
+	kept := mk.kept[:0]
+	hi := lo
+	for ; hi < len(logits); hi += 64 {
+		w := mk.word(hi / 64)
+		if bits.OnesCount64(w) > 32 {
+			break
+		}
+		for ; w != 0; w &= w - 1 {
+			if i := hi + bits.TrailingZeros64(w); i < len(logits) {
+				kept = append(kept, keptLogit{int32(i), logits[i]})
 			}
 		}
+	}
+	hi = min(hi, len(logits))
+	fillNegInf(logits[lo:hi])
+	for _, k := range kept {
+		logits[k.id] = k.logit
+	}
+	mk.kept = kept
+	return hi
+}
+
+type keptLogit struct {
+	id    int32
+	logit float32
+}
+
+// word is the mask's word i; ids past the vocabulary are refused.
+func (mk *Mask) word(i int) uint64 {
+	if i < len(mk.bits) {
+		return mk.bits[i]
+	}
+	return 0
+}
+
+// negInf is a block of -Inf copied over refused runs of logits.
+var negInf = func() *[1024]float32 {
+	var b [1024]float32
+	for i := range b {
+		b[i] = float32(math.Inf(-1))
+	}
+	return &b
+}()
+
+func fillNegInf(x []float32) {
+	for len(x) > 0 {
+		x = x[copy(x, negInf[:]):]
 	}
 }
 

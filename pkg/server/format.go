@@ -87,7 +87,7 @@ func formatRequest(req *ChatRequest) (*ChatRequest, error) {
 	}
 	switch req.ToolChoice {
 	case ToolRequired, ToolNamed:
-		return nil, invalid("tool_choice", "tool_choice %q forces a tool call, which a structured-output request (response_format) cannot return; send tool_choice \"auto\" or \"none\", or drop response_format", req.ToolChoice)
+		return nil, invalid("tool_choice", "tool_choice %q forces a tool call, which a structured-output request cannot return; send tool_choice \"auto\" or \"none\", or drop the output format", req.ToolChoice)
 	}
 	r := *req
 	r.ToolChoice, r.Stop = ToolNone, nil
