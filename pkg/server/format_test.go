@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -208,5 +210,31 @@ func TestFormatRequestPrecedence(t *testing.T) {
 	free := &ChatRequest{ToolChoice: ToolRequired}
 	if got, err := formatRequest(free); got != free || err != nil {
 		t.Fatal("a request without Format changed")
+	}
+}
+
+// A vocabulary with no end token cannot finish a document: once it has
+// closed, the mask leaves nothing, and the request fails with
+// ErrConstraintDeadEnd instead of sampling a refused token. The engine
+// stays usable.
+func TestRuntimeEngineFormatDeadEnd(t *testing.T) {
+	e := tinyEngine(t)
+	r := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 16})
+	stops := r.stopIDs
+	r.stopIDs = nil // the Masker is built without end tokens
+	prompt := e.Tokenizer.Encode("<|im_start|>user\nJSON please<|im_end|>\n<|im_start|>assistant\n")
+	var text string
+	_, err := r.Generate(context.Background(), Generation{Prompt: prompt, MaxTokens: 600, Format: jsonconstrain.ObjectMode(boundedObjects)},
+		func(s string) bool { text += s; return true })
+	if !errors.Is(err, runtime.ErrConstraintDeadEnd) {
+		t.Fatalf("err %v (text %q), want ErrConstraintDeadEnd", err, text)
+	}
+	var v map[string]any
+	if json.Unmarshal([]byte(text), &v) != nil {
+		t.Fatalf("the text before the dead end is not the closed document: %q", text)
+	}
+	r.stopIDs = stops
+	if got, _ := collectWith(t, r, Generation{Prompt: prompt, MaxTokens: 8}); got == "" {
+		t.Fatal("the engine gave nothing after a dead end")
 	}
 }
