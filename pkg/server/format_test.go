@@ -129,18 +129,21 @@ func TestRuntimeEngineFormatValidates(t *testing.T) {
 	}
 }
 
-// Without a Format the engine's output is what it was before the hook:
-// the same greedy and sampled text as a session driven directly.
+// Without a Format the engine passes no constraint: its text is that of a
+// bare runtime session with the same settings, greedy and sampled.
 func TestRuntimeEngineWithoutFormatUnchanged(t *testing.T) {
 	e := tinyEngine(t)
 	r := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 16})
 	prompt := e.Tokenizer.Encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
 	for _, p := range formatSamplings {
 		got, _ := collectWith(t, r, Generation{Prompt: prompt, MaxTokens: 24, Sampling: p})
-		direct := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 16})
-		want, _ := collectWith(t, direct, Generation{Prompt: prompt, MaxTokens: 24, Sampling: p})
-		if got != want {
-			t.Fatalf("sampling %+v: %q, want %q", p, got, want)
+		want, err := e.NewSession(runtime.SessionOptions{}).Generate(context.Background(), prompt,
+			runtime.GenerateOptions{MaxTokens: 24, Sampling: p, StopIDs: r.stopIDs, PrefillChunk: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want.Text {
+			t.Fatalf("sampling %+v: %q, want %q", p, got, want.Text)
 		}
 	}
 }

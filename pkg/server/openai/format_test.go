@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -180,4 +181,44 @@ func TestTinyModelJSONObjectThroughTheSDK(t *testing.T) {
 		}
 		t.Logf("seed %d: %d tokens", seed, r.Usage.CompletionTokens)
 	}
+}
+
+// FuzzResponseFormatRequest: whatever response_format holds, a chat
+// request is either refused with a 400 envelope or prepared, never a
+// panic.
+func FuzzResponseFormatRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"json_object"}`,
+		`{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"x",null]}}},"required":["a"]}}}`,
+		`{"type":"json_schema","json_schema":{"schema":{"anyOf":[{"type":"string"},{"type":"null"}]}}}`,
+		`{"type":"json_schema","json_schema":{"schema":{"$ref":"#"}}}`,
+		`{"type":"text"}`, `null`, `[]`, `{"type":7}`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, format []byte, tools bool) {
+		extra := ""
+		if tools {
+			extra = `"tools":[{"type":"function","function":{"name":"f"}}],`
+		}
+		body := `{` + extra + `"response_format":` + string(format) + `,"messages":[{"role":"user","content":"hi"}]}`
+		var req chatRequest
+		if decodeJSON(strings.NewReader(body), &req) != nil {
+			return
+		}
+		creq, err := toChat(&req, samplingDefaults)
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Param == "" {
+				t.Fatalf("%s: %v is not a 400 naming a field", format, err)
+			}
+			return
+		}
+		s := server.New(server.Config{Log: func(server.RequestLog) {}})
+		s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
+		if job, err := s.PrepareChat(creq); err == nil {
+			job.Cancel()
+		}
+	})
 }
