@@ -108,6 +108,12 @@ func TestRuntimeEngineFormatValidates(t *testing.T) {
 		{"json_schema", pet, checkPet},
 	}
 	prompt := e.Tokenizer.Encode("<|im_start|>user\nDescribe a pet as JSON.<|im_end|>\n<|im_start|>assistant\n")
+	var masker *jsonconstrain.Masker
+	defer func() {
+		if masker == nil || r.format.masker != masker {
+			t.Error("the Masker was not built once and kept for every request")
+		}
+	}()
 	for _, f := range formats {
 		for _, p := range formatSamplings {
 			t.Run(fmt.Sprintf("%s/t%v-seed%d", f.name, p.Temperature, p.Seed), func(t *testing.T) {
@@ -116,6 +122,9 @@ func TestRuntimeEngineFormatValidates(t *testing.T) {
 					func(s string) bool { text += s; return true })
 				if err != nil {
 					t.Fatal(err)
+				}
+				if masker == nil {
+					masker = r.format.masker
 				}
 				if out.Finish != FinishEOS {
 					t.Fatalf("finish %q after %d tokens: %q", out.Finish, out.CompletionTokens, text)
