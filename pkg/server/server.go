@@ -199,6 +199,7 @@ type CompletionRequest struct {
 	Sampling  sample.Params
 	MaxTokens int
 	Stop      []string
+	Format    *jsonconstrain.Schema // as ChatRequest.Format: the completion is a JSON document
 }
 
 // Usage counts tokens.
@@ -468,7 +469,11 @@ func (j *Job) RunCompletion(ctx context.Context, onText func(string)) (*Completi
 		}
 	}
 	stops := newStopMatcher(j.comp.Stop)
-	out, err := j.e.Generate(ctx, Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: j.comp.Sampling}, func(t string) bool {
+	if j.comp.Format != nil {
+		stops = newStopMatcher(nil) // a stop string could only cut the document
+	}
+	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: j.comp.Sampling, Format: j.comp.Format}
+	out, err := j.e.Generate(ctx, g, func(t string) bool {
 		safe, hit := stops.Push(t)
 		emit(safe)
 		return !hit

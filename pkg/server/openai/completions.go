@@ -47,6 +47,9 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if creq.Stop, err = decodeStop(req.Stop); err != nil {
 		return err
 	}
+	if creq.Format, err = responseFormat(req.ResponseFormat); err != nil {
+		return err
+	}
 	if creq.MaxTokens, err = maxTokens(req.MaxTokens, nil); err != nil {
 		return err
 	}

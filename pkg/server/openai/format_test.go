@@ -222,3 +222,41 @@ func FuzzResponseFormatRequest(f *testing.F) {
 		}
 	})
 }
+
+// /v1/completions takes response_format too: it reaches the engine, a bad
+// schema is the same 400, and stop strings do not cut the document.
+func TestCompletionsResponseFormat(t *testing.T) {
+	eng := &servertest.Engine{Script: script(`{"a"`, `:1}`)}
+	h := newHarness(t, eng, Options{}, server.Config{})
+	status, _, resp := h.post("/v1/completions", "application/json", `{"prompt":"x","stop":[":"],"response_format":{"type":"json_object"}}`)
+	if status != 200 || !strings.Contains(resp, `"text":"{\"a\":1}"`) {
+		t.Fatalf("%d %s", status, resp)
+	}
+	if gens := eng.Generations(); gens[len(gens)-1].Format == nil {
+		t.Fatal("response_format did not reach the engine")
+	}
+	status, _, resp = h.post("/v1/completions", "application/json", `{"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","format":"date"}}}}`)
+	if status != 400 || !strings.Contains(resp, `unsupported schema keyword \"format\" at /format`) || !strings.Contains(resp, `"param":"response_format.json_schema.schema"`) {
+		t.Fatalf("%d %s", status, resp)
+	}
+}
+
+// On the tiny model a raw completion with a json_schema is a valid
+// document.
+func TestTinyModelCompletionResponseFormat(t *testing.T) {
+	ts := newTinyServer(t, 0)
+	body := `{"model":"tiny","prompt":"A pet:","max_tokens":600,"temperature":0.9,"seed":5,"response_format":{"type":"json_schema","json_schema":{"name":"pet","schema":` + sdkPetSchema + `}}}`
+	var resp struct {
+		Choices []struct {
+			Text         string `json:"text"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := ts.client.Post(context.Background(), "completions", json.RawMessage(body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	var pet map[string]any
+	if c := resp.Choices[0]; c.FinishReason != "stop" || json.Unmarshal([]byte(c.Text), &pet) != nil || pet["kind"] != "cat" && pet["kind"] != "dog" {
+		t.Fatalf("%+v", resp.Choices)
+	}
+}

@@ -80,8 +80,9 @@ type completionRequest struct {
 	Model  string          `json:"model"`
 	Prompt json.RawMessage `json:"prompt"`
 	samplingFields
-	Stop json.RawMessage `json:"stop"`
-	Echo bool            `json:"echo"`
+	Stop           json.RawMessage `json:"stop"`
+	Echo           bool            `json:"echo"`
+	ResponseFormat json.RawMessage `json:"response_format"`
 }
 
 // apiError is an error with its HTTP status, encoded as OpenAI's envelope.
