@@ -20,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/responses"
 )
 
 func serveCommand() *cli.Command {
@@ -27,7 +28,7 @@ func serveCommand() *cli.Command {
 		Name:      "serve",
 		Usage:     "serve the model over an OpenAI-compatible HTTP API",
 		UsageText: "nvmai-run serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
-		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /apply-template,
+		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models, POST /apply-template,
 GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key.`,
 		Flags: append(modelFlags(),
@@ -43,6 +44,7 @@ GET /health. One generation runs at a time; others wait in FIFO order (--queue-l
 			&cli.StringFlag{Name: "chat-template", Usage: "Jinja chat template `FILE` to use instead of the install's"},
 			&cli.IntFlag{Name: "max-connections", Value: 64, Usage: "most open client connections"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per request instead of a text line"},
+			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
 		),
 		Action: serveAction,
 	}
@@ -68,7 +70,9 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	srv := server.New(cfg)
-	hs := openai.NewHTTPServer(openai.New(srv, hopt))
+	oh := openai.New(srv, hopt)
+	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
+	hs := openai.NewHTTPServer(oh)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(openai.LimitListener(ln, c.Int("max-connections"))) }()
 	// Listen first so /health answers 503 while the model loads.
@@ -160,6 +164,14 @@ func loadServeEngine(c *cli.Context) (*runtime.Engine, server.Renderer, error) {
 	}
 	e.Close()
 	return nil, nil, fmt.Errorf("the chat template cannot be used (%v); give one with --chat-template FILE", err)
+}
+
+// responsesKeep maps the flag (0 = none) onto responses.Options.Keep.
+func responsesKeep(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func modelID(c *cli.Context) string {
