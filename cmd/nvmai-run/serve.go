@@ -31,7 +31,7 @@ func serveCommand() *cli.Command {
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models, POST /apply-template,
 GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key.`,
-		Flags: append(modelFlags(),
+		Flags: append(append(modelFlags(), scriptedFlags...),
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port"},
 			&cli.StringFlag{Name: "api-key", Usage: "require this key (Authorization: Bearer KEY or x-api-key: KEY)", EnvVars: []string{"NVMAI_API_KEY"}},
@@ -75,6 +75,16 @@ func serveAction(c *cli.Context) error {
 	hs := openai.NewHTTPServer(oh)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(openai.LimitListener(ln, c.Int("max-connections"))) }()
+	if scriptedEngine != nil && c.String("scripted") != "" {
+		e, r, err := scriptedEngine(c)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		srv.SetEngine(e, r)
+		fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | scripted engine %s (a test build)\n", ln.Addr(), c.String("scripted"))
+		return awaitShutdown(c, hs, errc)
+	}
 	// Listen first so /health answers 503 while the model loads.
 	e, renderer, err := loadServeEngine(c)
 	if err != nil {
@@ -91,6 +101,18 @@ func serveAction(c *cli.Context) error {
 	budget := expertcache.FormatSize(e.ExpertStats().BudgetBytes)
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | expert budget %s | prompt cache %s\n",
 		ln.Addr(), info.ID, info.Context, budget, expertcache.FormatSize(cacheBytes))
+	return awaitShutdown(c, hs, errc)
+}
+
+// Test builds (-tags nvmai_scripted) set these in serve_scripted.go: the
+// --scripted flag and the engine that replaces the model.
+var (
+	scriptedFlags  []cli.Flag
+	scriptedEngine func(c *cli.Context) (server.Engine, server.Renderer, error)
+)
+
+// awaitShutdown serves until the listener fails or a signal arrives.
+func awaitShutdown(c *cli.Context, hs *http.Server, errc <-chan error) error {
 	sig, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	select {

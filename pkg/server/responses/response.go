@@ -77,8 +77,8 @@ type outputItem struct {
 	Type   string `json:"type"` // reasoning, message, function_call
 	Status string `json:"status,omitempty"`
 	// message
-	Role    string     `json:"role,omitempty"`
-	Content []partJSON `json:"content,omitempty"`
+	Role    string      `json:"role,omitempty"`
+	Content *[]partJSON `json:"content,omitempty"` // a message's is always present
 	// reasoning: summary is always present (clients require it), content
 	// carries the model's reasoning text.
 	Summary *[]partJSON `json:"summary,omitempty"`
@@ -100,17 +100,17 @@ func outputTextPart(text string) partJSON {
 }
 
 func reasoningItem(id, text string, done bool) outputItem {
-	it := outputItem{ID: id, Type: "reasoning", Summary: &[]partJSON{}, Content: []partJSON{}}
+	it := outputItem{ID: id, Type: "reasoning", Summary: &[]partJSON{}}
 	if done {
-		it.Content = []partJSON{{Type: "reasoning_text", Text: text}}
+		it.Content = &[]partJSON{{Type: "reasoning_text", Text: text}}
 	}
 	return it
 }
 
 func messageItem(id, text string, done bool) outputItem {
-	it := outputItem{ID: id, Type: "message", Role: "assistant", Status: "in_progress", Content: []partJSON{}}
+	it := outputItem{ID: id, Type: "message", Role: "assistant", Status: "in_progress", Content: &[]partJSON{}}
 	if done {
-		it.Status, it.Content = "completed", []partJSON{outputTextPart(text)}
+		it.Status, it.Content = "completed", &[]partJSON{outputTextPart(text)}
 	}
 	return it
 }
