@@ -3,7 +3,10 @@ package responses
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +15,8 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -231,22 +236,46 @@ func streamResponse(t *testing.T, h *harness, p responses.ResponseNewParams) *re
 	return last
 }
 
+// failingEngine emits one token, then fails as a broken engine would.
+type failingEngine struct{ servertest.Engine }
+
+func (e *failingEngine) Generate(ctx context.Context, g server.Generation, onToken func(string) bool) (server.Outcome, error) {
+	onToken("partial")
+	return server.Outcome{}, errors.New("the expert file went away")
+}
+
 // A failure after the stream started ends it with an error event and
-// response.failed.
+// response.failed carrying what was generated.
 func TestStreamFailureEndsWithResponseFailed(t *testing.T) {
-	eng := &servertest.Engine{Script: func(string) []string { panic("engine exploded") }}
-	h := newHarness(t, eng, Options{})
-	st, body := h.post(`{"stream":true,"input":"x"}`)
-	events := parseSSE(t, body)
-	if st != 200 || len(events) < 2 {
-		t.Fatalf("%d %s", st, body)
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	s := server.New(server.Config{Log: func(server.RequestLog) {}, Now: func() time.Time { return now }})
+	s.SetEngine(&failingEngine{}, qwen36(t))
+	oh := openai.New(s, openai.Options{})
+	New(s, Options{Log: io.Discard}).Mount(oh)
+	hs := httptest.NewServer(oh)
+	defer hs.Close()
+	resp, err := hs.Client().Post(hs.URL+Path, "application/json", strings.NewReader(`{"stream":true,"input":"x","reasoning":{"effort":"none"}}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The engine's panic is recovered by the shared layer; the stream has
-	// started, so the client sees it end without response.completed.
-	for _, ev := range events {
-		if ev.Name == "response.completed" {
-			t.Fatalf("a failed generation completed: %s", body)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	events := parseSSE(t, string(b))
+	n := len(events)
+	if n < 3 || events[n-2].Name != "error" || events[n-1].Name != "response.failed" {
+		t.Fatalf("stream:\n%s", b)
+	}
+	var failed struct {
+		Response struct {
+			Status string
+			Error  struct{ Code, Message string }
+			Output []struct{ Content []struct{ Text string } }
 		}
+	}
+	json.Unmarshal([]byte(events[n-1].Data), &failed)
+	r := failed.Response
+	if r.Status != "failed" || r.Error.Code != "server_error" || !strings.Contains(r.Error.Message, "the expert file went away") || len(r.Output) != 1 || r.Output[0].Content[0].Text != "partial" {
+		t.Fatalf("response.failed: %s", events[n-1].Data)
 	}
 }
 
@@ -297,4 +326,30 @@ func TestKeepAliveDuringPrefill(t *testing.T) {
 		t.Fatalf("no keep-alive in %s", body)
 	}
 	checkInvariants(t, parseSSE(t, body))
+}
+
+// What Codex needs of the stream, beyond what the SDK checks: a message's
+// output_item.added carries content [] (without it Codex drops every text
+// delta of the message: "OutputTextDelta without active item"), and a
+// reasoning item always carries summary [].
+func TestStreamItemShapesCodexNeeds(t *testing.T) {
+	h := newHarness(t, &servertest.Engine{Script: script("Think.", "\n</think>\n\n", "Hi.")}, Options{})
+	_, body := h.post(`{"stream":true,"input":"x"}`)
+	var added []map[string]any
+	for _, ev := range parseSSE(t, body) {
+		if ev.Name == "response.output_item.added" {
+			var e struct{ Item map[string]any }
+			json.Unmarshal([]byte(ev.Data), &e)
+			added = append(added, e.Item)
+		}
+	}
+	if len(added) != 2 {
+		t.Fatalf("items added: %v", added)
+	}
+	if s, ok := added[0]["summary"].([]any); !ok || len(s) != 0 || added[0]["type"] != "reasoning" {
+		t.Fatalf("reasoning item %v", added[0])
+	}
+	if c, ok := added[1]["content"].([]any); !ok || len(c) != 0 || added[1]["type"] != "message" || added[1]["role"] != "assistant" {
+		t.Fatalf("message item %v", added[1])
+	}
 }
