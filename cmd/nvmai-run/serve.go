@@ -20,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/responses"
 )
 
 func serveCommand() *cli.Command {
@@ -27,10 +28,10 @@ func serveCommand() *cli.Command {
 		Name:      "serve",
 		Usage:     "serve the model over an OpenAI-compatible HTTP API",
 		UsageText: "nvmai-run serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
-		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /apply-template,
+		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models, POST /apply-template,
 GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key.`,
-		Flags: append(modelFlags(),
+		Flags: append(append(modelFlags(), scriptedFlags...),
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port"},
 			&cli.StringFlag{Name: "api-key", Usage: "require this key (Authorization: Bearer KEY or x-api-key: KEY)", EnvVars: []string{"NVMAI_API_KEY"}},
@@ -43,6 +44,7 @@ GET /health. One generation runs at a time; others wait in FIFO order (--queue-l
 			&cli.StringFlag{Name: "chat-template", Usage: "Jinja chat template `FILE` to use instead of the install's"},
 			&cli.IntFlag{Name: "max-connections", Value: 64, Usage: "most open client connections"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per request instead of a text line"},
+			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
 		),
 		Action: serveAction,
 	}
@@ -68,9 +70,21 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	srv := server.New(cfg)
-	hs := openai.NewHTTPServer(openai.New(srv, hopt))
+	oh := openai.New(srv, hopt)
+	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
+	hs := openai.NewHTTPServer(oh)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(openai.LimitListener(ln, c.Int("max-connections"))) }()
+	if scriptedEngine != nil && c.String("scripted") != "" {
+		e, r, err := scriptedEngine(c)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		srv.SetEngine(e, r)
+		fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | scripted engine %s (a test build)\n", ln.Addr(), c.String("scripted"))
+		return awaitShutdown(c, hs, errc)
+	}
 	// Listen first so /health answers 503 while the model loads.
 	e, renderer, err := loadServeEngine(c)
 	if err != nil {
@@ -87,6 +101,18 @@ func serveAction(c *cli.Context) error {
 	budget := expertcache.FormatSize(e.ExpertStats().BudgetBytes)
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | expert budget %s | prompt cache %s\n",
 		ln.Addr(), info.ID, info.Context, budget, expertcache.FormatSize(cacheBytes))
+	return awaitShutdown(c, hs, errc)
+}
+
+// Test builds (-tags nvmai_scripted) set these in serve_scripted.go: the
+// --scripted flag and the engine that replaces the model.
+var (
+	scriptedFlags  []cli.Flag
+	scriptedEngine func(c *cli.Context) (server.Engine, server.Renderer, error)
+)
+
+// awaitShutdown serves until the listener fails or a signal arrives.
+func awaitShutdown(c *cli.Context, hs *http.Server, errc <-chan error) error {
 	sig, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	select {
@@ -160,6 +186,14 @@ func loadServeEngine(c *cli.Context) (*runtime.Engine, server.Renderer, error) {
 	}
 	e.Close()
 	return nil, nil, fmt.Errorf("the chat template cannot be used (%v); give one with --chat-template FILE", err)
+}
+
+// responsesKeep maps the flag (0 = none) onto responses.Options.Keep.
+func responsesKeep(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func modelID(c *cli.Context) string {
