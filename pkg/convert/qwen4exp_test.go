@@ -272,3 +272,59 @@ func TestQwen38AccumulatorRefusesDuplicate(t *testing.T) {
 		t.Fatalf("second filing: %v", err)
 	}
 }
+
+// A small qwen4_exp synthetic install round-trips: it verifies, its
+// config.json reads back as its manifest geometry, and its table is the
+// planned sparse file.
+func TestSynthQwen38RoundTrips(t *testing.T) {
+	for _, bits := range []int{4, 8, 16} {
+		t.Run(fmt.Sprint(bits), func(t *testing.T) {
+			dir := synthOne(t, SynthOptions{Geometry: "tiny-qwen38", Bits: bits, Seed: 5})
+			if rep, err := verify.Install(dir, 2, false); err != nil || !rep.OK() {
+				t.Fatalf("verify: %v %+v", err, rep)
+			}
+			m, _, err := packexperts.ReadManifest(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := readFile(t, filepath.Join(dir, "config.json"))
+			arch, g, err := hf.ParseConfig(snap, "config.json")
+			if err != nil || arch != packexperts.ArchQwen4Exp || g.Qwen4Exp.PLEResetTokenID != synthEndOfText {
+				t.Fatalf("config.json: %s %v %+v", arch, err, g.Qwen4Exp)
+			}
+			if len(m.NGram) != 1 || m.NGram[0].Rows != 16896 {
+				t.Fatalf("ngram %+v", m.NGram)
+			}
+			tab := readFile(t, filepath.Join(dir, m.NGram[0].File))
+			if int64(len(tab)) != m.NGram[0].FileSize() || !bytes.Equal(tab, make([]byte, len(tab))) {
+				t.Errorf("the synthetic table is %d bytes, not %d zeros", len(tab), m.NGram[0].FileSize())
+			}
+		})
+	}
+}
+
+// The released geometry plans to the sizes of q38 §6, and --layers keeps
+// the PLE layer while it exists.
+func TestSynthQwen38FlashPlan(t *testing.T) {
+	m, err := PlanSynth(SynthOptions{Geometry: "qwen3.8-flash-next-125b-a6b", Bits: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Experts.Stride != 2764800 || len(m.Experts.Layers) != 48 || m.NGram[0].Rows != 320001536 || m.NGram[0].RowWidth != 160 {
+		t.Errorf("stride %d, %d expert layers, table %+v", m.Experts.Stride, len(m.Experts.Layers), m.NGram[0])
+	}
+	if m.NGram[0].FileSize() != 109227192320 {
+		t.Errorf("table file %d bytes, want 109227192320 (docs/qwen38.md)", m.NGram[0].FileSize())
+	}
+	var weights int64
+	for _, ts := range m.Tensors {
+		weights += elems(ts.Shape)
+	}
+	if weights != 4947698560 { // q38 §6 "total resident"
+		t.Errorf("%d resident weights, want 4,947,698,560", weights)
+	}
+	one, err := PlanSynth(SynthOptions{Geometry: "qwen3.8-flash-next-125b-a6b", Bits: 8, Layers: 1})
+	if err != nil || len(one.NGram) != 0 || len(one.Geometry.Qwen4Exp.PLELayers) != 0 {
+		t.Errorf("--layers 1: %v, %d tables", err, len(one.NGram))
+	}
+}
