@@ -328,3 +328,25 @@ func TestSynthQwen38FlashPlan(t *testing.T) {
 		t.Errorf("--layers 1: %v, %d tables", err, len(one.NGram))
 	}
 }
+
+// The receipt covers the n-gram table: one flipped bit in it fails
+// nvmai-verify, naming the file.
+func TestQwen38VerifyCatchesTableCorruption(t *testing.T) {
+	dir, m := convertOne(t, fixtureDir(t, "tiny-qwen38-fused"), 8)
+	p := filepath.Join(dir, m.NGram[0].File)
+	b := readFile(t, p)
+	b[m.NGram[0].RowOffset(777)] ^= 1
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Install(dir, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || !strings.Contains(fmt.Sprint(rep.Problems), m.NGram[0].File) {
+		t.Fatalf("corrupted table passed verification: %+v", rep)
+	}
+}
