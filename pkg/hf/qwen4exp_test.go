@@ -197,3 +197,40 @@ func FuzzParseQwen4ExpConfig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzClassifyQwen4Exp: Classify never panics on qwen4_exp names, and what
+// it accepts lies inside the geometry, with n-gram tensors only on the PLE
+// layer.
+func FuzzClassifyQwen4Exp(f *testing.F) {
+	for _, n := range []string{
+		"model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shard_3.weight",
+		"model.language_model.layers.1.ple.ple_embedding.layer_multipliers",
+		"model.layers.3.self_attn.indexer.index_qk_proj.weight",
+		"model.language_model.hyper_connection_mixer.hc_norm.weight",
+		"model.language_model.layers.2.mlp_hyper_connection.block_inject_weight.weight",
+		"model.language_model.layers.0.mlp.experts.gate_up_proj",
+	} {
+		f.Add(n)
+	}
+	lin, full := LinearAttention, FullAttention
+	g := packexperts.Geometry{NumLayers: 4, NumExperts: 16, LayerTypes: []string{lin, lin, lin, full},
+		Qwen4Exp: &packexperts.Qwen4ExpGeometry{PLELayers: []int{1}}}
+	f.Fuzz(func(t *testing.T, name string) {
+		c, err := Classify(name, ArchQwen4Exp, &g)
+		if err != nil {
+			return
+		}
+		if c.Layer >= g.NumLayers || c.Expert >= g.NumExperts {
+			t.Fatalf("Classify(%q) = %+v", name, c)
+		}
+		if (c.Role == NGramTable || c.Role == NGramBuffer) && c.Layer != 1 {
+			t.Fatalf("n-gram tensor %q on layer %d", name, c.Layer)
+		}
+		if c.Role == Resident && c.Canonical != lmHead && !strings.HasPrefix(c.Canonical, "model.") {
+			t.Fatalf("canonical name %q for %q", c.Canonical, name)
+		}
+		if c.Role == Resident && strings.Contains(c.Canonical, "ple.") && c.Layer != 1 {
+			t.Fatalf("PLE tensor %q on layer %d", name, c.Layer)
+		}
+	})
+}
