@@ -70,6 +70,9 @@ type Geometry struct {
 	MoeIntermediateSize          int      `json:"moe_intermediate_size,omitempty"`
 	SharedExpertIntermediateSize int      `json:"shared_expert_intermediate_size,omitempty"`
 	TieWordEmbeddings            bool     `json:"tie_word_embeddings"`
+	// RopeScaling is config.json's YaRN, resolved; absent (nil) in
+	// installs of models with plain RoPE, and in every older install.
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
 }
 
 // Source identifies what the install was converted from.

@@ -101,6 +101,10 @@ func (e *Engine) load(opt Options) error {
 		return err
 	}
 	e.cfg = cfg
+	if opt.Backend != nil && cfg.RopeScaling.Type != "" {
+		// The GPU kernels take plain inverse frequencies and no attention factor.
+		return fmt.Errorf("the GPU engine does not implement %s RoPE scaling yet; run this model with --engine cpu", cfg.RopeScaling.Type)
+	}
 	if opt.Backend != nil {
 		e.pool = kernels.NewPool(1) // for the bench's memory probes only
 		e.backend, err = opt.Backend(e.Install, cfg)
@@ -307,7 +311,7 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	}
 	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(promptIDs) > limit {
 		return nil, fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
-			len(promptIDs), held, limit, s.e.Install.Manifest.Geometry.MaxPositionEmbeddings)
+			len(promptIDs), held, limit, s.e.cfg.MaxContext)
 	}
 	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
 	before := s.e.ExpertStats()

@@ -60,7 +60,7 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 func (r *RuntimeEngine) Info() ModelInfo {
 	ctx := r.opt.MaxContext
 	if ctx <= 0 {
-		ctx = r.e.Install.Manifest.Geometry.MaxPositionEmbeddings
+		ctx = r.e.Config().MaxContext // YaRN's extended context when the model or the flag sets it
 	}
 	return ModelInfo{ID: r.opt.ModelID, Context: ctx, Sampling: r.e.DefaultSampling(), Budget: r.opt.Budget}
 }
