@@ -14,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -156,8 +157,24 @@ func (e *Engine) Close() {
 
 // DefaultSampling returns the generation config's sampling settings
 // (greedy when it asks for no sampling or is absent).
-func (e *Engine) DefaultSampling() sample.Params {
-	g := e.Generation
+func (e *Engine) DefaultSampling() sample.Params { return samplingDefaults(e.Generation) }
+
+// InstallDefaults are what Load would report as the install's sampling
+// defaults and context (YaRN's when its config sets it), read without
+// loading it: serve --models-dir lists models that are not in memory.
+func InstallDefaults(dir string, m *packexperts.Manifest) (sample.Params, int, error) {
+	g, err := readGeneration(dir, m.Geometry.VocabSize)
+	if err != nil {
+		return sample.Params{}, 0, err
+	}
+	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	if err != nil {
+		return sample.Params{}, 0, err
+	}
+	return samplingDefaults(g), cfg.MaxContext, nil
+}
+
+func samplingDefaults(g *hf.GenerationConfig) sample.Params {
 	p := sample.Params{TopP: 1}
 	if g == nil || (g.DoSample != nil && !*g.DoSample) {
 		return p

@@ -65,6 +65,16 @@ func (r *RuntimeEngine) Info() ModelInfo {
 	return ModelInfo{ID: r.opt.ModelID, Context: ctx, Sampling: r.e.DefaultSampling(), Budget: r.opt.Budget}
 }
 
+// Close releases the session's backend memory; the engine is unusable
+// after it but for Info and Tokenize.
+func (r *RuntimeEngine) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sess.Close()
+	r.held = nil
+	r.cache = promptcache.New[*runtime.Snapshot](0)
+}
+
 // Tokenize implements Engine.
 func (r *RuntimeEngine) Tokenize(text string) []int { return r.e.Tokenizer.Encode(text) }
 

@@ -395,7 +395,7 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n"), model: id}
-	return j, j.admit(prompt+forced, req.MaxTokens, req.Sampling)
+	return j.admitted(j.admit(prompt+forced, req.MaxTokens, req.Sampling))
 }
 
 // engineFor is ready() with one model; with several it resolves the
@@ -438,7 +438,20 @@ func (s *Server) PrepareCompletion(req *CompletionRequest) (*Job, error) {
 		return nil, invalid("prompt", "prompt is empty")
 	}
 	j := &Job{s: s, e: e, start: start, comp: req, model: id}
-	return j, j.admit(req.Prompt, req.MaxTokens, req.Sampling)
+	return j.admitted(j.admit(req.Prompt, req.MaxTokens, req.Sampling))
+}
+
+// admitted returns the job once admitted. With several models it lets go
+// of the engine it was prepared on: its turn takes the one loaded then,
+// and a queued job must not keep an unloaded model's memory alive.
+func (j *Job) admitted(err error) (*Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	if j.model != "" {
+		j.e = nil
+	}
+	return j, nil
 }
 
 func checkParams(p sample.Params, maxTokens int) error {
@@ -620,6 +633,7 @@ func (a *chatAccumulator) push(evs []chatparse.Event) {
 type RequestLog struct {
 	Time             time.Time `json:"time"`
 	Endpoint         string    `json:"endpoint"`
+	Model            string    `json:"model,omitempty"` // the model that served it
 	Status           int       `json:"status"`
 	Stream           bool      `json:"stream"`
 	PromptTokens     int       `json:"prompt_tokens"`
@@ -653,6 +667,9 @@ func TextLogger(w io.Writer) func(RequestLog) {
 		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s ttft=%.3fs total=%.3fs finish=%s",
 			r.Time.UTC().Format(time.RFC3339), r.Endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
 			r.PrefillTokS, r.DecodeTokS, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
+		if r.Model != "" {
+			line += " model=" + r.Model
+		}
 		if r.Error != "" {
 			line += fmt.Sprintf(" error=%q", r.Error)
 		}

@@ -179,6 +179,7 @@ func waitForModel(ctx context.Context, job *server.Job, stream bool) error {
 
 func fillLog(log *server.RequestLog, job *server.Job, u server.Usage, o server.Outcome, finish string) {
 	log.Fill(u, o, finish)
+	log.Model = job.Model()
 	if o.FirstToken > 0 {
 		// TTFT from the request's arrival, queue wait included.
 		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
