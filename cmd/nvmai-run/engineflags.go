@@ -114,9 +114,14 @@ func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 		x.Budget = b
 	}
 	if dir != "" {
-		if m, _, err := packexperts.ReadManifest(dir); err == nil && m.Experts != nil {
-			if err := checkExpertFlags(c, m, x); err != nil {
-				return runtime.Options{}, err
+		if m, _, err := packexperts.ReadManifest(dir); err == nil {
+			if r := m.Geometry.RopeScaling; r != nil && c.String("rope-scaling") != "none" {
+				return runtime.Options{}, cliutil.Usagef("--rope-scaling %s: this model's config.json already sets %s RoPE scaling (factor %v over %d positions), which applies without a flag; drop --rope-scaling", c.String("rope-scaling"), r.Type, r.Factor, r.OriginalMaxPositionEmbeddings)
+			}
+			if m.Experts != nil {
+				if err := checkExpertFlags(c, m, x); err != nil {
+					return runtime.Options{}, err
+				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
 // yarnRefs is the "yarn" part of qwen35/testdata/long-refs.json
@@ -93,6 +94,10 @@ func TestYaRNFromConfig(t *testing.T) {
 	}
 	if _, err := Load(dir, Options{Threads: 1, RopeScaling: "yarn"}); err == nil || !strings.Contains(err.Error(), "drop --rope-scaling") {
 		t.Errorf("--rope-scaling yarn over the config's YaRN: %v, want a refusal", err)
+	}
+	noGPU := func(*Install, qwen35.Config) (Backend, error) { t.Fatal("a YaRN model reached the GPU backend"); return nil, nil }
+	if _, err := Load(dir, Options{Threads: 1, Backend: noGPU}); err == nil || !strings.Contains(err.Error(), "--engine cpu") {
+		t.Errorf("a YaRN model on the GPU engine: %v, want a refusal", err)
 	}
 	if testing.Short() || raceEnabled {
 		t.Skip("the 1,300-token prompt runs without -short and -race")
