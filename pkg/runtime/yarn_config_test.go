@@ -95,7 +95,10 @@ func TestYaRNFromConfig(t *testing.T) {
 	if _, err := Load(dir, Options{Threads: 1, RopeScaling: "yarn"}); err == nil || !strings.Contains(err.Error(), "drop --rope-scaling") {
 		t.Errorf("--rope-scaling yarn over the config's YaRN: %v, want a refusal", err)
 	}
-	noGPU := func(*Install, qwen35.Config) (Backend, error) { t.Fatal("a YaRN model reached the GPU backend"); return nil, nil }
+	noGPU := func(*Install, qwen35.Config) (Backend, error) {
+		t.Fatal("a YaRN model reached the GPU backend")
+		return nil, nil
+	}
 	if _, err := Load(dir, Options{Threads: 1, Backend: noGPU}); err == nil || !strings.Contains(err.Error(), "--engine cpu") {
 		t.Errorf("a YaRN model on the GPU engine: %v, want a refusal", err)
 	}
