@@ -86,10 +86,11 @@ func (s *Server) Loaded() string {
 	return ""
 }
 
-// Defaults are the sampling defaults of the model a request names (with
-// one model, of that one), for an adapter to fill in what the request
-// leaves out.
-func (s *Server) Defaults(model string) ModelInfo {
+// InfoFor describes the model a request names (with one model, the one
+// loaded), whether it is in memory or not: an adapter fills what the
+// request leaves out from its Sampling defaults. Unknown: the zero value
+// (PrepareChat then refuses the request).
+func (s *Server) InfoFor(model string) ModelInfo {
 	s.mu.RLock()
 	ms, e := s.models, s.engine
 	s.mu.RUnlock()
@@ -236,7 +237,8 @@ func (j *Job) Model() string {
 }
 
 // Wait waits for the job's turn and loads its model if need be; Run then
-// starts generating at once. On an error the job's place is freed.
+// starts generating at once. On an error the job's place is freed. Like
+// Run, it is called from the request's goroutine only.
 func (j *Job) Wait(ctx context.Context) error {
 	if !j.began {
 		j.began = true

@@ -376,7 +376,7 @@ func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *serve
 }
 
 // defaults are the sampling defaults of the model the request names.
-func (h *Handler) defaults(model string) sample.Params { return h.s.Defaults(model).Sampling }
+func (h *Handler) defaults(model string) sample.Params { return h.s.InfoFor(model).Sampling }
 
 // NewHTTPServer returns an http.Server with the timeouts a public-facing
 // server needs (slow-header and slow-body clients are cut off; streams
