@@ -79,3 +79,19 @@ func TestSeveralModelsHTTP(t *testing.T) {
 		t.Errorf("health: %d %v", code, v)
 	}
 }
+
+// With one model (--model) the request's model field is ignored, as
+// before: any name is served by the loaded model, under its own id.
+func TestOneModelIgnoresModelField(t *testing.T) {
+	h := newHarness(t, &servertest.Engine{}, Options{}, server.Config{})
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+		if path == "/v1/completions" {
+			body = `{"model":"gpt-4o","prompt":"hi"}`
+		}
+		code, _, resp := h.post(path, "application/json", body)
+		if code != 200 || !strings.Contains(resp, `"model":"fake-model"`) {
+			t.Errorf("%s: %d %s", path, code, resp)
+		}
+	}
+}
