@@ -270,3 +270,39 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestModelsConcurrent: many clients naming models at random, some
+// cancelling, some refused by a full queue: every request ends, never two
+// models are in memory (the fake refuses a load beside another), and no
+// goroutine stays behind.
+func TestModelsConcurrent(t *testing.T) {
+	before := runtime.NumGoroutine()
+	m := &servertest.Models{IDs: []string{"a", "b", "c", "bad"}, Fail: map[string]error{"bad": errors.New("broken")}}
+	s := newModelServer(t, m, time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			model := []string{"a", "b", "c", "bad", ""}[i%5]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%7 == 0 {
+				cancel()
+			}
+			j, err := s.PrepareChat(chatReq(model, fmt.Sprint(i)))
+			if err != nil {
+				return // queue full
+			}
+			_, err = j.RunChat(ctx, nil)
+			if err != nil && strings.Contains(err.Error(), "while") {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ids := m.Resident(); len(ids) > 1 {
+		t.Errorf("resident %v", ids)
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
