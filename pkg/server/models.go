@@ -164,7 +164,7 @@ func (s *Server) ensure(id string) (Engine, Renderer, error) {
 	s.unloadCurrent(ms, cur)
 	start := time.Now()
 	s.note("loading model %s", id)
-	e, r, err := ms.m.Load(id)
+	e, r, err := safeLoad(ms.m, id)
 	if err != nil {
 		s.note("model %s failed to load: %v", id, err)
 		return nil, nil, &Error{Kind: KindInternal, Msg: fmt.Sprintf("the model %q failed to load: %v; the server keeps serving the other models", id, err)}
@@ -175,6 +175,17 @@ func (s *Server) ensure(id string) (Engine, Renderer, error) {
 	s.loaded.Store(true)
 	s.note("model %s loaded in %.1fs", id, time.Since(start).Seconds())
 	return e, r, nil
+}
+
+// safeLoad turns a panic inside Load into its error: the caller holds the
+// queue's turn, which a panic must not take with it.
+func safeLoad(m Models, id string) (e Engine, r Renderer, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e, r, err = nil, nil, fmt.Errorf("panic while loading: %v", p)
+		}
+	}()
+	return m.Load(id)
 }
 
 // unloadCurrent unloads model cur (none when ""), under the queue's turn.

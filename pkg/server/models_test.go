@@ -181,6 +181,40 @@ func TestModelsLoadFailure(t *testing.T) {
 	}
 }
 
+// panicky is a model set whose Load panics for "boom".
+type panicky struct{ *servertest.Models }
+
+func (p panicky) Load(id string) (server.Engine, server.Renderer, error) {
+	if id == "boom" {
+		panic("index out of range")
+	}
+	return p.Models.Load(id)
+}
+
+// TestModelsLoadPanic: a Load that panics is a load failure; the queue
+// goes on.
+func TestModelsLoadPanic(t *testing.T) {
+	m := &servertest.Models{IDs: []string{"a", "boom"}}
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	if err := s.SetModels(panicky{m}, 0); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.PrepareChat(chatReq("boom", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(context.Background()); err == nil || !strings.Contains(err.Error(), "panic while loading: index out of range") {
+		t.Errorf("Wait: %v", err)
+	}
+	j, err = s.PrepareChat(chatReq("a", "y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.RunChat(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestModelsDeferredRefusals: a request for a model not loaded takes its
 // place at once; what needs the model (its context) is checked in its
 // turn, from Wait, which frees the place on failure.
