@@ -86,36 +86,50 @@ func engineOptions(c *cli.Context) (string, runtime.Options, error) {
 	if dir == "" {
 		return "", runtime.Options{}, cliutil.Usagef("--model DIR is required (an install made by nvmai-convert or nvmai-install)")
 	}
+	opt, err := loadOptions(c, dir)
+	return dir, opt, err
+}
+
+// loadOptions checks the engine flags for the install in dir ("": for
+// whichever install, checked against none's manifest).
+func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 	if err := cliutil.Exclusive(c, "expert-cache-slots", "ram-budget"); err != nil {
-		return "", runtime.Options{}, err
+		return runtime.Options{}, err
 	}
 	if err := checkKVFlags(c); err != nil {
-		return "", runtime.Options{}, err
+		return runtime.Options{}, err
 	}
 	if _, _, err := cliutil.EnvInt(poolSpinEnv, 0, maxSpinMicros, "microseconds a compute thread spins before parking; 0 parks at once"); err != nil {
-		return "", runtime.Options{}, err
+		return runtime.Options{}, err
 	}
 	x := runtime.ExpertOptions{Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c)}
 	if c.IsSet("ram-budget") {
 		b, err := expertcache.ParseSize(c.String("ram-budget"))
 		if err != nil {
-			return "", runtime.Options{}, cliutil.Usagef("--ram-budget: %v", err)
+			return runtime.Options{}, cliutil.Usagef("--ram-budget: %v", err)
 		}
 		if b == 0 {
-			return "", runtime.Options{}, cliutil.Usagef("--ram-budget 0 holds no experts; give a size such as 8G or 512M")
+			return runtime.Options{}, cliutil.Usagef("--ram-budget 0 holds no experts; give a size such as 8G or 512M")
 		}
 		x.Budget = b
 	}
-	if m, _, err := packexperts.ReadManifest(dir); err == nil && m.Experts != nil {
-		if err := checkExpertFlags(c, m, x); err != nil {
-			return "", runtime.Options{}, err
+	if dir != "" {
+		if m, _, err := packexperts.ReadManifest(dir); err == nil {
+			if r := m.Geometry.RopeScaling; r != nil && c.String("rope-scaling") != "none" {
+				return runtime.Options{}, cliutil.Usagef("--rope-scaling %s: this model's config.json already sets %s RoPE scaling (factor %v over %d positions), which applies without a flag; drop --rope-scaling", c.String("rope-scaling"), r.Type, r.Factor, r.OriginalMaxPositionEmbeddings)
+			}
+			if m.Experts != nil {
+				if err := checkExpertFlags(c, m, x); err != nil {
+					return runtime.Options{}, err
+				}
+			}
 		}
 	}
 	backend, err := gpu.LoaderFor(c.String("engine"))
 	if err != nil {
-		return "", runtime.Options{}, cliutil.Usagef("%v", err)
+		return runtime.Options{}, cliutil.Usagef("%v", err)
 	}
-	return dir, runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x,
+	return runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x,
 		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
 }
 

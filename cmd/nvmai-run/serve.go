@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/modeldir"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
 )
@@ -27,10 +29,12 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
 		Usage:     "serve the model over an OpenAI-compatible HTTP API",
-		UsageText: "nvmai-run serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
+		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models, POST /apply-template,
 GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
-127.0.0.1 unless --host says otherwise, which then requires --api-key.`,
+127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
+verified install under DIR is served by its path there; the model a request names is loaded
+when its turn comes (one in memory at a time).`,
 		Flags: append(append(modelFlags(), scriptedFlags...),
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port"},
@@ -45,6 +49,8 @@ GET /health. One generation runs at a time; others wait in FIFO order (--queue-l
 			&cli.IntFlag{Name: "max-connections", Value: 64, Usage: "most open client connections"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per request instead of a text line"},
 			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
+			&cli.StringFlag{Name: "models-dir", Usage: "serve every verified install under `DIR` (ids: their paths there), one loaded at a time, instead of --model"},
+			&cli.DurationFlag{Name: "idle-unload", Usage: "with --models-dir: unload the model after this long without requests (e.g. 10m)", DefaultText: "never"},
 		),
 		Action: serveAction,
 	}
@@ -65,6 +71,10 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	several := c.IsSet("models-dir")
+	if err := checkModelsFlags(c); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(c.Int("port"))))
 	if err != nil {
 		return err
@@ -83,7 +93,16 @@ func serveAction(c *cli.Context) error {
 		}
 		srv.SetEngine(e, r)
 		fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | scripted engine %s (a test build)\n", ln.Addr(), c.String("scripted"))
-		return awaitShutdown(c, hs, errc)
+		return serveUntilDone(c, hs, errc)
+	}
+	if several {
+		set, err := openModelsDir(c, srv, ln.Addr())
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		defer set.Close()
+		return serveUntilDone(c, hs, errc)
 	}
 	// Listen first so /health answers 503 while the model loads.
 	e, renderer, err := loadServeEngine(c)
@@ -101,7 +120,7 @@ func serveAction(c *cli.Context) error {
 	budget := expertcache.FormatSize(e.ExpertStats().BudgetBytes)
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | expert budget %s | prompt cache %s\n",
 		ln.Addr(), info.ID, info.Context, budget, expertcache.FormatSize(cacheBytes))
-	return awaitShutdown(c, hs, errc)
+	return serveUntilDone(c, hs, errc)
 }
 
 // Test builds (-tags nvmai_scripted) set these in serve_scripted.go: the
@@ -111,8 +130,9 @@ var (
 	scriptedEngine func(c *cli.Context) (server.Engine, server.Renderer, error)
 )
 
-// awaitShutdown serves until the listener fails or a signal arrives.
-func awaitShutdown(c *cli.Context, hs *http.Server, errc <-chan error) error {
+// serveUntilDone serves until the listener fails or a signal asks to stop,
+// then lets running requests finish (5 s at most).
+func serveUntilDone(c *cli.Context, hs *http.Server, errc chan error) error {
 	sig, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	select {
@@ -129,7 +149,7 @@ func awaitShutdown(c *cli.Context, hs *http.Server, errc <-chan error) error {
 }
 
 func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
-	cfg := server.Config{QueueLimit: c.Int("queue-limit")}
+	cfg := server.Config{QueueLimit: c.Int("queue-limit"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
 	if c.Bool("log-json") {
 		cfg.Log = server.JSONLogger(os.Stderr)
 	}
@@ -173,19 +193,74 @@ func loadServeEngine(c *cli.Context) (*runtime.Engine, server.Renderer, error) {
 	} else {
 		tmpl, err = chattemplate.Load(c.String("model"))
 	}
-	if err == nil {
-		if _, rerr := tmpl.Render(chattemplate.Input{Messages: []chattemplate.Message{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true}); rerr == nil {
-			fmt.Fprintf(os.Stderr, "nvmai-run serve: chat template sha256 %s\n", tmpl.SHA256())
-			return e, tmpl, nil
-		} else {
-			err = rerr
+	r, err := server.CheckedRenderer(e, tmpl, err)
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	if t, ok := r.(*chattemplate.Template); ok {
+		fmt.Fprintf(os.Stderr, "nvmai-run serve: chat template sha256 %s\n", t.SHA256())
+	}
+	return e, r, nil
+}
+
+// checkModelsFlags refuses what --models-dir cannot mean: one model's
+// flags, and --idle-unload without it.
+func checkModelsFlags(c *cli.Context) error {
+	if err := cliutil.Exclusive(c, "model", "models-dir"); err != nil {
+		return err
+	}
+	if !c.IsSet("models-dir") {
+		if c.IsSet("idle-unload") {
+			return cliutil.Usagef("--idle-unload needs --models-dir (with --model the one model stays loaded; a --models-dir holding one install unloads it when idle)")
+		}
+		return nil
+	}
+	for _, f := range []string{"model-id", "chat-template"} {
+		if c.IsSet(f) {
+			return cliutil.Usagef("--%s names one model's id or template; with --models-dir each install uses its path under DIR and its own template", f)
 		}
 	}
-	if e.Tokenizer.UsesPlainChatTemplate() {
-		return e, server.PlainChatML{}, nil
+	if c.String("rope-scaling") != "none" {
+		return cliutil.Usagef("--rope-scaling applies to one model; with --models-dir each install uses the RoPE scaling of its config.json")
 	}
-	e.Close()
-	return nil, nil, fmt.Errorf("the chat template cannot be used (%v); give one with --chat-template FILE", err)
+	if c.IsSet("idle-unload") && c.Duration("idle-unload") <= 0 {
+		return cliutil.Usagef("--idle-unload %s: give a positive duration such as 10m", c.Duration("idle-unload"))
+	}
+	return nil
+}
+
+// openModelsDir lists the installs under --models-dir and hands them to
+// srv, which loads them on demand.
+func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr) (*modeldir.Set, error) {
+	lopt, err := loadOptions(c, "")
+	if err != nil {
+		return nil, err
+	}
+	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
+	notice := func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }
+	set, err := modeldir.Open(modeldir.Options{
+		Dir: c.String("models-dir"), Load: lopt, MaxContext: c.Int("max-context"), Notice: notice,
+		Runtime: server.RuntimeOptions{Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), CacheBytes: cacheBytes},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.SetModels(set, c.Duration("idle-unload")); err != nil {
+		set.Close()
+		return nil, err
+	}
+	ids := make([]string, 0, len(set.List()))
+	for _, m := range set.List() {
+		ids = append(ids, m.ID)
+	}
+	idle := "never"
+	if d := c.Duration("idle-unload"); d > 0 {
+		idle = d.String()
+	}
+	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | %d models, loaded on demand, one at a time: %s | idle unload %s | prompt cache %s\n",
+		addr, len(ids), strings.Join(ids, ", "), idle, expertcache.FormatSize(cacheBytes))
+	return set, nil
 }
 
 // responsesKeep maps the flag (0 = none) onto responses.Options.Keep.

@@ -60,6 +60,7 @@ type ropeParameters struct {
 	LegacyType          *string  `json:"type"` // transformers 4 spelling inside rope_scaling
 	RopeTheta           *float64 `json:"rope_theta"`
 	PartialRotaryFactor *float64 `json:"partial_rotary_factor"`
+	yarnFields
 }
 
 // textConfig holds the text_config fields; pointers distinguish absent from zero.
@@ -192,23 +193,21 @@ func (tc *textConfig) geometry(arch string) (packexperts.Geometry, error) {
 }
 
 func (tc *textConfig) rope(g *packexperts.Geometry, v *validator) {
-	rp := tc.RopeParameters
+	rp, field := tc.RopeParameters, "rope_parameters"
 	if rp == nil {
-		rp = tc.RopeScaling // transformers 4 layout: theta at the top level
+		rp, field = tc.RopeScaling, "rope_scaling" // transformers 4 layout: theta at the top level
 		if rp == nil {
 			rp = &ropeParameters{}
 		}
+	} else if tc.RopeScaling != nil && tc.RopeScaling.ropeType() != defaultRopeType {
+		v.fail("config has both rope_parameters and rope_scaling (rope_type %q); transformers 5 reads rope_parameters, so put the scaling fields there and remove rope_scaling", tc.RopeScaling.ropeType())
 	}
-	ropeType := defaultRopeType
-	switch {
-	case rp.RopeType != nil:
-		ropeType = *rp.RopeType
-	case rp.LegacyType != nil:
-		ropeType = *rp.LegacyType
-	}
-	// transformers 4 wrote multimodal RoPE as type "mrope"; it loads as "default".
-	if ropeType != defaultRopeType && ropeType != "mrope" {
-		v.fail("rope_parameters.rope_type %q is not supported; only \"default\" is", ropeType)
+	switch ropeType := rp.ropeType(); ropeType {
+	case defaultRopeType:
+	case packexperts.RopeTypeYaRN:
+		g.RopeScaling = rp.yarn(field, g.MaxPositionEmbeddings, v)
+	default:
+		v.fail("%s.rope_type %q is not supported; only \"default\" and \"yarn\" are", field, ropeType)
 	}
 	theta := rp.RopeTheta
 	if theta == nil {
@@ -231,6 +230,22 @@ func (tc *textConfig) rope(g *packexperts.Geometry, v *validator) {
 	if !(prf > 0 && prf <= 1) || rd < 2 || rd%2 != 0 {
 		v.fail("partial_rotary_factor %v with head_dim %d gives rotary dim %d; it must be in (0, 1] and give an even rotary dim", prf, g.HeadDim, rd)
 	}
+}
+
+// ropeType is rope_type (or transformers 4's type); multimodal RoPE,
+// which transformers 4 wrote as "mrope", loads as "default".
+func (rp *ropeParameters) ropeType() string {
+	t := defaultRopeType
+	switch {
+	case rp.RopeType != nil:
+		t = *rp.RopeType
+	case rp.LegacyType != nil:
+		t = *rp.LegacyType
+	}
+	if t == "mrope" {
+		return defaultRopeType
+	}
+	return t
 }
 
 func (tc *textConfig) layerTypes(numLayers int, v *validator) []string {

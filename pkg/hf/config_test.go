@@ -111,7 +111,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"layer_types value", set("layer_types", []string{"linear_attention", "linear_attention", "linear_attention", "sliding_attention", "linear_attention", "linear_attention", "linear_attention", "full_attention"}), `layer_types[3] is "sliding_attention"`},
 		{"attention bias", set("attention_bias", true), "attention_bias"},
 		{"hidden_act", set("hidden_act", "gelu"), `hidden_act "gelu"`},
-		{"rope type", func(c map[string]any) { rope(c)["rope_type"] = "yarn" }, `rope_type "yarn"`},
+		{"rope type", func(c map[string]any) { rope(c)["rope_type"] = "longrope" }, `rope_parameters.rope_type "longrope" is not supported`},
 		{"rope theta", func(c map[string]any) { delete(rope(c), "rope_theta") }, "rope_theta"},
 		{"odd rotary dim", func(c map[string]any) { rope(c)["partial_rotary_factor"] = 0.3 }, "partial_rotary_factor 0.3"},
 		{"top-k over experts", set("num_experts_per_tok", 17), "num_experts_per_tok 17 exceeds num_experts 16"},

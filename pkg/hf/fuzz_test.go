@@ -45,6 +45,10 @@ func FuzzParseIndex(f *testing.F) {
 // geometry it accepts satisfies what the runtime will rely on.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"model_type":"qwen3_5_text","vocab_size":8,"hidden_size":8,"num_hidden_layers":1}`))
+	f.Add([]byte(`{"model_type":"qwen3_5_text","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1,` +
+		`"num_key_value_heads":1,"head_dim":8,"max_position_embeddings":64,"linear_conv_kernel_dim":4,"linear_num_key_heads":1,` +
+		`"linear_num_value_heads":1,"linear_key_head_dim":8,"linear_value_head_dim":8,"intermediate_size":8,` +
+		`"rope_parameters":{"rope_type":"yarn","rope_theta":1e4,"partial_rotary_factor":0.5,"factor":4,"original_max_position_embeddings":16,"mscale":1,"mscale_all_dim":0.5}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		arch, g, err := ParseConfig(data, "fuzz.json")
 		if err != nil {
@@ -86,6 +90,10 @@ func checkGeometryInvariants(t *testing.T, arch string, g *packexperts.Geometry)
 	}
 	if rd := int(float64(g.HeadDim) * g.PartialRotaryFactor); rd < 2 || rd%2 != 0 || rd > g.HeadDim {
 		t.Fatalf("rotary dim %d accepted", rd)
+	}
+	// What the converter accepts, the manifest reader accepts too.
+	if r := g.RopeScaling; r != nil && r.Validate(g.MaxPositionEmbeddings) != nil {
+		t.Fatalf("YaRN %+v accepted: %v", r, r.Validate(g.MaxPositionEmbeddings))
 	}
 }
 

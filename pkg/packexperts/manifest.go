@@ -74,6 +74,9 @@ type Geometry struct {
 	// Qwen4Exp holds what only qwen4_exp has (docs/qwen38.md); nil for
 	// every other architecture, so their manifests are unchanged.
 	Qwen4Exp *Qwen4ExpGeometry `json:"qwen4_exp,omitempty"`
+	// RopeScaling is config.json's YaRN, resolved; absent (nil) in
+	// installs of models with plain RoPE, and in every older install.
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
 }
 
 // Qwen4ExpGeometry is the part of a qwen4_exp text_config beyond the

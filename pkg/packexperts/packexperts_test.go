@@ -97,6 +97,14 @@ func TestValidateRefusesInconsistentManifests(t *testing.T) {
 		{"expert count", func(m *Manifest) { m.Experts.Count = 5 }, "disagree with geometry"},
 		{"written_by with a newline", func(m *Manifest) { m.WrittenBy = "nvmai\nforged" }, "written_by"},
 		{"written_by too long", func(m *Manifest) { m.WrittenBy = strings.Repeat("v", 300) }, "written_by"},
+		{"rope type", func(m *Manifest) { m.Geometry.RopeScaling = yarnForTest(); m.Geometry.RopeScaling.Type = "longrope" }, `rope_scaling.rope_type "longrope"`},
+		{"rope factor", func(m *Manifest) { m.Geometry.RopeScaling = yarnForTest(); m.Geometry.RopeScaling.Factor = 1 }, "rope_scaling.factor 1"},
+		{"rope original", func(m *Manifest) {
+			m.Geometry.RopeScaling = yarnForTest()
+			m.Geometry.RopeScaling.OriginalMaxPositionEmbeddings = 8192
+		}, "rope_scaling.original_max_position_embeddings 8192"},
+		{"rope betas", func(m *Manifest) { m.Geometry.RopeScaling = yarnForTest(); m.Geometry.RopeScaling.BetaSlow = 0 }, "rope_scaling.beta_fast"},
+		{"rope attention factor", func(m *Manifest) { m.Geometry.RopeScaling = yarnForTest(); m.Geometry.RopeScaling.AttentionFactor = -1 }, "rope_scaling.attention_factor"},
 	} {
 		m := validManifest(t)
 		tc.mutate(m)
@@ -104,6 +112,36 @@ func TestValidateRefusesInconsistentManifests(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+func yarnForTest() *RopeScaling {
+	return &RopeScaling{Type: RopeTypeYaRN, Factor: 4, OriginalMaxPositionEmbeddings: 1024, BetaFast: 32, BetaSlow: 1, AttentionFactor: 1.1386, Truncate: true}
+}
+
+// rope_scaling is omitted for plain RoPE, so manifests written before it
+// existed read as before, and a YaRN install's parameters round-trip.
+func TestRopeScalingIsOptional(t *testing.T) {
+	for _, rs := range []*RopeScaling{nil, yarnForTest()} {
+		m := validManifest(t)
+		m.Geometry.RopeScaling = rs
+		raw, err := encodeForTest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "rope_scaling") != (rs != nil) {
+			t.Errorf("rope_scaling %+v: encoded as %s", rs, raw)
+		}
+		back, err := ParseManifest(raw)
+		if err != nil || (rs == nil) != (back.Geometry.RopeScaling == nil) || (rs != nil && *back.Geometry.RopeScaling != *rs) {
+			t.Errorf("rope_scaling %+v: parsed back %+v, %v", rs, back, err)
+		}
+	}
+	if got := yarnForTest().Context(4096); got != 4096 {
+		t.Errorf("context %d, want 4 × 1024", got)
+	}
+	if got := yarnForTest().Context(8192); got != 8192 {
+		t.Errorf("context %d, want max_position_embeddings 8192 when larger", got)
 	}
 }
 

@@ -312,6 +312,11 @@ func (g *Geometry) Validate(arch string) error {
 	if g.NumAttentionHeads%g.NumKeyValueHeads != 0 || g.LinearNumValueHeads%g.LinearNumKeyHeads != 0 {
 		return fmt.Errorf("head counts must divide: %d/%d, %d/%d", g.NumAttentionHeads, g.NumKeyValueHeads, g.LinearNumValueHeads, g.LinearNumKeyHeads)
 	}
+	if g.RopeScaling != nil {
+		if err := g.RopeScaling.Validate(g.MaxPositionEmbeddings); err != nil {
+			return fmt.Errorf("rope_scaling.%v", err)
+		}
+	}
 	if (arch == ArchQwen4Exp) != (g.Qwen4Exp != nil) {
 		return fmt.Errorf("the qwen4_exp geometry section belongs to, and only to, architecture %s", ArchQwen4Exp)
 	}

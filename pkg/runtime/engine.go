@@ -14,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -101,6 +102,10 @@ func (e *Engine) load(opt Options) error {
 		return err
 	}
 	e.cfg = cfg
+	if opt.Backend != nil && cfg.RopeScaling.Type != "" {
+		// The GPU kernels take plain inverse frequencies and no attention factor.
+		return fmt.Errorf("the GPU engine does not implement %s RoPE scaling yet; run this model with --engine cpu", cfg.RopeScaling.Type)
+	}
 	if opt.Backend != nil {
 		e.pool = kernels.NewPool(1) // for the bench's memory probes only
 		e.backend, err = opt.Backend(e.Install, cfg)
@@ -152,8 +157,24 @@ func (e *Engine) Close() {
 
 // DefaultSampling returns the generation config's sampling settings
 // (greedy when it asks for no sampling or is absent).
-func (e *Engine) DefaultSampling() sample.Params {
-	g := e.Generation
+func (e *Engine) DefaultSampling() sample.Params { return samplingDefaults(e.Generation) }
+
+// InstallDefaults are what Load would report as the install's sampling
+// defaults and context (YaRN's when its config sets it), read without
+// loading it: serve --models-dir lists models that are not in memory.
+func InstallDefaults(dir string, m *packexperts.Manifest) (sample.Params, int, error) {
+	g, err := readGeneration(dir, m.Geometry.VocabSize)
+	if err != nil {
+		return sample.Params{}, 0, err
+	}
+	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	if err != nil {
+		return sample.Params{}, 0, err
+	}
+	return samplingDefaults(g), cfg.MaxContext, nil
+}
+
+func samplingDefaults(g *hf.GenerationConfig) sample.Params {
 	p := sample.Params{TopP: 1}
 	if g == nil || (g.DoSample != nil && !*g.DoSample) {
 		return p
@@ -327,7 +348,7 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	}
 	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(promptIDs) > limit {
 		return nil, fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
-			len(promptIDs), held, limit, s.e.Install.Manifest.Geometry.MaxPositionEmbeddings)
+			len(promptIDs), held, limit, s.e.cfg.MaxContext)
 	}
 	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
 	before := s.e.ExpertStats()

@@ -44,6 +44,19 @@ func (q *queue) enqueue() (*ticket, error) {
 	return t, nil
 }
 
+// tryTake takes the turn when nothing runs or waits, else returns nil.
+func (q *queue) tryTake() *ticket {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.busy {
+		return nil
+	}
+	t := &ticket{q: q, turn: make(chan struct{}), holding: true}
+	close(t.turn)
+	q.busy = true
+	return t
+}
+
 // wait blocks until the ticket holds the engine or ctx ends.
 func (t *ticket) wait(ctx context.Context) error {
 	select {

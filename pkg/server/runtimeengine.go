@@ -61,9 +61,19 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 func (r *RuntimeEngine) Info() ModelInfo {
 	ctx := r.opt.MaxContext
 	if ctx <= 0 {
-		ctx = r.e.Install.Manifest.Geometry.MaxPositionEmbeddings
+		ctx = r.e.Config().MaxContext // YaRN's extended context when the model or the flag sets it
 	}
 	return ModelInfo{ID: r.opt.ModelID, Context: ctx, Sampling: r.e.DefaultSampling(), Budget: r.opt.Budget}
+}
+
+// Close releases the session's backend memory; the engine is unusable
+// after it but for Info and Tokenize.
+func (r *RuntimeEngine) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sess.Close()
+	r.held = nil
+	r.cache = promptcache.New[*runtime.Snapshot](0)
 }
 
 // Tokenize implements Engine.

@@ -31,6 +31,9 @@ type Config struct {
 	Log func(RequestLog)
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Notice receives one line per model load and unload (--models-dir);
+	// nil discards them.
+	Notice func(string)
 }
 
 // Server is the core: it holds the engine once loaded and runs requests
@@ -44,6 +47,8 @@ type Server struct {
 	loadErr  error
 	ids      atomic.Uint64
 	idle     *time.Timer
+	models   *modelSet   // several models (SetModels); nil with one
+	loaded   atomic.Bool // a model of models is in memory
 }
 
 // New returns a server with no engine yet (Health reports loading).
@@ -68,7 +73,10 @@ func New(cfg Config) *Server {
 		}
 	})
 	s.idle.Stop()
-	s.q.onIdle = func() { s.idle.Reset(time.Second) }
+	s.q.onIdle = func() {
+		s.idle.Reset(time.Second)
+		s.armIdleUnload()
+	}
 	return s
 }
 
@@ -90,6 +98,12 @@ func (s *Server) SetLoadError(err error) {
 func (s *Server) ready() (Engine, Renderer, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.models != nil {
+		if s.engine == nil {
+			return nil, nil, &Error{Kind: KindUnavailable, Msg: "no model is loaded; a request naming one loads it"}
+		}
+		return s.engine, s.renderer, nil
+	}
 	if s.engine == nil {
 		if s.loadErr != nil {
 			return nil, nil, &Error{Kind: KindUnavailable, Msg: "the model failed to load: " + s.loadErr.Error()}
@@ -99,8 +113,15 @@ func (s *Server) ready() (Engine, Renderer, error) {
 	return s.engine, s.renderer, nil
 }
 
-// Health is nil once the model is loaded.
+// Health is nil once the model is loaded, or with several models once
+// they are listed (whether one is in memory or not: each loads on demand).
 func (s *Server) Health() error {
+	s.mu.RLock()
+	several := s.models != nil
+	s.mu.RUnlock()
+	if several {
+		return nil
+	}
 	_, _, err := s.ready()
 	return err
 }
@@ -134,6 +155,7 @@ const (
 	KindQueueFull                        // too many waiting (429 / 529)
 	KindUnavailable                      // loading (503)
 	KindInternal                         // the engine failed (500)
+	KindNotFound                         // the request names a model not served (404)
 )
 
 // Error is a failure with a kind and a message meant for the client.
@@ -228,9 +250,13 @@ type CompletionResult struct {
 	Outcome Outcome
 }
 
-// ApplyTemplate renders the request's prompt (POST /apply-template).
+// ApplyTemplate renders the request's prompt (POST /apply-template). With
+// several models it renders with the loaded model's template only.
 func (s *Server) ApplyTemplate(req *ChatRequest) (string, error) {
-	_, r, err := s.ready()
+	id, e, r, err := s.engineFor(req.Model)
+	if err == nil && e == nil {
+		err = &Error{Kind: KindUnavailable, Msg: fmt.Sprintf("the model %q is not loaded; /apply-template renders with the loaded model's template (send it a request first)", id)}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -344,6 +370,13 @@ type Job struct {
 	forced string
 	think  bool
 	comp   *CompletionRequest
+	// With several models: the job's model, whether it was not loaded
+	// when prepared (rendering and tokenizing wait for its turn), and
+	// whether Wait ran.
+	model    string
+	deferred bool
+	began    bool
+	beginErr error
 }
 
 // PrepareChat renders and tokenizes req, checks it against the context and
@@ -351,42 +384,103 @@ type Job struct {
 // before an adapter starts its response.
 func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 	start := s.cfg.Now()
-	e, r, err := s.ready()
+	id, e, r, err := s.engineFor(req.Model)
 	if err != nil {
 		return nil, err
 	}
 	if req, err = formatRequest(req); err != nil {
 		return nil, err
 	}
+	if e == nil {
+		return s.prepareDeferred(&Job{s: s, start: start, chat: req, model: id}, req.MaxTokens, req.Sampling)
+	}
 	prompt, forced, err := s.renderChat(r, req)
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n")}
-	return j, j.admit(prompt+forced, req.MaxTokens, req.Sampling)
+	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n"), model: id}
+	return j.admitted(j.admit(prompt+forced, req.MaxTokens, req.Sampling))
+}
+
+// engineFor is ready() with one model; with several it resolves the
+// request's model (nil engine: not loaded now).
+func (s *Server) engineFor(model string) (string, Engine, Renderer, error) {
+	s.mu.RLock()
+	several := s.models != nil
+	s.mu.RUnlock()
+	if several {
+		return s.resolve(model)
+	}
+	e, r, err := s.ready()
+	return "", e, r, err
+}
+
+// prepareDeferred takes a queue place for a job whose model is not loaded:
+// what needs no model is checked now, the rest in its turn (Job.begin).
+func (s *Server) prepareDeferred(j *Job, maxTokens int, p sample.Params) (*Job, error) {
+	if err := checkParams(p, maxTokens); err != nil {
+		return nil, err
+	}
+	if j.comp != nil && j.comp.Prompt == "" {
+		return nil, invalid("prompt", "prompt is empty")
+	}
+	j.deferred = true
+	return j, j.enqueue()
 }
 
 // PrepareCompletion is PrepareChat for a raw prompt.
 func (s *Server) PrepareCompletion(req *CompletionRequest) (*Job, error) {
 	start := s.cfg.Now()
-	e, _, err := s.ready()
+	id, e, _, err := s.engineFor(req.Model)
 	if err != nil {
 		return nil, err
+	}
+	if e == nil {
+		return s.prepareDeferred(&Job{s: s, start: start, comp: req, model: id}, req.MaxTokens, req.Sampling)
 	}
 	if req.Prompt == "" {
 		return nil, invalid("prompt", "prompt is empty")
 	}
-	j := &Job{s: s, e: e, start: start, comp: req}
-	return j, j.admit(req.Prompt, req.MaxTokens, req.Sampling)
+	j := &Job{s: s, e: e, start: start, comp: req, model: id}
+	return j.admitted(j.admit(req.Prompt, req.MaxTokens, req.Sampling))
 }
 
-func (j *Job) admit(text string, maxTokens int, p sample.Params) error {
+// admitted returns the job once admitted. With several models it lets go
+// of the engine it was prepared on: its turn takes the one loaded then,
+// and a queued job must not keep an unloaded model's memory alive.
+func (j *Job) admitted(err error) (*Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	if j.model != "" {
+		j.e = nil
+	}
+	return j, nil
+}
+
+func checkParams(p sample.Params, maxTokens int) error {
 	if err := p.Validate(); err != nil {
 		return invalid("", "%s", strings.TrimPrefix(err.Error(), "sample: "))
 	}
 	if maxTokens < 0 {
 		return invalid("max_tokens", "max_tokens must be at least 1")
 	}
+	return nil
+}
+
+// admit checks the request against the model and takes a queue place.
+func (j *Job) admit(text string, maxTokens int, p sample.Params) error {
+	if err := checkParams(p, maxTokens); err != nil {
+		return err
+	}
+	if err := j.check(text, maxTokens); err != nil {
+		return err
+	}
+	return j.enqueue()
+}
+
+// check tokenizes text and checks it and maxTokens against the context.
+func (j *Job) check(text string, maxTokens int) error {
 	j.prompt = j.e.Tokenize(text)
 	ctxLen := j.e.Info().Context
 	if len(j.prompt) >= ctxLen {
@@ -399,6 +493,10 @@ func (j *Job) admit(text string, maxTokens int, p sample.Params) error {
 	if len(j.prompt)+j.max > ctxLen {
 		return &Error{Kind: KindContextOverflow, Param: "max_tokens", Msg: fmt.Sprintf("the prompt has %d tokens and max_tokens asks for %d, together %d, more than the context of %d tokens; lower max_tokens to at most %d", len(j.prompt), j.max, len(j.prompt)+j.max, ctxLen, ctxLen-len(j.prompt))}
 	}
+	return nil
+}
+
+func (j *Job) enqueue() error {
 	t, err := j.s.q.enqueue()
 	if err != nil {
 		return &Error{Kind: KindQueueFull, Msg: fmt.Sprintf("the server is busy: one request is running and %d are waiting (--queue-limit); retry shortly", j.s.q.limit)}
@@ -417,7 +515,7 @@ func (j *Job) Cancel() { j.t.release() }
 // event to onEvent as it becomes certain.
 func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*ChatResult, error) {
 	defer j.t.release()
-	if err := j.t.wait(ctx); err != nil {
+	if err := j.Wait(ctx); err != nil {
 		return nil, err
 	}
 	req := j.chat
@@ -456,7 +554,7 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 // RunCompletion waits for the job's turn and generates raw text.
 func (j *Job) RunCompletion(ctx context.Context, onText func(string)) (*CompletionResult, error) {
 	defer j.t.release()
-	if err := j.t.wait(ctx); err != nil {
+	if err := j.Wait(ctx); err != nil {
 		return nil, err
 	}
 	var text strings.Builder
@@ -544,6 +642,7 @@ func (a *chatAccumulator) push(evs []chatparse.Event) {
 type RequestLog struct {
 	Time             time.Time `json:"time"`
 	Endpoint         string    `json:"endpoint"`
+	Model            string    `json:"model,omitempty"` // the model that served it
 	Status           int       `json:"status"`
 	Stream           bool      `json:"stream"`
 	PromptTokens     int       `json:"prompt_tokens"`
@@ -577,6 +676,9 @@ func TextLogger(w io.Writer) func(RequestLog) {
 		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s ttft=%.3fs total=%.3fs finish=%s",
 			r.Time.UTC().Format(time.RFC3339), r.Endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
 			r.PrefillTokS, r.DecodeTokS, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
+		if r.Model != "" {
+			line += " model=" + r.Model
+		}
 		if r.Error != "" {
 			line += fmt.Sprintf(" error=%q", r.Error)
 		}

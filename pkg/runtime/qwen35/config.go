@@ -113,6 +113,12 @@ func ConfigFromGeometry(arch string, g packexperts.Geometry) (Config, error) {
 	if prf < 0 || prf > 1 || math.IsNaN(prf) {
 		return Config{}, fmt.Errorf("qwen35: geometry partial_rotary_factor %v is outside (0, 1]", prf)
 	}
+	if r := g.RopeScaling; r != nil {
+		// The config's own YaRN: the model serves the scaled context.
+		c.RopeScaling = RopeScaling{Type: r.Type, Factor: r.Factor, OriginalMaxPosition: r.OriginalMaxPositionEmbeddings,
+			BetaFast: r.BetaFast, BetaSlow: r.BetaSlow, AttentionFactor: r.AttentionFactor, NoTruncate: !r.Truncate}
+		c.MaxContext = r.Context(g.MaxPositionEmbeddings)
+	}
 	kinds, err := layerKinds(g.LayerTypes, g.NumLayers)
 	if err != nil {
 		return Config{}, err

@@ -34,8 +34,8 @@ var YaRNFactors = []int{2, 4}
 // maxContext / the trained context, original_max_position_embeddings the
 // trained context, transformers' defaults for the rest.
 func (c Config) WithYaRN(maxContext int) (Config, error) {
-	if c.RopeScaling.Type != "" {
-		return Config{}, fmt.Errorf("qwen35: the model already uses %s RoPE scaling", c.RopeScaling.Type)
+	if r := c.RopeScaling; r.Type != "" {
+		return Config{}, fmt.Errorf("qwen35: this model's config.json already sets %s RoPE scaling (factor %v over %d positions: %d tokens), which applies without a flag; drop --rope-scaling", r.Type, r.Factor, r.OriginalMaxPosition, c.MaxContext)
 	}
 	native := c.MaxContext
 	if maxContext%native != 0 || !slices.Contains(YaRNFactors, maxContext/native) {

@@ -110,7 +110,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	creq, err := toChat(&req, h.defaults())
+	creq, err := toChat(&req, h.defaults(req.Model))
 	if err != nil {
 		return err
 	}
@@ -119,8 +119,10 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 	if err != nil {
 		return err
 	}
-	info, _ := h.s.Info()
-	base := chatJSON{ID: h.s.NewID("chatcmpl-"), Created: h.s.Now().Unix(), Model: info.ID}
+	if err := waitForModel(r.Context(), job, req.Stream); err != nil {
+		return err
+	}
+	base := chatJSON{ID: h.s.NewID("chatcmpl-"), Created: h.s.Now().Unix(), Model: job.Model()}
 	if !req.Stream {
 		res, err := job.RunChat(r.Context(), nil)
 		if err != nil {
@@ -163,8 +165,21 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 	return nil
 }
 
+// waitForModel lets a stream start only once the job's model is loaded,
+// so that a load failure or a prompt the model refuses is answered with
+// its HTTP status rather than inside a 200 stream. A job for the loaded
+// model (and every job with one model) starts its stream at once, as
+// before.
+func waitForModel(ctx context.Context, job *server.Job, stream bool) error {
+	if !stream || !job.NeedsLoad() {
+		return nil
+	}
+	return job.Wait(ctx)
+}
+
 func fillLog(log *server.RequestLog, job *server.Job, u server.Usage, o server.Outcome, finish string) {
 	log.Fill(u, o, finish)
+	log.Model = job.Model()
 	if o.FirstToken > 0 {
 		// TTFT from the request's arrival, queue wait included.
 		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()

@@ -33,7 +33,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	creq := &server.CompletionRequest{Endpoint: "/v1/completions"}
+	creq := &server.CompletionRequest{Endpoint: "/v1/completions", Model: req.Model}
 	var err error
 	if creq.Prompt, err = decodePrompt(req.Prompt); err != nil {
 		return err
@@ -41,7 +41,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if req.Echo {
 		return badRequest("echo", "echo is not supported")
 	}
-	if creq.Sampling, err = req.sampling(h.defaults()); err != nil {
+	if creq.Sampling, err = req.sampling(h.defaults(req.Model)); err != nil {
 		return err
 	}
 	if creq.Stop, err = decodeStop(req.Stop); err != nil {
@@ -61,8 +61,10 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if err != nil {
 		return err
 	}
-	info, _ := h.s.Info()
-	base := completionJSON{ID: h.s.NewID("cmpl-"), Object: "text_completion", Created: h.s.Now().Unix(), Model: info.ID}
+	if err := waitForModel(r.Context(), job, req.Stream); err != nil {
+		return err
+	}
+	base := completionJSON{ID: h.s.NewID("cmpl-"), Object: "text_completion", Created: h.s.Now().Unix(), Model: job.Model()}
 	if !req.Stream {
 		res, err := job.RunCompletion(r.Context(), nil)
 		if err != nil {

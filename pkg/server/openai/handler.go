@@ -262,6 +262,8 @@ func asAPIError(err error) *apiError {
 			return &apiError{Status: 429, Type: "rate_limit_error", Code: "queue_full", Message: se.Msg}
 		case server.KindUnavailable:
 			return &apiError{Status: 503, Type: "server_error", Code: "loading", Message: se.Msg}
+		case server.KindNotFound:
+			return &apiError{Status: 404, Type: "invalid_request_error", Param: se.Param, Code: "model_not_found", Message: se.Msg}
 		}
 		return &apiError{Status: 500, Type: "server_error", Message: se.Msg}
 	}
@@ -325,14 +327,19 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ *server.Reque
 	if err := h.s.Health(); err != nil {
 		return err
 	}
-	// The goroutine count lets a load test check that nothing leaked.
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "goroutines": goruntime.NumGoroutine()})
+	// The goroutine count lets a load test check that nothing leaked; the
+	// model is the one in memory (null with --models-dir when none is).
+	var loaded *string
+	if id := h.s.Loaded(); id != "" {
+		loaded = &id
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "goroutines": goruntime.NumGoroutine(), "model": loaded})
 	return nil
 }
 
 func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
-	info, ok := h.s.Info()
-	if !ok {
+	infos := h.s.Models()
+	if len(infos) == 0 {
 		return h.s.Health()
 	}
 	type model struct {
@@ -342,8 +349,11 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.Reque
 		OwnedBy string `json:"owned_by"`
 		Context int    `json:"context_length"`
 	}
-	m := model{ID: info.ID, Object: "model", Created: h.s.Now().Unix(), OwnedBy: "nvmai", Context: info.Context}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
+	data := make([]model, len(infos))
+	for i, info := range infos {
+		data[i] = model{ID: info.ID, Object: "model", Created: h.s.Now().Unix(), OwnedBy: "nvmai", Context: info.Context}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 	return nil
 }
 
@@ -352,7 +362,7 @@ func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *serve
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	creq, err := toChat(&req, h.defaults())
+	creq, err := toChat(&req, h.defaults(req.Model))
 	if err != nil {
 		return err
 	}
@@ -365,10 +375,8 @@ func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *serve
 	return nil
 }
 
-func (h *Handler) defaults() sample.Params {
-	info, _ := h.s.Info()
-	return info.Sampling
-}
+// defaults are the sampling defaults of the model the request names.
+func (h *Handler) defaults(model string) sample.Params { return h.s.InfoFor(model).Sampling }
 
 // NewHTTPServer returns an http.Server with the timeouts a public-facing
 // server needs (slow-header and slow-body clients are cut off; streams

@@ -257,7 +257,7 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 	if err != nil {
 		return nil, err
 	}
-	req := &server.ChatRequest{Endpoint: "/v1/chat/completions", Messages: msgs, Kwargs: r.ChatTemplateKwargs, ParallelToolCalls: true}
+	req := &server.ChatRequest{Endpoint: "/v1/chat/completions", Model: r.Model, Messages: msgs, Kwargs: r.ChatTemplateKwargs, ParallelToolCalls: true}
 	if err := checkTools(r.Tools); err != nil {
 		return nil, err
 	}
