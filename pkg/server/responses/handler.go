@@ -90,6 +90,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.Requ
 	if err != nil {
 		return err
 	}
+	// With --models-dir, a stream starts only once its model is loaded, so
+	// that a load failure is answered with its status, not inside a 200.
+	if req.Stream && job.NeedsLoad() {
+		if err := job.Wait(r.Context()); err != nil {
+			return err
+		}
+	}
 	x := &exchange{h: h, req: &req, conv: c, job: job, log: log}
 	x.base = x.response()
 	if req.Stream {
@@ -107,8 +114,7 @@ func (h *Handler) convert(req *request) (*converted, error) {
 				Message: fmt.Sprintf("Previous response with id '%s' not found: this server holds only its newest %d responses, in memory, and none sent with store:false; send the whole conversation as input instead", truncate(*id), h.opt.Keep)}
 		}
 	}
-	info, _ := h.s.Info()
-	return convert(req, prior, info.Sampling)
+	return convert(req, prior, h.s.InfoFor(req.Model).Sampling)
 }
 
 func truncate(s string) string {
@@ -136,11 +142,10 @@ type exchange struct {
 
 // response is the Response object before any output.
 func (x *exchange) response() responseJSON {
-	info, _ := x.h.s.Info()
 	r := x.req
 	resp := responseJSON{
 		ID: x.h.s.NewID("resp_"), Object: "response", CreatedAt: x.h.s.Now().Unix(), Status: "in_progress",
-		Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Model: info.ID, Output: []outputItem{},
+		Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Model: x.job.Model(), Output: []outputItem{},
 		ParallelToolCalls: x.conv.chat.ParallelToolCalls, PreviousResponseID: r.PreviousResponseID,
 		Reasoning: reasoningConfig{Effort: x.conv.effort, Summary: x.conv.summary}, Store: r.Store == nil || *r.Store,
 		Temperature: r.Temperature, TopP: r.TopP, ToolChoice: r.ToolChoice, Tools: r.Tools, Truncation: "disabled", Metadata: map[string]string{},
@@ -170,6 +175,7 @@ func (x *exchange) finished(a *assembler, res *server.ChatResult) responseJSON {
 	resp.Status, resp.IncompleteDetails = status(res.Finish)
 	resp.Usage = usage(res.Usage, a.reasoningSteps)
 	x.log.Fill(res.Usage, res.Outcome, res.Finish)
+	x.log.Model = x.job.Model()
 	if o := res.Outcome; o.FirstToken > 0 {
 		x.log.TTFTSeconds = (time.Since(x.job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
 	}
