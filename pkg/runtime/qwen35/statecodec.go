@@ -15,14 +15,14 @@ const StateCodecVersion = 1
 // stateHeader is the geometry a serialized state declares, so that a
 // reader can refuse one written by another model before allocating.
 type stateHeader struct {
-	version  uint32
-	kinds    []LayerKind
-	kvBits   uint32
-	kvRow    uint32 // Hkv·Dh
-	headDim  uint32
-	convLen  uint32 // floats of one GDN layer's conv window
-	recLen   uint32 // floats of one GDN layer's recurrent matrices
-	tokens   uint64
+	version uint32
+	kinds   []LayerKind
+	kvBits  uint32
+	kvRow   uint32 // Hkv·Dh
+	headDim uint32
+	convLen uint32 // floats of one GDN layer's conv window
+	recLen  uint32 // floats of one GDN layer's recurrent matrices
+	tokens  uint64
 }
 
 // maxCodecLayers bounds the layer count a header may declare before it is
