@@ -212,7 +212,7 @@ func TestDiskBudgetEvictsLeastRecentlyUsedAndOnlyItsOwnFiles(t *testing.T) {
 	dir := t.TempDir()
 	foreign := map[string][]byte{
 		"notes.txt": []byte("mine"),
-		fileName(testKey, 5, prefixHash(seq(5, 0))): []byte("named like an entry, not one"),
+		fileName(testKey, 5, prefixHash(seq(5, 0))):       []byte("named like an entry, not one"),
 		".nvmai-pc-" + strings.Repeat("0", 64) + ".1.tmp": []byte("named like a temporary file"),
 	}
 	for name, b := range foreign {
