@@ -185,14 +185,14 @@ func (d *Disk) removeOurs(name, why string) {
 	d.log("prompt cache: removed %s: %s", p, why)
 }
 
-// Get finds the longest entry under key whose tokens are a prefix of ids,
-// verifies it and hands its payload (after the token ids) to decode; n is
+// Get finds the longest entry under key longer than longerThan tokens
+// whose tokens are a prefix of ids, verifies it and hands its payload (after the token ids) to decode; n is
 // its token count. A damaged entry (bad checksum, truncated, decode error)
 // is removed and logged, and the next shorter one tried. The value decode
 // built must be dropped unless ok: the checksum is checked after decode
 // has read the whole payload.
-func (d *Disk) Get(key Key, ids []int, decode func(io.Reader) error) (n int, ok bool) {
-	for _, e := range d.candidates(key, ids) {
+func (d *Disk) Get(key Key, ids []int, longerThan int, decode func(io.Reader) error) (n int, ok bool) {
+	for _, e := range d.candidates(key, ids, longerThan) {
 		err := d.load(e, ids[:e.h.tokens], decode)
 		if err == nil {
 			d.touch(e)
@@ -211,11 +211,11 @@ func (d *Disk) Get(key Key, ids []int, decode func(io.Reader) error) (n int, ok 
 
 // candidates are key's entries that are prefixes of ids by their
 // recorded hash, longest first.
-func (d *Disk) candidates(key Key, ids []int) []*diskEntry {
+func (d *Disk) candidates(key Key, ids []int, longerThan int) []*diskEntry {
 	d.mu.Lock()
 	var es []*diskEntry
 	for _, e := range d.entries {
-		if e.h.key == key && int(e.h.tokens) <= len(ids) {
+		if n := int(e.h.tokens); e.h.key == key && n <= len(ids) && n > longerThan {
 			es = append(es, e)
 		}
 	}
@@ -344,6 +344,9 @@ func (p *payloadReader) Read(b []byte) (int, error) {
 	p.n += int64(n)
 	return n, err
 }
+
+// Logf writes a line to the cache's log (DiskOptions.Log).
+func (d *Disk) Logf(format string, args ...any) { d.log(format, args...) }
 
 // Stats reports the directory's contents and counters.
 func (d *Disk) Stats() DiskStats {

@@ -48,7 +48,7 @@ func openTest(t *testing.T, dir string, budget int64) (*Disk, *strings.Builder) 
 // get returns the decoded payload of the longest entry for ids, or nil.
 func get(d *Disk, key Key, ids []int) (int, []byte) {
 	var got []byte
-	n, ok := d.Get(key, ids, func(r io.Reader) error {
+	n, ok := d.Get(key, ids, 0, func(r io.Reader) error {
 		var err error
 		got, err = io.ReadAll(r)
 		return err

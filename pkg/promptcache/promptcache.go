@@ -71,6 +71,21 @@ func (c *Cache[V]) Lookup(ids []int) (n int, v V, ok bool) {
 	return len(best.tokens), best.value, true
 }
 
+// Peek returns the entry for exactly tokens and marks it recently used,
+// without counting a hit or a miss (a caller about to store tokens asks
+// whether it already has them).
+func (c *Cache[V]) Peek(tokens []int) (v V, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.find(tokens)
+	if i < 0 {
+		return v, false
+	}
+	c.clock++
+	c.entries[i].used = c.clock
+	return c.entries[i].value, true
+}
+
 // Put stores value for tokens (replacing an entry with the same tokens),
 // evicting least recently used entries until it fits. A value larger than
 // the whole budget is not stored; Put reports whether it was.
