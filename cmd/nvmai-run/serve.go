@@ -17,6 +17,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/openai"
@@ -38,6 +39,8 @@ GET /health. One generation runs at a time; others wait in FIFO order (--queue-l
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running one; more get 429"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
+			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
+			&cli.StringFlag{Name: "prompt-cache-disk-budget", Value: "20G", Usage: "most bytes of snapshot files kept in --prompt-cache-dir (least recently used go first)"},
 			&cli.StringFlag{Name: "max-body", Value: "4M", Usage: "largest request body"},
 			&cli.StringFlag{Name: "thinking", Usage: "default for enable_thinking when a request does not say: on or off", DefaultText: "the template's default"},
 			&cli.StringFlag{Name: "chat-template", Usage: "Jinja chat template `FILE` to use instead of the install's"},
@@ -79,8 +82,15 @@ func serveAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
+	disk, err := openPromptDisk(c)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
+		Disk: disk, TemplateSHA256: templateSHA256(renderer),
 	})
 	srv.SetEngine(re, renderer)
 	info := re.Info()
@@ -121,6 +131,9 @@ func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
 	if _, err := expertcache.ParseSize(c.String("prompt-cache")); err != nil && c.String("prompt-cache") != "0" {
 		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache: %v", err)
 	}
+	if b, err := expertcache.ParseSize(c.String("prompt-cache-disk-budget")); err != nil || b <= 0 {
+		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache-disk-budget %q: give a size such as 20G", c.String("prompt-cache-disk-budget"))
+	}
 	maxBody, err := expertcache.ParseSize(c.String("max-body"))
 	if err != nil {
 		return cfg, openai.Options{}, cliutil.Usagef("--max-body: %v", err)
@@ -160,6 +173,32 @@ func loadServeEngine(c *cli.Context) (*runtime.Engine, server.Renderer, error) {
 	}
 	e.Close()
 	return nil, nil, fmt.Errorf("the chat template cannot be used (%v); give one with --chat-template FILE", err)
+}
+
+// openPromptDisk opens --prompt-cache-dir (nil when not given).
+func openPromptDisk(c *cli.Context) (*promptcache.Disk, error) {
+	dir := c.String("prompt-cache-dir")
+	if dir == "" {
+		return nil, nil
+	}
+	budget, _ := expertcache.ParseSize(c.String("prompt-cache-disk-budget"))
+	d, err := promptcache.OpenDisk(promptcache.DiskOptions{Dir: dir, Budget: budget, Queue: 4, Log: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "nvmai-run serve: "+f+"\n", a...)
+	}})
+	if err != nil {
+		return nil, err
+	}
+	st := d.Stats()
+	fmt.Fprintf(os.Stderr, "nvmai-run serve: prompt cache dir %s: %d entries, %s of %s\n", dir, st.Entries, expertcache.FormatSize(st.Bytes), expertcache.FormatSize(budget))
+	return d, nil
+}
+
+// templateSHA256 names the renderer's template for the disk cache's key.
+func templateSHA256(r server.Renderer) string {
+	if t, ok := r.(interface{ SHA256() string }); ok {
+		return t.SHA256()
+	}
+	return server.PlainChatMLSHA256()
 }
 
 func modelID(c *cli.Context) string {

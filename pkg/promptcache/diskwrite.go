@@ -72,8 +72,12 @@ func (d *Disk) Enqueue(key Key, ids []int, encode func(io.Writer) error) bool {
 // Flush waits until every queued write is done.
 func (d *Disk) Flush() { d.wg.Wait() }
 
-// Close finishes the queued writes and stops the writer.
+// Close finishes the queued writes and stops the writer. A nil Disk is
+// closed already.
 func (d *Disk) Close() {
+	if d == nil {
+		return
+	}
 	d.closeMu.Lock()
 	if d.closed {
 		d.closeMu.Unlock()
