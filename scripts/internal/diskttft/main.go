@@ -22,9 +22,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -43,6 +46,16 @@ func main() {
 		os.Exit(2)
 	}
 	m := &measure{runBin: *runBin, model: *model, work: *work, extra: strings.Fields(*runFlags)}
+	// An interrupted measurement stops the server it started.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		if s := running.Load(); s != nil {
+			s.stop()
+		}
+		os.Exit(1)
+	}()
 	if err := m.run(*tokens, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "diskttft:", err)
 		os.Exit(1)
@@ -150,6 +163,9 @@ func (s *server) requestLog() (ttft, prefillTokS float64) {
 	return ttft, prefillTokS
 }
 
+// running is the server started last and not yet stopped.
+var running atomic.Pointer[server]
+
 type server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
@@ -173,6 +189,7 @@ func (m *measure) start(dir string) (*server, error) {
 		return nil, err
 	}
 	go func() { s.cmd.Wait(); close(s.done) }()
+	running.Store(s)
 	for range 3000 {
 		if resp, err := http.Get(s.base + "/health"); err == nil {
 			resp.Body.Close()
@@ -196,6 +213,7 @@ func (m *measure) start(dir string) (*server, error) {
 func (s *server) stop() {
 	s.cmd.Process.Signal(os.Interrupt)
 	<-s.done
+	running.CompareAndSwap(s, nil)
 }
 
 type result struct {
