@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/promptcache"
@@ -101,6 +102,7 @@ func (t *diskTier) lookup(sess *runtime.Session, ids []int, longerThan int) (int
 		return 0, nil
 	}
 	var snap *runtime.Snapshot
+	t0 := time.Now()
 	n, ok := t.disk.Get(t.key, ids, longerThan, func(r io.Reader) error {
 		s, err := sess.ReadSnapshot(r)
 		snap = s
@@ -113,6 +115,7 @@ func (t *diskTier) lookup(sess *runtime.Session, ids []int, longerThan int) (int
 		t.disk.Logf("prompt cache: a %d-token entry held a %d-token snapshot; ignored", n, snap.Len())
 		return 0, nil
 	}
+	t.disk.Logf("prompt cache: resumed %d tokens from disk in %.2fs", n, time.Since(t0).Seconds())
 	return n, snap
 }
 
