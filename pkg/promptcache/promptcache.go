@@ -11,6 +11,9 @@
 // least recently used, so a side request (a title, a summary) between two
 // turns of a conversation does not push the conversation out unless the
 // budget cannot hold both.
+//
+// Disk is the tier below: entry files in one directory that a restarted
+// server finds again (docs/prompt-cache.md).
 package promptcache
 
 import (
