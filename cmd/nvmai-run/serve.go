@@ -18,6 +18,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
@@ -43,6 +44,8 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running one; more get 429"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
+			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
+			&cli.StringFlag{Name: "prompt-cache-disk-budget", Value: "20G", Usage: "most bytes of snapshot files kept in --prompt-cache-dir (least recently used go first)"},
 			&cli.StringFlag{Name: "max-body", Value: "4M", Usage: "largest request body"},
 			&cli.StringFlag{Name: "thinking", Usage: "default for enable_thinking when a request does not say: on or off", DefaultText: "the template's default"},
 			&cli.StringFlag{Name: "chat-template", Usage: "Jinja chat template `FILE` to use instead of the install's"},
@@ -96,12 +99,21 @@ func serveAction(c *cli.Context) error {
 		return serveUntilDone(c, hs, errc)
 	}
 	if several {
-		set, err := openModelsDir(c, srv, ln.Addr())
+		disk, err := openPromptDisk(c)
 		if err != nil {
 			hs.Close()
 			return err
 		}
-		defer set.Close()
+		set, err := openModelsDir(c, srv, ln.Addr(), disk)
+		if err != nil {
+			disk.Close()
+			hs.Close()
+			return err
+		}
+		defer func() {
+			disk.Close() // finishes the queued writes, then the models go
+			set.Close()
+		}()
 		return serveUntilDone(c, hs, errc)
 	}
 	// Listen first so /health answers 503 while the model loads.
@@ -112,8 +124,15 @@ func serveAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
+	disk, err := openPromptDisk(c)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
+		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer),
 	})
 	srv.SetEngine(re, renderer)
 	info := re.Info()
@@ -166,6 +185,9 @@ func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
 	}
 	if _, err := expertcache.ParseSize(c.String("prompt-cache")); err != nil && c.String("prompt-cache") != "0" {
 		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache: %v", err)
+	}
+	if b, err := expertcache.ParseSize(c.String("prompt-cache-disk-budget")); err != nil || b <= 0 {
+		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache-disk-budget %q: give a size such as 20G", c.String("prompt-cache-disk-budget"))
 	}
 	maxBody, err := expertcache.ParseSize(c.String("max-body"))
 	if err != nil {
@@ -232,7 +254,7 @@ func checkModelsFlags(c *cli.Context) error {
 
 // openModelsDir lists the installs under --models-dir and hands them to
 // srv, which loads them on demand.
-func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr) (*modeldir.Set, error) {
+func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr, disk *promptcache.Disk) (*modeldir.Set, error) {
 	lopt, err := loadOptions(c, "")
 	if err != nil {
 		return nil, err
@@ -241,7 +263,7 @@ func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr) (*modeldir
 	notice := func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }
 	set, err := modeldir.Open(modeldir.Options{
 		Dir: c.String("models-dir"), Load: lopt, MaxContext: c.Int("max-context"), Notice: notice,
-		Runtime: server.RuntimeOptions{Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), CacheBytes: cacheBytes},
+		Runtime: server.RuntimeOptions{Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), CacheBytes: cacheBytes, Disk: disk},
 	})
 	if err != nil {
 		return nil, err
@@ -269,6 +291,24 @@ func responsesKeep(n int) int {
 		return -1
 	}
 	return n
+}
+
+// openPromptDisk opens --prompt-cache-dir (nil when not given).
+func openPromptDisk(c *cli.Context) (*promptcache.Disk, error) {
+	dir := c.String("prompt-cache-dir")
+	if dir == "" {
+		return nil, nil
+	}
+	budget, _ := expertcache.ParseSize(c.String("prompt-cache-disk-budget"))
+	d, err := promptcache.OpenDisk(promptcache.DiskOptions{Dir: dir, Budget: budget, Queue: 4, Log: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "nvmai-run serve: "+f+"\n", a...)
+	}})
+	if err != nil {
+		return nil, err
+	}
+	st := d.Stats()
+	fmt.Fprintf(os.Stderr, "nvmai-run serve: prompt cache dir %s: %d entries, %s of %s\n", dir, st.Entries, expertcache.FormatSize(st.Bytes), expertcache.FormatSize(budget))
+	return d, nil
 }
 
 func modelID(c *cli.Context) string {

@@ -11,6 +11,9 @@
 // least recently used, so a side request (a title, a summary) between two
 // turns of a conversation does not push the conversation out unless the
 // budget cannot hold both.
+//
+// Disk is the tier below: entry files in one directory that a restarted
+// server finds again (docs/prompt-cache.md).
 package promptcache
 
 import (
@@ -69,6 +72,21 @@ func (c *Cache[V]) Lookup(ids []int) (n int, v V, ok bool) {
 	c.clock++
 	best.used = c.clock
 	return len(best.tokens), best.value, true
+}
+
+// Peek returns the entry for exactly tokens and marks it recently used,
+// without counting a hit or a miss (a caller about to store tokens asks
+// whether it already has them).
+func (c *Cache[V]) Peek(tokens []int) (v V, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.find(tokens)
+	if i < 0 {
+		return v, false
+	}
+	c.clock++
+	c.entries[i].used = c.clock
+	return c.entries[i].value, true
 }
 
 // Put stores value for tokens (replacing an entry with the same tokens),

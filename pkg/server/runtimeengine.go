@@ -23,6 +23,16 @@ type RuntimeOptions struct {
 	// of a prompt get a snapshot (default 2), besides the end of the
 	// prompt and the end of the reply.
 	Boundaries int
+	// Disk, when set, also keeps snapshots of long prefixes on disk, where
+	// a restarted server finds them (promptdisk.go).
+	Disk *promptcache.Disk
+	// TemplateSHA256 is the hex sha256 of the chat template's source: part
+	// of the disk key, so a changed template never hits. The disk tier
+	// stays off without it.
+	TemplateSHA256 string
+	// DiskMinTokens is the shortest prefix whose snapshot goes to disk
+	// (default DefaultDiskMinTokens).
+	DiskMinTokens int
 }
 
 // RuntimeEngine serves an nvmai runtime.Engine: one session, whose state is
@@ -38,6 +48,7 @@ type RuntimeEngine struct {
 	stopIDs []int
 	imStart int // <|im_start|>: messages begin there (-1 when absent)
 	format  formatMasker
+	disk    *diskTier // nil: RAM only
 }
 
 // NewRuntimeEngine wraps e.
@@ -47,6 +58,7 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 	}
 	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1}
 	r.sess = e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})
+	r.disk = newDiskTier(e, opt)
 	r.stopIDs = e.EOSIDs()
 	if id, ok := e.Tokenizer.TokenID("<|im_end|>"); ok && !slices.Contains(r.stopIDs, id) {
 		r.stopIDs = append(r.stopIDs, id)
@@ -82,10 +94,19 @@ func (r *RuntimeEngine) Tokenize(text string) []int { return r.e.Tokenizer.Encod
 // CacheStats reports the prompt cache.
 func (r *RuntimeEngine) CacheStats() promptcache.Stats { return r.cache.Stats() }
 
+// DiskCacheStats reports the prompt cache's disk tier (zero when off).
+func (r *RuntimeEngine) DiskCacheStats() promptcache.DiskStats {
+	if r.disk == nil {
+		return promptcache.DiskStats{}
+	}
+	return r.disk.disk.Stats()
+}
+
 // Generate implements Engine.
 func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func(string) bool) (Outcome, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.disk.flushPending()
 	start := time.Now()
 	var out Outcome
 	reused, err := r.resume(g.Prompt)
@@ -144,6 +165,10 @@ func (r *RuntimeEngine) resume(prompt []int) (int, error) {
 		live = len(r.held)
 	}
 	n, snap, ok := r.cache.Lookup(prompt[:limit])
+	if dn, dsnap := r.disk.lookup(r.sess, prompt[:limit], max(n, live)); dn > 0 {
+		n, snap, ok = dn, dsnap, true
+		r.cache.Put(prompt[:n], snap, snap.Bytes())
+	}
 	if ok && n > live {
 		if err := r.sess.Restore(snap); err != nil {
 			return 0, err
@@ -198,14 +223,20 @@ func (r *RuntimeEngine) snapshotPoints(prompt []int, from int) []int {
 }
 
 func (r *RuntimeEngine) put(tokens []int) {
-	if r.opt.CacheBytes <= 0 || len(tokens) == 0 {
+	toDisk := r.disk.wants(tokens)
+	if (r.opt.CacheBytes <= 0 && !toDisk) || len(tokens) == 0 {
 		return
 	}
-	if n, _, ok := r.cache.Lookup(tokens); ok && n == len(tokens) {
-		return // already held (the lookup refreshed it)
+	snap, held := r.cache.Peek(tokens)
+	if !held {
+		if snap = r.sess.Snapshot(); snap == nil {
+			return
+		}
+		r.cache.Put(tokens, snap, snap.Bytes())
 	}
-	snap := r.sess.Snapshot()
-	r.cache.Put(tokens, snap, snap.Bytes())
+	if toDisk {
+		r.disk.add(tokens, snap)
+	}
 }
 
 // fail leaves the session empty: a cancelled or failed forward leaves it

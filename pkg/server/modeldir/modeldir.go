@@ -144,6 +144,7 @@ func (s *Set) Load(id string) (server.Engine, server.Renderer, error) {
 	info := s.info(id)
 	ro := s.opt.Runtime
 	ro.ModelID, ro.MaxContext = id, info.Context
+	ro.TemplateSHA256 = server.TemplateSHA256(r) // one disk tier serves every install: entries are keyed by install and template
 	re := server.NewRuntimeEngine(e, ro)
 	s.mu.Lock()
 	s.loaded[id] = loadedModel{e, re}

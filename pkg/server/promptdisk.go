@@ -1,0 +1,150 @@
+package server
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/promptcache"
+	"github.com/nvmai/nvmai/pkg/receipt"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/tokenizer"
+)
+
+// DefaultDiskMinTokens is the shortest prefix whose snapshot is written to
+// disk: shorter ones prefill in seconds, and an agent's system and tool
+// definitions (the prefix worth keeping) run to thousands of tokens.
+const DefaultDiskMinTokens = 1024
+
+// PlainChatMLSHA256 is the template digest of the built-in ChatML renderer
+// (the sha256 of tokenizer.PlainChatTemplate, which it renders exactly).
+func PlainChatMLSHA256() string {
+	s := sha256.Sum256([]byte(tokenizer.PlainChatTemplate))
+	return hex.EncodeToString(s[:])
+}
+
+// diskTier is a RuntimeEngine's view of the disk cache: its key and the
+// snapshots a request took that go to disk once the request is done. All
+// methods accept a nil receiver (the tier is off).
+type diskTier struct {
+	disk    *promptcache.Disk
+	key     promptcache.Key
+	min     int
+	pending []diskWrite
+}
+
+type diskWrite struct {
+	tokens []int
+	snap   *runtime.Snapshot
+}
+
+// newDiskTier keys opt.Disk by the install and template, or returns nil
+// (logged through the disk's log) when they cannot be named.
+func newDiskTier(e *runtime.Engine, opt RuntimeOptions) *diskTier {
+	if opt.Disk == nil {
+		return nil
+	}
+	bits := opt.KVBits
+	if bits == 0 {
+		bits = qwen35.DefaultKVBits
+	}
+	key, err := DiskKey(e, opt.TemplateSHA256, bits)
+	if err != nil {
+		opt.Disk.Logf("prompt cache: the disk tier is off: %v", err)
+		return nil
+	}
+	if e.Backend() != nil {
+		opt.Disk.Logf("prompt cache: the disk tier is off: the %s engine keeps no snapshots", e.Backend().Name())
+		return nil
+	}
+	return &diskTier{disk: opt.Disk, key: key, min: cmp.Or(opt.DiskMinTokens, DefaultDiskMinTokens)}
+}
+
+// DiskKey is the disk-cache key of e's snapshots at the given KV width
+// under the chat template whose hex sha256 is templateSHA256. Its model
+// part is the sha256 of the install's receipt in canonical form (every
+// file's sha256, so any changed weight or tokenizer changes it) followed by
+// the RoPE scaling in use (YaRN changes every cached key).
+func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.Key, error) {
+	var k promptcache.Key
+	t, err := hex.DecodeString(templateSHA256)
+	if err != nil || len(t) != len(k.Template) {
+		return k, fmt.Errorf("the chat template digest %q is not a hex sha256", templateSHA256)
+	}
+	copy(k.Template[:], t)
+	rc, err := receipt.Read(filepath.Join(e.Install.Dir, packexperts.ReceiptFile))
+	if err != nil {
+		return k, err
+	}
+	canon, err := receipt.Encode(rc)
+	if err != nil {
+		return k, err
+	}
+	hs := sha256.New()
+	hs.Write(canon)
+	fmt.Fprintf(hs, "\x00rope_scaling=%+v", e.Config().RopeScaling)
+	hs.Sum(k.Model[:0])
+	k.KVBits = uint32(kvBits)
+	return k, nil
+}
+
+// lookup reads the longest disk entry for ids longer than longerThan
+// tokens into a snapshot for sess; 0 when there is none.
+func (t *diskTier) lookup(sess *runtime.Session, ids []int, longerThan int) (int, *runtime.Snapshot) {
+	if t == nil {
+		return 0, nil
+	}
+	var snap *runtime.Snapshot
+	t0 := time.Now()
+	n, ok := t.disk.Get(t.key, ids, longerThan, func(r io.Reader) error {
+		s, err := sess.ReadSnapshot(r)
+		snap = s
+		return err
+	})
+	if !ok {
+		return 0, nil
+	}
+	if snap.Len() != n {
+		t.disk.Logf("prompt cache: a %d-token entry held a %d-token snapshot; ignored", n, snap.Len())
+		return 0, nil
+	}
+	t.disk.Logf("prompt cache: resumed %d tokens from disk in %.2fs", n, time.Since(t0).Seconds())
+	return n, snap
+}
+
+// wants says whether a snapshot of tokens goes to disk.
+func (t *diskTier) wants(tokens []int) bool { return t != nil && len(tokens) >= t.min }
+
+// add keeps snap for writing when the request is done.
+func (t *diskTier) add(tokens []int, snap *runtime.Snapshot) {
+	t.pending = append(t.pending, diskWrite{tokens: slices.Clone(tokens), snap: snap})
+}
+
+// flushPending hands the request's snapshots to the background writer
+// (bounded: what the queue cannot take is dropped and counted), so writing
+// never delays a response.
+func (t *diskTier) flushPending() {
+	if t == nil {
+		return
+	}
+	for _, w := range t.pending {
+		t.disk.Enqueue(t.key, w.tokens, func(out io.Writer) error { _, err := w.snap.WriteTo(out); return err })
+	}
+	t.pending = nil
+}
+
+// TemplateSHA256 is the digest that keys r's disk cache entries: the
+// template's own sha256, or the built-in ChatML renderer's.
+func TemplateSHA256(r Renderer) string {
+	if t, ok := r.(interface{ SHA256() string }); ok {
+		return t.SHA256()
+	}
+	return PlainChatMLSHA256()
+}
