@@ -20,8 +20,10 @@ const (
 	TapResidual   TapPoint = iota // the residual [T, S·H] entering layer `layer` (len(layers): after the last)
 	TapPLE                        // a PLE layer's output u + z [T, S·H], before it is added
 	TapAttnRead                   // the mixer's input x [T, H] from the attention gated residual
+	TapAttnGates                  // its write gates c [T, S]
 	TapMixer                      // the mixer's (GDN or attention) output [T, H]
 	TapMLPRead                    // the MoE input [T, H] from the MLP gated residual
+	TapMLPGates                   // its write gates c [T, S]
 	TapMoE                        // the MoE output [T, H]
 	TapFinalMixer                 // the final mixer's output [rows, H], lm_head's input
 )
@@ -140,6 +142,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		m.read(&ly.attnHC, &ws.hc, R, x, T)
 		ws.prof.Mark(blocks.PhaseNorms, 0)
 		st.observe(TapAttnRead, l, x)
+		st.observe(TapAttnGates, l, ws.hc.c)
 		ls := &st.layers[l]
 		switch ly.kind {
 		case LinearAttention:
@@ -152,6 +155,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		m.read(&ly.mlpHC, &ws.hc, R, x, T)
 		ws.prof.Mark(blocks.PhaseNorms, 0)
 		st.observe(TapMLPRead, l, x)
+		st.observe(TapMLPGates, l, ws.hc.c)
 		if err := m.moe.Block(l, &ly.moe, &ws.moe, x, y, T); err != nil {
 			return err
 		}
