@@ -1,5 +1,6 @@
-// Command nvmai-convert turns a Hugging Face snapshot of a Qwen3.5 or
-// Qwen3.5-MoE checkpoint into an nvmai install.
+// Command nvmai-convert turns a Hugging Face snapshot of a Qwen3.5,
+// Qwen3.5-MoE or Qwen3.8-Flash-Next (qwen4_exp) checkpoint into an nvmai
+// install.
 package main
 
 import (
@@ -23,8 +24,9 @@ func app() *cli.App {
    nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --output DIR   (random weights, no snapshot)`,
 		Description: `Reads config.json, the tokenizer and the safetensors shards of SNAPSHOT (a folder, e.g. a
 Hugging Face cache snapshot), quantizes the weights (MLX affine, group 64) and writes an install:
-manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), the tokenizer and configs,
-and the receipt verified-install.json. Output appears only when complete; an existing install is
+manifest.json, resident.bin, experts/layer-NNN.bin (one per MoE layer), for qwen4_exp
+ngram/layer-NNN.bin (the PLE layer's n-gram table, bf16, rows packed for direct reads), the
+tokenizer and configs, and the receipt verified-install.json. Output appears only when complete; an existing install is
 never replaced without --overwrite, and nothing but an nvmai install ever is (nor an --output
 overlapping --input). Vision-tower tensors are skipped; mtp.* draft-head tensors are
 copied verbatim to draft/mtp.safetensors. --bits 4,8 (any comma list of 4, 8 and 16) writes

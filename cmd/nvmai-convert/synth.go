@@ -47,7 +47,7 @@ func synthAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		var total, resident, experts int64
+		var total, resident, experts, ngram int64
 		for _, f := range m.Files {
 			total += f.Size
 			switch {
@@ -55,6 +55,8 @@ func synthAction(c *cli.Context) error {
 				resident = f.Size
 			case strings.HasPrefix(f.Name, "experts/"):
 				experts = f.Size
+			case strings.HasPrefix(f.Name, "ngram/"):
+				ngram += f.Size
 			}
 		}
 		w := c.App.Writer
@@ -62,6 +64,9 @@ func synthAction(c *cli.Context) error {
 			m.Geometry.NumLayers, cliutil.Bytes(total), len(m.Files), total, cliutil.Bytes(resident))
 		if m.Experts != nil {
 			fmt.Fprintf(w, ", %d expert files of %s", len(m.Experts.Layers), cliutil.Bytes(experts))
+		}
+		if len(m.NGram) > 0 {
+			fmt.Fprintf(w, ", n-gram table %s (sparse: written as a hole)", cliutil.Bytes(ngram))
 		}
 		fmt.Fprintln(w, "; nothing written")
 		return nil

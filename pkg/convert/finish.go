@@ -135,6 +135,9 @@ func (o *output) listFiles(meta []metaFile) error {
 			names = append(names, l.File)
 		}
 	}
+	for _, t := range o.man.NGram {
+		names = append(names, t.File)
+	}
 	if o.man.Draft != nil {
 		names = append(names, o.man.Draft.File)
 	}

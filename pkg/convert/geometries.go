@@ -111,6 +111,48 @@ var synthGeometries = []SynthGeometry{
 	},
 }
 
+// qwen38Flash is Qwen3.8-Flash-Next 125B-A6B's text_config as
+// ../shared/docs/qwen38-architecture.md §1.2 gives it (release column);
+// docs/synthetic.md cites each number. The PLE reset id is the embedded
+// tokenizer's <|endoftext|> (the release's is 248044): a synthetic install
+// carries the tiny tokenizer, and the reset must be a token it can emit.
+func qwen38Flash() SynthGeometry {
+	return SynthGeometry{
+		Name: "qwen3.8-flash-next-125b-a6b", Architecture: packexperts.ArchQwen4Exp,
+		Source: "Qwen3.8-Flash-Next text_config, release column of shared/docs/qwen38-architecture.md §1.2 (n-gram table §2.6, sizes §6)",
+		Geometry: qwen35Text(packexperts.Geometry{
+			HiddenSize: 2560, NumLayers: 48, NumAttentionHeads: 24, NumKeyValueHeads: 2, LinearNumValueHeads: 48,
+			NumExperts: 512, NumExpertsPerTok: 10, MoeIntermediateSize: 640, SharedExpertIntermediateSize: 640,
+			Qwen4Exp: &packexperts.Qwen4ExpGeometry{
+				HCCount: 4, HCLowRank: 320, OutputGateType: "sigmoid", NormTopKProb: true, PLELayers: []int{1},
+				PLEEmbedDim: 2560, PLEConvKernelSize: 4, NGramSize: 3, HeadsPerNGram: 8, NGramVocabSizeBase: 20_000_000,
+				NGramVocabSizeDivisibleBy: 128, Seed: 1234, SplitNGramParts: 128, PLEResetTokenID: synthEndOfText,
+				IndexerNHeads: 4, IndexerKVHeads: 1, IndexerHeadDim: 128, IndexerBudget: 2048, IndexerCompressRatio: 4,
+			},
+		}),
+	}
+}
+
+// tinyQwen38 is the shape of the tiny-qwen38-* transformers fixtures.
+func tinyQwen38() SynthGeometry {
+	g := tinyText(packexperts.Geometry{
+		NumLayers: 8, NumExperts: 16, NumExpertsPerTok: 4, MoeIntermediateSize: 32, SharedExpertIntermediateSize: 32,
+		Qwen4Exp: &packexperts.Qwen4ExpGeometry{
+			HCCount: 4, HCLowRank: 16, OutputGateType: "sigmoid", NormTopKProb: true, PLELayers: []int{1},
+			PLEEmbedDim: 64, PLEConvKernelSize: 4, NGramSize: 3, HeadsPerNGram: 8, NGramVocabSizeBase: 1000,
+			NGramVocabSizeDivisibleBy: 128, Seed: 1234, SplitNGramParts: 4, PLEResetTokenID: synthEndOfText,
+			IndexerNHeads: 8, IndexerKVHeads: 1, IndexerHeadDim: 16, IndexerBudget: 8, IndexerCompressRatio: 4,
+		},
+	})
+	g.HiddenSize, g.LinearNumValueHeads, g.LinearKeyHeadDim, g.LinearValueHeadDim = 64, 6, 16, 16
+	return SynthGeometry{
+		Name: "tiny-qwen38", Architecture: packexperts.ArchQwen4Exp,
+		Source: "the tiny-qwen38 transformers fixture (shared/fixtures/dev/tiny-qwen38-fused/config.json)", Geometry: g,
+	}
+}
+
+func init() { synthGeometries = append(synthGeometries, qwen38Flash(), tinyQwen38()) }
+
 // layerPattern is Qwen3.5's default layer_types: layer i is full attention
 // when (i+1) is a multiple of the interval, as transformers derives it.
 func layerPattern(n int) []string {
@@ -151,6 +193,18 @@ func LookupSynthGeometry(name string, layers int) (SynthGeometry, error) {
 			sg.Geometry.NumLayers = layers
 		}
 		sg.Geometry.LayerTypes = layerPattern(sg.Geometry.NumLayers)
+		if q := sg.Geometry.Qwen4Exp; q != nil {
+			// A copy, so cutting layers never edits the table; PLE layers
+			// past the cut go with their layers.
+			cut := *q
+			cut.PLELayers = []int{}
+			for _, l := range q.PLELayers {
+				if l < sg.Geometry.NumLayers {
+					cut.PLELayers = append(cut.PLELayers, l)
+				}
+			}
+			sg.Geometry.Qwen4Exp = &cut
+		}
 		return sg, nil
 	}
 	return SynthGeometry{}, fmt.Errorf("--geometry %q is not known; choose one of %s", name, strings.Join(SynthGeometryNames(), ", "))
@@ -233,14 +287,57 @@ func mropeSection(g *packexperts.Geometry) []int {
 	return s
 }
 
+// synthQwen4Config is text_config for qwen4_exp: the qwen3_5 fields plus
+// hyper-connections, PLE and the indexer, as 5.17 writes them.
+type synthQwen4Config struct {
+	synthTextConfig
+	OutputGateType       string `json:"output_gate_type"`
+	NormTopKProb         bool   `json:"norm_topk_prob"`
+	HCCount              int    `json:"hc_count"`
+	HCLowRank            int    `json:"hc_lowrank"`
+	PLELayerIDs          []int  `json:"ple_layer_ids"`
+	PLEEmbedDim          int    `json:"ple_embed_dim"`
+	PLEConvKernelSize    int    `json:"ple_conv_kernel_size"`
+	NGramSize            int    `json:"ngram_size"`
+	HeadsPerNGram        int    `json:"heads_per_ngram"`
+	NGramVocabSizeBase   int64  `json:"ngram_vocab_size_base"`
+	DivisibleBy          int64  `json:"make_ngram_vocab_size_divisible_by"`
+	Seed                 int64  `json:"seed"`
+	SplitNGramParts      int    `json:"split_ngram_parts"`
+	IndexerNHeads        int    `json:"indexer_n_heads"`
+	IndexerKVHeads       int    `json:"indexer_kv_heads"`
+	IndexerHeadDim       int    `json:"indexer_head_dim"`
+	IndexerBudget        int    `json:"indexer_budget"`
+	IndexerCompressRatio int    `json:"indexer_compress_ratio"`
+}
+
+func qwen4TextConfig(tc synthTextConfig, q *packexperts.Qwen4ExpGeometry) synthQwen4Config {
+	tc.EOSTokenID = q.PLEResetTokenID // text_config's eos is the PLE reset token, not the stop list
+	ids := make([]int, len(q.PLELayers))
+	for i, l := range q.PLELayers {
+		ids[i] = l + 1
+	}
+	return synthQwen4Config{
+		synthTextConfig: tc, OutputGateType: q.OutputGateType, NormTopKProb: q.NormTopKProb, HCCount: q.HCCount,
+		HCLowRank: q.HCLowRank, PLELayerIDs: ids, PLEEmbedDim: q.PLEEmbedDim, PLEConvKernelSize: q.PLEConvKernelSize,
+		NGramSize: q.NGramSize, HeadsPerNGram: q.HeadsPerNGram, NGramVocabSizeBase: q.NGramVocabSizeBase,
+		DivisibleBy: q.NGramVocabSizeDivisibleBy, Seed: q.Seed, SplitNGramParts: q.SplitNGramParts,
+		IndexerNHeads: q.IndexerNHeads, IndexerKVHeads: q.IndexerKVHeads, IndexerHeadDim: q.IndexerHeadDim,
+		IndexerBudget: q.IndexerBudget, IndexerCompressRatio: q.IndexerCompressRatio,
+	}
+}
+
 // configJSON is the config.json of a synthetic install: the released
 // vision-language layout (text_config nested) without a vision_config,
 // since a synthetic install has no vision tower.
 func (sg *SynthGeometry) configJSON(seed uint64) ([]byte, error) {
 	g := &sg.Geometry
 	arch := "Qwen3_5ForConditionalGeneration"
-	if sg.Architecture == packexperts.ArchQwen35MoE {
+	switch sg.Architecture {
+	case packexperts.ArchQwen35MoE:
 		arch = "Qwen3_5MoeForConditionalGeneration"
+	case packexperts.ArchQwen4Exp:
+		arch = "Qwen4ExpForConditionalGeneration"
 	}
 	cfg := synthConfig{
 		Architectures: []string{arch}, ModelType: sg.Architecture, TieWordEmbeddings: g.TieWordEmbeddings, DType: "bfloat16",
@@ -261,6 +358,12 @@ func (sg *SynthGeometry) configJSON(seed uint64) ([]byte, error) {
 		},
 		Synthetic: synthMarker{Generator: synthGenerator, Geometry: sg.Name, Seed: seed,
 			Note: "random weights written by nvmai-convert synth for measurement; the model says nothing meaningful"},
+	}
+	if g.Qwen4Exp != nil {
+		return indentJSON(struct {
+			synthConfig
+			TextConfig synthQwen4Config `json:"text_config"`
+		}{cfg, qwen4TextConfig(cfg.TextConfig, g.Qwen4Exp)})
 	}
 	return indentJSON(cfg)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ type output struct {
 	tensors  map[string]*packexperts.Tensor // canonical name → placement
 	experts  map[int]*os.File               // layer → packed expert file
 	parts    map[string]*packexperts.Tensor // "gate", "up", "down"
+	ngram    []*os.File                     // one n-gram table per PLE layer (qwen4_exp)
 	draft    *safetensors.Writer
 	draftF   *os.File
 	lock     *os.File // held on staging while this process writes it
@@ -47,6 +49,9 @@ func newOutput(snap *hf.Snapshot, opt *Options, t Target, mtp []safetensors.Tens
 		return nil, err
 	}
 	if err := o.planExperts(snap); err != nil {
+		return nil, err
+	}
+	if err := o.planNGram(snap); err != nil {
 		return nil, err
 	}
 	if err := o.openDraft(mtp); err != nil {
@@ -121,7 +126,7 @@ func residentOrder(name string) string {
 
 func (o *output) planExperts(snap *hf.Snapshot) error {
 	g := &snap.Geometry
-	if snap.Architecture != packexperts.ArchQwen35MoE {
+	if !hasExperts(snap.Architecture) {
 		return nil
 	}
 	parts, stride, err := packexperts.LayoutExperts(g.HiddenSize, g.MoeIntermediateSize, ExpertEncoding(o.target.Bits))
@@ -149,6 +154,77 @@ func (o *output) planExperts(snap *hf.Snapshot) error {
 		o.parts[x.Parts[i].Name] = &x.Parts[i]
 	}
 	return nil
+}
+
+// hasExperts reports whether an architecture has routed experts.
+func hasExperts(arch string) bool {
+	return arch == packexperts.ArchQwen35MoE || arch == packexperts.ArchQwen4Exp
+}
+
+// planNGram creates each PLE layer's table file at its full size (rows not
+// yet written read as zeros, as does the block padding).
+func (o *output) planNGram(snap *hf.Snapshot) error {
+	if len(snap.NGram) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(o.staging, packexperts.NGramDir), 0o755); err != nil {
+		return err
+	}
+	o.man.NGram = slices.Clone(snap.NGram)
+	for i := range o.man.NGram {
+		t := &o.man.NGram[i]
+		f, err := os.Create(filepath.Join(o.staging, filepath.FromSlash(t.File)))
+		if err != nil {
+			return err
+		}
+		o.ngram = append(o.ngram, f)
+		if err := f.Truncate(t.FileSize()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeNGramRows writes rows (bf16, row_bytes each) starting at global row
+// g0. Whole blocks go out in one write with their zero padding; a block the
+// range only partly covers gets just its rows, since a neighbouring shard
+// writes the rest.
+func writeNGramRows(f *os.File, t *packexperts.NGram, g0 int64, rows []byte) error {
+	n := int64(len(rows)) / t.RowBytes
+	var run []byte
+	runOff := int64(-1)
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		_, err := f.WriteAt(run, runOff)
+		run = run[:0]
+		return err
+	}
+	pad := make([]byte, t.BlockBytes-t.RowsPerBlock*t.RowBytes)
+	for i := int64(0); i < n; {
+		g := g0 + i
+		take := min(t.RowsPerBlock-g%t.RowsPerBlock, n-i)
+		seg, off := rows[i*t.RowBytes:(i+take)*t.RowBytes], t.RowOffset(g)
+		i += take
+		if take == t.RowsPerBlock {
+			if runOff+int64(len(run)) != off {
+				if err := flush(); err != nil {
+					return err
+				}
+				runOff = off
+			}
+			run = append(append(run, seg...), pad...)
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if _, err := f.WriteAt(seg, off); err != nil {
+			return err
+		}
+	}
+	return flush()
 }
 
 // openDraft starts the draft-head file that keeps the mtp.* tensors aside,
@@ -184,6 +260,7 @@ func (o *output) closeFiles() error {
 	for l := 0; l < len(o.experts); l++ {
 		files = append(files, o.experts[l])
 	}
+	files = append(files, o.ngram...)
 	if o.draft != nil {
 		if err := o.draft.Close(); err != nil {
 			return fmt.Errorf("draft head: %w", err)
@@ -199,7 +276,7 @@ func (o *output) closeFiles() error {
 			first = err
 		}
 	}
-	o.resident, o.experts, o.draft, o.draftF = nil, map[int]*os.File{}, nil, nil
+	o.resident, o.experts, o.draft, o.draftF, o.ngram = nil, map[int]*os.File{}, nil, nil, nil
 	return first
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/nvmai/nvmai/pkg/hf"
@@ -39,7 +40,7 @@ func newConverter(snap *hf.Snapshot, opt *Options) (*converter, error) {
 			mtp = append(mtp, safetensors.TensorSpec{Name: st.Name, DType: st.Info.DType, Shape: st.Info.Shape})
 		}
 	}
-	if snap.Architecture == packexperts.ArchQwen35MoE {
+	if hasExperts(snap.Architecture) {
 		for l := 0; l < snap.Geometry.NumLayers; l++ {
 			moeLayers = append(moeLayers, l)
 		}
@@ -233,6 +234,12 @@ func (c *converter) tensor(st *hf.SourceTensor, r io.Reader) error {
 		return c.expertTensor(st, r)
 	case hf.Resident:
 		return c.residentTensor(st, r)
+	case hf.NGramTable:
+		return c.ngramTensor(st, r)
+	case hf.NGramBuffer:
+		// Checked against the config at Open; the manifest carries the values.
+		_, err := io.CopyN(io.Discard, r, st.Info.Size())
+		return err
 	}
 	return fmt.Errorf("unhandled tensor role %v", st.Role)
 }
@@ -257,6 +264,25 @@ func (c *converter) residentTensor(st *hf.SourceTensor, r io.Reader) error {
 		for _, o := range c.outs {
 			t := o.tensors[st.Canonical]
 			if err := writeRows(o.resident, 0, t, r0, blk, c.opt.Threads); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ngramTensor writes one shard (or the whole) of a PLE layer's n-gram table
+// into every output's table file, at its rows.
+func (c *converter) ngramTensor(st *hf.SourceTensor, r io.Reader) error {
+	k := slices.Index(c.snap.Geometry.Qwen4Exp.PLELayers, st.Layer)
+	first, ok := c.snap.NGramFirstRow[st.Name]
+	if k < 0 || !ok {
+		return fmt.Errorf("internal error: n-gram tensor %s was not planned", st.Name)
+	}
+	rows, cols := matrixDims(st.Info.Shape)
+	return c.rowBlocks(r, st.Info.DType, rows, cols, func(r0 int, blk *block) error {
+		for _, o := range c.outs {
+			if err := writeNGramRows(o.ngram[k], &o.man.NGram[k], first+int64(r0), blk.bf16()); err != nil {
 				return err
 			}
 		}

@@ -31,10 +31,13 @@ var floatTensorSuffixes = []string{
 
 // bf16TensorSuffixes stay in bf16 at every width: the router and the gates
 // decide which experts run, so 4-bit error there changes the routing itself,
-// and they are small (router 256×2048, gates 1–32 rows).
+// and they are small (router 256×2048, gates 1–32 rows). qwen4_exp's
+// block_inject_weight ([S, S·H], 4 rows) sets the write gate of every
+// residual stream, so it is kept likewise (q38 §6).
 var bf16TensorSuffixes = []string{
 	"mlp.gate.weight", "mlp.shared_expert_gate.weight",
 	"linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight",
+	"block_inject_weight.weight",
 }
 
 // eightBitTensors are the embedding and the output head: quantized to 8 bits

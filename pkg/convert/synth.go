@@ -102,7 +102,7 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
-	if err := checkFreeSpace(filepath.Dir(final), p.totalBytes()); err != nil {
+	if err := checkFreeSpace(filepath.Dir(final), p.diskBytes()); err != nil {
 		return nil, err
 	}
 	removeStaleStaging(final)
@@ -160,6 +160,9 @@ func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
 	if err := p.planExperts(opt.Bits); err != nil {
 		return nil, err
 	}
+	if err := p.planNGram(); err != nil {
+		return nil, err
+	}
 	if err := p.planMetadata(); err != nil {
 		return nil, err
 	}
@@ -198,6 +201,9 @@ var (
 // residentSpecs names every resident tensor of the geometry with its shape.
 func (p *synthPlan) residentSpecs() ([]residentSpec, error) {
 	g := &p.geo.Geometry
+	if p.geo.Architecture == packexperts.ArchQwen4Exp {
+		return p.specsOf(hf.Qwen4ExpResidentNames(g))
+	}
 	names := []string{"model.embed_tokens.weight"}
 	for l, lt := range g.LayerTypes {
 		suffixes := append([]string(nil), synthNorms...)
@@ -219,6 +225,12 @@ func (p *synthPlan) residentSpecs() ([]residentSpec, error) {
 	if !g.TieWordEmbeddings {
 		names = append(names, "lm_head.weight")
 	}
+	return p.specsOf(names)
+}
+
+// specsOf gives each resident tensor the shape hf.Classify checks it against.
+func (p *synthPlan) specsOf(names []string) ([]residentSpec, error) {
+	g := &p.geo.Geometry
 	specs := make([]residentSpec, len(names))
 	for i, n := range names {
 		c, err := hf.Classify(n, p.geo.Architecture, g)
@@ -252,7 +264,7 @@ func (p *synthPlan) planResident(bits int) error {
 
 func (p *synthPlan) planExperts(bits int) error {
 	g := &p.geo.Geometry
-	if p.geo.Architecture != packexperts.ArchQwen35MoE {
+	if !hasExperts(p.geo.Architecture) {
 		return nil
 	}
 	parts, stride, err := packexperts.LayoutExperts(g.HiddenSize, g.MoeIntermediateSize, ExpertEncoding(bits))
@@ -275,6 +287,25 @@ func (p *synthPlan) planExperts(bits int) error {
 		p.files = append(p.files, f)
 	}
 	p.man.Experts = x
+	return nil
+}
+
+// planNGram plans each PLE layer's n-gram table as a sparse file: all
+// zero rows, written as a hole (docs/synthetic.md says why and what that
+// means for measurements).
+func (p *synthPlan) planNGram() error {
+	g := &p.geo.Geometry
+	if g.Qwen4Exp == nil {
+		return nil
+	}
+	for k := range g.Qwen4Exp.PLELayers {
+		t, err := packexperts.PlanNGram(g, k)
+		if err != nil {
+			return fmt.Errorf("internal error: %w", err)
+		}
+		p.man.NGram = append(p.man.NGram, t)
+		p.files = append(p.files, &synthFile{name: t.File, size: t.FileSize(), sparse: true})
+	}
 	return nil
 }
 
@@ -329,11 +360,27 @@ func (p *synthPlan) totalBytes() int64 {
 	return n
 }
 
+// diskBytes is what the install occupies: sparse files take no blocks.
+func (p *synthPlan) diskBytes() int64 {
+	n := p.totalBytes()
+	for _, f := range p.files {
+		if f.sparse {
+			n -= f.size
+		}
+	}
+	return n
+}
+
 // seal writes every file into staging: payloads (hashed as they are
 // written), metadata, manifest, and the receipt last.
 func (p *synthPlan) seal(ctx context.Context, staging string, opt *SynthOptions) error {
 	if p.man.Experts != nil {
 		if err := os.Mkdir(filepath.Join(staging, packexperts.ExpertDir), 0o755); err != nil {
+			return err
+		}
+	}
+	if p.man.NGram != nil {
+		if err := os.Mkdir(filepath.Join(staging, packexperts.NGramDir), 0o755); err != nil {
 			return err
 		}
 	}
@@ -367,9 +414,11 @@ func (p *synthPlan) seal(ctx context.Context, staging string, opt *SynthOptions)
 	if err := receipt.Write(filepath.Join(staging, packexperts.ReceiptFile), rc); err != nil {
 		return err
 	}
-	if p.man.Experts != nil {
-		if err := syncDir(filepath.Join(staging, packexperts.ExpertDir)); err != nil {
-			return err
+	for _, d := range []string{packexperts.ExpertDir, packexperts.NGramDir} {
+		if _, err := os.Stat(filepath.Join(staging, d)); err == nil {
+			if err := syncDir(filepath.Join(staging, d)); err != nil {
+				return err
+			}
 		}
 	}
 	return syncDir(staging)

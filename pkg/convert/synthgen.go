@@ -69,9 +69,10 @@ type span struct {
 // offset order. Bytes no span covers (alignment and stride padding, zero
 // norms) are zero.
 type synthFile struct {
-	name  string
-	size  int64
-	spans []span
+	name   string
+	size   int64
+	spans  []span
+	sparse bool // all zeros, left as a hole: never written, only hashed
 }
 
 // addTensor plans the blobs of a placed tensor whose offsets are relative
@@ -104,13 +105,14 @@ func floatBlob(t *packexperts.Tensor, key string) (*blob, error) {
 	switch {
 	case strings.HasSuffix(t.Name, ".linear_attn.norm.weight"):
 		return &blob{key: key, kind: fillOne}, nil
-	case strings.HasSuffix(t.Name, "norm.weight"):
+	case strings.HasSuffix(t.Name, "norm.weight"), strings.Contains(t.Name, ".ple.norm_"):
+		// Zero-centred (1 + w) norms: hc_norm, q/k norms, the indexer's and PLE's.
 		return &blob{key: key, kind: fillZero}, nil
 	case strings.HasSuffix(t.Name, ".linear_attn.A_log"):
 		return &blob{key: key, kind: fillALog}, nil
 	case strings.HasSuffix(t.Name, ".linear_attn.dt_bias"):
 		return &blob{key: key, kind: fillUniform, param: synthDTBiasBound}, nil
-	case strings.HasSuffix(t.Name, ".linear_attn.conv1d.weight"):
+	case strings.HasSuffix(t.Name, ".linear_attn.conv1d.weight"), strings.HasSuffix(t.Name, ".ple.conv1d.weight"):
 		// PyTorch's default Conv1d init: fan-in is the K taps of one channel.
 		return &blob{key: key, kind: fillUniform, param: 1 / math.Sqrt(float64(t.Shape[len(t.Shape)-1]))}, nil
 	}
@@ -252,7 +254,9 @@ func fillBF16Uniform(dst []byte, rng *wyrand, std float64) {
 func writeSynthFiles(ctx context.Context, dir string, files []*synthFile, seed uint64, threads int, progress func(n int64)) ([]string, error) {
 	perFile := make([][]chunk, len(files))
 	for i, f := range files {
-		perFile[i] = f.chunks(i)
+		if !f.sparse {
+			perFile[i] = f.chunks(i)
+		}
 	}
 	lanes := max(1, min(threads, len(files)))
 	order, seq := interleave(perFile, lanes)
@@ -273,6 +277,10 @@ func writeSynthFiles(ctx context.Context, dir string, files []*synthFile, seed u
 		g.Go(func() error { w.generate(ctx); return nil })
 	}
 	for i := range files {
+		if files[i].sparse {
+			g.Go(func() error { return w.writeSparse(ctx, i) })
+			continue
+		}
 		g.Go(func() error { return w.write(ctx, i) })
 	}
 	if err := g.Wait(); err != nil {
@@ -369,6 +377,39 @@ func (w *synthWriter) generate(ctx context.Context) {
 		*bp = buf
 		w.results[i] <- bp
 	}
+}
+
+// writeSparse creates file fi as a hole of its full size and hashes the
+// zeros it reads as, without writing a byte.
+func (w *synthWriter) writeSparse(ctx context.Context, fi int) error {
+	sf := w.files[fi]
+	path := filepath.Join(w.dir, filepath.FromSlash(sf.name))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(sf.size); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	h := sha256.New()
+	zeros := make([]byte, synthChunk)
+	for left := sf.size; left > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(left, int64(len(zeros)))
+		h.Write(zeros[:n])
+		left -= n
+		w.mu.Lock()
+		w.progress(n)
+		w.mu.Unlock()
+	}
+	w.sums[fi] = hex.EncodeToString(h.Sum(nil))
+	return nil
 }
 
 // write creates file fi and writes its chunks in order, hashing each.

@@ -102,9 +102,12 @@ func ParseConfig(data []byte, name string) (arch string, g packexperts.Geometry,
 	if err := unmarshalObject(data, &top); err != nil {
 		return "", g, fmt.Errorf("%s: %v", name, err)
 	}
+	if nested, ok := qwen4ModelTypes[top.ModelType]; ok {
+		return parseQwen4Exp(data, top, nested, name)
+	}
 	mt, ok := modelTypes[top.ModelType]
 	if !ok {
-		return "", g, fmt.Errorf("%s: model_type %q is not supported; nvmai reads qwen3_5_moe and qwen3_5 (or their text-only forms qwen3_5_moe_text and qwen3_5_text)", name, top.ModelType)
+		return "", g, fmt.Errorf("%s: model_type %q is not supported; nvmai reads qwen3_5_moe, qwen3_5 and qwen4_exp (or their text-only forms qwen3_5_moe_text, qwen3_5_text and qwen4_exp_text)", name, top.ModelType)
 	}
 	text := data
 	if mt.nested {

@@ -60,7 +60,7 @@ func checkGeometryInvariants(t *testing.T, arch string, g *packexperts.Geometry)
 		g.MaxPositionEmbeddings, g.LinearConvKernelDim, g.LinearNumKeyHeads, g.LinearNumValueHeads,
 		g.LinearKeyHeadDim, g.LinearValueHeadDim}
 	switch arch {
-	case ArchMoE:
+	case ArchMoE, ArchQwen4Exp:
 		sizes = append(sizes, g.NumExperts, g.NumExpertsPerTok, g.MoeIntermediateSize, g.SharedExpertIntermediateSize)
 		if g.NumExpertsPerTok > g.NumExperts {
 			t.Fatalf("top-k %d > experts %d", g.NumExpertsPerTok, g.NumExperts)

@@ -13,10 +13,12 @@ import (
 type Role int
 
 const (
-	Resident Role = iota + 1 // text decoder weight kept in memory
-	Expert                   // routed MoE expert weight, streamed from disk
-	Visual                   // vision tower: skipped by the text runtime
-	MTP                      // multi-token-prediction head: kept aside, not run
+	Resident    Role = iota + 1 // text decoder weight kept in memory
+	Expert                      // routed MoE expert weight, streamed from disk
+	Visual                      // vision tower: skipped by the text runtime
+	MTP                         // multi-token-prediction head: kept aside, not run
+	NGramTable                  // qwen4_exp: (a shard of) a PLE layer's n-gram table
+	NGramBuffer                 // qwen4_exp: an I64 hashing buffer of a PLE layer
 )
 
 func (r Role) String() string {
@@ -29,6 +31,10 @@ func (r Role) String() string {
 		return "visual"
 	case MTP:
 		return "mtp"
+	case NGramTable:
+		return "ngram-table"
+	case NGramBuffer:
+		return "ngram-buffer"
 	}
 	return fmt.Sprintf("Role(%d)", int(r))
 }
@@ -63,11 +69,12 @@ type Class struct {
 	// Canonical is the name with the text prefix rewritten to "model."
 	// (model.layers.3.self_attn.q_proj.weight, model.norm.weight,
 	// lm_head.weight); for Visual and MTP it is the source name.
-	Canonical string
-	Layer     int    // decoder layer, -1 for global tensors
-	Expert    int    // expert index of the per-expert layout, -1 otherwise
-	Proj      string // expert projection: ProjGate, ProjUp, ProjDown or ProjGateUp
-	Fused     bool   // expert tensor of the fused layout
+	Canonical  string
+	Layer      int    // decoder layer, -1 for global tensors
+	Expert     int    // expert index of the per-expert layout, -1 otherwise
+	Proj       string // expert projection: ProjGate, ProjUp, ProjDown or ProjGateUp; the buffer name of an NGramBuffer
+	Fused      bool   // expert tensor of the fused layout
+	NGramShard int    // NGramTable: shard index, -1 for the unsharded table
 }
 
 // Classify names the role of a source tensor of architecture arch ("qwen3_5_moe"
@@ -75,6 +82,9 @@ type Class struct {
 // tensors (docs/qwen35-architecture.md §2) wraps ErrUnknownTensor; a layer or
 // expert index past the geometry is a distinct error.
 func Classify(name, arch string, g *packexperts.Geometry) (Class, error) {
+	if arch == ArchQwen4Exp {
+		return classifyQwen4(name, g)
+	}
 	c := Class{Canonical: name, Layer: -1, Expert: -1}
 	switch {
 	case strings.HasPrefix(name, prefixMTP):
@@ -112,7 +122,7 @@ func Classify(name, arch string, g *packexperts.Geometry) (Class, error) {
 	}
 	c.Layer = layer
 	if arch == ArchMoE {
-		if done, err := classifyExpert(&c, name, suffix, g.NumExperts); done {
+		if done, err := classifyExpert(&c, name, suffix, g.NumExperts, arch); done {
 			return c, err
 		}
 	}
@@ -124,7 +134,7 @@ func Classify(name, arch string, g *packexperts.Geometry) (Class, error) {
 
 // classifyExpert recognises the two expert layouts; done is false when suffix
 // is not an expert tensor at all.
-func classifyExpert(c *Class, name, suffix string, numExperts int) (done bool, err error) {
+func classifyExpert(c *Class, name, suffix string, numExperts int, arch string) (done bool, err error) {
 	rest, ok := strings.CutPrefix(suffix, "mlp.experts.")
 	if !ok {
 		return false, nil
@@ -143,7 +153,7 @@ func classifyExpert(c *Class, name, suffix string, numExperts int) (done bool, e
 	p, ok2 := strings.CutSuffix(proj, "_proj.weight")
 	if !ok || !ok2 || (p != ProjGate && p != ProjUp && p != ProjDown) {
 		c.Role = Resident
-		return true, unknown(name, ArchMoE)
+		return true, unknown(name, arch)
 	}
 	if e >= numExperts {
 		return true, fmt.Errorf("tensor %q: expert %d, but num_experts is %d", name, e, numExperts)
@@ -235,6 +245,11 @@ func (c Class) ExpectedShape(g *packexperts.Geometry) []int64 {
 		return d(I, H)
 	case c.Role != Resident:
 		return nil
+	}
+	if g.Qwen4Exp != nil {
+		if s, ok := qwen4Shape(c, g); ok {
+			return s
+		}
 	}
 	switch c.Canonical {
 	case "model.embed_tokens.weight", lmHead:

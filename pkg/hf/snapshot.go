@@ -59,6 +59,11 @@ type Snapshot struct {
 	Tensors      []SourceTensor    // sorted by shard, then offset: reading them in order is sequential
 	Shards       []string          // sorted
 	FusedExperts bool              // experts use the fused [E, 2I, H] / [E, H, I] layout
+	// NGram is qwen4_exp's n-gram table per PLE layer (in ple_layers order),
+	// its constants checked against the checkpoint's buffers; NGramFirstRow
+	// gives the first table row of each table tensor, by source name.
+	NGram         []packexperts.NGram
+	NGramFirstRow map[string]int64
 
 	files   []SourceFile
 	headers map[string]*safetensors.Header
@@ -75,7 +80,7 @@ func Open(dir string) (*Snapshot, error) {
 		return nil, fmt.Errorf("%s: not a directory; pass the snapshot directory", dir)
 	}
 	s := &Snapshot{Dir: dir, headers: map[string]*safetensors.Header{}}
-	steps := []func() error{s.readConfig, s.readGeneration, s.checkTokenizer, s.readWeights, s.classify, s.checkComplete}
+	steps := []func() error{s.readConfig, s.readGeneration, s.checkTokenizer, s.readWeights, s.classify, s.checkComplete, s.checkNGram}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
@@ -250,7 +255,11 @@ func (s *Snapshot) classify() error {
 		if c.Role == Expert {
 			layouts[c.Fused] = t.Name
 		}
-		if msg := checkWeight(t, &s.Geometry); msg != "" {
+		check := checkWeight
+		if c.Role == NGramTable || c.Role == NGramBuffer {
+			check = checkNGramTensor
+		}
+		if msg := check(t, &s.Geometry); msg != "" {
 			problems = append(problems, msg)
 		}
 	}
@@ -292,6 +301,17 @@ func (s *Snapshot) checkComplete() error {
 			missing = append(missing, name)
 		}
 	}
+	if s.Architecture == ArchQwen4Exp {
+		for _, n := range Qwen4ExpResidentNames(&s.Geometry) {
+			need(n)
+		}
+		for l := range s.Geometry.NumLayers {
+			for _, n := range s.expertNames(l) {
+				need(fmt.Sprintf("model.layers.%d.%s", l, n))
+			}
+		}
+		return missingError(s.Dir, missing)
+	}
 	need("model.embed_tokens.weight")
 	need("model.norm.weight")
 	if !s.Geometry.TieWordEmbeddings {
@@ -308,8 +328,12 @@ func (s *Snapshot) checkComplete() error {
 			}
 		}
 	}
+	return missingError(s.Dir, missing)
+}
+
+func missingError(dir string, missing []string) error {
 	if len(missing) > 0 {
-		return listError(fmt.Sprintf("%s: %d tensors required by config.json are missing", s.Dir, len(missing)), missing)
+		return listError(fmt.Sprintf("%s: %d tensors required by config.json are missing", dir, len(missing)), missing)
 	}
 	return nil
 }

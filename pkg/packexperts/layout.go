@@ -95,13 +95,19 @@ var ExpertPartNames = [3]string{"gate", "up", "down"}
 // LayoutExperts returns the parts of one expert (gate [I,H], up [I,H],
 // down [H,I]; each weights then scales then biases, contiguous) and the
 // stride, rounded up to limits.DirectIOAlign so every expert can be read with
-// direct I/O.
+// direct I/O. A part whose columns are not a multiple of the quantization
+// group (the tiny qwen3.8 fixture's down [64, 32]) is BF16 in a quantized
+// install, as the resident rule does for such matrices.
 func LayoutExperts(hidden, inter int, enc Encoding) (parts []Tensor, stride int64, err error) {
 	shapes := [3][]int64{{int64(inter), int64(hidden)}, {int64(inter), int64(hidden)}, {int64(hidden), int64(inter)}}
 	a := Allocator{}
 	for i, name := range ExpertPartNames {
 		t := Tensor{Name: name, Shape: shapes[i]}
-		if err := a.Place(&t, enc); err != nil {
+		partEnc := enc
+		if enc.Quantized() && shapes[i][1]%limits.QuantGroupSize != 0 {
+			partEnc = EncBF16
+		}
+		if err := a.Place(&t, partEnc); err != nil {
 			return nil, 0, err
 		}
 		t.File = ""

@@ -34,12 +34,13 @@ type Manifest struct {
 	FormatVersion int       `json:"format_version"`
 	WrittenBy     string    `json:"written_by,omitempty"` // the nvmai build that wrote it (version.String()); absent in older installs
 	ModelID       string    `json:"model_id"`
-	Architecture  string    `json:"architecture"` // "qwen3_5_moe" or "qwen3_5"
+	Architecture  string    `json:"architecture"` // "qwen3_5_moe", "qwen3_5" or "qwen4_exp"
 	Bits          int       `json:"bits"`         // nominal width: 4, 8 or 16
 	Geometry      Geometry  `json:"geometry"`
 	Source        Source    `json:"source"`
 	Tensors       []Tensor  `json:"tensors"`
 	Experts       *Experts  `json:"experts,omitempty"`
+	NGram         []NGram   `json:"ngram,omitempty"` // qwen4_exp: one hashed n-gram table per PLE layer
 	Draft         *Draft    `json:"draft,omitempty"`
 	Skipped       []Skipped `json:"skipped,omitempty"`
 	Files         []Payload `json:"files"` // every payload file with its size; hashes live in the receipt
@@ -70,6 +71,59 @@ type Geometry struct {
 	MoeIntermediateSize          int      `json:"moe_intermediate_size,omitempty"`
 	SharedExpertIntermediateSize int      `json:"shared_expert_intermediate_size,omitempty"`
 	TieWordEmbeddings            bool     `json:"tie_word_embeddings"`
+	// Qwen4Exp holds what only qwen4_exp has (docs/qwen38.md); nil for
+	// every other architecture, so their manifests are unchanged.
+	Qwen4Exp *Qwen4ExpGeometry `json:"qwen4_exp,omitempty"`
+}
+
+// Qwen4ExpGeometry is the part of a qwen4_exp text_config beyond the
+// qwen3_5_moe fields: hyper-connections, the PLE n-gram layer and the QSA
+// indexer. docs/qwen38.md documents every field and its config.json source.
+type Qwen4ExpGeometry struct {
+	HCCount                   int    `json:"hc_count"`
+	HCLowRank                 int    `json:"hc_lowrank"`
+	OutputGateType            string `json:"output_gate_type"`
+	NormTopKProb              bool   `json:"norm_topk_prob"`
+	PLELayers                 []int  `json:"ple_layers"` // zero-based decoder layers, sorted
+	PLEEmbedDim               int    `json:"ple_embed_dim"`
+	PLEConvKernelSize         int    `json:"ple_conv_kernel_size"`
+	NGramSize                 int    `json:"ngram_size"`
+	HeadsPerNGram             int    `json:"heads_per_ngram"`
+	NGramVocabSizeBase        int64  `json:"ngram_vocab_size_base"`
+	NGramVocabSizeDivisibleBy int64  `json:"make_ngram_vocab_size_divisible_by"`
+	Seed                      int64  `json:"seed"`
+	SplitNGramParts           int    `json:"split_ngram_parts"`
+	PLEResetTokenID           int    `json:"ple_reset_token_id"`
+	IndexerNHeads             int    `json:"indexer_n_heads"`
+	IndexerKVHeads            int    `json:"indexer_kv_heads"`
+	IndexerHeadDim            int    `json:"indexer_head_dim"`
+	IndexerBudget             int    `json:"indexer_budget"`
+	IndexerCompressRatio      int    `json:"indexer_compress_ratio"`
+}
+
+// NGramHeads is NH = (ngram_size − 1) · heads_per_ngram, the table rows one
+// token reads.
+func (q *Qwen4ExpGeometry) NGramHeads() int { return (q.NGramSize - 1) * q.HeadsPerNGram }
+
+// NGramRowWidth is dr = ple_embed_dim / NH, the values of one table row.
+func (q *Qwen4ExpGeometry) NGramRowWidth() int { return q.PLEEmbedDim / q.NGramHeads() }
+
+// NGram is one PLE layer's hashed n-gram table: its file and row layout
+// (docs/qwen38.md "ngram") and the int64 hashing constants, read from the
+// checkpoint's I64 buffers and checked against their recomputation.
+type NGram struct {
+	Layer        int     `json:"layer"`
+	File         string  `json:"file"`
+	Rows         int64   `json:"rows"`
+	RowWidth     int     `json:"row_width"`
+	DType        string  `json:"dtype"`
+	Bits         int     `json:"bits"`
+	RowBytes     int64   `json:"row_bytes"`
+	RowsPerBlock int64   `json:"rows_per_block"`
+	BlockBytes   int64   `json:"block_bytes"`
+	Multipliers  []int64 `json:"multipliers"`
+	VocabSizes   []int64 `json:"vocab_sizes"`
+	Offsets      []int64 `json:"offsets"`
 }
 
 // Source identifies what the install was converted from.

@@ -133,6 +133,9 @@ func FuzzParseManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(raw)
+	if q4, err := encodeForTest(validQwen4Manifest(f)); err == nil {
+		f.Add(q4)
+	}
 	f.Add([]byte(`{"format":"nvmai-install","format_version":1}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -90,7 +90,7 @@ func (m *Manifest) Validate() error {
 	if len(m.WrittenBy) > maxWrittenBy || strings.ContainsFunc(m.WrittenBy, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return formatErr("written_by is over %d bytes or holds control characters", maxWrittenBy)
 	}
-	if m.Architecture != ArchQwen35MoE && m.Architecture != ArchQwen35 {
+	if m.Architecture != ArchQwen35MoE && m.Architecture != ArchQwen35 && m.Architecture != ArchQwen4Exp {
 		return formatErr("architecture %q is not supported", m.Architecture)
 	}
 	if m.Bits != 4 && m.Bits != 8 && m.Bits != 16 {
@@ -108,6 +108,9 @@ func (m *Manifest) Validate() error {
 		return err
 	}
 	if err := m.validateExperts(sizes); err != nil {
+		return err
+	}
+	if err := m.validateNGram(sizes); err != nil {
 		return err
 	}
 	return checkOverlaps(used)
@@ -284,7 +287,7 @@ func (g *Geometry) Validate(arch string) error {
 		"linear_conv_kernel_dim": g.LinearConvKernelDim, "linear_num_key_heads": g.LinearNumKeyHeads,
 		"linear_num_value_heads": g.LinearNumValueHeads, "linear_key_head_dim": g.LinearKeyHeadDim,
 		"linear_value_head_dim": g.LinearValueHeadDim}
-	if arch == ArchQwen35MoE {
+	if arch == ArchQwen35MoE || arch == ArchQwen4Exp {
 		pos["num_experts"], pos["num_experts_per_tok"] = g.NumExperts, g.NumExpertsPerTok
 		pos["moe_intermediate_size"], pos["shared_expert_intermediate_size"] = g.MoeIntermediateSize, g.SharedExpertIntermediateSize
 	} else {
@@ -308,6 +311,12 @@ func (g *Geometry) Validate(arch string) error {
 	}
 	if g.NumAttentionHeads%g.NumKeyValueHeads != 0 || g.LinearNumValueHeads%g.LinearNumKeyHeads != 0 {
 		return fmt.Errorf("head counts must divide: %d/%d, %d/%d", g.NumAttentionHeads, g.NumKeyValueHeads, g.LinearNumValueHeads, g.LinearNumKeyHeads)
+	}
+	if (arch == ArchQwen4Exp) != (g.Qwen4Exp != nil) {
+		return fmt.Errorf("the qwen4_exp geometry section belongs to, and only to, architecture %s", ArchQwen4Exp)
+	}
+	if g.Qwen4Exp != nil {
+		return g.Qwen4Exp.validate(g)
 	}
 	return nil
 }

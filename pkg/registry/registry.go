@@ -18,12 +18,19 @@ import (
 //go:embed registry.json
 var registryJSON []byte
 
-// Architectures the runtime runs. Anything else is listed only so the name
-// is recognised and refused with a reason.
+// Architectures of registry entries. ArchQwen4Exp is converted but not yet
+// run: runnableArchitectures says which ones an entry may be supported for.
 const (
 	ArchQwen35MoE = "qwen3_5_moe"
 	ArchQwen35    = "qwen3_5"
+	ArchQwen4Exp  = "qwen4_exp"
 )
+
+// runnableArchitectures are the architectures the runtime runs. An entry of
+// any other architecture is listed only so its name is recognised and
+// refused with its reason. qwen4_exp joins this list (and qwen38flash gets
+// "supported": true, without a reason) when pkg/runtime/qwen38 runs installs.
+var runnableArchitectures = []string{ArchQwen35MoE, ArchQwen35}
 
 // Entry is one installable model.
 type Entry struct {
@@ -132,7 +139,7 @@ func validateEntry(e Entry) error {
 		return fmt.Errorf("revision %q is a branch, not a 40-hex commit: say why in revision_note", e.Revision)
 	case e.CommitPrefix != "" && !prefixPattern.MatchString(e.CommitPrefix):
 		return fmt.Errorf("commit_prefix %q is not a hex prefix", e.CommitPrefix)
-	case e.Supported && e.Architecture != ArchQwen35MoE && e.Architecture != ArchQwen35:
+	case e.Supported && !slices.Contains(runnableArchitectures, e.Architecture):
 		return fmt.Errorf("supported, but the runtime does not run architecture %q", e.Architecture)
 	case !e.Supported && e.Reason == "":
 		return errors.New("unsupported without a reason")

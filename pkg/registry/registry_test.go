@@ -52,7 +52,8 @@ func TestParseTargetRefuses(t *testing.T) {
 		{[]string{"katcoder-6bit"}, ErrUnknown, "known models"},
 		{[]string{"qwen36-mtp"}, ErrUnsupported, "draft heads"},
 		{[]string{"ornith15-mtp", "4bit"}, ErrUnsupported, "install ornith15 instead"},
-		{[]string{"qwen38flash-8bit"}, ErrUnsupported, "does not implement"},
+		{[]string{"qwen38flash-8bit"}, ErrUnsupported, "qwen4_exp runtime"},
+		{[]string{"qwen3.8-flash-next", "both"}, ErrUnsupported, "not in this build yet"},
 		{[]string{"qwen36-mtp", "both"}, ErrUnsupported, "not run by the nvmai runtime"},
 	}
 	for _, tc := range cases {
@@ -149,4 +150,23 @@ func FuzzParseTarget(f *testing.F) {
 			}
 		}
 	})
+}
+
+// qwen38flash is ready to flip: 4- and 8-bit, the synth geometry that sizes
+// it, and refused only because its architecture is not runnable yet.
+func TestQwen38FlashReadyButNotRunnable(t *testing.T) {
+	e, err := Lookup("qwen38flash-4bit")
+	if !errors.Is(err, ErrUnsupported) || e.Architecture != ArchQwen4Exp || e.Geometry != "qwen3.8-flash-next-125b-a6b" ||
+		!slices.Equal(e.Widths, []int{4, 8}) || e.Width != 4 {
+		t.Fatalf("qwen38flash = %+v, %v", e, err)
+	}
+	e.Supported, e.Reason = true, ""
+	if err := validateEntry(e); err == nil || !strings.Contains(err.Error(), "does not run architecture \"qwen4_exp\"") {
+		t.Fatalf("a supported qwen4_exp entry validated (%v) while qwen4_exp is not runnable", err)
+	}
+	runnableArchitectures = append(runnableArchitectures, ArchQwen4Exp)
+	defer func() { runnableArchitectures = runnableArchitectures[:len(runnableArchitectures)-1] }()
+	if err := validateEntry(e); err != nil {
+		t.Fatalf("flipped entry refused: %v", err)
+	}
 }
