@@ -14,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -101,6 +102,9 @@ func (e *Engine) load(opt Options) error {
 		return err
 	}
 	e.cfg = cfg
+	if m.Architecture == packexperts.ArchQwen4Exp {
+		return e.loadQwen38(opt)
+	}
 	if opt.Backend != nil {
 		e.pool = kernels.NewPool(1) // for the bench's memory probes only
 		e.backend, err = opt.Backend(e.Install, cfg)

@@ -5,6 +5,7 @@ import (
 	goruntime "runtime"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
@@ -127,7 +128,17 @@ func (f Footprint) CheckFits(memTotal int64) error {
 // modelConfig is the install's model geometry, with YaRN applied when
 // ropeScaling asks for it.
 func modelConfig(in *Install, ropeScaling string, maxContext int) (qwen35.Config, error) {
-	cfg, err := qwen35.ConfigFromGeometry(in.Manifest.Architecture, in.Manifest.Geometry)
+	arch := in.Manifest.Architecture
+	if arch == packexperts.ArchQwen4Exp {
+		// The qwen3_5_moe trunk's geometry: what the footprint and the
+		// CLIs read of it (context, widths, experts) is the same; the
+		// streams, PLE and indexer state are not counted yet.
+		arch = qwen35.ArchMoE
+		if ropeScaling != "" && ropeScaling != "none" {
+			return qwen35.Config{}, fmt.Errorf("rope scaling %q is not supported for qwen4_exp installs yet", ropeScaling)
+		}
+	}
+	cfg, err := qwen35.ConfigFromGeometry(arch, in.Manifest.Geometry)
 	if err != nil {
 		return qwen35.Config{}, err
 	}
