@@ -17,6 +17,24 @@ import (
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
+// quickTests reports whether to run the reduced test set (under -race or
+// -short, unless NVMAI_LONG_TESTS=1): the 850-token prompt is then cut to
+// its first 120 tokens (still 109 queries past the dense window).
+func quickTests() bool {
+	if os.Getenv("NVMAI_LONG_TESTS") != "" {
+		return false
+	}
+	return raceEnabled || testing.Short()
+}
+
+// quickIDs cuts a long prompt in the quick test set.
+func quickIDs(ids []int) []int {
+	if quickTests() && len(ids) > 120 {
+		return ids[:120]
+	}
+	return ids
+}
+
 // The two dev layouts of the same trained tiny Qwen3.8 (fixtures README).
 var layouts = []string{"tiny-qwen38-fused", "tiny-qwen38-perexpert"}
 

@@ -16,6 +16,9 @@ func TestLastLogitsMatchTransformers(t *testing.T) {
 		m := open(t, layout, nil)
 		V := m.Config().VocabSize
 		for i, r := range loadRefs(t) {
+			if quickTests() && len(r.IDs) > 120 {
+				continue // its last logits need the whole prompt
+			}
 			t.Run(fmt.Sprintf("%s/%d", layout, i), func(t *testing.T) {
 				st := m.NewState(StateOptions{})
 				logits := make([]float32, len(r.IDs)*V)

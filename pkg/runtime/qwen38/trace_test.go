@@ -173,7 +173,7 @@ func checkRowIDs(t *testing.T, m *Model, ids, want []int) {
 func TestQSASelectionMatchesTransformers(t *testing.T) {
 	tr := loadTrace(t)
 	m := open(t, layouts[0], nil)
-	ids := tr.ints(t, "long.input_ids")
+	ids := quickIDs(tr.ints(t, "long.input_ids"))
 	c := m.Config()
 	B, cr := c.IndexerBlocks(), c.IndexerBlock
 	st := m.NewState(StateOptions{})
@@ -208,7 +208,7 @@ func TestQSASelectionMatchesTransformers(t *testing.T) {
 	}
 	for _, layer := range []int{3, 7} {
 		want := tr.ints(t, fmt.Sprintf("long.layers.%d.qsa_selected", layer))
-		width := len(want) / len(ids)
+		width := len(want) / len(tr.ints(t, "long.input_ids"))
 		for p, kept := range got[layer] {
 			w := want[p*width : (p+1)*width]
 			if i := slices.Index(w, -1); i >= 0 {
