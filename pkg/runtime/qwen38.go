@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
@@ -78,14 +80,28 @@ func (w q38Weights) Int64s(name string) ([]int64, error) {
 
 // ngramTables reads rows of the install's n-gram tables
 // (ngram/layer-NNN.bin, docs/qwen38.md "Row address") with one positioned
-// read per row, and counts the bytes it reads.
+// read per row, and counts the bytes it reads. A chunk's rows are known
+// from its token ids before its first layer runs: Prefetch starts reading
+// them on a goroutine of their own, and Rows, at the PLE layer, takes them
+// from there (or reads them itself when they were not announced). The
+// reads go through the page cache for now; the bounded reader of the
+// expert cache can take their place behind the same two calls.
 type ngramTables struct {
 	files     []*os.File
 	entries   []packexperts.NGram
-	buf       []byte
 	consts    map[string][]int64 // checkpoint name → buffer, for q38Weights
 	bytesRead atomic.Int64
 	rowsRead  atomic.Int64
+
+	mu      sync.Mutex
+	pending []*ngramRead // per PLE layer: the rows being read ahead, or nil
+}
+
+// ngramRead is one Prefetch in flight.
+type ngramRead struct {
+	ids  []int64
+	rows []float32
+	done chan error // receives the read's outcome once
 }
 
 // openNgramTables opens one table per PLE layer and checks its manifest
@@ -95,7 +111,7 @@ func openNgramTables(in *Install, cfg qwen38.Config) (*ngramTables, error) {
 	if len(entries) != len(cfg.PLELayers) {
 		return nil, fmt.Errorf("%s: the manifest has %d n-gram tables for %d PLE layers; reconvert the install", in.Dir, len(entries), len(cfg.PLELayers))
 	}
-	t := &ngramTables{entries: entries, consts: map[string][]int64{}}
+	t := &ngramTables{entries: entries, consts: map[string][]int64{}, pending: make([]*ngramRead, len(entries))}
 	for k, en := range entries {
 		if err := checkNgramEntry(en, cfg, k); err != nil {
 			t.Close()
@@ -141,17 +157,54 @@ func checkNgramEntry(en packexperts.NGram, cfg qwen38.Config, k int) error {
 	return nil
 }
 
+// Prefetch implements qwen38.NgramPrefetcher: it starts reading the rows
+// of ids and returns at once. A read ahead nobody took is waited for first,
+// so at most one goroutine per PLE layer is ever in flight.
+func (t *ngramTables) Prefetch(ple int, ids []int64) {
+	if ple < 0 || ple >= len(t.files) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.drain(ple)
+	r := &ngramRead{ids: slices.Clone(ids), rows: make([]float32, len(ids)*t.entries[ple].RowWidth), done: make(chan error, 1)}
+	t.pending[ple] = r
+	go func() { r.done <- t.read(ple, r.ids, r.rows) }()
+}
+
+// drain waits for PLE layer ple's read ahead, if any, and forgets it.
+func (t *ngramTables) drain(ple int) *ngramRead {
+	r := t.pending[ple]
+	if r != nil {
+		err := <-r.done
+		r.done <- err // for the caller that wants the outcome
+		t.pending[ple] = nil
+	}
+	return r
+}
+
 // Rows implements qwen38.NgramTable.
 func (t *ngramTables) Rows(ple int, ids []int64, dst []float32) error {
 	if ple < 0 || ple >= len(t.files) {
 		return fmt.Errorf("no n-gram table for PLE layer %d", ple)
 	}
-	en, f := &t.entries[ple], t.files[ple]
-	rb := int(en.RowBytes)
-	if cap(t.buf) < rb {
-		t.buf = make([]byte, rb)
+	t.mu.Lock()
+	r := t.drain(ple)
+	t.mu.Unlock()
+	if r != nil && slices.Equal(r.ids, ids) {
+		if err := <-r.done; err != nil {
+			return err
+		}
+		copy(dst, r.rows)
+		return nil
 	}
-	buf := t.buf[:rb]
+	return t.read(ple, ids, dst)
+}
+
+// read fills dst with the rows of ids, one positioned read each.
+func (t *ngramTables) read(ple int, ids []int64, dst []float32) error {
+	en, f := &t.entries[ple], t.files[ple]
+	buf := make([]byte, en.RowBytes)
 	for i, id := range ids {
 		if id < 0 || id >= en.Rows {
 			return fmt.Errorf("%s: row %d outside the table's %d rows", en.File, id, en.Rows)
@@ -163,11 +216,16 @@ func (t *ngramTables) Rows(ple int, ids []int64, dst []float32) error {
 		quant.WidenBF16(dst[i*en.RowWidth:(i+1)*en.RowWidth], buf)
 	}
 	t.rowsRead.Add(int64(len(ids)))
-	t.bytesRead.Add(int64(len(ids) * rb))
+	t.bytesRead.Add(int64(len(ids)) * en.RowBytes)
 	return nil
 }
 
 func (t *ngramTables) Close() error {
+	t.mu.Lock()
+	for ple := range t.pending {
+		t.drain(ple)
+	}
+	t.mu.Unlock()
 	var errs []error
 	for _, f := range t.files {
 		errs = append(errs, f.Close())

@@ -136,3 +136,39 @@ func TestQwen38QuantizedProbes(t *testing.T) {
 		e.Close()
 	}
 }
+
+// TestQwen38NgramReadAhead: rows read ahead by Prefetch are those a direct
+// read gives, a read ahead for other ids is not handed out, and one never
+// taken is waited for (no goroutine outlives Close).
+func TestQwen38NgramReadAhead(t *testing.T) {
+	e, err := Load(install(t, qwen38Layouts[0], 16), Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	tables := e.backend.(*q38Backend).tables
+	dr := tables.entries[0].RowWidth
+	ids := []int64{0, 5, 1009, 16825, 511, 512, 7}
+	want := make([]float32, len(ids)*dr)
+	if err := tables.read(0, ids, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(ids)*dr)
+	tables.Prefetch(0, ids)
+	if err := tables.Rows(0, ids, got); err != nil {
+		t.Fatal(err)
+	}
+	if i := firstBitDiff(got, want); i >= 0 {
+		t.Fatalf("value %d differs after a read ahead", i)
+	}
+	tables.Prefetch(0, ids[1:])
+	clear(got)
+	if err := tables.Rows(0, ids, got); err != nil || firstBitDiff(got, want) >= 0 {
+		t.Fatalf("rows after a read ahead of other ids: %v", err)
+	}
+	tables.Prefetch(0, []int64{16896})
+	if err := tables.Rows(0, []int64{16896}, got[:dr]); err == nil {
+		t.Fatal("row 16896 of 16896 was read")
+	}
+	tables.Prefetch(0, ids) // never taken: Close waits for it
+}
