@@ -34,7 +34,8 @@ type attnScratch struct {
 type attnWorker struct {
 	q, qi  []float32 // a head group's normed, rotated queries and their interleaved copy [heads, Dh]
 	scores []float32 // [heads, n]
-	kept   []float32 // one head's selected scores, compacted
+	keys   []float32 // a sparse query's selected keys of one KV head [selected, Dh]
+	values []float32 // and their values
 }
 
 // attnMixer is §3.6 for T tokens at positions pos0…: it appends the chunk's
@@ -173,9 +174,8 @@ func dot(a, b []float32) float32 {
 // attnHeads computes the gated attention output of query heads [lo, hi)
 // for the chunk's T tokens. Heads sharing a KV head score together; every
 // head's own arithmetic is the same whatever the grouping. Scores are
-// computed for every visible key; a sparse token then takes the softmax
-// over its selection only, in ascending position order, and gives the rest
-// weight zero, which adds nothing to the values' sums.
+// computed for every visible key while the query is in the dense window;
+// past it, only for the selected keys, gathered in ascending position order.
 func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
 	c := &m.cfg
 	Hq, Dh, kvd, half := c.NumHeads, c.HeadDim, c.kvDim(), c.RotaryDim/2
@@ -196,18 +196,20 @@ func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *at
 				blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
 				blocks.Rotate(q, cos, sin)
 			}
-			scores := blocks.Grow(&wk.scores, heads*n)
-			kernels.AttendScores(scores, qs, Dh, as.k[g*Dh:], kvd, n, scale, blocks.Grow(&wk.qi, heads*Dh))
-			for j := range heads {
-				row := scores[j*n : (j+1)*n]
-				if sc.sparse[t] {
-					softmaxSelected(row, sc.sel[t*B:(t+1)*B], cr, n, &wk.kept)
-				} else {
-					blocks.SoftmaxInPlace(row)
-				}
-			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			kernels.AttendValues(og, scores, Dh, as.v[g*Dh:], kvd, n)
+			keys, values, stride, nk := as.k[g*Dh:], as.v[g*Dh:], kvd, n
+			if sc.sparse[t] {
+				// Only the selection is attended: its keys and values are
+				// gathered, in ascending position order, into rows of Dh.
+				keys, values, nk = gatherSelected(wk, as, g, Dh, kvd, sc.sel[t*B:(t+1)*B], cr, n)
+				stride = Dh
+			}
+			scores := blocks.Grow(&wk.scores, heads*nk)
+			kernels.AttendScores(scores, qs, Dh, keys, stride, nk, scale, blocks.Grow(&wk.qi, heads*Dh))
+			for j := range heads {
+				blocks.SoftmaxInPlace(scores[j*nk : (j+1)*nk])
+			}
+			kernels.AttendValues(og, scores, Dh, values, stride, nk)
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
@@ -217,21 +219,27 @@ func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *at
 	}
 }
 
-// softmaxSelected replaces row [n] by the softmax over the positions of the
-// selected blocks (ascending) and the tail from cr·⌊n/cr⌋, and zero elsewhere.
-func softmaxSelected(row []float32, sel []int, cr, n int, buf *[]float32) {
+// gatherSelected copies KV head g's keys and values at the selected
+// positions — the tokens of the blocks sel (ascending) and the tail from
+// cr·⌊n/cr⌋ to n−1 — into the worker's rows of Dh, and returns them with
+// their count.
+func gatherSelected(wk *attnWorker, as *attnState, g, Dh, kvd int, sel []int, cr, n int) (keys, values []float32, count int) {
 	tail := n / cr * cr
-	kept := (*buf)[:0]
-	for _, b := range sel {
-		kept = append(kept, row[b*cr:(b+1)*cr]...)
-	}
-	kept = append(kept, row[tail:n]...)
-	blocks.SoftmaxInPlace(kept)
-	*buf = kept
-	clear(row)
+	count = len(sel)*cr + n - tail
+	keys, values = blocks.Grow(&wk.keys, count*Dh), blocks.Grow(&wk.values, count*Dh)
 	i := 0
-	for _, b := range sel {
-		i += copy(row[b*cr:(b+1)*cr], kept[i:i+cr])
+	take := func(p int) {
+		copy(keys[i*Dh:(i+1)*Dh], as.k[p*kvd+g*Dh:p*kvd+(g+1)*Dh])
+		copy(values[i*Dh:(i+1)*Dh], as.v[p*kvd+g*Dh:p*kvd+(g+1)*Dh])
+		i++
 	}
-	copy(row[tail:n], kept[i:])
+	for _, b := range sel {
+		for p := b * cr; p < (b+1)*cr; p++ {
+			take(p)
+		}
+	}
+	for p := tail; p < n; p++ {
+		take(p)
+	}
+	return keys, values, count
 }
