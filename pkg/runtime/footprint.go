@@ -7,6 +7,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 )
 
 // FootprintOverhead is the fixed part of a generating process's memory
@@ -78,6 +79,11 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.KV = perToken * int64(ctx)
 	f.KVGrowth = perToken * int64(previousCapacity(ctx))
 	f.Recurrent = cfg.StateBytes(0)
+	if in.Manifest.Architecture == packexperts.ArchQwen4Exp {
+		if err := qwen38Footprint(in, &f, ctx); err != nil {
+			return Footprint{}, err
+		}
+	}
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = goruntime.NumCPU()
@@ -85,6 +91,22 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
 	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch
 	return f, nil
+}
+
+// qwen38Footprint replaces the trunk's sequence state by qwen38's: a
+// float32 cache with the indexer's keys, grown by append (the old backing
+// array, about 4/5 of the new, is held while it copies), and the PLE conv
+// windows beside the GDN state.
+func qwen38Footprint(in *Install, f *Footprint, ctx int) error {
+	q, err := qwen38.ConfigFromGeometry(in.Manifest.Geometry)
+	if err != nil {
+		return err
+	}
+	f.KVBits = qwen35.KVFloat32
+	f.KV = q.KVBytes(ctx)
+	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
+	f.Recurrent = q.FixedStateBytes()
+	return nil
 }
 
 // previousCapacity is the KV capacity before the last doubling that

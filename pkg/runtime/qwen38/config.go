@@ -191,3 +191,32 @@ func (c Config) validatePLE() error {
 	}
 	return nil
 }
+
+// KVBytes is what tokens tokens of context hold in the attention layers
+// (§4): keys and values, the indexer's raw keys and the block key of every
+// complete block, all float32.
+func (c Config) KVBytes(tokens int) int64 {
+	var attn int64
+	for _, k := range c.Layers {
+		if k == SparseAttention {
+			attn++
+		}
+	}
+	t := int64(tokens)
+	perLayer := t*int64(2*c.kvDim()+c.IndexerDim) + t/int64(c.IndexerBlock)*int64(c.IndexerDim)
+	return 4 * attn * perLayer
+}
+
+// FixedStateBytes is the state that does not grow with the context: every
+// GDN layer's conv window and recurrent matrices and every PLE layer's
+// conv window (float32).
+func (c Config) FixedStateBytes() int64 {
+	var n int64
+	for _, k := range c.Layers {
+		if k == LinearAttention {
+			n += int64((c.ConvKernel-1)*c.ConvChannels() + c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
+		}
+	}
+	n += int64(len(c.PLELayers) * (c.PLEConvKernel - 1) * c.NgramSize * c.StreamWidth())
+	return 4 * n
+}

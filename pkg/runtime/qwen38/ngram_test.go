@@ -130,3 +130,35 @@ func TestNewRefusesForeignHashConstants(t *testing.T) {
 		t.Fatalf("got %v, want an error naming ngram_heads_offsets[3]", err)
 	}
 }
+
+// TestReleaseGeometry: the release config of docs §1.2 validates and its
+// derived values are those §1.3 and §4 state.
+func TestReleaseGeometry(t *testing.T) {
+	layers := make([]LayerKind, 48)
+	for i := 3; i < 48; i += 4 {
+		layers[i] = SparseAttention
+	}
+	c := Config{VocabSize: 248320, HiddenSize: 2560, Layers: layers, RMSNormEps: 1e-6, MaxContext: 262144,
+		Streams: 4, LowRank: 320, NumHeads: 24, NumKVHeads: 2, HeadDim: 256, RopeTheta: 1e7, RotaryDim: 64,
+		IndexerHeads: 4, IndexerDim: 128, IndexerBudget: 2048, IndexerBlock: 4, ConvKernel: 4,
+		LinearKeyHeads: 16, LinearValueHeads: 48, LinearKeyDim: 128, LinearValueDim: 128, SigmoidGate: true,
+		NumExperts: 512, ExpertsPerToken: 10, ExpertIntermediate: 640, SharedIntermediate: 640,
+		PLELayers: []int{1}, PLEDim: 2560, PLEConvKernel: 4, NgramSize: 3, HeadsPerNgram: 8,
+		NgramVocabBase: 20_000_000, NgramRowsDivide: 128, Seed: 1234, EOS: 248044}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ConvChannels() != 10240 || c.StreamWidth() != 10240 || c.NgramHeads() != 16 || c.NgramRowWidth() != 160 ||
+		c.IndexerBlocks() != 512 || c.NgramRows(0) != 320001536 {
+		t.Errorf("derived values C %d, S·H %d, NH %d, dr %d, B %d, rows %d", c.ConvChannels(), c.StreamWidth(),
+			c.NgramHeads(), c.NgramRowWidth(), c.IndexerBlocks(), c.NgramRows(0))
+	}
+	// §4: GDN conv 4.2 MiB + recurrent 108 MiB, PLE conv 360 KiB; KV 24 KiB
+	// per token in bf16 is 48 KiB in float32, plus the indexer keys.
+	if got, want := c.FixedStateBytes(), int64(36*(3*10240+48*128*128)*4+9*10240*4); got != want {
+		t.Errorf("fixed state %d bytes, want %d", got, want)
+	}
+	if got, want := c.KVBytes(4), int64(12*4*(4*(2*512+128)+128)); got != want {
+		t.Errorf("KV of 4 tokens %d bytes, want %d", got, want)
+	}
+}
