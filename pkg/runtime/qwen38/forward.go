@@ -45,6 +45,7 @@ type workspace struct {
 	gdn      blocks.GDNScratch
 	attn     attnScratch
 	moe      blocks.MoEScratch
+	predict  predictScratch
 	prof     *StepProfile
 }
 
@@ -162,6 +163,9 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		st.observe(TapMoE, l, y)
 		m.write(R, ws.hc.c, y, T)
 		ws.prof.Mark(blocks.PhaseNorms, 0)
+		if T == 1 {
+			m.prefetchNext(ws, l+1, R)
+		}
 	}
 	st.observe(TapResidual, len(m.layers), R)
 	if out == nil && st.tap == nil {
