@@ -249,6 +249,15 @@ func (b *q38Backend) NewState(opt SessionOptions) (BackendState, error) {
 
 func (b *q38Backend) Close() { b.tables.Close() }
 
+// ngramBytes is the n-gram table bytes read so far (0 but for qwen4_exp).
+func (e *Engine) ngramBytes() int64 {
+	if q, ok := e.backend.(*q38Backend); ok {
+		_, b := q.NgramStats()
+		return b
+	}
+	return 0
+}
+
 // NgramStats reports the n-gram rows and bytes read so far.
 func (b *q38Backend) NgramStats() (rows, bytes int64) {
 	return b.tables.rowsRead.Load(), b.tables.bytesRead.Load()
