@@ -162,6 +162,15 @@ func (c Config) Validate() error {
 	return c.validatePLE()
 }
 
+// Ceilings of the n-gram hashing, far above the release (base 2·10⁷, 16
+// heads): they bound the trial-division prime search New runs.
+const (
+	maxNgramSize      = 16
+	maxHeadsPerNgram  = 256
+	maxNgramVocabBase = 1 << 32
+	maxNgramPrimes    = 4096
+)
+
 func (c Config) validatePLE() error {
 	if len(c.PLELayers) == 0 {
 		return nil
@@ -178,8 +187,10 @@ func (c Config) validatePLE() error {
 		}
 	}
 	switch {
-	case c.NgramSize < 2 || c.HeadsPerNgram <= 0:
-		return fmt.Errorf("qwen38: config ngram_size %d must be at least 2 and heads_per_ngram %d positive", c.NgramSize, c.HeadsPerNgram)
+	case c.NgramSize < 2 || c.NgramSize > maxNgramSize || c.HeadsPerNgram <= 0 || c.HeadsPerNgram > maxHeadsPerNgram:
+		return fmt.Errorf("qwen38: config ngram_size %d must be in [2, %d] and heads_per_ngram %d in [1, %d]", c.NgramSize, maxNgramSize, c.HeadsPerNgram, maxHeadsPerNgram)
+	case c.NgramVocabBase > maxNgramVocabBase || int64(len(c.PLELayers)*c.NgramHeads()) > maxNgramPrimes:
+		return fmt.Errorf("qwen38: config ngram_vocab_size_base %d (at most %d) and %d PLE layers × %d heads (at most %d primes) would make the prime search unbounded", c.NgramVocabBase, int64(maxNgramVocabBase), len(c.PLELayers), c.NgramHeads(), maxNgramPrimes)
 	case c.PLEDim <= 0 || c.PLEDim%c.NgramHeads() != 0:
 		return fmt.Errorf("qwen38: config ple_embed_dim %d is not a positive multiple of (ngram_size−1)·heads_per_ngram = %d", c.PLEDim, c.NgramHeads())
 	case c.PLEConvKernel <= 0:
