@@ -130,14 +130,16 @@ func (m *Model) selectKeys(w *attnWeights, as *attnState, sc *attnScratch, ws *w
 			blocks.Rotate(qh, cos, sin)
 		}
 		scores := blocks.Grow(&sc.scores, nb)
-		for b := range nb {
-			kb := as.kb[b*dih : (b+1)*dih]
-			var s float32
-			for h := range nih {
-				s += max(0, dot(iq[h*dih:(h+1)*dih], kb))
+		m.pool.Parallel(nb, func(_, lo, hi int) { // each score is its own sum: any split gives the same
+			for b := lo; b < hi; b++ {
+				kb := as.kb[b*dih : (b+1)*dih]
+				var s float32
+				for h := range nih {
+					s += max(0, dot(iq[h*dih:(h+1)*dih], kb))
+				}
+				scores[b] = s / scale
 			}
-			scores[b] = s / scale
-		}
+		})
 		sel := topBlocks(scores, B, sc.order[:0])
 		sc.order = sel
 		copy(sc.sel[t*B:(t+1)*B], sel[:B])
@@ -145,22 +147,42 @@ func (m *Model) selectKeys(w *attnWeights, as *attnState, sc *attnScratch, ws *w
 	}
 }
 
-// topBlocks returns the indices of the n best scores, ordered by (−score,
-// index), appended to buf.
+// topBlocks returns the indices of the n best scores, in no particular
+// order, appended to buf: the first n in the order (−score, index), found
+// with a heap of n whose root is the worst kept.
 func topBlocks(scores []float32, n int, buf []int) []int {
-	for b := range scores {
-		buf = append(buf, b)
+	worse := func(a, b int) bool { // a ranks after b
+		return scores[a] < scores[b] || (scores[a] == scores[b] && a > b)
 	}
-	slices.SortFunc(buf, func(a, b int) int {
-		switch {
-		case scores[a] > scores[b]:
-			return -1
-		case scores[a] < scores[b]:
-			return 1
+	h := buf[:0]
+	for b := range scores {
+		if len(h) < n {
+			h = append(h, b)
+			for i := len(h) - 1; i > 0 && worse(h[i], h[(i-1)/2]); i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+			continue
 		}
-		return a - b
-	})
-	return buf[:n]
+		if !worse(h[0], b) {
+			continue
+		}
+		h[0] = b
+		for i := 0; ; {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < n && worse(h[l], h[w]) {
+				w = l
+			}
+			if r < n && worse(h[r], h[w]) {
+				w = r
+			}
+			if w == i {
+				break
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+	return h
 }
 
 func dot(a, b []float32) float32 {

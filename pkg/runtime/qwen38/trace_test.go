@@ -220,3 +220,41 @@ func TestQSASelectionMatchesTransformers(t *testing.T) {
 		}
 	}
 }
+
+// TestTopBlocksOrder: the heap keeps exactly the first n blocks in the
+// order (−score, index), ties at zero included, checked against a sort.
+func TestTopBlocksOrder(t *testing.T) {
+	for seed := range 200 {
+		nb := 1 + seed%37
+		scores := make([]float32, nb)
+		for i := range scores {
+			scores[i] = float32((seed*7+i*13)%5) - 2 // many ties, many below zero
+			scores[i] = max(0, scores[i])
+		}
+		for _, n := range []int{1, 2, nb / 2, nb} {
+			if n < 1 || n > nb {
+				continue
+			}
+			got := topBlocks(scores, n, nil)
+			slices.Sort(got)
+			ref := make([]int, nb)
+			for i := range ref {
+				ref[i] = i
+			}
+			slices.SortStableFunc(ref, func(a, b int) int {
+				switch {
+				case scores[a] > scores[b]:
+					return -1
+				case scores[a] < scores[b]:
+					return 1
+				}
+				return 0
+			})
+			want := slices.Clone(ref[:n])
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("scores %v, n %d: kept %v, want %v", scores, n, got, want)
+			}
+		}
+	}
+}
