@@ -350,3 +350,21 @@ func TestQwen38VerifyCatchesTableCorruption(t *testing.T) {
 		t.Fatalf("corrupted table passed verification: %+v", rep)
 	}
 }
+
+// --bits 4,8 writes from one read exactly what two single-width runs write.
+func TestQwen38OneReadManyWidths(t *testing.T) {
+	src := fixtureDir(t, "tiny-qwen38-perexpert")
+	base := filepath.Join(t.TempDir(), "q38")
+	targets := Targets(base, []int{4, 8})
+	if _, err := Run(context.Background(), Options{Input: src, Targets: targets, Threads: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		single, m := convertOne(t, src, tg.Bits)
+		for _, n := range payloadNames(m) {
+			if !bytes.Equal(readFile(t, filepath.Join(single, n)), readFile(t, filepath.Join(tg.Dir, n))) {
+				t.Errorf("%d-bit %s differs between one read for two widths and a single run", tg.Bits, n)
+			}
+		}
+	}
+}

@@ -89,7 +89,8 @@ func TestSynthMatchesConverterLayout(t *testing.T) {
 	cases := []struct {
 		fixture, geometry string
 		bits              int
-	}{{"tiny-moe-fused", "tiny-moe", 4}, {"tiny-moe-fused", "tiny-moe", 8}, {"tiny-moe-fused", "tiny-moe", 16}, {"tiny-dense", "tiny-dense", 4}}
+	}{{"tiny-moe-fused", "tiny-moe", 4}, {"tiny-moe-fused", "tiny-moe", 8}, {"tiny-moe-fused", "tiny-moe", 16}, {"tiny-dense", "tiny-dense", 4},
+		{"tiny-qwen38-fused", "tiny-qwen38", 4}, {"tiny-qwen38-perexpert", "tiny-qwen38", 8}, {"tiny-qwen38-fused", "tiny-qwen38", 16}}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s-%d", tc.geometry, tc.bits), func(t *testing.T) {
 			_, conv := convertOne(t, fixtureDir(t, tc.fixture), tc.bits)
@@ -105,6 +106,9 @@ func TestSynthMatchesConverterLayout(t *testing.T) {
 			}
 			if !reflect.DeepEqual(syn.Experts, conv.Experts) {
 				t.Errorf("experts %+v, converter %+v", syn.Experts, conv.Experts)
+			}
+			if !reflect.DeepEqual(syn.NGram, conv.NGram) {
+				t.Errorf("n-gram tables %+v, converter %+v", syn.NGram, conv.NGram)
 			}
 			sizes := map[string]int64{}
 			for _, f := range conv.Files {

@@ -26,8 +26,8 @@ const (
 	MaxNGramPrimes    = 4096    // primes searched over all PLE layers
 	MaxNGramRows      = 1 << 36 // rows of one table
 	MaxNGramDivisor   = 1 << 20 // make_ngram_vocab_size_divisible_by
-	maxNGramSize      = 16      // ngram_size
-	maxHeadsPerNGram  = 256     // heads_per_ngram
+	MaxNGramSize      = 16      // ngram_size
+	MaxHeadsPerNGram  = 256     // heads_per_ngram
 	splitmixGamma     = 0x9E3779B97F4A7C15
 	pleLayerSeedStep  = 10007
 	int64Max          = math.MaxInt64
@@ -76,10 +76,10 @@ func ComputeNGramConstants(q *Qwen4ExpGeometry, vocab, k int) (NGramConstants, e
 
 func (q *Qwen4ExpGeometry) checkHashing() error {
 	switch {
-	case q.NGramSize < 2 || q.NGramSize > maxNGramSize:
-		return fmt.Errorf("ngram_size %d must be between 2 and %d", q.NGramSize, maxNGramSize)
-	case q.HeadsPerNGram < 1 || q.HeadsPerNGram > maxHeadsPerNGram:
-		return fmt.Errorf("heads_per_ngram %d must be between 1 and %d", q.HeadsPerNGram, maxHeadsPerNGram)
+	case q.NGramSize < 2 || q.NGramSize > MaxNGramSize:
+		return fmt.Errorf("ngram_size %d must be between 2 and %d", q.NGramSize, MaxNGramSize)
+	case q.HeadsPerNGram < 1 || q.HeadsPerNGram > MaxHeadsPerNGram:
+		return fmt.Errorf("heads_per_ngram %d must be between 1 and %d", q.HeadsPerNGram, MaxHeadsPerNGram)
 	case q.NGramVocabSizeBase < 2 || q.NGramVocabSizeBase > MaxNGramVocabBase:
 		return fmt.Errorf("ngram_vocab_size_base %d must be between 2 and %d", q.NGramVocabSizeBase, int64(MaxNGramVocabBase))
 	case q.NGramVocabSizeDivisibleBy < 1 || q.NGramVocabSizeDivisibleBy > MaxNGramDivisor:
