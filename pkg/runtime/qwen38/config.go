@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
 // Arch is the architecture name of an install manifest and of config.json's
@@ -162,13 +164,13 @@ func (c Config) Validate() error {
 	return c.validatePLE()
 }
 
-// Ceilings of the n-gram hashing, far above the release (base 2·10⁷, 16
-// heads): they bound the trial-division prime search New runs.
+// The n-gram hashing's ceilings are packexperts' (one literal each): they
+// bound the trial-division prime search New runs.
 const (
-	maxNgramSize      = 16
-	maxHeadsPerNgram  = 256
-	maxNgramVocabBase = 1 << 32
-	maxNgramPrimes    = 4096
+	maxNgramSize      = packexperts.MaxNGramSize
+	maxHeadsPerNgram  = packexperts.MaxHeadsPerNGram
+	maxNgramVocabBase = packexperts.MaxNGramVocabBase
+	maxNgramPrimes    = packexperts.MaxNGramPrimes
 )
 
 func (c Config) validatePLE() error {
