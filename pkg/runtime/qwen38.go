@@ -244,7 +244,7 @@ func (b *q38Backend) Name() string { return "cpu" }
 func (b *q38Backend) NewState(opt SessionOptions) (BackendState, error) {
 	st := b.m.NewState(qwen38.StateOptions{MaxContext: opt.MaxContext})
 	st.SetStepProfile(opt.StepProfile)
-	return &q38State{m: b.m, st: st, logits: make([]float32, b.m.Config().VocabSize)}, nil
+	return &q38State{m: b.m, st: st, profile: opt.StepProfile, logits: make([]float32, b.m.Config().VocabSize)}, nil
 }
 
 func (b *q38Backend) Close() { b.tables.Close() }
@@ -264,9 +264,32 @@ func (b *q38Backend) NgramStats() (rows, bytes int64) {
 }
 
 type q38State struct {
-	m      *qwen38.Model
-	st     *qwen38.State
-	logits []float32
+	m       *qwen38.Model
+	st      *qwen38.State
+	profile *qwen38.StepProfile
+	logits  []float32
+}
+
+// snapshot copies the sequence (the server's prompt cache keeps it); the
+// copy holds exactly the written tokens.
+func (s *q38State) snapshot(pending []int) *Snapshot {
+	c := s.m.Config()
+	return &Snapshot{q38: s.st.Clone(), pending: slices.Clone(pending), bytes: c.KVBytes(s.st.Len()) + c.FixedStateBytes()}
+}
+
+// restore makes the sequence a copy of snap's, which must come from the
+// same model and fit this session's context.
+func (s *q38State) restore(snap *qwen38.State) error {
+	if snap.Len() > s.st.MaxContext() {
+		return fmt.Errorf("runtime: the snapshot holds %d tokens, this session's max context is %d", snap.Len(), s.st.MaxContext())
+	}
+	st, err := snap.CloneFor(s.m, s.st.MaxContext())
+	if err != nil {
+		return err
+	}
+	st.SetStepProfile(s.profile)
+	s.st = st
+	return nil
 }
 
 func (s *q38State) Len() int        { return s.st.Len() }

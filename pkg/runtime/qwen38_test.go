@@ -172,3 +172,45 @@ func TestQwen38NgramReadAhead(t *testing.T) {
 	}
 	tables.Prefetch(0, ids) // never taken: Close waits for it
 }
+
+// TestQwen38SnapshotRestore: a qwen4_exp session restored from a snapshot
+// (the server's prompt cache) continues bitwise as the session it was
+// taken from.
+func TestQwen38SnapshotRestore(t *testing.T) {
+	e, err := Load(install(t, qwen38Layouts[0], 16), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := loadRefs(t, "tiny-qwen38.refs.json")[3].IDs // the EOS at 11 lies in the restored prefix
+	a := e.NewSession(SessionOptions{})
+	if err := a.Prefill(context.Background(), p[:14], 0); err != nil {
+		t.Fatal(err)
+	}
+	snap := a.Snapshot()
+	if snap == nil || snap.Len() != 14 || snap.Bytes() <= 0 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	gen := func(s *Session) []float32 {
+		var rows []float32
+		if _, err := s.Generate(context.Background(), p[14:], GenerateOptions{MaxTokens: 8, IgnoreEOS: true,
+			OnLogits: func(row []float32) error { rows = append(rows, row...); return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	want := gen(a)
+	b := e.NewSession(SessionOptions{})
+	if _, err := b.Generate(context.Background(), p[:3], GenerateOptions{MaxTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 14 {
+		t.Fatalf("restored session holds %d tokens, want 14", b.Len())
+	}
+	if i := firstBitDiff(gen(b), want); i >= 0 {
+		t.Fatalf("logit %d differs after Restore", i)
+	}
+}

@@ -89,6 +89,20 @@ func (s *State) Clone() *State {
 	return c
 }
 
+// CloneFor is Clone for a session of model m with its own max context:
+// it refuses a state of another model or one longer than maxContext.
+func (s *State) CloneFor(m *Model, maxContext int) (*State, error) {
+	switch {
+	case s.model != m:
+		return nil, fmt.Errorf("qwen38: the state belongs to another model")
+	case s.pos > maxContext:
+		return nil, fmt.Errorf("qwen38: the state holds %d tokens, past a max context of %d", s.pos, maxContext)
+	}
+	c := s.Clone()
+	c.maxContext = maxContext
+	return c, nil
+}
+
 func clone(x []float32) []float32 {
 	if x == nil {
 		return nil
