@@ -102,6 +102,9 @@ type BenchRun struct {
 	// to the current position and every Gated DeltaNet layer's conv window
 	// and recurrent matrix (qwen35.Config.StateBytes).
 	StateBytesPerToken float64 `json:"state_bytes_per_token"`
+	// NgramBytesPerToken is the n-gram table bytes a decode step read
+	// (qwen4_exp installs only).
+	NgramBytesPerToken float64 `json:"ngram_bytes_read_per_token,omitempty"`
 	// HandoffsPerToken is how many products or loops per decode step the
 	// compute pool split across its threads (each a wake-up and a barrier).
 	HandoffsPerToken float64 `json:"handoffs_per_token"`
@@ -407,6 +410,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 	}
 	var atDecode expertcache.Stats
 	var handoffs, parks uint64
+	var ngramAtDecode int64
 	first := true
 	opt := GenerateOptions{
 		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true, PrefillChunk: chunk,
@@ -416,6 +420,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 			}
 			first = false
 			atDecode, handoffs, parks = e.ExpertStats(), e.pool.Handoffs(), e.pool.Parks()
+			ngramAtDecode = e.ngramBytes()
 			stop()
 			if err != nil {
 				return err
@@ -444,6 +449,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, bits)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
+		run.NgramBytesPerToken = float64(e.ngramBytes()-ngramAtDecode) / float64(steps)
 	}
 	if e.cache != nil {
 		pre := expertReport(start, atDecode, len(ids))
@@ -470,6 +476,14 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
 func (e *Engine) meanStateBytes(promptTokens, steps, kvBits int) float64 {
+	if q, ok := e.backend.(*q38Backend); ok {
+		c := q.m.Config()
+		var sum float64
+		for s := 1; s <= steps; s++ {
+			sum += float64(c.KVBytes(promptTokens+s) + c.FixedStateBytes())
+		}
+		return sum / float64(steps)
+	}
 	cfg := e.cfg
 	var sum float64
 	for s := 1; s <= steps; s++ {

@@ -16,6 +16,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -102,6 +103,9 @@ func (e *Engine) load(opt Options) error {
 		return err
 	}
 	e.cfg = cfg
+	if m.Architecture == packexperts.ArchQwen4Exp {
+		return e.loadQwen38(opt)
+	}
 	if opt.Backend != nil && cfg.RopeScaling.Type != "" {
 		// The GPU kernels take plain inverse frequencies and no attention factor.
 		return fmt.Errorf("the GPU engine does not implement %s RoPE scaling yet; run this model with --engine cpu", cfg.RopeScaling.Type)
@@ -586,6 +590,7 @@ func (s *Session) Reset() {
 // it resumes.
 type Snapshot struct {
 	state   *qwen35.State
+	q38     *qwen38.State // instead of state for a qwen4_exp session
 	pending []int
 	bytes   int64
 }
@@ -597,6 +602,9 @@ type Snapshot struct {
 //
 // A session on a backend (the GPU engine) has no snapshots yet: nil.
 func (s *Session) Snapshot() *Snapshot {
+	if qs, ok := s.bs.(*q38State); ok {
+		return qs.snapshot(s.pending)
+	}
 	if s.bs != nil {
 		return nil
 	}
@@ -612,7 +620,14 @@ func (s *Session) Snapshot() *Snapshot {
 // Restore makes the session an exact copy of snap, taken from a session of
 // the same engine.
 func (s *Session) Restore(snap *Snapshot) error {
-	if s.bs != nil || snap == nil {
+	if qs, ok := s.bs.(*q38State); ok && snap != nil && snap.q38 != nil {
+		if err := qs.restore(snap.q38); err != nil {
+			return err
+		}
+		s.pending = slices.Clone(snap.pending)
+		return nil
+	}
+	if s.bs != nil || snap == nil || snap.state == nil {
 		return fmt.Errorf("runtime: this session cannot restore a snapshot (the GPU engine keeps none yet)")
 	}
 	if err := s.state.CopyFrom(snap.state); err != nil {
@@ -623,7 +638,12 @@ func (s *Session) Restore(snap *Snapshot) error {
 }
 
 // Len is the number of tokens the snapshot stands for (its pending one included).
-func (sn *Snapshot) Len() int { return sn.state.Len() + len(sn.pending) }
+func (sn *Snapshot) Len() int {
+	if sn.q38 != nil {
+		return sn.q38.Len() + len(sn.pending)
+	}
+	return sn.state.Len() + len(sn.pending)
+}
 
 // Bytes is the memory the snapshot's written state occupies.
 func (sn *Snapshot) Bytes() int64 { return sn.bytes }

@@ -5,7 +5,9 @@ import (
 	goruntime "runtime"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 )
 
 // FootprintOverhead is the fixed part of a generating process's memory
@@ -77,6 +79,11 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.KV = perToken * int64(ctx)
 	f.KVGrowth = perToken * int64(previousCapacity(ctx))
 	f.Recurrent = cfg.StateBytes(0)
+	if in.Manifest.Architecture == packexperts.ArchQwen4Exp {
+		if err := qwen38Footprint(in, &f, ctx); err != nil {
+			return Footprint{}, err
+		}
+	}
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = goruntime.NumCPU()
@@ -84,6 +91,22 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
 	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch
 	return f, nil
+}
+
+// qwen38Footprint replaces the trunk's sequence state by qwen38's: a
+// float32 cache with the indexer's keys, grown by append (the old backing
+// array, about 4/5 of the new, is held while it copies), and the PLE conv
+// windows beside the GDN state.
+func qwen38Footprint(in *Install, f *Footprint, ctx int) error {
+	q, err := qwen38.ConfigFromGeometry(in.Manifest.Geometry)
+	if err != nil {
+		return err
+	}
+	f.KVBits = qwen35.KVFloat32
+	f.KV = q.KVBytes(ctx)
+	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
+	f.Recurrent = q.FixedStateBytes()
+	return nil
 }
 
 // previousCapacity is the KV capacity before the last doubling that
@@ -127,7 +150,17 @@ func (f Footprint) CheckFits(memTotal int64) error {
 // modelConfig is the install's model geometry, with YaRN applied when
 // ropeScaling asks for it.
 func modelConfig(in *Install, ropeScaling string, maxContext int) (qwen35.Config, error) {
-	cfg, err := qwen35.ConfigFromGeometry(in.Manifest.Architecture, in.Manifest.Geometry)
+	arch := in.Manifest.Architecture
+	if arch == packexperts.ArchQwen4Exp {
+		// The qwen3_5_moe trunk's geometry: what the footprint and the
+		// CLIs read of it (context, widths, experts) is the same; the
+		// streams, PLE and indexer state are not counted yet.
+		arch = qwen35.ArchMoE
+		if ropeScaling != "" && ropeScaling != "none" {
+			return qwen35.Config{}, fmt.Errorf("rope scaling %q is not supported for qwen4_exp installs yet", ropeScaling)
+		}
+	}
+	cfg, err := qwen35.ConfigFromGeometry(arch, in.Manifest.Geometry)
 	if err != nil {
 		return qwen35.Config{}, err
 	}

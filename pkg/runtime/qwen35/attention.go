@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // attnScratch holds the per-chunk buffers of a full-attention layer.
@@ -35,11 +36,11 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	Hq, Hkv, Dh := c.NumHeads, c.NumKVHeads, c.HeadDim
 	kvd := c.kvDim()
 	half := c.RotaryDim / 2
-	q2 := grow(&sc.q2, T*2*Hq*Dh)
-	k := grow(&sc.k, T*kvd)
-	v := grow(&sc.v, T*kvd)
-	m.matmulMulti([][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
-	sc.prof.markProducts(PhaseAttnProjections, w.q, w.k, w.v)
+	q2 := blocks.Grow(&sc.q2, T*2*Hq*Dh)
+	k := blocks.Grow(&sc.k, T*kvd)
+	v := blocks.Grow(&sc.v, T*kvd)
+	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
+	sc.prof.MarkProducts(PhaseAttnProjections, w.q, w.k, w.v)
 
 	// Keys are quantized after k_norm and RoPE, values as projected; a
 	// float32 cache takes the keys in place.
@@ -47,12 +48,12 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
 		dstK := ls.kv.keyRowF32(pos0 + t)
 		if dstK == nil {
-			dstK = grow(&sc.kRow, kvd)
+			dstK = blocks.Grow(&sc.kRow, kvd)
 		}
 		for g := range Hkv {
 			kh := dstK[g*Dh : (g+1)*Dh]
-			rmsNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.kNorm, c.RMSNormEps)
-			rotate(kh, cos, sin)
+			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.kNorm, c.RMSNormEps)
+			blocks.Rotate(kh, cos, sin)
 		}
 		if ls.kv.f32() {
 			copy(ls.kv.v.f32[(pos0+t)*kvd:(pos0+t+1)*kvd], v[t*kvd:(t+1)*kvd])
@@ -61,8 +62,8 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 		}
 	}
 
-	o := grow(&sc.o, T*Hq*Dh)
-	sc.workers = workerSlots(sc.workers, m.pool.Threads())
+	o := blocks.Grow(&sc.o, T*Hq*Dh)
+	sc.workers = blocks.WorkerSlots(sc.workers, m.pool.Threads())
 	if m.splitAttention(pos0+T, T) {
 		m.attnSplit(w, ls, sc, ws, pos0, q2, o)
 	} else {
@@ -70,9 +71,9 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 		})
 	}
-	sc.prof.mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
-	m.matmul(out, w.o, o, T)
-	sc.prof.markProducts(PhaseAttnOut, w.o)
+	sc.prof.Mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
+	blocks.MatMul(m.pool, out, w.o, o, T)
+	sc.prof.MarkProducts(PhaseAttnOut, w.o)
 }
 
 // attnHeads computes the gated attention output of query heads [lo, hi)
@@ -93,36 +94,25 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 			g := h / group
 			end := min(hi, (g+1)*group) // heads [h, end) read KV head g
 			heads := end - h
-			qs := grow(&sc.q, heads*Dh)
+			qs := blocks.Grow(&sc.q, heads*Dh)
 			for j := range heads {
 				base := t*2*Hq*Dh + (h+j)*2*Dh
 				q := qs[j*Dh : (j+1)*Dh]
-				rmsNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
-				rotate(q, cos, sin)
+				blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
+				blocks.Rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
 			var tile []float32
 			if !ls.kv.f32() {
-				tile = grow(&sc.tile, kernels.AttendScratch(heads, Dh))
+				tile = blocks.Grow(&sc.tile, kernels.AttendScratch(heads, Dh))
 			}
-			attendGroup(og, qs, ls.kv, g, n, scale, grow(&sc.scores, heads*n), grow(&sc.qi, heads*Dh), tile)
+			attendGroup(og, qs, ls.kv, g, n, scale, blocks.Grow(&sc.scores, heads*n), blocks.Grow(&sc.qi, heads*Dh), tile)
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
 			}
 			h = end
 		}
-	}
-}
-
-// rotate applies rotate-half RoPE to the first 2·len(cos) dims of x: pairs
-// (j, j+half), the rest pass through.
-func rotate(x, cos, sin []float32) {
-	half := len(cos)
-	for j := range half {
-		x0, x1 := x[j], x[j+half]
-		x[j] = x0*cos[j] - x1*sin[j]
-		x[j+half] = x1*cos[j] + x0*sin[j]
 	}
 }
 
@@ -136,25 +126,7 @@ func attendGroup(o, qs []float32, kv *kvCache, g, n int, scale float32, scores, 
 	heads := len(qs) / kv.dh
 	kv.scores(scores, qs, g, 0, n, scale, qi, tile)
 	for j := range heads {
-		softmaxInPlace(scores[j*n : (j+1)*n])
+		blocks.SoftmaxInPlace(scores[j*n : (j+1)*n])
 	}
 	kv.values(o, scores, g, 0, kv.dh, n, tile)
-}
-
-// softmaxInPlace replaces x by softmax(x). The denominator is summed in
-// float64: over a long context a float32 running sum would lose small terms.
-func softmaxInPlace(x []float32) {
-	maxV := float32(math.Inf(-1))
-	for _, v := range x {
-		maxV = max(maxV, v)
-	}
-	kernels.Exp(x, x, maxV)
-	var sum float64
-	for _, e := range x {
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
 }

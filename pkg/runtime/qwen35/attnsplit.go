@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // Long-context decode: one KV head's group of query heads at a time, its
@@ -41,13 +42,13 @@ func (m *Model) attnSplit(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	group := Hq / c.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(Dh)))
 	n := pos0 + 1
-	qs := grow(&sc.qAll, Hq*Dh)
+	qs := blocks.Grow(&sc.qAll, Hq*Dh)
 	for h := range Hq {
 		q := qs[h*Dh : (h+1)*Dh]
-		rmsNorm(q, q2[h*2*Dh:h*2*Dh+Dh], w.qNorm, c.RMSNormEps)
-		rotate(q, ws.cos[:half], ws.sin[:half])
+		blocks.RMSNorm(q, q2[h*2*Dh:h*2*Dh+Dh], w.qNorm, c.RMSNormEps)
+		blocks.Rotate(q, ws.cos[:half], ws.sin[:half])
 	}
-	scores := grow(&sc.scoresAll, group*n)
+	scores := blocks.Grow(&sc.scoresAll, group*n)
 	chunks := (n + splitChunk - 1) / splitChunk
 	cb := ls.kv.columnBlock()
 	for g := range c.NumKVHeads {
@@ -56,8 +57,8 @@ func (m *Model) attnSplit(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 			wk := &sc.workers[worker]
 			for ch := lo; ch < hi; ch++ {
 				a, b := ch*splitChunk, min(n, (ch+1)*splitChunk)
-				part := grow(&wk.scores, group*(b-a))
-				ls.kv.scores(part, qg, g, a, b-a, scale, grow(&wk.qi, group*Dh), wk.tileFor(ls.kv, group, Dh))
+				part := blocks.Grow(&wk.scores, group*(b-a))
+				ls.kv.scores(part, qg, g, a, b-a, scale, blocks.Grow(&wk.qi, group*Dh), wk.tileFor(ls.kv, group, Dh))
 				for j := range group {
 					copy(scores[j*n+a:j*n+b], part[j*(b-a):(j+1)*(b-a)])
 				}
@@ -65,13 +66,13 @@ func (m *Model) attnSplit(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 		})
 		m.parallelHeads(group, func(_, lo, hi int) {
 			for j := lo; j < hi; j++ {
-				softmaxInPlace(scores[j*n : (j+1)*n])
+				blocks.SoftmaxInPlace(scores[j*n : (j+1)*n])
 			}
 		})
 		m.parallelHeads(Dh/cb, func(worker, lo, hi int) {
 			wk := &sc.workers[worker]
 			for blk := lo; blk < hi; blk++ {
-				part := grow(&wk.q, group*cb)
+				part := blocks.Grow(&wk.q, group*cb)
 				ls.kv.values(part, scores, g, blk*cb, cb, n, wk.tileFor(ls.kv, group, Dh))
 				for j := range group {
 					copy(o[(g*group+j)*Dh+blk*cb:][:cb], part[j*cb:(j+1)*cb])
@@ -89,5 +90,5 @@ func (wk *attnWorker) tileFor(kv *kvCache, heads, dh int) []float32 {
 	if kv.f32() {
 		return nil
 	}
-	return grow(&wk.tile, kernels.AttendScratch(heads, dh))
+	return blocks.Grow(&wk.tile, kernels.AttendScratch(heads, dh))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // maxChunk bounds how many tokens one pass through the layers carries, and
@@ -29,9 +30,10 @@ type Tap func(point TapPoint, layer, pos int, hidden []float32)
 type workspace struct {
 	x, u, mix []float32 // residual, normed input, mixer/FFN output [T, H]
 	cos, sin  []float32 // RoPE tables [T, rd/2]
-	gdn       gdnScratch
+	gdn       blocks.GDNScratch
 	attn      attnScratch
-	ffn       ffnScratch
+	moe       blocks.MoEScratch
+	mlp       mlpScratch
 	final     []float32
 	predict   predictScratch
 	prof      *StepProfile // the state's profile during a decode step, else nil
@@ -83,9 +85,9 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	c := &m.cfg
 	T, H := len(ids), c.HiddenSize
 	ws := &st.ws
-	x := grow(&ws.x, T*H)
-	u := grow(&ws.u, T*H)
-	mix := grow(&ws.mix, T*H)
+	x := blocks.Grow(&ws.x, T*H)
+	u := blocks.Grow(&ws.u, T*H)
+	mix := blocks.Grow(&ws.mix, T*H)
 	for t, id := range ids {
 		m.embed.Row(x[t*H:(t+1)*H], id)
 	}
@@ -93,24 +95,24 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	m.ropeTables(ws, st.pos, T)
 
 	ws.setProfile(st.profile, T)
-	ws.prof.begin()
+	ws.prof.Begin()
 	for l := range m.layers {
 		ly := &m.layers[l]
-		rmsNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
-		ws.prof.mark(PhaseNorms, 0)
+		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
+		ws.prof.Mark(PhaseNorms, 0)
 		m.mixer(l, st, u, mix, T)
-		addTo(x, mix)
-		rmsNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
-		ws.prof.mark(PhaseNorms, 0)
+		blocks.AddTo(x, mix)
+		blocks.RMSNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
+		ws.prof.Mark(PhaseNorms, 0)
 		if ly.moe != nil {
-			if err := m.moeBlock(l, ly.moe, &ws.ffn, u, mix, T); err != nil {
+			if err := m.moe.Block(l, ly.moe, &ws.moe, u, mix, T); err != nil {
 				return err
 			}
 		} else {
-			m.denseMLP(ly.mlp, &ws.ffn, u, mix, T)
+			m.denseMLP(ly.mlp, &ws.mlp, u, mix, T)
 		}
-		addTo(x, mix)
-		ws.prof.mark(PhaseNorms, 0)
+		blocks.AddTo(x, mix)
+		ws.prof.Mark(PhaseNorms, 0)
 		if T == 1 {
 			m.prefetchNext(ws, l+1, x)
 		}
@@ -125,14 +127,14 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		st.pos += T
 		return nil
 	}
-	final := grow(&ws.final, rows*H)
-	rmsNormRows(final, x[first*H:], m.norm, H, c.RMSNormEps)
+	final := blocks.Grow(&ws.final, rows*H)
+	blocks.RMSNormRows(final, x[first*H:], m.norm, H, c.RMSNormEps)
 	if st.tap != nil {
 		st.tap(TapFinalNorm, len(m.layers), st.pos+first, final)
 	}
 	if out != nil {
-		m.matmul(out, m.lmHead, final, rows)
-		ws.prof.markProducts(PhaseLMHead, m.lmHead)
+		blocks.MatMul(m.pool, out, m.lmHead, final, rows)
+		ws.prof.MarkProducts(PhaseLMHead, m.lmHead)
 	}
 	st.pos += T
 	return nil
@@ -144,7 +146,7 @@ func (ws *workspace) setProfile(p *StepProfile, T int) {
 	if T != 1 {
 		p = nil
 	}
-	ws.prof, ws.gdn.prof, ws.attn.prof, ws.ffn.prof = p, p, p, p
+	ws.prof, ws.gdn.Prof, ws.attn.prof, ws.moe.Prof = p, p, p, p
 }
 
 func (st *State) observe(p TapPoint, layer int, hidden []float32) {
@@ -157,10 +159,10 @@ func (st *State) observe(p TapPoint, layer int, hidden []float32) {
 // attention layer of the chunk.
 func (m *Model) ropeTables(ws *workspace, pos0, T int) {
 	half := m.cfg.RotaryDim / 2
-	cos := grow(&ws.cos, T*half)
-	sin := grow(&ws.sin, T*half)
+	cos := blocks.Grow(&ws.cos, T*half)
+	sin := blocks.Grow(&ws.sin, T*half)
 	for t := range T {
-		m.rope.tables(pos0+t, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half])
+		m.rope.Tables(pos0+t, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half])
 	}
 }
 

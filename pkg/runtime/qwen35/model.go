@@ -18,6 +18,7 @@ import (
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // Model holds the resident weights. It is immutable after New, so several
@@ -32,38 +33,24 @@ type Model struct {
 	norm   []float32 // 1 + w
 
 	layers []layer
-	rope   rope
+	rope   blocks.Rope
+	moe    blocks.MoE // runs every layer's MoE block over experts
+	gdn    blocks.GDN // runs every Gated DeltaNet layer
 }
 
 type layer struct {
 	kind      LayerKind
 	inputNorm []float32 // 1 + w
 	postNorm  []float32 // 1 + w
-	gdn       *gdnWeights
+	gdn       *blocks.GDNWeights
 	attn      *attnWeights
-	moe       *moeWeights
-	mlp       *mlpWeights
-}
-
-type gdnWeights struct {
-	qkv, z, b, a, out *kernels.Matrix
-	conv              []float32 // [C, K]
-	negExpA           []float32 // −exp(A_log) per value head
-	dtBias            []float32
-	norm              []float32 // plain w of the gated norm
+	moe       *blocks.MoEWeights
+	mlp       *blocks.MLPWeights
 }
 
 type attnWeights struct {
 	q, k, v, o   *kernels.Matrix
 	qNorm, kNorm []float32 // 1 + w
-}
-
-type mlpWeights struct{ gate, up, down *kernels.Matrix }
-
-type moeWeights struct {
-	router     *kernels.Matrix // [E, H]
-	shared     mlpWeights
-	sharedGate *kernels.Matrix // [1, H]
 }
 
 // New fetches every resident tensor from w and checks it against cfg, so a
@@ -84,7 +71,7 @@ func New(cfg Config, w Weights, ex Experts, pool *kernels.Pool) (*Model, error) 
 	ld := &loader{w: w}
 	V, H := cfg.VocabSize, cfg.HiddenSize
 	m.embed = ld.matrix(nameEmbed, V, H)
-	m.norm = onePlus(ld.vector(nameNorm, H))
+	m.norm = blocks.OnePlus(ld.vector(nameNorm, H))
 	switch {
 	case w.Has(nameLMHead):
 		m.lmHead = ld.matrix(nameLMHead, V, H)
@@ -103,6 +90,10 @@ func New(cfg Config, w Weights, ex Experts, pool *kernels.Pool) (*Model, error) 
 		return nil, ld.err
 	}
 	m.rope = newRope(cfg.RopeTheta, cfg.RotaryDim, cfg.RopeScaling)
+	m.gdn = blocks.GDN{Pool: pool, KeyHeads: cfg.LinearKeyHeads, ValueHeads: cfg.LinearValueHeads,
+		KeyDim: cfg.LinearKeyDim, ValueDim: cfg.LinearValueDim, Kernel: cfg.ConvKernel, Eps: cfg.RMSNormEps}
+	m.moe = blocks.MoE{Name: "qwen35", Pool: pool, Experts: ex, NumExperts: cfg.NumExperts,
+		TopK: cfg.ExpertsPerToken, Hidden: cfg.HiddenSize, Intermediate: cfg.ExpertIntermediate}
 	return m, nil
 }
 
@@ -111,26 +102,26 @@ func loadLayer(ld *loader, c Config, i int, kind LayerKind) layer {
 	H := c.HiddenSize
 	ly := layer{
 		kind:      kind,
-		inputNorm: onePlus(ld.vector(name("input_layernorm.weight"), H)),
-		postNorm:  onePlus(ld.vector(name("post_attention_layernorm.weight"), H)),
+		inputNorm: blocks.OnePlus(ld.vector(name("input_layernorm.weight"), H)),
+		postNorm:  blocks.OnePlus(ld.vector(name("post_attention_layernorm.weight"), H)),
 	}
 	switch kind {
 	case LinearAttention:
 		C, Hv, vd := c.ConvChannels(), c.LinearValueHeads, c.valueDim()
-		g := &gdnWeights{
-			qkv:    ld.matrix(name("linear_attn.in_proj_qkv.weight"), C, H),
-			z:      ld.matrix(name("linear_attn.in_proj_z.weight"), vd, H),
-			b:      ld.matrix(name("linear_attn.in_proj_b.weight"), Hv, H),
-			a:      ld.matrix(name("linear_attn.in_proj_a.weight"), Hv, H),
-			conv:   ld.vector(name("linear_attn.conv1d.weight"), C*c.ConvKernel),
-			dtBias: ld.vector(name("linear_attn.dt_bias"), Hv),
-			norm:   ld.vector(name("linear_attn.norm.weight"), c.LinearValueDim),
-			out:    ld.matrix(name("linear_attn.out_proj.weight"), H, vd),
+		g := &blocks.GDNWeights{
+			QKV:    ld.matrix(name("linear_attn.in_proj_qkv.weight"), C, H),
+			Z:      ld.matrix(name("linear_attn.in_proj_z.weight"), vd, H),
+			B:      ld.matrix(name("linear_attn.in_proj_b.weight"), Hv, H),
+			A:      ld.matrix(name("linear_attn.in_proj_a.weight"), Hv, H),
+			Conv:   ld.vector(name("linear_attn.conv1d.weight"), C*c.ConvKernel),
+			DtBias: ld.vector(name("linear_attn.dt_bias"), Hv),
+			Norm:   ld.vector(name("linear_attn.norm.weight"), c.LinearValueDim),
+			Out:    ld.matrix(name("linear_attn.out_proj.weight"), H, vd),
 		}
 		if aLog := ld.vector(name("linear_attn.A_log"), Hv); aLog != nil {
-			g.negExpA = make([]float32, Hv)
+			g.NegExpA = make([]float32, Hv)
 			for h, v := range aLog {
-				g.negExpA[h] = -exp32(v)
+				g.NegExpA[h] = -blocks.Exp32(v)
 			}
 		}
 		ly.gdn = g
@@ -141,43 +132,30 @@ func loadLayer(ld *loader, c Config, i int, kind LayerKind) layer {
 			k:     ld.matrix(name("self_attn.k_proj.weight"), c.kvDim(), H),
 			v:     ld.matrix(name("self_attn.v_proj.weight"), c.kvDim(), H),
 			o:     ld.matrix(name("self_attn.o_proj.weight"), H, c.NumHeads*Dh),
-			qNorm: onePlus(ld.vector(name("self_attn.q_norm.weight"), Dh)),
-			kNorm: onePlus(ld.vector(name("self_attn.k_norm.weight"), Dh)),
+			qNorm: blocks.OnePlus(ld.vector(name("self_attn.q_norm.weight"), Dh)),
+			kNorm: blocks.OnePlus(ld.vector(name("self_attn.k_norm.weight"), Dh)),
 		}
 	}
 	if c.Arch == ArchMoE {
 		Is := c.SharedIntermediate
-		ly.moe = &moeWeights{
-			router: ld.matrix(name("mlp.gate.weight"), c.NumExperts, H),
-			shared: mlpWeights{
-				gate: ld.matrix(name("mlp.shared_expert.gate_proj.weight"), Is, H),
-				up:   ld.matrix(name("mlp.shared_expert.up_proj.weight"), Is, H),
-				down: ld.matrix(name("mlp.shared_expert.down_proj.weight"), H, Is),
+		ly.moe = &blocks.MoEWeights{
+			Router: ld.matrix(name("mlp.gate.weight"), c.NumExperts, H),
+			Shared: blocks.MLPWeights{
+				Gate: ld.matrix(name("mlp.shared_expert.gate_proj.weight"), Is, H),
+				Up:   ld.matrix(name("mlp.shared_expert.up_proj.weight"), Is, H),
+				Down: ld.matrix(name("mlp.shared_expert.down_proj.weight"), H, Is),
 			},
-			sharedGate: ld.matrix(name("mlp.shared_expert_gate.weight"), 1, H),
+			SharedGate: ld.matrix(name("mlp.shared_expert_gate.weight"), 1, H),
 		}
 	} else {
 		I := c.Intermediate
-		ly.mlp = &mlpWeights{
-			gate: ld.matrix(name("mlp.gate_proj.weight"), I, H),
-			up:   ld.matrix(name("mlp.up_proj.weight"), I, H),
-			down: ld.matrix(name("mlp.down_proj.weight"), H, I),
+		ly.mlp = &blocks.MLPWeights{
+			Gate: ld.matrix(name("mlp.gate_proj.weight"), I, H),
+			Up:   ld.matrix(name("mlp.up_proj.weight"), I, H),
+			Down: ld.matrix(name("mlp.down_proj.weight"), H, I),
 		}
 	}
 	return ly
-}
-
-// onePlus turns a zero-centred RMSNorm weight into the factor it multiplies
-// by, 1 + w, rounded to float32 as transformers does before multiplying.
-func onePlus(w []float32) []float32 {
-	if w == nil {
-		return nil
-	}
-	out := make([]float32, len(w))
-	for i, v := range w {
-		out[i] = 1 + v
-	}
-	return out
 }
 
 // Config returns the geometry the model was built with.

@@ -1,5 +1,7 @@
 package qwen35
 
+import "github.com/nvmai/nvmai/pkg/runtime/blocks"
+
 // predictScratch holds prefetchNext's buffers.
 type predictScratch struct {
 	u, logits []float32
@@ -22,30 +24,11 @@ func (m *Model) prefetchNext(ws *workspace, next int, x []float32) {
 		return
 	}
 	c, sc, ly := &m.cfg, &ws.predict, &m.layers[next]
-	u := grow(&sc.u, c.HiddenSize)
-	rmsNormRows(u, x, ly.postNorm, c.HiddenSize, c.RMSNormEps)
-	logits := grow(&sc.logits, c.NumExperts)
-	m.matmul(logits, ly.moe.router, u, 1)
-	sc.ids = topIndices(logits, width, sc.ids[:0])
+	u := blocks.Grow(&sc.u, c.HiddenSize)
+	blocks.RMSNormRows(u, x, ly.postNorm, c.HiddenSize, c.RMSNormEps)
+	logits := blocks.Grow(&sc.logits, c.NumExperts)
+	blocks.MatMul(m.pool, logits, ly.moe.Router, u, 1)
+	sc.ids = blocks.TopIndices(logits, width, sc.ids[:0])
 	pf.Prefetch(next, sc.ids)
-	ws.prof.markProducts(PhasePrefetch, ly.moe.router)
-}
-
-// topIndices appends the indices of the n largest scores to dst, best
-// first, the lower index first among equals.
-func topIndices(scores []float32, n int, dst []int) []int {
-	for i, v := range scores {
-		if len(dst) == n && v <= scores[dst[n-1]] {
-			continue
-		}
-		if len(dst) < n {
-			dst = append(dst, i)
-		}
-		j := len(dst) - 1
-		for ; j > 0 && v > scores[dst[j-1]]; j-- {
-			dst[j] = dst[j-1]
-		}
-		dst[j] = i
-	}
-	return dst
+	ws.prof.MarkProducts(PhasePrefetch, ly.moe.Router)
 }

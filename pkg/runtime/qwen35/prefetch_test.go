@@ -5,25 +5,6 @@ import (
 	"testing"
 )
 
-func TestTopIndices(t *testing.T) {
-	for _, tc := range []struct {
-		scores []float32
-		n      int
-		want   []int
-	}{
-		{[]float32{1, 5, 3, 4}, 2, []int{1, 3}},
-		{[]float32{1, 5, 3, 4}, 4, []int{1, 3, 2, 0}},
-		{[]float32{2, 2, 2}, 2, []int{0, 1}},
-		{[]float32{-1, -3, 7, 7, 0}, 3, []int{2, 3, 4}},
-		{[]float32{9}, 1, []int{0}},
-		{[]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 3, []int{9, 8, 7}},
-	} {
-		if got := topIndices(tc.scores, tc.n, nil); !slices.Equal(got, tc.want) {
-			t.Errorf("topIndices(%v, %d) = %v, want %v", tc.scores, tc.n, got, tc.want)
-		}
-	}
-}
-
 // predictingExperts records every Prefetch and every layer's request.
 type predictingExperts struct {
 	*snapshotWeights

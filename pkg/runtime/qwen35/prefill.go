@@ -98,7 +98,8 @@ func (m *Model) mixer(l int, st *State, u, mix []float32, T int) {
 		u0, mix0 := u[o*H:(o+n)*H], mix[o*H:(o+n)*H]
 		switch ly.kind {
 		case LinearAttention:
-			m.gdnMixer(ly.gdn, &st.layers[l], &ws.gdn, u0, mix0, n)
+			ls := &st.layers[l]
+			m.gdn.Mixer(ly.gdn, ls.conv, ls.rec, &ws.gdn, u0, mix0, n)
 		case FullAttention:
 			ws.cos, ws.sin = cos[o*half:(o+n)*half], sin[o*half:(o+n)*half]
 			m.attnMixer(ly.attn, &st.layers[l], &ws.attn, ws, st.pos+o, u0, mix0, n)

@@ -91,15 +91,9 @@ func TestScratchBytesPerTokenBoundsTheWorkspace(t *testing.T) {
 func workspaceBytes(ws *workspace) int64 {
 	var n int
 	for _, b := range [][]float32{ws.x, ws.u, ws.mix, ws.cos, ws.sin, ws.final,
-		ws.gdn.proj, ws.gdn.conv, ws.gdn.z, ws.gdn.b, ws.gdn.a, ws.gdn.o,
 		ws.attn.q2, ws.attn.k, ws.attn.v, ws.attn.o,
-		ws.ffn.gate, ws.ffn.up, ws.ffn.sharedG, ws.ffn.sharedU, ws.ffn.router, ws.ffn.weight,
-		ws.ffn.xs, ws.ffn.ys, ws.ffn.routed, ws.ffn.sharedGate} {
+		ws.mlp.gate, ws.mlp.up} {
 		n += 4 * cap(b)
 	}
-	n += 8 * cap(ws.ffn.sel)
-	for _, u := range ws.ffn.users {
-		n += 16 * cap(u)
-	}
-	return int64(n)
+	return int64(n) + ws.gdn.GrowingBytes() + ws.moe.GrowingBytes()
 }

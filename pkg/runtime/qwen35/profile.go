@@ -1,95 +1,35 @@
 package qwen35
 
-import (
-	"time"
+import "github.com/nvmai/nvmai/pkg/runtime/blocks"
 
-	"github.com/nvmai/nvmai/pkg/kernels"
+// The decode-step profile lives in package blocks, shared by every
+// architecture; these names keep qwen35's API.
+type (
+	StepPhase   = blocks.StepPhase
+	StepProfile = blocks.StepProfile
 )
 
-// StepPhase is one part of a decode step, as a StepProfile times it.
-type StepPhase uint8
-
+// The phases of a decode step (blocks.StepPhase).
 const (
-	PhaseNorms           StepPhase = iota // RMS norms and residual adds
-	PhaseGDNProjections                   // a Gated DeltaNet layer's qkv, z, a, b products (one job)
-	PhaseGDNConv                          // its causal conv and SiLU
-	PhaseGDNHeads                         // its delta rule and gated norm, every value head
-	PhaseGDNOut                           // its output product
-	PhaseAttnProjections                  // a full-attention layer's q (with gate), k, v products
-	PhaseAttnHeads                        // its norms, RoPE, scores, softmax, values and gate
-	PhaseAttnOut                          // its output product
-	PhaseRouter                           // router, shared expert gate/up and its gate (one job)
-	PhaseRouting                          // softmax and top-k
-	PhasePrefetch                         // predicting the next layer's experts, starting their reads
-	PhaseExpertWait                       // expert cache bookkeeping, reads in flight, output copies
-	PhaseExpertGateUp                     // routed experts' gate and up products
-	PhaseExpertDown                       // routed experts' down products (with the shared expert's, when fused)
-	PhaseSharedDown                       // the shared expert's down product on its own
-	PhaseCombine                          // weighted sum of the experts
-	PhaseLMHead                           // final norm and lm_head
-	NumStepPhases
+	PhaseNorms           = blocks.PhaseNorms
+	PhaseGDNProjections  = blocks.PhaseGDNProjections
+	PhaseGDNConv         = blocks.PhaseGDNConv
+	PhaseGDNHeads        = blocks.PhaseGDNHeads
+	PhaseGDNOut          = blocks.PhaseGDNOut
+	PhaseAttnProjections = blocks.PhaseAttnProjections
+	PhaseAttnHeads       = blocks.PhaseAttnHeads
+	PhaseAttnOut         = blocks.PhaseAttnOut
+	PhaseRouter          = blocks.PhaseRouter
+	PhaseRouting         = blocks.PhaseRouting
+	PhasePrefetch        = blocks.PhasePrefetch
+	PhaseExpertWait      = blocks.PhaseExpertWait
+	PhaseExpertGateUp    = blocks.PhaseExpertGateUp
+	PhaseExpertDown      = blocks.PhaseExpertDown
+	PhaseSharedDown      = blocks.PhaseSharedDown
+	PhaseCombine         = blocks.PhaseCombine
+	PhaseLMHead          = blocks.PhaseLMHead
+	NumStepPhases        = blocks.NumStepPhases
 )
-
-var stepPhaseNames = [NumStepPhases]string{"norms", "gdn_proj", "gdn_conv", "gdn_heads", "gdn_out",
-	"attn_proj", "attn_heads", "attn_out", "router", "routing", "prefetch", "expert_wait", "expert_gateup",
-	"expert_down", "shared_down", "combine", "lm_head"}
-
-func (p StepPhase) String() string {
-	if p < NumStepPhases {
-		return stepPhaseNames[p]
-	}
-	return "unknown"
-}
-
-// StepProfile accumulates, phase by phase over the single-token Forward
-// calls (decode steps) of the States it is set on, the wall time and the
-// bytes of weights and sequence state read: Bytes[p] / Time[p] is the rate
-// a phase streams memory at, to set beside a plain read. Timing costs two
-// clock reads per phase, about 20 µs per 40-layer step.
-type StepProfile struct {
-	Steps int
-	Time  [NumStepPhases]time.Duration
-	Bytes [NumStepPhases]int64
-	last  time.Time
-}
 
 // SetStepProfile makes the state's decode steps add to p (nil stops it).
 func (s *State) SetStepProfile(p *StepProfile) { s.profile = p }
-
-// begin starts a step's clock; the time until the first mark goes there.
-func (p *StepProfile) begin() {
-	if p != nil {
-		p.Steps++
-		p.last = time.Now()
-	}
-}
-
-// mark charges the time since the last mark, and bytes, to phase ph.
-func (p *StepProfile) mark(ph StepPhase, bytes int64) {
-	if p == nil {
-		return
-	}
-	now := time.Now()
-	p.Time[ph] += now.Sub(p.last)
-	p.Bytes[ph] += bytes
-	p.last = now
-}
-
-// markProducts is mark with the bytes of the matrices a phase multiplied by,
-// counted only when profiling.
-func (p *StepProfile) markProducts(ph StepPhase, ms ...*kernels.Matrix) {
-	if p != nil {
-		p.mark(ph, matrixBytes(ms...))
-	}
-}
-
-// matrixBytes is what a product reads of its matrices.
-func matrixBytes(ms ...*kernels.Matrix) int64 {
-	var n int64
-	for _, m := range ms {
-		if m != nil {
-			n += int64(len(m.Data) + len(m.Scales) + len(m.Biases))
-		}
-	}
-	return n
-}

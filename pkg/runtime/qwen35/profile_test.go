@@ -2,6 +2,8 @@ package qwen35
 
 import (
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // TestStepProfile checks that a StepProfile counts decode steps only, sees
@@ -46,7 +48,7 @@ func TestStepProfile(t *testing.T) {
 					t.Errorf("phase %v has no time", ph)
 				}
 			}
-			if got, want := p.Bytes[PhaseLMHead], 3*matrixBytes(m.lmHead); got != want {
+			if got, want := p.Bytes[PhaseLMHead], 3*blocks.MatrixBytes(m.lmHead); got != want {
 				t.Errorf("lm_head bytes %d, want %d", got, want)
 			}
 		})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // RopeScaling is YaRN as transformers 5.17 computes it
@@ -65,29 +67,13 @@ func (r RopeScaling) validate() error {
 	return nil
 }
 
-// rope holds the inverse frequencies of partial rotary embedding, computed
-// in float32 like transformers: f_j = 1 / θ^(2j/rd), and the factor cos and
-// sin are multiplied by (1 without scaling).
-type rope struct {
-	invFreq []float32 // [rd/2]
-	attn    float32
-}
-
-func newRope(theta float64, rd int, sc RopeScaling) rope {
-	posFreq := make([]float32, rd/2)
-	for j := range posFreq {
-		exponent := float32(2*j) / float32(rd)
-		posFreq[j] = float32(math.Pow(theta, float64(exponent)))
-	}
-	r := rope{invFreq: make([]float32, rd/2), attn: 1}
+// newRope is plain RoPE, or YaRN when sc says so.
+func newRope(theta float64, rd int, sc RopeScaling) blocks.Rope {
 	if sc.Type != YaRN {
-		for j, p := range posFreq {
-			r.invFreq[j] = 1 / p
-		}
-		return r
+		return blocks.NewRope(theta, rd)
 	}
-	r.invFreq, r.attn = yarnFrequencies(theta, rd, posFreq, sc)
-	return r
+	inv, attn := yarnFrequencies(theta, rd, blocks.RopePosFreq(theta, rd), sc)
+	return blocks.Rope{InvFreq: inv, Attn: attn}
 }
 
 // yarnFrequencies follows _compute_yarn_parameters step by step, in the
@@ -132,19 +118,4 @@ func yarnFrequencies(theta float64, rd int, posFreq []float32, sc RopeScaling) (
 		inv[j] = float32(interpolation*float32(1-extra)) + float32(extrapolation*extra)
 	}
 	return inv, float32(attn)
-}
-
-// tables fills cos and sin [rd/2] for position p; the angle is rounded to
-// float32 before cos/sin, as transformers computes it, and both are then
-// multiplied by the attention factor.
-func (r rope) tables(p int, cos, sin []float32) {
-	for j, f := range r.invFreq {
-		angle := float32(p) * f
-		cos[j] = float32(math.Cos(float64(angle)))
-		sin[j] = float32(math.Sin(float64(angle)))
-		if r.attn != 1 {
-			cos[j] *= r.attn
-			sin[j] *= r.attn
-		}
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
@@ -59,7 +60,7 @@ func (l *loader) matrix(name string, rows, cols int) *kernels.Matrix {
 		l.err = fmt.Errorf("qwen35: tensor %s: %w", name, err)
 		return nil
 	}
-	if err := checkMatrix(m, rows, cols); err != nil {
+	if err := blocks.CheckMatrix(m, rows, cols); err != nil {
 		l.err = fmt.Errorf("qwen35: tensor %s: %w", name, err)
 		return nil
 	}
@@ -80,16 +81,4 @@ func (l *loader) vector(name string, n int) []float32 {
 		return nil
 	}
 	return v
-}
-
-// checkMatrix verifies that m is rows×cols and that its buffers are exactly
-// as long as its encoding needs, so a kernel can never read out of bounds.
-func checkMatrix(m *kernels.Matrix, rows, cols int) error {
-	if m == nil {
-		return fmt.Errorf("nil matrix")
-	}
-	if m.Rows != rows || m.Cols != cols {
-		return fmt.Errorf("shape [%d, %d], the geometry needs [%d, %d]; the install does not match its manifest geometry", m.Rows, m.Cols, rows, cols)
-	}
-	return m.Validate()
 }

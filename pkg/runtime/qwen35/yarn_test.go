@@ -33,16 +33,16 @@ func TestYaRNFrequencies(t *testing.T) {
 	cfg := yarnConfig(t, r)
 	rp := newRope(cfg.RopeTheta, cfg.RotaryDim, cfg.RopeScaling)
 	for j, want := range r.Yarn.InvFreq {
-		if rp.invFreq[j] != float32(want) {
-			t.Errorf("inv_freq[%d] = %v, transformers %v", j, rp.invFreq[j], float32(want))
+		if rp.InvFreq[j] != float32(want) {
+			t.Errorf("inv_freq[%d] = %v, transformers %v", j, rp.InvFreq[j], float32(want))
 		}
 	}
-	if rp.attn != float32(r.Yarn.AttentionScaling) {
-		t.Errorf("attention factor %v, transformers %v", rp.attn, r.Yarn.AttentionScaling)
+	if rp.Attn != float32(r.Yarn.AttentionScaling) {
+		t.Errorf("attention factor %v, transformers %v", rp.Attn, r.Yarn.AttentionScaling)
 	}
 	plain := newRope(cfg.RopeTheta, cfg.RotaryDim, RopeScaling{})
-	if plain.attn != 1 || plain.invFreq[0] != 1 {
-		t.Errorf("plain RoPE: attention factor %v, inv_freq %v", plain.attn, plain.invFreq)
+	if plain.Attn != 1 || plain.InvFreq[0] != 1 {
+		t.Errorf("plain RoPE: attention factor %v, inv_freq %v", plain.Attn, plain.InvFreq)
 	}
 }
 

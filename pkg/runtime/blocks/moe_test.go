@@ -1,8 +1,10 @@
-package qwen35
+package blocks
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -25,7 +27,7 @@ func TestCombineExperts(t *testing.T) {
 			gates, weight, routed, out := normal(T), normal(T*k), normal(T*k*H), normal(T*H)
 			want := make([]float32, T*H)
 			for tok := range T {
-				sigma := sigmoid32(gates[tok])
+				sigma := Sigmoid32(gates[tok])
 				for i := range H {
 					var acc float32
 					for s := range k {
@@ -34,11 +36,40 @@ func TestCombineExperts(t *testing.T) {
 					want[tok*H+i] = acc + float32(sigma*out[tok*H+i])
 				}
 			}
-			m := &Model{cfg: Config{ExpertsPerToken: k, HiddenSize: H}}
-			m.combineExperts(new(ffnScratch), gates, weight, routed, out, T)
+			m := &MoE{TopK: k, Hidden: H}
+			m.combineExperts(new(MoEScratch), gates, weight, routed, out, T)
 			if i := bitwiseDiff(out, want); i >= 0 {
 				t.Fatalf("token %d column %d: got %v, want %v", i/H, i%H, out[i], want[i])
 			}
 		})
 	}
+}
+
+func TestTopIndices(t *testing.T) {
+	for _, tc := range []struct {
+		scores []float32
+		n      int
+		want   []int
+	}{
+		{[]float32{1, 5, 3, 4}, 2, []int{1, 3}},
+		{[]float32{1, 5, 3, 4}, 4, []int{1, 3, 2, 0}},
+		{[]float32{2, 2, 2}, 2, []int{0, 1}},
+		{[]float32{-1, -3, 7, 7, 0}, 3, []int{2, 3, 4}},
+		{[]float32{9}, 1, []int{0}},
+		{[]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 3, []int{9, 8, 7}},
+	} {
+		if got := TopIndices(tc.scores, tc.n, nil); !slices.Equal(got, tc.want) {
+			t.Errorf("TopIndices(%v, %d) = %v, want %v", tc.scores, tc.n, got, tc.want)
+		}
+	}
+}
+
+// bitwiseDiff returns the first index where a and b differ bitwise, or −1.
+func bitwiseDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
 }

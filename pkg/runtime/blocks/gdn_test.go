@@ -1,4 +1,4 @@
-package qwen35
+package blocks
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ func convReference(weight, x []float32, N, C, K int) []float32 {
 	return out
 }
 
-// TestCausalConvMatchesReference feeds a sequence through causalConv in
+// TestCausalConvMatchesReference feeds a sequence through CausalConv in
 // chunks (one token at a time as decode does, and uneven pieces as prefill
 // does) on 1 to 3 threads, and checks every output bitwise against the
 // whole-sequence definition, for the K = 4 fast path and other widths.
@@ -41,8 +41,8 @@ func TestCausalConvMatchesReference(t *testing.T) {
 		for _, pieces := range [][]int{ones(N), {1, 2, 3, 5}, {5, 1, 1, 4}, {N}} {
 			for threads := 1; threads <= 3; threads++ {
 				t.Run(fmt.Sprintf("K=%d/pieces=%v/threads=%d", K, pieces, threads), func(t *testing.T) {
-					cfg := Config{LinearKeyHeads: 1, LinearKeyDim: 8, LinearValueHeads: 2, LinearValueDim: 9, ConvKernel: K}
-					C := cfg.ConvChannels()
+					const C = 2*8 + 2*9 // one key head of 8, two value heads of 9
+
 					rng := rand.New(rand.NewPCG(uint64(K), 1))
 					weight, x := make([]float32, C*K), make([]float32, N*C)
 					for i := range weight {
@@ -53,12 +53,11 @@ func TestCausalConvMatchesReference(t *testing.T) {
 					}
 					pool := kernels.NewPool(threads)
 					defer pool.Close()
-					m := &Model{cfg: cfg, pool: pool}
 					state := make([]float32, (K-1)*C)
 					got := make([]float32, N*C)
 					at := 0
 					for _, n := range pieces {
-						m.causalConv(weight, state, x[at*C:(at+n)*C], got[at*C:(at+n)*C], n)
+						CausalConv(pool, C, K, weight, state, x[at*C:(at+n)*C], got[at*C:(at+n)*C], n)
 						at += n
 					}
 					want := convReference(weight, x, N, C, K)
@@ -74,4 +73,12 @@ func TestCausalConvMatchesReference(t *testing.T) {
 			}
 		}
 	}
+}
+
+func ones(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = 1
+	}
+	return p
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package qwen38
+
+const raceEnabled = false
