@@ -13,6 +13,10 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
+# BENCH_VARIANTS (default all,base) lists the launch strategies the bench
+# compares in one process: all (PDL, fused decode, grouped prefill), base
+# (none of them), nopdl, nofuse, nogroup. OLD_RUN=path/to/nvmai-run benches
+# an earlier build on the same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,7 +82,7 @@ fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-all,base} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
 	# The CLI end to end on the largest install: greedy, then sampled on the host.
 	big=${synth[${#synth[@]}-1]}
 	stamp "nvmai-run --engine gpu"
@@ -90,6 +94,12 @@ if [ ${#synth[@]} -gt 0 ]; then
 	"$bin/nvmai-run" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/cli-bench.json" 2>"$OUT/cli-bench.err" &&
 		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)": ?("[^"]*"|[0-9.]+)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 		{ status=1; tail -5 "$OUT/cli-bench.err"; }
+	if [ -n "${OLD_RUN:-}" ]; then
+		"$OLD_RUN" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/old-bench.json" 2>"$OUT/old-bench.err" &&
+			echo "CLI earlier build, nvmai-run bench --engine gpu: $(grep -oE '"(prefill_tok_s|decode_tok_s|kernels_per_token|graph_ms_per_token)": ?[0-9.]+' "$OUT/old-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
+			tail -5 "$OUT/old-bench.err"
+	fi
+	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
 echo

@@ -6,6 +6,7 @@ package gpukernels
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
@@ -16,7 +17,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -179,6 +180,121 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
 	}
 	return fmt.Errorf("gpukernels: GEMV: unknown encoding %d", m.Enc)
+}
+
+// Seg is one product of an MGEMV launch: y = W·x (W a matrix, or Slots
+// experts picked by Sel), plus Res when set. Token t's row r is written at
+// y[t·YTok + r]; YTok 0 means Rows·Slots.
+type Seg struct {
+	Y        cuda.DevicePtr
+	M        *Mat
+	Res, Sel cuda.DevicePtr
+	Slots    int
+	YTok     int
+}
+
+// MaxSegs is how many products one MGEMV launch takes (kernels.cu's MSEG).
+const MaxSegs = 8
+
+// gemvLanes is the threads a row of m takes: 16 for Q4/Q8 rows of more
+// than 8 groups, else 8 (qrow, frow_fold).
+func gemvLanes(m *Mat) int {
+	if m.Quantized() && m.Cols/kernels.GroupSize > 8 {
+		return 16
+	}
+	return 8
+}
+
+// MGEMV computes several products of one input x (T tokens) in one launch:
+// the quantized segments read q (x quantized), the float ones x. Each row
+// is bitwise what GEMV gives it.
+func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
+	if len(segs) == 0 || len(segs) > MaxSegs {
+		return fmt.Errorf("gpukernels: mgemv takes 1 to %d products, not %d", MaxSegs, len(segs))
+	}
+	const fields = 16
+	table := make([]byte, 8*(fields*MaxSegs+1))
+	put := func(i int, v uint64) { binary.LittleEndian.PutUint64(table[8*i:], v) }
+	blocks0 := 0
+	for j, sg := range segs {
+		m := sg.M
+		slots := max(sg.Slots, 1)
+		if m.Cols != segs[0].M.Cols {
+			return fmt.Errorf("gpukernels: mgemv: product %d has %d columns, product 0 %d", j, m.Cols, segs[0].M.Cols)
+		}
+		if m.Quantized() && q == nil {
+			return fmt.Errorf("gpukernels: mgemv: product %d is quantized but no quantized input was given", j)
+		}
+		ytok := sg.YTok
+		if ytok == 0 {
+			ytok = m.Rows * slots
+		}
+		lanes := gemvLanes(m)
+		f := j * fields
+		for k, v := range []uint64{uint64(sg.Y), uint64(m.Data), uint64(m.Scales), uint64(m.Biases), uint64(sg.Res), uint64(sg.Sel),
+			uint64(m.EData), uint64(m.EScale), uint64(m.Rows), uint64(m.Cols), uint64(m.Enc), uint64(slots), uint64(lanes),
+			uint64(blocks0), uint64(ytok), 0} {
+			put(f+k, v)
+		}
+		blocks0 += blocks(m.Rows*slots, 256/lanes)
+	}
+	put(fields*MaxSegs, uint64(len(segs)))
+	var q8, q4, dx, sx cuda.DevicePtr
+	if q != nil {
+		q8, q4, dx, sx = q.Q8, q.Q4, q.DX, q.SX
+	}
+	return l.launch("mgemv", cuda.D2(T, blocks0), cuda.D1(256), 0, table, q8, q4, dx, sx, x)
+}
+
+// MoEDown adds to x [T, H] the MoE block's output: the routed experts' down
+// products (ed gathered by sel [T, k], inputs vectors t·(k+1)+s of q), the
+// shared expert's (sd, input vector t·(k+1)+k) and their combination with
+// weight [T, k] and the shared gate's logit gate[t·gstride], bitwise the
+// GEMVs and Combine it replaces.
+func (l *Launcher) MoEDown(x cuda.DevicePtr, ed, sd *Mat, q *QAct, sel, weight, gate cuda.DevicePtr, k, gstride, T int) error {
+	if !ed.Quantized() || ed.Enc != sd.Enc || ed.Rows != sd.Rows || ed.Cols != sd.Cols {
+		return fmt.Errorf("gpukernels: moe_down needs routed and shared down products of one quantized shape")
+	}
+	if k+1 > 1024 {
+		return fmt.Errorf("gpukernels: moe_down: top-%d is past the kernel's 1023", k)
+	}
+	lanes := gemvLanes(ed)
+	R := max(1, (256/lanes)/(k+1))
+	bits := 4
+	if ed.Enc == kernels.Q8 {
+		bits = 8
+	}
+	return l.launch("moe_down", cuda.D2(T, blocks(ed.Rows, R)), cuda.D1(256), 0,
+		x, ed.Data, ed.Scales, ed.Biases, uint64(ed.EData), uint64(ed.EScale), sd.Data, sd.Scales, sd.Biases, ed.Rows, ed.Cols, bits,
+		q.Q8, q.Q4, q.DX, q.SX, sel, weight, gate, k, gstride, lanes, R)
+}
+
+// MoEGroup lists the n = T·k entries of sel by expert (E experts): offs
+// [E+1] and list [n] (moe_group).
+func (l *Launcher) MoEGroup(offs, list, sel cuda.DevicePtr, n, E int) error {
+	if E > 1024 {
+		return fmt.Errorf("gpukernels: moe_group: %d experts is past the kernel's 1024", E)
+	}
+	return l.launch("moe_group", cuda.D1(1), cuda.D1(256), 0, offs, list, sel, n, E)
+}
+
+// GEMVGrouped is the gathered product of m's E experts over a chunk grouped
+// by MoEGroup: entry t·k+s writes row block t·k+s of y, reading input
+// vector t·k+s (xslot) or t of q. Bitwise GEMV with sel.
+func (l *Launcher) GEMVGrouped(y cuda.DevicePtr, m *Mat, q *QAct, offs, list cuda.DevicePtr, k, E int, xslot bool) error {
+	if !m.Quantized() {
+		return fmt.Errorf("gpukernels: qgemv_grouped needs Q4/Q8 experts")
+	}
+	bits := 4
+	if m.Enc == kernels.Q8 {
+		bits = 8
+	}
+	xs := 0
+	if xslot {
+		xs = 1
+	}
+	return l.launch("qgemv_grouped", cuda.D2(E, blocks(m.Rows, 16)), cuda.D1(256), 0,
+		y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs)
 }
 
 // GDNConv runs the causal conv + SiLU over T tokens.

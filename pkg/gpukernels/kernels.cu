@@ -10,6 +10,24 @@ typedef long long i64;
 
 #define FLT_MAX_ 3.402823466e+38f
 
+// PDL_ENTRY opens every kernel. With programmatic dependent launch (the
+// engine launches with it on sm_90 and newer), a kernel's blocks may start
+// while the previous kernel still runs; griddepcontrol.wait holds them until
+// that kernel has finished and its writes are visible, so nothing below it
+// reads or writes device memory early. launch_dependents then lets the next
+// kernel's blocks be scheduled behind this one's. Without PDL both are no-ops.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY()                                                \
+    do {                                                           \
+        asm volatile("griddepcontrol.wait;" ::: "memory");         \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+    } while (0)
+#else
+#define PDL_ENTRY() \
+    do {            \
+    } while (0)
+#endif
+
 // Encodings, as pkg/kernels.Encoding numbers them.
 #define ENC_F32 0
 #define ENC_BF16 1
@@ -64,6 +82,7 @@ __device__ __forceinline__ float softplus64(float x) { return x > 20.0f ? x : (f
 // Embedding: out[t] = row tokens[t] of the table (qwen35 embed.Row).
 extern "C" __global__ void embed(float* out, const u8* data, const u16* scales, const u16* biases,
                                  int enc, int cols, const int* tokens) {
+    PDL_ENTRY();
     int t = blockIdx.y;
     i64 row = tokens[t];
     float* o = out + (i64)t * cols;
@@ -120,6 +139,7 @@ __device__ float inv_rms(const float* x, int n, float eps, double* sh) {
 
 // rmsnorm: out[r] = x[r]·inv·scale per row of n (qwen35 rmsNorm). One block per row.
 extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scale, int n, float eps) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     const float* xr = x + (i64)blockIdx.x * n;
     float* orow = out + (i64)blockIdx.x * n;
@@ -129,12 +149,14 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scal
 
 // add: x += y (qwen35 addTo).
 extern "C" __global__ void add(float* x, const float* y, int n) {
+    PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], y[i]);
 }
 
 // swiglu: g = float32(g·sigmoid(g))·u (kernels.SwiGLU).
 extern "C" __global__ void swiglu(float* g, const float* u, int n) {
+    PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float v = g[i];
@@ -197,6 +219,7 @@ __device__ void quant_warp(float a0, float a1, i64 gi, int lane, float* vs, sign
 }
 
 extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ float vs[8][64];
     __shared__ signed char qs[8][64];
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -209,6 +232,7 @@ extern "C" __global__ void quantize(const float* x, int total_groups, signed cha
 // swiglu_q is swiglu (g = silu(g)·u) and then quantize of the result, in one
 // pass: a warp per group.
 extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ float vs[8][64];
     __shared__ signed char qs[8][64];
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -228,6 +252,7 @@ extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, 
 // block per row, its warps taking the row's groups in turn.
 extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* scale, int n, float eps,
                                      signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     __shared__ float vs[8][64];
     __shared__ signed char qs[8][64];
@@ -243,6 +268,14 @@ extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* sc
     }
 }
 
+// dp4a_ss is __dp4a(int, int, int) written as the instruction, so the file
+// needs no intrinsics header on any NVRTC.
+__device__ __forceinline__ int dp4a_ss(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
 __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
     int r;
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
@@ -255,30 +288,18 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // whose weights sit estride bytes after expert 0's. The input is token t's
 // (xslot = 0) or the slot's own (xslot = 1: row t·slots+s of the inputs).
 
-// qgemv: y = W·x for MLX affine Q4/Q8 through int8 activations, bitwise
-// kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
-// in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
-// 16 lanes fold by halving. res, when set, is added: y = res + Wx.
-extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
-                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
-                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
-    // lanes is 16, or 8 when a row has at most 8 groups: lanes 8…15 would
-    // only fold +0 into the sum, which changes no bit, so 8 lanes give the
-    // same result for twice the rows a block.
-    int t = blockIdx.x;
-    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
-    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
-    bool active = r < (i64)rows * slots;
-    if (!active) r = 0;
-    int slot = (int)(r / rows), lr = (int)(r % rows);
-    int e = sel ? sel[t * slots + slot] : 0;
-    int a = xslot ? t * slots + slot : t;
-    int groups = cols / 64;
-    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
-    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
-    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
-    const float* dxa = dx + (i64)a * groups;
-    const float* sxa = sx + (i64)a * groups;
+// qrow is one row's Q4/Q8 product through int8 activations, bitwise
+// kernels.MatVecFast: lane L of the row's `lanes` threads takes groups L,
+// L+lanes, … in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per
+// group, then the lanes fold by halving; lane 0 returns the sum. lanes is
+// 16, or 8 when a row has at most 8 groups: lanes 8…15 would only fold +0
+// into the sum. Inactive threads still take part in the shuffles. a is the
+// activation vector's index.
+__device__ __forceinline__ float qrow(const u8* w, const u16* sc, const u16* bi, int groups, int bits,
+                                      const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                      i64 a, int lane, int lanes, bool active) {
+    const float* dxa = dx + a * groups;
+    const float* sxa = sx + a * groups;
     float acc = 0;
     if (active) {
 #pragma unroll 4
@@ -286,21 +307,21 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
             int d = 0;
             if (bits == 4) {
                 const uint4* wp = (const uint4*)(w + g * 32);
-                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
+                const int4* xp = (const int4*)(xq4 + (a * groups + g) * 16);
                 uint4 w0 = wp[0], w1 = wp[1];
                 int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
                 const u32 m = 0x0F0F0F0Fu;
-                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
-                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
-                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
-                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
-                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
-                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
-                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
-                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+                d = dp4a_ss((int)(w0.x & m), e0.x, d); d = dp4a_ss((int)((w0.x >> 4) & m), o0.x, d);
+                d = dp4a_ss((int)(w0.y & m), e0.y, d); d = dp4a_ss((int)((w0.y >> 4) & m), o0.y, d);
+                d = dp4a_ss((int)(w0.z & m), e0.z, d); d = dp4a_ss((int)((w0.z >> 4) & m), o0.z, d);
+                d = dp4a_ss((int)(w0.w & m), e0.w, d); d = dp4a_ss((int)((w0.w >> 4) & m), o0.w, d);
+                d = dp4a_ss((int)(w1.x & m), e1.x, d); d = dp4a_ss((int)((w1.x >> 4) & m), o1.x, d);
+                d = dp4a_ss((int)(w1.y & m), e1.y, d); d = dp4a_ss((int)((w1.y >> 4) & m), o1.y, d);
+                d = dp4a_ss((int)(w1.z & m), e1.z, d); d = dp4a_ss((int)((w1.z >> 4) & m), o1.z, d);
+                d = dp4a_ss((int)(w1.w & m), e1.w, d); d = dp4a_ss((int)((w1.w >> 4) & m), o1.w, d);
             } else {
                 const uint4* wp = (const uint4*)(w + g * 64);
-                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
+                const int4* xp = (const int4*)(xq8 + (a * groups + g) * 64);
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     uint4 ww = wp[k];
@@ -320,6 +341,28 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, lanes));
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, lanes));
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, lanes));
+    return acc;
+}
+
+// qgemv: y = W·x for MLX affine Q4/Q8 (qrow per row). res, when set, is
+// added: y = res + Wx.
+extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
+    PDL_ENTRY();
+    int t = blockIdx.x;
+    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    float acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, a, lane, lanes, active);
     if (active && lane == 0) {
         i64 o = (i64)t * rows * slots + r;
         y[o] = res ? __fadd_rn(res[o], acc) : acc;
@@ -337,14 +380,14 @@ __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint
         const int4* xp = (const int4*)(xq4 + ag * 16);
         int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
         const u32 m = 0x0F0F0F0Fu;
-        d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
-        d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
-        d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
-        d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
-        d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
-        d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
-        d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
-        d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+        d = dp4a_ss((int)(w0.x & m), e0.x, d); d = dp4a_ss((int)((w0.x >> 4) & m), o0.x, d);
+        d = dp4a_ss((int)(w0.y & m), e0.y, d); d = dp4a_ss((int)((w0.y >> 4) & m), o0.y, d);
+        d = dp4a_ss((int)(w0.z & m), e0.z, d); d = dp4a_ss((int)((w0.z >> 4) & m), o0.z, d);
+        d = dp4a_ss((int)(w0.w & m), e0.w, d); d = dp4a_ss((int)((w0.w >> 4) & m), o0.w, d);
+        d = dp4a_ss((int)(w1.x & m), e1.x, d); d = dp4a_ss((int)((w1.x >> 4) & m), o1.x, d);
+        d = dp4a_ss((int)(w1.y & m), e1.y, d); d = dp4a_ss((int)((w1.y >> 4) & m), o1.y, d);
+        d = dp4a_ss((int)(w1.z & m), e1.z, d); d = dp4a_ss((int)((w1.z >> 4) & m), o1.z, d);
+        d = dp4a_ss((int)(w1.w & m), e1.w, d); d = dp4a_ss((int)((w1.w >> 4) & m), o1.w, d);
     } else {
         const int4* xp = (const int4*)(xq8 + ag * 64);
         uint4 ws[4] = {w0, w1, w2, w3};
@@ -365,6 +408,7 @@ __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint
 extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
                                  const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int T, int tb) {
+    PDL_ENTRY();
     int t0 = blockIdx.x * tb;
     int nt = min(tb, T - t0);
     int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
@@ -451,6 +495,7 @@ __device__ float frow(const u8* w, const float* xa, int cols, int lane) {
 
 extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
                                  const float* res, const int* sel, int slots, i64 edata, int xslot) {
+    PDL_ENTRY();
     int t = blockIdx.x;
     int grp = threadIdx.x >> 3, lane = threadIdx.x & 7;
     i64 r = (i64)blockIdx.y * (blockDim.x >> 3) + grp;
@@ -478,6 +523,236 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
     }
 }
 
+// frow_fold is one row of fgemv: the lane's in-order sum, then the 8 lanes
+// folded as kernels.MatVec does; lane 0 returns the row's product.
+__device__ __forceinline__ float frow_fold(int enc, const u8* w, const float* xa, int cols, int lane, bool active) {
+    float acc = 0;
+    if (active) {
+        if (enc == ENC_F32) acc = frow<ENC_F32>(w, xa, cols, lane);
+        else if (enc == ENC_BF16) acc = frow<ENC_BF16>(w, xa, cols, lane);
+        else acc = frow<ENC_F16>(w, xa, cols, lane);
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    return acc;
+}
+
+// ---------------------------------------------------------------------------
+// Fused launches.
+
+// mgemv is several products of one input in one launch: segment j is a
+// matrix (or slots gathered experts) with its own output, and blocks
+// [blk0_j, blk0_j+1) are its. Q4/Q8 segments read the quantized input
+// (qrow, as qgemv), float ones x (frow_fold, as fgemv), so every row gets
+// the arithmetic of the one-matrix kernels. Token t's row r goes to
+// y[t·ytok + r]. All fields are 64-bit so the Go side lays the struct out
+// without padding.
+#define MSEG 8
+struct MSeg {
+    i64 y, data, scales, biases, res, sel, edata, escale;
+    i64 rows, cols, enc, slots, lanes, blk0, ytok, pad;
+};
+struct MSegs {
+    MSeg s[MSEG];
+    i64 n;
+};
+
+extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* x) {
+    PDL_ENTRY();
+    int t = blockIdx.x, by = blockIdx.y;
+    MSeg s = p.s[0];
+#pragma unroll
+    for (int i = 1; i < MSEG; i++) // constant indices: no local copy of the table
+        if (i < p.n && by >= p.s[i].blk0) s = p.s[i];
+    int lanes = (int)s.lanes, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
+    int grp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    i64 r = (i64)(by - s.blk0) * (blockDim.x / lanes) + grp;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    const int* sel = (const int*)s.sel;
+    i64 e = sel ? sel[t * slots + slot] : 0;
+    float acc;
+    if (s.enc == ENC_Q4 || s.enc == ENC_Q8) {
+        int bits = s.enc == ENC_Q4 ? 4 : 8, groups = cols / 64;
+        const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * (cols * bits / 8);
+        const u16* sc = (const u16*)((const u8*)s.scales + e * s.escale) + (i64)lr * groups;
+        const u16* bi = (const u16*)((const u8*)s.biases + e * s.escale) + (i64)lr * groups;
+        acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, t, lane, lanes, active);
+    } else {
+        int esize = s.enc == ENC_F32 ? 4 : 2;
+        const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * cols * esize;
+        acc = frow_fold((int)s.enc, w, x + (i64)t * cols, cols, lane, active);
+    }
+    if (active && lane == 0) {
+        i64 o = (i64)t * s.ytok + r;
+        const float* res = (const float*)s.res;
+        ((float*)s.y)[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// moe_down is the routed experts' down products, the shared expert's and
+// combine in one launch: for token t and output row i, the k gathered rows
+// (expert sel[t·k+s] times input vector t·(k+1)+s) and the shared expert's
+// row (times vector t·(k+1)+k), each a qrow as qgemv computes it, then
+// x += Σ_s w_s·y_s (ascending s) + sigmoid(gate)·y_shared, combine's order.
+// A block holds R output rows, (k+1) products each, a lane group a product.
+extern "C" __global__ void moe_down(float* x, const u8* data, const u8* scales, const u8* biases, i64 edata, i64 escale,
+                                    const u8* sdata, const u8* sscales, const u8* sbiases, int rows, int cols, int bits,
+                                    const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                    const int* sel, const float* weight, const float* gateLogit, int k, int gstride, int lanes, int R) {
+    PDL_ENTRY();
+    __shared__ float dots[1024];
+    int t = blockIdx.x;
+    int ngrp = blockDim.x / lanes, grp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    int per = k + 1, items = R * per, groups = cols / 64;
+    i64 rowBytes = (i64)cols * bits / 8;
+    for (int it0 = 0; it0 < items; it0 += ngrp) { // the same trips for every thread: qrow shuffles
+        int it = it0 + grp;
+        bool active = it < items;
+        int rr = active ? it / per : 0, s = active ? it % per : 0;
+        i64 row = (i64)blockIdx.y * R + rr;
+        if (row >= rows) active = false;
+        if (!active) row = 0;
+        const u8* w;
+        const u16 *sc, *bi;
+        if (s < k) {
+            i64 e = sel[t * k + s];
+            w = data + e * edata + row * rowBytes;
+            sc = (const u16*)(scales + e * escale) + row * groups;
+            bi = (const u16*)(biases + e * escale) + row * groups;
+        } else {
+            w = sdata + row * rowBytes;
+            sc = (const u16*)sscales + row * groups;
+            bi = (const u16*)sbiases + row * groups;
+        }
+        float acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, (i64)t * per + s, lane, lanes, active);
+        if (active && lane == 0) dots[rr * per + s] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < R) {
+        i64 row = (i64)blockIdx.y * R + threadIdx.x;
+        if (row < rows) {
+            const float* d = dots + threadIdx.x * per;
+            float acc = 0;
+            for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(weight[t * k + s], d[s]));
+            float sg = sigmoid64(gateLogit[(i64)t * gstride]);
+            acc = __fadd_rn(acc, __fmul_rn(sg, d[k]));
+            i64 o = (i64)t * rows + row;
+            x[o] = __fadd_rn(x[o], acc);
+        }
+    }
+}
+
+// moe_group lists a chunk's n = T·k (token, slot) entries by expert: entries
+// offs[e] … offs[e+1]−1 of list are expert e's values of t·k+s, ascending.
+// One block; sel is read through shared memory in tiles.
+#define GROUP_TILE 2048
+extern "C" __global__ void moe_group(int* offs, int* list, const int* sel, int n, int E) {
+    PDL_ENTRY();
+    __shared__ int cnt[1024];
+    __shared__ int tile[GROUP_TILE];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int base = 0; base < n; base += GROUP_TILE) {
+            int m = min(GROUP_TILE, n - base);
+            __syncthreads();
+            for (int i = threadIdx.x; i < m; i += blockDim.x) tile[i] = sel[base + i];
+            __syncthreads();
+            for (int e = threadIdx.x; e < E; e += blockDim.x) {
+                int c = cnt[e];
+                for (int i = 0; i < m; i++)
+                    if (tile[i] == e) {
+                        if (pass == 1) list[c] = base + i;
+                        c++;
+                    }
+                cnt[e] = c;
+            }
+        }
+        __syncthreads();
+        if (pass == 0 && threadIdx.x == 0) { // counts to starting offsets
+            int acc = 0;
+            for (int e = 0; e < E; e++) {
+                int c = cnt[e];
+                cnt[e] = acc;
+                offs[e] = acc;
+                acc += c;
+            }
+            offs[E] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+// qgemv_grouped is a chunk's gathered expert product expert by expert
+// (prefill): block (e, row block) multiplies expert e's rows by its entries
+// (moe_group), QTB at a time, so each expert's weights are read once per
+// chunk instead of once per token. Entry i = t·k+s reads activation vector
+// i (xslot) or t and writes y[i·rows + row]; each row is qgemv_tb's
+// arithmetic (16 lanes).
+extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                         const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                         const int* offs, const int* list, int topk, i64 edata, i64 escale, int xslot) {
+    PDL_ENTRY();
+    int e = blockIdx.x;
+    int begin = offs[e], end = offs[e + 1];
+    if (begin >= end) return; // the whole block: no shuffles reached
+    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
+    bool active = r < rows;
+    if (!active) r = 0;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + r * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + r * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + r * groups;
+    for (int i0 = begin; i0 < end; i0 += QTB) {
+        int nt = min(QTB, end - i0);
+        int ent[QTB];
+        float acc[QTB];
+#pragma unroll
+        for (int k = 0; k < QTB; k++) {
+            ent[k] = k < nt ? list[i0 + k] : 0;
+            acc[k] = 0;
+        }
+        if (active) {
+#pragma unroll 2
+            for (int g = lane; g < groups; g += 16) {
+                uint4 w0, w1, w2 = make_uint4(0, 0, 0, 0), w3 = make_uint4(0, 0, 0, 0);
+                if (bits == 4) {
+                    const uint4* wp = (const uint4*)(w + g * 32);
+                    w0 = wp[0]; w1 = wp[1];
+                } else {
+                    const uint4* wp = (const uint4*)(w + g * 64);
+                    w0 = wp[0]; w1 = wp[1]; w2 = wp[2]; w3 = wp[3];
+                }
+                float s = bf16f(sc[g]), b = bf16f(bi[g]);
+#pragma unroll
+                for (int k = 0; k < QTB; k++) {
+                    if (k < nt) {
+                        i64 a = xslot ? (i64)ent[k] : (i64)(ent[k] / topk);
+                        i64 ag = a * groups + g;
+                        int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
+                        float mul = __fmul_rn(s, dx[ag]);
+                        float tt = __fmul_rn(mul, (float)d);
+                        float u = __fmul_rn(b, sx[ag]);
+                        acc[k] = __fadd_rn(acc[k], __fadd_rn(tt, u));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < QTB; k++) {
+            float v = acc[k];
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 8, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 2, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 1, 16));
+            if (active && lane == 0 && k < nt) y[(i64)ent[k] * rows + r] = v;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Gated DeltaNet.
 
@@ -485,6 +760,7 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
 // causalConv): thread per channel, taps summed in order from zero, then the
 // last K−1 projections stay in state [K−1, C].
 extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
+    PDL_ENTRY();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float win[8];
@@ -522,6 +798,7 @@ __device__ void stage(float* dst, const float* src, int n) {
 extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
                                      const float* negExpA, const float* dtBias, const float* normW,
                                      int C, int Hk, int Hv, int Dk, int Dv, float eps, int T, int abStride) {
+    PDL_ENTRY();
     extern __shared__ float smem[];
     float* q = smem;           // [Dk]
     float* k = q + Dk;         // [Dk]
@@ -626,6 +903,7 @@ __device__ void norm_rotate(float* dst, const float* x, const float* scale, int 
 // values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
 extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
                                    const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     int g = blockIdx.x, t = blockIdx.y;
     int kvd = Hkv * Dh;
@@ -640,6 +918,7 @@ extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const f
 // position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
 extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
                                        const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    PDL_ENTRY();
     extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
     int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
@@ -679,6 +958,7 @@ extern "C" __global__ void attn_scores(float* scores, const float* q2, const flo
 // ascending positions from zero), times the sigmoid gate.
 extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
                                        int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     __shared__ float wsm[ATT_SMEM];
     __shared__ float red[32];
@@ -745,6 +1025,7 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // most probable (lower id on ties), in ascending id order, weights
 // renormalised over the selection.
 extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
+    PDL_ENTRY();
     // One warp per token: at most 32 experts a lane, no block barriers.
     __shared__ float probs[1024];
     __shared__ unsigned char taken[1024];
@@ -797,6 +1078,7 @@ extern "C" __global__ void route(int* sel, float* weight, const float* logits, i
 // rounded) + sigmoid(gate)·shared (qwen35 combineExperts, then addTo).
 extern "C" __global__ void combine(float* x, const float* routed, const float* weight, const float* shared, const float* gateLogit,
                                    int k, int H, int gstride) {
+    PDL_ENTRY();
     int t = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
@@ -813,6 +1095,7 @@ extern "C" __global__ void combine(float* x, const float* routed, const float* w
 // argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
 // NaN anywhere gives −1. One block.
 extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+    PDL_ENTRY();
     __shared__ float bv[32];
     __shared__ int bi[32];
     __shared__ int hasnan;
@@ -842,5 +1125,6 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
 // advance: *pos += T, at the end of a step (position lives on the device so
 // one captured graph serves every step).
 extern "C" __global__ void advance(int* pos, int T) {
+    PDL_ENTRY();
     if (threadIdx.x == 0 && blockIdx.x == 0) *pos += T;
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,44 @@ func TestBench(t *testing.T) {
 		e := loadEngine(t, dir, true)
 		load := time.Since(start)
 		b := e.Backend().(*Backend)
+		for _, v := range benchVariants(t) {
+			b.Dev.PDL, b.Model.fuse, b.Model.group = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group
+			benchOne(t, e, b, name+"."+v.name, load)
+		}
+	}
+}
+
+// A bench variant switches the launch strategies (the results are bitwise
+// the same; only the time differs).
+type benchVariant struct {
+	name             string
+	pdl, fuse, group bool
+}
+
+// benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated: all, base,
+// nopdl, nofuse, nogroup; default all).
+func benchVariants(t *testing.T) []benchVariant {
+	known := map[string]benchVariant{
+		"all": {"all", true, true, true}, "base": {"base", false, false, false},
+		"nopdl": {"nopdl", false, true, true}, "nofuse": {"nofuse", true, false, true}, "nogroup": {"nogroup", true, true, false},
+	}
+	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
+	if spec == "" {
+		spec = "all"
+	}
+	var vs []benchVariant
+	for _, n := range strings.Split(spec, ",") {
+		v, ok := known[strings.TrimSpace(n)]
+		if !ok {
+			t.Fatalf("NVMAI_GPU_BENCH_VARIANTS: unknown variant %q", n)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load time.Duration) {
+	{
 		prompt := make([]int, 512)
 		for i := range prompt {
 			prompt[i] = 1 + (i*7919)%(e.Install.Manifest.Geometry.VocabSize-1)
@@ -72,6 +111,15 @@ func TestBench(t *testing.T) {
 		sort.Slice(ks, func(i, j int) bool { return info.KernelMs[ks[i]] > info.KernelMs[ks[j]] })
 		for _, k := range ks[:min(12, len(ks))] {
 			t.Logf("BENCH %s: kernel %-22s %.3f ms/token", name, k, info.KernelMs[k])
+		}
+		ks = ks[:0]
+		for k := range info.PrefillKernelMs {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return info.PrefillKernelMs[ks[i]] > info.PrefillKernelMs[ks[j]] })
+		t.Logf("BENCH %s: prefill chunk of %d tokens, kernels one by one: %.2f ms (%.0f tok/s)", name, info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3))
+		for _, k := range ks[:min(10, len(ks))] {
+			t.Logf("BENCH %s: prefill kernel %-22s %.3f ms/chunk", name, k, info.PrefillKernelMs[k])
 		}
 		if out := os.Getenv("NVMAI_GPU_BENCH_OUT"); out != "" {
 			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")

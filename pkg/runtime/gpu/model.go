@@ -40,6 +40,12 @@ type Model struct {
 	invFreq       cuda.DevicePtr
 	layers        []layerW
 
+	// fuse runs decode steps with the fused launches (mgemv, moe_down);
+	// group runs prefill's expert products expert by expert. Both are on
+	// unless NVMAI_GPU_FUSE=0 / NVMAI_GPU_GROUP=0 (for comparisons: the
+	// results are bitwise the same either way).
+	fuse, group bool
+
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
 	TokenBytes  int64 // weight bytes one decode token reads
@@ -61,6 +67,12 @@ type layerW struct {
 	sGate, sUp, sDown *gpukernels.Mat
 	eGate, eUp, eDown *gpukernels.Mat
 	gate, up, down    *gpukernels.Mat
+	// moeFused: the routed and shared experts share one quantized shape,
+	// so a decode step runs them as one gate+up launch and one moe_down.
+	moeFused bool
+	// moeGrouped: the routed experts are quantized, so prefill can run
+	// them expert by expert.
+	moeGrouped bool
 }
 
 // geometry is the derived sizes the forward pass uses.
@@ -87,7 +99,7 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg)}
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") != "0"}
 	err := dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {
@@ -351,6 +363,9 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 			m.TokenBytes += n
 			m.phaseBytes[PhaseMoE] += n
 		}
+		ly.moeGrouped = ly.eGate.Quantized() && ly.eUp.Quantized() && ly.eDown.Quantized()
+		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
+			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
 	}
 	return nil
 }
