@@ -207,3 +207,30 @@ func TestGroupedExpertsBitwise(t *testing.T) {
 		}
 	}
 }
+
+// MGEMV's float rows (staged in shared memory a 4 KiB chunk at a time) are
+// bitwise kernels.MatVec for rows of several chunks, a short last chunk,
+// and rows that are not 16-byte aligned (copied byte by byte).
+func TestMGEMVFloatRowsBitwise(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, tc := range []struct {
+		enc        kernels.Encoding
+		rows, cols int
+	}{{kernels.BF16, 33, 4104}, {kernels.F16, 9, 13}, {kernels.F32, 5, 1030}, {kernels.BF16, 17, 2048}} {
+		m, m2 := randMatrix(t, r, tc.rows, tc.cols, tc.enc), randMatrix(t, r, 3, tc.cols, tc.enc)
+		x := randVec(r, tc.cols, 1)
+		withGPU(t, func(b *gpuBuf, l *Launcher) {
+			segs := []Seg{{Y: b.poisoned(4 * tc.rows), M: upMat(b, m)}, {Y: b.poisoned(4 * 3), M: upMat(b, m2)}}
+			if err := l.MGEMV(segs, b.up(cuda.Bytes(x)), nil, 1); err != nil {
+				t.Fatal(err)
+			}
+			for i, mm := range []*kernels.Matrix{m, m2} {
+				want := make([]float32, mm.Rows)
+				kernels.MatVec(want, mm, x)
+				if j := bitwise(b.f32(segs[i].Y, mm.Rows), want); j >= 0 {
+					t.Fatalf("enc %d %dx%d product %d row %d differs", tc.enc, mm.Rows, tc.cols, i, j)
+				}
+			}
+		})
+	}
+}

@@ -17,7 +17,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "gdn_conv", "gdn_heads", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -137,7 +137,9 @@ func (l *Launcher) RMSNormQuantize(q *QAct, out, x, scale cuda.DevicePtr, n, row
 	if n%kernels.GroupSize != 0 {
 		return fmt.Errorf("gpukernels: rmsnorm: %d columns are not a multiple of %d", n, kernels.GroupSize)
 	}
-	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(256), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
+	// A warp per group of 64 (up to 32): the quantization is one pass.
+	threads := min(1024, max(256, n/kernels.GroupSize*32))
+	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(threads), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
 }
 
 // Quantize quantizes vectors·cols values of x into q.
@@ -196,6 +198,10 @@ type Seg struct {
 // MaxSegs is how many products one MGEMV launch takes (kernels.cu's MSEG).
 const MaxSegs = 8
 
+// floatRowsPerBlock is kernels.cu's FROWS: the float rows an mgemv block
+// stages and sums.
+const floatRowsPerBlock = 8
+
 // gemvLanes is the threads a row of m takes: 16 for Q4/Q8 rows of more
 // than 8 groups, else 8 (qrow, frow_fold).
 func gemvLanes(m *Mat) int {
@@ -236,7 +242,11 @@ func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
 			uint64(blocks0), uint64(ytok), 0} {
 			put(f+k, v)
 		}
-		blocks0 += blocks(m.Rows*slots, 256/lanes)
+		rpb := 256 / lanes
+		if !m.Quantized() {
+			rpb = floatRowsPerBlock
+		}
+		blocks0 += blocks(m.Rows*slots, rpb)
 	}
 	put(fields*MaxSegs, uint64(len(segs)))
 	var q8, q4, dx, sx cuda.DevicePtr
@@ -320,6 +330,40 @@ func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.Dev
 		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T, abStride)
 }
 
+// GDNRecShared is the shared memory gdn_rec takes for T tokens.
+func GDNRecShared(s GDNShape, T int) int { return (32*s.Dk + 2*s.Dk + 4*T) * 4 }
+
+// maxStaticShared is what a kernel may take without raising its limit.
+const maxStaticShared = 48 << 10
+
+// GDNSplitFits reports whether gdn_rec can take the geometry for chunks of
+// T tokens.
+func GDNSplitFits(s GDNShape, T int) bool { return GDNRecShared(s, T) <= maxStaticShared }
+
+// GDNRec runs the delta rule for every head, 32 value columns a block,
+// writing the raw outputs to oraw [T, Hv·Dv] (gdn_rec).
+func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s GDNShape, T, abStride int) error {
+	if !GDNSplitFits(s, T) {
+		return fmt.Errorf("gpukernels: gdn_rec: a %d-deep state slice over %d tokens is past %d bytes of shared memory", s.Dk, T, maxStaticShared)
+	}
+	return l.launch("gdn_rec", cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(32), GDNRecShared(s, T),
+		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
+}
+
+// GDNNorm applies the gated RMSNorm to gdn_rec's outputs, into o [T, Hv·Dv];
+// with q (heads of whole groups of 64 only) it also quantizes o.
+func (l *Launcher) GDNNorm(o, oraw, z, normW cuda.DevicePtr, s GDNShape, eps float32, T int, q *QAct) error {
+	var q8, q4, dx, sx cuda.DevicePtr
+	if q != nil {
+		if s.Dv%kernels.GroupSize != 0 {
+			return fmt.Errorf("gpukernels: gdn_norm: heads of %d values are not whole groups of %d", s.Dv, kernels.GroupSize)
+		}
+		q8, q4, dx, sx = q.Q8, q.Q4, q.DX, q.SX
+	}
+	threads := min(1024, max(64, (s.Dv+31)/32*32))
+	return l.launch("gdn_norm", cuda.D2(s.Hv, T), cuda.D1(threads), 4*s.Dv, o, oraw, z, normW, s.Hv, s.Dv, eps, q8, q4, dx, sx)
+}
+
 // AttnShape is the full-attention geometry.
 type AttnShape struct{ Hq, Hkv, Dh, Half int }
 
@@ -348,7 +392,7 @@ func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T, stride int
 	if E > 1024 || k > 64 {
 		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
 	}
-	return l.launch("route", cuda.D1(T), cuda.D1(32), 0, sel, weight, logits, E, k, stride)
+	return l.launch("route", cuda.D1(T), cuda.D1(256), 0, sel, weight, logits, E, k, stride)
 }
 
 // Combine adds the weighted routed outputs and the gated shared expert to x

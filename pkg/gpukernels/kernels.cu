@@ -254,8 +254,8 @@ extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* sc
                                      signed char* xq8, int* xq4, float* dx, float* sx) {
     PDL_ENTRY();
     __shared__ double sh[32];
-    __shared__ float vs[8][64];
-    __shared__ signed char qs[8][64];
+    __shared__ float vs[32][64]; // up to 1024 threads: a group a warp
+    __shared__ signed char qs[32][64];
     const float* xr = x + (i64)blockIdx.x * n;
     float* orow = out + (i64)blockIdx.x * n;
     float inv = inv_rms(xr, n, eps, sh);
@@ -558,6 +558,71 @@ struct MSegs {
     i64 n;
 };
 
+// frow_staged is frow_fold for a block of FROWS float rows of a segment:
+// the rows and x are first copied to shared memory a chunk at a time by the
+// whole block (16-byte loads, all in flight), then each row's 8 lanes sum
+// their elements from there in frow's order. A row through frow alone is a
+// chain of dependent 32-load batches (~17 µs for the 2048-wide a|b and
+// router rows); this is one round trip per 4 KiB chunk.
+#define FROWS 8
+#define FCHUNK 4096 // bytes of a row per chunk
+#define FPITCH (FCHUNK + 16) // row pitch in shared memory: rows in other banks
+__device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int lane, int grp, bool active) {
+    __shared__ __align__(16) u8 stg[FROWS * FPITCH];
+    __shared__ __align__(16) float xs[FCHUNK / 2];
+    int enc = (int)s.enc, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
+    int esize = enc == ENC_F32 ? 4 : 2, per = FCHUNK / esize;
+    const int* sel = (const int*)s.sel;
+    const u8* base[FROWS];
+#pragma unroll
+    for (int rr = 0; rr < FROWS; rr++) {
+        i64 r = (i64)(by - s.blk0) * FROWS + rr;
+        if (r >= (i64)rows * slots) r = 0; // staged, never summed
+        int slot = (int)(r / rows), lr = (int)(r % rows);
+        i64 e = sel ? sel[t * slots + slot] : 0;
+        base[rr] = (const u8*)s.data + e * s.edata + (i64)lr * cols * esize;
+    }
+    float acc = 0;
+    for (int c0 = 0; c0 < cols; c0 += per) {
+        int n = min(per, cols - c0), nb = n * esize;
+        __syncthreads(); // the previous chunk is summed
+        bool vec = (nb & 15) == 0;
+#pragma unroll
+        for (int rr = 0; rr < FROWS; rr++) vec = vec && (((unsigned long long)(base[rr] + (i64)c0 * esize)) & 15) == 0;
+        if (vec) {
+            for (int i = threadIdx.x; i < nb / 16; i += blockDim.x) {
+                uint4 v[FROWS];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) v[rr] = ((const uint4*)(base[rr] + (i64)c0 * esize))[i];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) ((uint4*)(stg + rr * FPITCH))[i] = v[rr];
+            }
+        } else {
+            for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+                u8 v[FROWS];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) v[rr] = base[rr][(i64)c0 * esize + i];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) stg[rr * FPITCH + i] = v[rr];
+            }
+        }
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xa[c0 + i];
+        __syncthreads();
+        if (active) {
+            const u8* w = stg + grp * FPITCH;
+#pragma unroll 8
+            for (int i = lane; i < n; i += 8) {
+                float wv = enc == ENC_F32 ? ((const float*)w)[i] : enc == ENC_BF16 ? bf16f(((const u16*)w)[i]) : f16f(((const u16*)w)[i]);
+                acc = __fadd_rn(acc, __fmul_rn(wv, xs[i]));
+            }
+        }
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    return acc;
+}
+
 extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* x) {
     PDL_ENTRY();
     int t = blockIdx.x, by = blockIdx.y;
@@ -567,23 +632,23 @@ extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4
         if (i < p.n && by >= p.s[i].blk0) s = p.s[i];
     int lanes = (int)s.lanes, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
     int grp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
-    i64 r = (i64)(by - s.blk0) * (blockDim.x / lanes) + grp;
-    bool active = r < (i64)rows * slots;
+    bool quant = s.enc == ENC_Q4 || s.enc == ENC_Q8;
+    int rpb = quant ? blockDim.x / lanes : FROWS; // float rows: FROWS a block (frow_staged)
+    i64 r = (i64)(by - s.blk0) * rpb + grp;
+    bool active = grp < rpb && r < (i64)rows * slots;
     if (!active) r = 0;
     int slot = (int)(r / rows), lr = (int)(r % rows);
     const int* sel = (const int*)s.sel;
     i64 e = sel ? sel[t * slots + slot] : 0;
     float acc;
-    if (s.enc == ENC_Q4 || s.enc == ENC_Q8) {
+    if (quant) {
         int bits = s.enc == ENC_Q4 ? 4 : 8, groups = cols / 64;
         const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * (cols * bits / 8);
         const u16* sc = (const u16*)((const u8*)s.scales + e * s.escale) + (i64)lr * groups;
         const u16* bi = (const u16*)((const u8*)s.biases + e * s.escale) + (i64)lr * groups;
         acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, t, lane, lanes, active);
     } else {
-        int esize = s.enc == ENC_F32 ? 4 : 2;
-        const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * cols * esize;
-        acc = frow_fold((int)s.enc, w, x + (i64)t * cols, cols, lane, active);
+        acc = frow_staged(s, t, by, x + (i64)t * cols, lane, grp, active);
     }
     if (active && lane == 0) {
         i64 o = (i64)t * s.ytok + r;
@@ -709,10 +774,12 @@ extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* sca
     for (int i0 = begin; i0 < end; i0 += QTB) {
         int nt = min(QTB, end - i0);
         int ent[QTB];
+        i64 arow[QTB]; // first group of the entry's activation vector
         float acc[QTB];
 #pragma unroll
         for (int k = 0; k < QTB; k++) {
             ent[k] = k < nt ? list[i0 + k] : 0;
+            arow[k] = (i64)(xslot ? ent[k] : ent[k] / topk) * groups;
             acc[k] = 0;
         }
         if (active) {
@@ -730,8 +797,7 @@ extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* sca
 #pragma unroll
                 for (int k = 0; k < QTB; k++) {
                     if (k < nt) {
-                        i64 a = xslot ? (i64)ent[k] : (i64)(ent[k] / topk);
-                        i64 ag = a * groups + g;
+                        i64 ag = arow[k] + g;
                         int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
                         float mul = __fmul_rn(s, dx[ag]);
                         float tt = __fmul_rn(mul, (float)d);
@@ -870,6 +936,113 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
     }
     __syncthreads();
     stage(Sh, Ss, Dk * Dv);
+}
+
+// gdn_rec is gdn_heads' delta rule split by columns: block (h, y) is one
+// warp owning value columns 32y … 32y+31 of head h, whose state slice
+// [Dk, 32] it keeps in shared memory over the chunk (the delta rule's
+// columns are independent). It first computes every token's scalars in
+// parallel, a thread a token: q's and k's inverse L2 norms (float64 sums in
+// index order, as gdn_heads), the decay and beta; then runs the tokens in
+// order with gdn_heads' arithmetic and writes the raw outputs to oraw
+// [T, Hv·Dv] for gdn_norm. T ≤ the tok scratch the launcher sized.
+extern "C" __global__ void gdn_rec(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                   const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    PDL_ENTRY();
+    extern __shared__ float smem[];
+    float* Ss = smem;        // [Dk][32]
+    float* q = Ss + Dk * 32; // [Dk]
+    float* k = q + Dk;       // [Dk]
+    float* tok = k + Dk;     // [T][4]: iq, ik, decay, beta
+    int h = blockIdx.x, lane = threadIdx.x, j = blockIdx.y * 32 + lane;
+    bool col = j < Dv;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+#pragma unroll 16
+    for (int i = 0; i < Dk; i++) Ss[i * 32 + lane] = col ? Sh[(i64)i * Dv + j] : 0.0f;
+    for (int t = lane; t < T; t += 32) {
+        const float* row = conv + (i64)t * C;
+        double sq = 0, sk = 0;
+#pragma unroll 8
+        for (int i = 0; i < Dk; i++) {
+            float qv = row[kh * Dk + i], kv = row[kd + kh * Dk + i];
+            sq += (double)qv * (double)qv;
+            sk += (double)kv * (double)kv;
+        }
+        tok[4 * t] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        tok[4 * t + 1] = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
+        float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+        tok[4 * t + 2] = exp64(g);
+        tok[4 * t + 3] = sigmoid64(b[t * abStride + h]);
+    }
+    __syncwarp();
+    for (int t = 0; t < T; t++) {
+        const float* row = conv + (i64)t * C;
+        float iq = tok[4 * t], ik = tok[4 * t + 1], decay = tok[4 * t + 2], beta = tok[4 * t + 3];
+        for (int i = lane; i < Dk; i += 32) {
+            q[i] = __fmul_rn(__fmul_rn(row[kh * Dk + i], iq), qScale);
+            k[i] = __fmul_rn(__fmul_rn(row[kd + kh * Dk + i], ik), 1.0f);
+        }
+        __syncwarp();
+        if (col) {
+            float vj = row[2 * kd + h * Dv + j];
+            float p = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), k[i]));
+            float delta = __fmul_rn(__fsub_rn(vj, p), beta);
+            float out = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) {
+                float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(k[i], delta));
+                Ss[i * 32 + lane] = sv;
+                out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+            }
+            oraw[(i64)t * vd + h * Dv + j] = out;
+        }
+        __syncwarp();
+    }
+#pragma unroll 16
+    for (int i = 0; i < Dk; i++)
+        if (col) Sh[(i64)i * Dv + j] = Ss[i * 32 + lane];
+}
+
+// gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and
+// token (block (h, t)): the invRMS sum in float64, index order, by one
+// thread, then o = normW·(ov·inv)·silu(z). When xq8 is set (a head is
+// whole groups of 64) the head's groups are quantized in the same launch.
+extern "C" __global__ void gdn_norm(float* o, const float* oraw, const float* z, const float* normW, int Hv, int Dv, float eps,
+                                    signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
+    extern __shared__ float ov[]; // [Dv]
+    __shared__ float inv;
+    __shared__ float vs[32][64];
+    __shared__ signed char qs[32][64];
+    int h = blockIdx.x, t = blockIdx.y, vd = Hv * Dv;
+    i64 base = (i64)t * vd + (i64)h * Dv;
+    for (int i = threadIdx.x; i < Dv; i += blockDim.x) ov[i] = oraw[base + i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double ss = 0;
+        for (int i = 0; i < Dv; i++) ss += (double)ov[i] * (double)ov[i];
+        float mean = (float)(ss / (double)Dv);
+        inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < Dv; i += blockDim.x) {
+        float zz = z[base + i];
+        float sz = __fmul_rn(zz, sigk(zz));
+        float v = __fmul_rn(__fmul_rn(normW[i], __fmul_rn(ov[i], inv)), sz);
+        o[base + i] = v;
+        ov[i] = v;
+    }
+    __syncthreads();
+    if (xq8) {
+        int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int g = w; g < Dv / 64; g += blockDim.x >> 5)
+            quant_warp(ov[g * 64 + lane], ov[g * 64 + lane + 32], base / 64 + g, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1023,53 +1196,73 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // ---------------------------------------------------------------------------
 // MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
 // most probable (lower id on ties), in ascending id order, weights
-// renormalised over the selection.
+// renormalised over the selection. One block per token: expert e is picked
+// when fewer than k experts beat it (a higher probability, or an equal one
+// and a lower id), which is the set the one-by-one selection takes.
+#define ROUTE_MAXE 1024
 extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
     PDL_ENTRY();
-    // One warp per token: at most 32 experts a lane, no block barriers.
-    __shared__ float probs[1024];
-    __shared__ unsigned char taken[1024];
+    __shared__ double sh[32];
+    __shared__ double ex[ROUTE_MAXE];
+    __shared__ float probs[ROUTE_MAXE];
+    __shared__ unsigned char picked[ROUTE_MAXE];
+    __shared__ float red[32];
     __shared__ int chosen[64];
-    int t = blockIdx.x, lane = threadIdx.x;
+    int t = blockIdx.x;
     const float* l = logits + (i64)t * stride;
     float m = -__int_as_float(0x7f800000);
-    for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, l[e]);
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    double maxLogit = (double)m;
-    double sum = 0;
-    for (int e = lane; e < E; e += 32) sum += exp((double)l[e] - maxLogit);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    for (int e = lane; e < E; e += 32) {
-        probs[e] = (float)(exp((double)l[e] - maxLogit) / sum);
-        taken[e] = 0;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mm = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
+        red[0] = mm;
     }
-    __syncwarp();
-    for (int s = 0; s < k; s++) {
-        float v = -1.0f;
-        int idx = 1 << 30;
-        for (int e = lane; e < E; e += 32)
-            if (!taken[e] && probs[e] > v) { v = probs[e]; idx = e; } // ascending e: the lower id wins ties
-        for (int off = 16; off > 0; off >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, v, off);
-            int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-            if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    __syncthreads();
+    double maxLogit = (double)red[0];
+    double sum = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        ex[e] = exp((double)l[e] - maxLogit);
+        sum += ex[e];
+    }
+    sum = block_sum_d(sum, sh);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) probs[e] = (float)(ex[e] / sum);
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float p = probs[e];
+        int beaten = 0;
+        for (int j = 0; j < E; j++) {
+            float q = probs[j];
+            beaten += (q > p) || (q == p && j < e);
         }
-        if (lane == 0) {
-            chosen[s] = idx;
-            taken[idx] = 1;
+        picked[e] = beaten < k;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { // ascending ids: a ballot over 32 experts at a time
+        int lane = threadIdx.x, n = 0;
+        for (int base = 0; base < E; base += 32) {
+            bool f = base + lane < E && picked[base + lane];
+            unsigned bal = __ballot_sync(0xffffffffu, f);
+            int at = n + __popc(bal & ((1u << lane) - 1));
+            if (f && at < k) chosen[at] = base + lane;
+            n += __popc(bal);
         }
         __syncwarp();
-    }
-    if (lane == 0) {
-        for (int i = 1; i < k; i++) // insertion sort, ascending ids
-            for (int j2 = i; j2 > 0 && chosen[j2 - 1] > chosen[j2]; j2--) {
-                int tmp = chosen[j2]; chosen[j2] = chosen[j2 - 1]; chosen[j2 - 1] = tmp;
-            }
-        float total = 0;
-        for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
-        for (int i = 0; i < k; i++) {
+        if (lane == 0) {
+            float total = 0;
+            for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
+            red[0] = total;
+        }
+        __syncwarp();
+        if (lane < k) {
+            sel[t * k + lane] = chosen[lane];
+            weight[t * k + lane] = __fdiv_rn(probs[chosen[lane]], red[0]);
+        }
+        for (int i = lane + 32; i < k; i += 32) { // k above 32
             sel[t * k + i] = chosen[i];
-            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], total);
+            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], red[0]);
         }
     }
 }

@@ -93,6 +93,7 @@ type BenchInfo struct {
 	PDL             bool               `json:"pdl"`   // programmatic dependent launch
 	Fused           bool               `json:"fused"` // decode's fused launches
 	Grouped         bool               `json:"grouped_prefill"`
+	GDNSplit        bool               `json:"gdn_split"` // delta rule 32 columns a block
 	Error           string             `json:"error,omitempty"`
 }
 
@@ -112,7 +113,7 @@ func (b *Backend) BenchInfo() any {
 func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 	m := b.Model
 	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
-		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group}
+		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group, GDNSplit: m.splitGDN}
 	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
 	if err != nil {
 		return info, err
@@ -360,6 +361,7 @@ func (info *BenchInfo) Summary() []string {
 		lines = append(lines, fmt.Sprintf("gpu prefill chunk of %d tokens: %.2f ms on the device, kernels one by one (%.0f tok/s)",
 			info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3)))
 	}
-	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v", info.PDL, info.Fused, info.Grouped))
+	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v",
+		info.PDL, info.Fused, info.Grouped, info.GDNSplit))
 	return lines
 }

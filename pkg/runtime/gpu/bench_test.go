@@ -30,7 +30,7 @@ func TestBench(t *testing.T) {
 		load := time.Since(start)
 		b := e.Backend().(*Backend)
 		for _, v := range benchVariants(t) {
-			b.Dev.PDL, b.Model.fuse, b.Model.group = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group
+			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			benchOne(t, e, b, name+"."+v.name, load)
 		}
 	}
@@ -39,16 +39,17 @@ func TestBench(t *testing.T) {
 // A bench variant switches the launch strategies (the results are bitwise
 // the same; only the time differs).
 type benchVariant struct {
-	name             string
-	pdl, fuse, group bool
+	name                    string
+	pdl, fuse, group, split bool
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated: all, base,
-// nopdl, nofuse, nogroup; default all).
+// nopdl, nofuse, nogroup, nosplit; default all).
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, true}, "base": {"base", false, false, false},
-		"nopdl": {"nopdl", false, true, true}, "nofuse": {"nofuse", true, false, true}, "nogroup": {"nogroup", true, true, false},
+		"all": {"all", true, true, true, true}, "base": {"base", false, false, false, false},
+		"nopdl": {"nopdl", false, true, true, true}, "nofuse": {"nofuse", true, false, true, true},
+		"nogroup": {"nogroup", true, true, false, true}, "nosplit": {"nosplit", true, true, true, false},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

@@ -45,6 +45,10 @@ type Model struct {
 	// unless NVMAI_GPU_FUSE=0 / NVMAI_GPU_GROUP=0 (for comparisons: the
 	// results are bitwise the same either way).
 	fuse, group bool
+	// splitGDN runs the delta rule 32 columns a block (gdn_rec, gdn_norm)
+	// instead of a block a head (gdn_heads); NVMAI_GPU_GDNSPLIT=0 turns it
+	// off. Bitwise the same.
+	splitGDN bool
 
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
@@ -99,7 +103,8 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") != "0"}
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") != "0",
+		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0"}
 	err := dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {

@@ -57,6 +57,7 @@ type scratch struct {
 	router, sel, weight, sg, su, gates cuda.DevicePtr
 	eg, eu, routed, shared, g, up      cuda.DevicePtr
 	offs, list                         cuda.DevicePtr // prefill's entries by expert (moe_group)
+	oraw                               cuda.DevicePtr // gdn_rec's outputs before the gated norm
 	final, logits                      cuda.DevicePtr
 	qa                                 gpukernels.QAct
 }
@@ -122,6 +123,7 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	s.eg, s.eu, s.routed = f(max(g.k*g.I, 1)), f(max(g.k*g.I, 1)), f(max(g.k*g.H, 1))
 	s.shared, s.g, s.up = f(g.H), f(max(g.Inter, 1)), f(max(g.Inter, 1))
 	s.offs, s.list = a(4*(g.E+1)), f(max(g.k, 1))
+	s.oraw = f(max(g.vd, 1))
 	s.final, s.logits = a(4*g.H), a(4*g.V)
 	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
 	q8, q4, ds := gpukernels.QActBytes(T, widest)
@@ -427,7 +429,18 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
 			}
 			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
-			do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, MaxChunk) {
+				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
+				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))
+					held = quantized{s.o, T, g.vd}
+				} else {
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, nil))
+					held = quantized{}
+				}
+			} else {
+				do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			}
 			one(s.o, g.vd, s.x, ly.out, s.x)
 			mark(PhaseGDN)
 		case qwen35.FullAttention:
