@@ -291,6 +291,12 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, bytes int) error {
 	return c.dev.d.check("cuFuncSetAttribute", c.dev.d.cuFuncSetAttribute(f.h, 8, int32(bytes)))
 }
 
+// SetCarveout sets f's preferred shared-memory carve-out, in percent of
+// the L1/shared array (−1: no preference).
+func (c *Ctx) SetCarveout(f *Function, percent int) error {
+	return c.dev.d.check("cuFuncSetAttribute(carveout)", c.dev.d.cuFuncSetAttribute(f.h, 9, int32(percent)))
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 

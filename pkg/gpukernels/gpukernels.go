@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
+	"os"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/kernels"
@@ -50,7 +51,33 @@ func Load(c *cuda.Ctx) (*Set, error) {
 			return nil, err
 		}
 	}
+	carve := DefaultCarveout
+	if os.Getenv("NVMAI_GPU_CARVEOUT") == "0" {
+		carve = -1
+	}
+	if err := s.SetCarveout(c, carve); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// DefaultCarveout is the shared-memory carve-out (percent) every kernel
+// asks for. Kernels that differ in it make the SM reconfigure its L1 and
+// shared memory between them, which waits for the SM to drain and so
+// defeats programmatic dependent launch; one value for all avoids that.
+// The kernels stream their weights, so the smaller L1 costs little.
+// NVMAI_GPU_CARVEOUT=0 leaves the choice to the driver.
+const DefaultCarveout = 100
+
+// SetCarveout sets every kernel's preferred carve-out (−1: the driver's
+// choice); later launches and graph captures use it.
+func (s *Set) SetCarveout(c *cuda.Ctx, percent int) error {
+	for _, f := range s.f {
+		if err := c.SetCarveout(f, percent); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Launch counts kernels, so the engine can report kernels per token.
@@ -330,15 +357,24 @@ func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.Dev
 		o, S, conv, z, a, b, negExpA, dtBias, normW, s.C, s.Hk, s.Hv, s.Dk, s.Dv, eps, T, abStride)
 }
 
-// GDNRecShared is the shared memory gdn_rec takes for T tokens.
-func GDNRecShared(s GDNShape, T int) int { return (32*s.Dk + 2*s.Dk + 4*T) * 4 }
+// GDNRecShared is the shared memory gdn_rec takes for T tokens (kernels.cu's
+// GDN_STAGE_T is 8).
+func GDNRecShared(s GDNShape, T int) int {
+	n := 32*s.Dk + 2*s.Dk + 4*T
+	if T <= 8 {
+		n += T * 2 * s.Dk
+	}
+	return n * 4
+}
 
 // maxStaticShared is what a kernel may take without raising its limit.
 const maxStaticShared = 48 << 10
 
 // GDNSplitFits reports whether gdn_rec can take the geometry for chunks of
 // T tokens.
-func GDNSplitFits(s GDNShape, T int) bool { return GDNRecShared(s, T) <= maxStaticShared }
+func GDNSplitFits(s GDNShape, T int) bool {
+	return s.Dk%32 == 0 && s.Dk <= 128 && GDNRecShared(s, T) <= maxStaticShared && GDNRecShared(s, 8) <= maxStaticShared
+}
 
 // GDNRec runs the delta rule for every head, 32 value columns a block,
 // writing the raw outputs to oraw [T, Hv·Dv] (gdn_rec).
@@ -346,7 +382,7 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	if !GDNSplitFits(s, T) {
 		return fmt.Errorf("gpukernels: gdn_rec: a %d-deep state slice over %d tokens is past %d bytes of shared memory", s.Dk, T, maxStaticShared)
 	}
-	return l.launch("gdn_rec", cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(32), GDNRecShared(s, T),
+	return l.launch("gdn_rec", cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), GDNRecShared(s, T),
 		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
 }
 

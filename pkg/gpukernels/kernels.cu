@@ -564,6 +564,14 @@ struct MSegs {
 // their elements from there in frow's order. A row through frow alone is a
 // chain of dependent 32-load batches (~17 µs for the 2048-wide a|b and
 // router rows); this is one round trip per 4 KiB chunk.
+// fsum continues a lane's in-order sum over staged elements lane, lane+8, …
+template <int ENC>
+__device__ __forceinline__ float fsum(float acc, const u8* w, const float* xs, int n, int lane) {
+#pragma unroll 8
+    for (int i = lane; i < n; i += 8) acc = __fadd_rn(acc, __fmul_rn(fload<ENC>(w, i), xs[i]));
+    return acc;
+}
+
 #define FROWS 8
 #define FCHUNK 4096 // bytes of a row per chunk
 #define FPITCH (FCHUNK + 16) // row pitch in shared memory: rows in other banks
@@ -610,11 +618,9 @@ __device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int 
         __syncthreads();
         if (active) {
             const u8* w = stg + grp * FPITCH;
-#pragma unroll 8
-            for (int i = lane; i < n; i += 8) {
-                float wv = enc == ENC_F32 ? ((const float*)w)[i] : enc == ENC_BF16 ? bf16f(((const u16*)w)[i]) : f16f(((const u16*)w)[i]);
-                acc = __fadd_rn(acc, __fmul_rn(wv, xs[i]));
-            }
+            if (enc == ENC_BF16) acc = fsum<ENC_BF16>(acc, w, xs, n, lane);
+            else if (enc == ENC_F32) acc = fsum<ENC_F32>(acc, w, xs, n, lane);
+            else acc = fsum<ENC_F16>(acc, w, xs, n, lane);
         }
     }
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
@@ -773,13 +779,12 @@ extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* sca
     const u16* bi = (const u16*)(biases + (i64)e * escale) + r * groups;
     for (int i0 = begin; i0 < end; i0 += QTB) {
         int nt = min(QTB, end - i0);
-        int ent[QTB];
-        i64 arow[QTB]; // first group of the entry's activation vector
+        int ent[QTB], vec[QTB]; // entry, and its activation vector
         float acc[QTB];
 #pragma unroll
         for (int k = 0; k < QTB; k++) {
             ent[k] = k < nt ? list[i0 + k] : 0;
-            arow[k] = (i64)(xslot ? ent[k] : ent[k] / topk) * groups;
+            vec[k] = xslot ? ent[k] : ent[k] / topk;
             acc[k] = 0;
         }
         if (active) {
@@ -797,7 +802,7 @@ extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* sca
 #pragma unroll
                 for (int k = 0; k < QTB; k++) {
                     if (k < nt) {
-                        i64 ag = arow[k] + g;
+                        i64 ag = (i64)vec[k] * groups + g;
                         int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
                         float mul = __fmul_rn(s, dx[ag]);
                         float tt = __fmul_rn(mul, (float)d);
@@ -938,74 +943,128 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
     stage(Sh, Ss, Dk * Dv);
 }
 
-// gdn_rec is gdn_heads' delta rule split by columns: block (h, y) is one
-// warp owning value columns 32y … 32y+31 of head h, whose state slice
-// [Dk, 32] it keeps in shared memory over the chunk (the delta rule's
-// columns are independent). It first computes every token's scalars in
-// parallel, a thread a token: q's and k's inverse L2 norms (float64 sums in
-// index order, as gdn_heads), the decay and beta; then runs the tokens in
-// order with gdn_heads' arithmetic and writes the raw outputs to oraw
-// [T, Hv·Dv] for gdn_norm. T ≤ the tok scratch the launcher sized.
+// gdn_rec is gdn_heads' delta rule split by columns: block (h, y) owns
+// value columns 32y … 32y+31 of head h (the delta rule's columns are
+// independent), whose state slice [Dk, 32] it keeps in shared memory over
+// the chunk. All 128 threads stage the slice (16-byte loads, one round
+// trip) and compute every token's scalars in parallel, four threads a
+// token: q's and k's inverse L2 norms (float64 sums in index order, as
+// gdn_heads, over q and k staged in shared memory for short chunks), the
+// decay and beta. Then warp 0 runs the tokens in order with gdn_heads'
+// arithmetic, loading the next token's q, k and v while it computes, and
+// writes the raw outputs to oraw [T, Hv·Dv] for gdn_norm. Dk is a multiple
+// of 32 up to 128 (GDNSplitFits).
+#define GDN_STAGE_T 8 // chunks this short stage q and k for the norms
 extern "C" __global__ void gdn_rec(float* oraw, float* S, const float* conv, const float* a, const float* b,
                                    const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
     PDL_ENTRY();
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float* Ss = smem;        // [Dk][32]
     float* q = Ss + Dk * 32; // [Dk]
     float* k = q + Dk;       // [Dk]
     float* tok = k + Dk;     // [T][4]: iq, ik, decay, beta
-    int h = blockIdx.x, lane = threadIdx.x, j = blockIdx.y * 32 + lane;
-    bool col = j < Dv;
+    float* qk = tok + 4 * T; // [GDN_STAGE_T][2·Dk] when T ≤ GDN_STAGE_T
+    int h = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x, lane = tid & 31;
     int ratio = Hv / Hk, kh = h / ratio;
     int kd = Hk * Dk, vd = Hv * Dv;
     float qScale = (float)(1.0 / sqrt((double)Dk));
     float* Sh = S + (i64)h * Dk * Dv;
-#pragma unroll 16
-    for (int i = 0; i < Dk; i++) Ss[i * 32 + lane] = col ? Sh[(i64)i * Dv + j] : 0.0f;
-    for (int t = lane; t < T; t += 32) {
-        const float* row = conv + (i64)t * C;
-        double sq = 0, sk = 0;
-#pragma unroll 8
-        for (int i = 0; i < Dk; i++) {
-            float qv = row[kh * Dk + i], kv = row[kd + kh * Dk + i];
-            sq += (double)qv * (double)qv;
-            sk += (double)kv * (double)kv;
+    bool full = j0 + 32 <= Dv && (Dv & 3) == 0;
+    if (full) { // 8 float4 a row of the slice
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Ss + r * 32 + c) = *(const float4*)(Sh + (i64)r * Dv + j0 + c);
         }
-        tok[4 * t] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
-        tok[4 * t + 1] = (float)(1.0 / sqrt((double)__fadd_rn((float)sk, 1e-6f)));
-        float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
-        tok[4 * t + 2] = exp64(g);
-        tok[4 * t + 3] = sigmoid64(b[t * abStride + h]);
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            Ss[i] = j0 + c < Dv ? Sh[(i64)r * Dv + j0 + c] : 0.0f;
+        }
     }
-    __syncwarp();
-    for (int t = 0; t < T; t++) {
-        const float* row = conv + (i64)t * C;
-        float iq = tok[4 * t], ik = tok[4 * t + 1], decay = tok[4 * t + 2], beta = tok[4 * t + 3];
-        for (int i = lane; i < Dk; i += 32) {
-            q[i] = __fmul_rn(__fmul_rn(row[kh * Dk + i], iq), qScale);
-            k[i] = __fmul_rn(__fmul_rn(row[kd + kh * Dk + i], ik), 1.0f);
+    bool staged = T <= GDN_STAGE_T;
+    if (staged)
+        for (int i = tid; i < T * 2 * Dk; i += blockDim.x) {
+            int t = i / (2 * Dk), c = i % (2 * Dk);
+            qk[i] = conv[(i64)t * C + (c < Dk ? kh * Dk + c : kd + kh * Dk + c - Dk)];
         }
-        __syncwarp();
-        if (col) {
-            float vj = row[2 * kd + h * Dv + j];
-            float p = 0;
+    __syncthreads();
+    for (int i = tid; i < 4 * T; i += blockDim.x) {
+        int t = i >> 2, what = i & 3;
+        if (what < 2) { // l2NormScaled's sum, index order, float64
+            const float* src = staged ? qk + t * 2 * Dk + what * Dk : conv + (i64)t * C + what * kd + kh * Dk;
+            double sq = 0;
 #pragma unroll 8
-            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), k[i]));
-            float delta = __fmul_rn(__fsub_rn(vj, p), beta);
-            float out = 0;
-#pragma unroll 8
-            for (int i = 0; i < Dk; i++) {
-                float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(k[i], delta));
-                Ss[i * 32 + lane] = sv;
-                out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+            for (int c = 0; c < Dk; c++) sq += (double)src[c] * (double)src[c];
+            tok[i] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (what == 2) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            tok[i] = exp64(g);
+        } else {
+            tok[i] = sigmoid64(b[t * abStride + h]);
+        }
+    }
+    __syncthreads();
+    if (tid < 32) {
+        int j = j0 + lane, per = Dk / 32;
+        bool col = j < Dv;
+        float qn[4], kn[4], vn = 0; // the next token's q, k (lane, lane+32, …) and v
+        const float* row = conv;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            if (m < per) {
+                qn[m] = row[kh * Dk + lane + 32 * m];
+                kn[m] = row[kd + kh * Dk + lane + 32 * m];
             }
-            oraw[(i64)t * vd + h * Dv + j] = out;
+        if (col) vn = row[2 * kd + h * Dv + j];
+        for (int t = 0; t < T; t++) {
+            float iq = tok[4 * t], ik = tok[4 * t + 1], decay = tok[4 * t + 2], beta = tok[4 * t + 3];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                if (m < per) {
+                    q[lane + 32 * m] = __fmul_rn(__fmul_rn(qn[m], iq), qScale);
+                    k[lane + 32 * m] = __fmul_rn(__fmul_rn(kn[m], ik), 1.0f);
+                }
+            float vj = vn;
+            if (t + 1 < T) {
+                row = conv + (i64)(t + 1) * C;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) {
+                        qn[m] = row[kh * Dk + lane + 32 * m];
+                        kn[m] = row[kd + kh * Dk + lane + 32 * m];
+                    }
+                if (col) vn = row[2 * kd + h * Dv + j];
+            }
+            __syncwarp();
+            if (col) {
+                float p = 0;
+#pragma unroll 8
+                for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), k[i]));
+                float delta = __fmul_rn(__fsub_rn(vj, p), beta);
+                float out = 0;
+#pragma unroll 8
+                for (int i = 0; i < Dk; i++) {
+                    float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(k[i], delta));
+                    Ss[i * 32 + lane] = sv;
+                    out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+                }
+                oraw[(i64)t * vd + h * Dv + j] = out;
+            }
+            __syncwarp();
         }
-        __syncwarp();
     }
-#pragma unroll 16
-    for (int i = 0; i < Dk; i++)
-        if (col) Sh[(i64)i * Dv + j] = Ss[i * 32 + lane];
+    __syncthreads();
+    if (full) {
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Sh + (i64)r * Dv + j0 + c) = *(const float4*)(Ss + r * 32 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            if (j0 + c < Dv) Sh[(i64)r * Dv + j0 + c] = Ss[i];
+        }
+    }
 }
 
 // gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and

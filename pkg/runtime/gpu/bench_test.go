@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -31,6 +33,13 @@ func TestBench(t *testing.T) {
 		b := e.Backend().(*Backend)
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
+			carve := -1
+			if v.carve {
+				carve = gpukernels.DefaultCarveout
+			}
+			if err := b.Dev.Do(func(c *cuda.Ctx) error { return b.Model.ks.SetCarveout(c, carve) }); err != nil {
+				t.Fatal(err)
+			}
 			benchOne(t, e, b, name+"."+v.name, load)
 		}
 	}
@@ -39,17 +48,21 @@ func TestBench(t *testing.T) {
 // A bench variant switches the launch strategies (the results are bitwise
 // the same; only the time differs).
 type benchVariant struct {
-	name                    string
-	pdl, fuse, group, split bool
+	name                           string
+	pdl, fuse, group, split, carve bool
 }
 
-// benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated: all, base,
-// nopdl, nofuse, nogroup, nosplit; default all).
+// benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
+// all): all is the engine's defaults (PDL, fused decode launches, the
+// column-split delta rule, one carve-out), base none of them, nopdl,
+// nofuse, nosplit and nocarve all but one, group all plus prefill's
+// experts grouped by expert.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, true, true}, "base": {"base", false, false, false, false},
-		"nopdl": {"nopdl", false, true, true, true}, "nofuse": {"nofuse", true, false, true, true},
-		"nogroup": {"nogroup", true, true, false, true}, "nosplit": {"nosplit", true, true, true, false},
+		"all": {"all", true, true, false, true, true}, "base": {"base", false, false, false, false, false},
+		"nopdl": {"nopdl", false, true, false, true, true}, "nofuse": {"nofuse", true, false, false, true, true},
+		"group": {"group", true, true, true, true, true}, "nosplit": {"nosplit", true, true, false, false, true},
+		"nocarve": {"nocarve", true, true, false, true, false},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
