@@ -14,9 +14,11 @@
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
 # BENCH_VARIANTS (default all,base) lists the launch strategies the bench
-# compares in one process: all (PDL, fused decode, grouped prefill), base
-# (none of them), nopdl, nofuse, nogroup. OLD_RUN=path/to/nvmai-run benches
-# an earlier build on the same install, for before/after in one call.
+# compares in one process (pkg/runtime/gpu/bench_test.go: all = the
+# defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
+# nofuse, nosplit, nocarve, group, mma, mmagroup); their greedy tokens
+# must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
+# same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,6 +67,8 @@ run() { # name, binary, args…
 run cuda "$bin/cuda.test"
 run kernels "$bin/gpukernels.test"
 run fidelity "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+# The same checks with prefill on the integer tensor cores (NVMAI_GPU_MMA=1).
+NVMAI_GPU_MMA=1 run fidelity-mma "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -104,7 +108,13 @@ fi
 
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
-grep -hE 'FIDELITY|BENCH|^CLI' "$OUT"/*.log | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' || true
+for f in "$OUT"/*.log; do
+	case $f in
+	*/fidelity-mma.log) echo "FIDELITY with NVMAI_GPU_MMA=1: $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them bitwise the CPU engine's" ;;
+	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	esac
+done
 grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true
 grep -hcE '^\s*--- PASS' "$OUT"/*.log | paste -sd+ | bc 2>/dev/null | sed 's/^/tests passed: /' || true
 [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILURES (logs in $OUT)"

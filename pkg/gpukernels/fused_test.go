@@ -164,43 +164,91 @@ func TestGroupedExpertsBitwise(t *testing.T) {
 				vectors = T * k
 			}
 			xs := randVec(r, vectors*cols, 1)
-			withGPU(t, func(b *gpuBuf, l *Launcher) {
-				ex := randExperts(t, r, b, E, rows, cols, enc)
-				q := quantized(b, l, b.up(cuda.Bytes(xs)), vectors, cols)
-				offs, list := b.poisoned(4*(E+1)), b.poisoned(4*T*k)
-				if err := l.MoEGroup(offs, list, b.up(cuda.Bytes(sel)), T*k, E); err != nil {
-					t.Fatal(err)
-				}
-				gotOffs, gotList := make([]int32, E+1), make([]int32, T*k)
-				b.c.DtoH(cuda.Bytes(gotOffs), offs)
-				b.c.DtoH(cuda.Bytes(gotList), list)
-				var wantList []int32
-				wantOffs := []int32{0}
-				for e := range E {
-					for i, v := range sel {
-						if int(v) == e {
-							wantList = append(wantList, int32(i))
+			for _, mma := range []bool{false, true} {
+				withGPU(t, func(b *gpuBuf, l *Launcher) {
+					l.MMA = mma
+					ex := randExperts(t, r, b, E, rows, cols, enc)
+					q := quantized(b, l, b.up(cuda.Bytes(xs)), vectors, cols)
+					offs, list := b.poisoned(4*(E+1)), b.poisoned(4*T*k)
+					if err := l.MoEGroup(offs, list, b.up(cuda.Bytes(sel)), T*k, E); err != nil {
+						t.Fatal(err)
+					}
+					gotOffs, gotList := make([]int32, E+1), make([]int32, T*k)
+					b.c.DtoH(cuda.Bytes(gotOffs), offs)
+					b.c.DtoH(cuda.Bytes(gotList), list)
+					var wantList []int32
+					wantOffs := []int32{0}
+					for e := range E {
+						for i, v := range sel {
+							if int(v) == e {
+								wantList = append(wantList, int32(i))
+							}
+						}
+						wantOffs = append(wantOffs, int32(len(wantList)))
+					}
+					if !slices.Equal(gotOffs, wantOffs) || !slices.Equal(gotList, wantList) {
+						t.Fatalf("moe_group: offs %v list %v, want %v %v", gotOffs, gotList, wantOffs, wantList)
+					}
+					y := b.poisoned(4 * T * k * rows)
+					if err := l.GEMVGrouped(y, ex.dev, q, offs, list, k, E, xslot); err != nil {
+						t.Fatal(err)
+					}
+					got := b.f32(y, T*k*rows)
+					for i, e := range sel {
+						a := i / k
+						if xslot {
+							a = i
+						}
+						want := make([]float32, rows)
+						kernels.MatVecFast(want, ex.host[e], xs[a*cols:(a+1)*cols])
+						if j := bitwise(got[i*rows:(i+1)*rows], want); j >= 0 {
+							t.Fatalf("enc %d xslot %v mma %v entry %d (expert %d) row %d differs", enc, xslot, mma, i, e, j)
 						}
 					}
-					wantOffs = append(wantOffs, int32(len(wantList)))
-				}
-				if !slices.Equal(gotOffs, wantOffs) || !slices.Equal(gotList, wantList) {
-					t.Fatalf("moe_group: offs %v list %v, want %v %v", gotOffs, gotList, wantOffs, wantList)
-				}
-				y := b.poisoned(4 * T * k * rows)
-				if err := l.GEMVGrouped(y, ex.dev, q, offs, list, k, E, xslot); err != nil {
+				})
+			}
+		}
+	}
+}
+
+// The tensor-core prefill product (qgemm_mma) gives every token bitwise
+// MatVecFast, with and without a residual, at row, token and group tails.
+func TestQGEMMMMABitwise(t *testing.T) {
+	d, _ := device(t)
+	if d.Arch < 80 {
+		t.Skipf("integer mma needs sm_80, this GPU is sm_%d", d.Arch)
+	}
+	r := rand.New(rand.NewPCG(39, 40))
+	for _, enc := range []kernels.Encoding{kernels.Q4, kernels.Q8} {
+		for _, sh := range [][3]int{{37, 1088, 11}, {16, 64, 8}, {300, 2048, 33}, {5, 512, 2}} {
+			rows, cols, T := sh[0], sh[1], sh[2]
+			m := randMatrix(t, r, rows, cols, enc)
+			x := randVec(r, T*cols, 1)
+			res := randVec(r, T*rows, 1)
+			withGPU(t, func(b *gpuBuf, l *Launcher) {
+				l.MMA = true
+				dx := b.up(cuda.Bytes(x))
+				q := quantized(b, l, dx, T, cols)
+				dm := upMat(b, m)
+				y, yr := b.poisoned(4*T*rows), b.poisoned(4*T*rows)
+				if err := l.GEMV(y, dm, dx, q, 0, 0, 1, false, T); err != nil {
 					t.Fatal(err)
 				}
-				got := b.f32(y, T*k*rows)
-				for i, e := range sel {
-					a := i / k
-					if xslot {
-						a = i
-					}
+				if err := l.GEMV(yr, dm, dx, q, b.up(cuda.Bytes(res)), 0, 1, false, T); err != nil {
+					t.Fatal(err)
+				}
+				got, gotR := b.f32(y, T*rows), b.f32(yr, T*rows)
+				for tok := range T {
 					want := make([]float32, rows)
-					kernels.MatVecFast(want, ex.host[e], xs[a*cols:(a+1)*cols])
-					if j := bitwise(got[i*rows:(i+1)*rows], want); j >= 0 {
-						t.Fatalf("enc %d xslot %v entry %d (expert %d) row %d differs", enc, xslot, i, e, j)
+					kernels.MatVecFast(want, m, x[tok*cols:(tok+1)*cols])
+					if j := bitwise(got[tok*rows:(tok+1)*rows], want); j >= 0 {
+						t.Fatalf("enc %d %dx%d T %d token %d row %d: %v, MatVecFast %v", enc, rows, cols, T, tok, j, got[tok*rows+j], want[j])
+					}
+					for i := range want {
+						want[i] = res[tok*rows+i] + want[i]
+					}
+					if j := bitwise(gotR[tok*rows:(tok+1)*rows], want); j >= 0 {
+						t.Fatalf("enc %d %dx%d T %d token %d row %d with residual differs", enc, rows, cols, T, tok, j)
 					}
 				}
 			})

@@ -18,7 +18,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -86,6 +86,9 @@ type Launcher struct {
 	K     *Set
 	Count int
 	After func(kernel string) // when set, called after each launch (profiling)
+	// MMA runs multi-token Q4/Q8 products on the integer tensor cores
+	// (qgemm_mma, qgemm_grouped_mma; sm_80 and newer): bitwise the same.
+	MMA bool
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
@@ -201,6 +204,10 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 			}
 			return l.launch("qgemv", cuda.D2(T, blocks(rows, 256/lanes)), cuda.D1(256), 0,
 				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, lanes)
+		}
+		if l.MMA {
+			return l.launch("qgemm_mma", cuda.D2(blocks(T, 32), blocks(rows, 16)), cuda.D1(128), 0,
+				y, m.Data, m.Scales, m.Biases, rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, T)
 		}
 		return l.launch("qgemv_tb", cuda.D2(blocks(T, qTokenBlock), blocks(rows, 16)), cuda.D1(256), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, qTokenBlock)
@@ -329,6 +336,10 @@ func (l *Launcher) GEMVGrouped(y cuda.DevicePtr, m *Mat, q *QAct, offs, list cud
 	xs := 0
 	if xslot {
 		xs = 1
+	}
+	if l.MMA {
+		return l.launch("qgemm_grouped_mma", cuda.D2(E, blocks(m.Rows, 16)), cuda.D1(128), 0,
+			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs)
 	}
 	return l.launch("qgemv_grouped", cuda.D2(E, blocks(m.Rows, 16)), cuda.D1(256), 0,
 		y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs)

@@ -464,6 +464,144 @@ extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, 
     }
 }
 
+// ---------------------------------------------------------------------------
+// Prefill products on the integer tensor cores. A group's dot Σ q·xq is an
+// exact int32 sum in any order, so mma.sync (u8 weights × s8 activations →
+// s32) computes it bit for bit; the float epilogue then runs per (row,
+// token, group) exactly as qrow, each thread keeping the 16 lane partials
+// of qrow's order (group g into partial g mod 16) for its outputs and
+// folding them by halving at the end. A warp computes 16 rows × 8 tokens.
+// Fragments of m16n8k32 (PTX ISA): A a0/a2 row gid, a1/a3 row gid+8, k words
+// tq and tq+4; B b0/b1 column gid, k words tq and tq+4; C c0/c1 row gid,
+// c2/c3 row gid+8, columns 2tq and 2tq+1 (gid = lane/4, tq = lane%4). The
+// k order inside a group is the dp4a pairing (Q4: low nibbles with the
+// even codes, high with the odd).
+__device__ __forceinline__ void mma_u8s8(int* d, const u32* a, const int* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); // the engine launches these kernels on sm_80 and newer only
+#else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// mma_tile computes a warp's tile: weight rows wa (row gid) and wb (row
+// gid+8) with their scales and biases; activation vector vb for the B
+// column gid, vc0 and vc1 for the C columns 2tq, 2tq+1. out: (gid, 2tq),
+// (gid, 2tq+1), (gid+8, 2tq), (gid+8, 2tq+1).
+__device__ __forceinline__ void mma_tile(float out[4], const u8* wa, const u8* wb, const u16* sca, const u16* bia, const u16* scb, const u16* bib,
+                                         int groups, int bits, const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                         i64 vb, i64 vc0, i64 vc1, int tq) {
+    float part[16][4];
+#pragma unroll
+    for (int m = 0; m < 16; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[m][e] = 0;
+    const u32 msk = 0x0F0F0F0Fu;
+    for (int g0 = 0; g0 < groups; g0 += 16) {
+#pragma unroll
+        for (int m = 0; m < 16; m++) {
+            int g = g0 + m;
+            if (g < groups) {
+                u32 A0[4], A1[4];
+                int B0[2], B1[2];
+                if (bits == 4) {
+                    const u32* pa = (const u32*)(wa + g * 32);
+                    const u32* pb = (const u32*)(wb + g * 32);
+                    u32 a_t = pa[tq], a_t4 = pa[tq + 4], b_t = pb[tq], b_t4 = pb[tq + 4];
+                    A0[0] = a_t & msk; A0[1] = b_t & msk; A0[2] = a_t4 & msk; A0[3] = b_t4 & msk;
+                    A1[0] = (a_t >> 4) & msk; A1[1] = (b_t >> 4) & msk; A1[2] = (a_t4 >> 4) & msk; A1[3] = (b_t4 >> 4) & msk;
+                    const int* xp = xq4 + (vb * groups + g) * 16;
+                    B0[0] = xp[tq]; B0[1] = xp[tq + 4]; B1[0] = xp[8 + tq]; B1[1] = xp[12 + tq];
+                } else {
+                    const u32* pa = (const u32*)(wa + g * 64);
+                    const u32* pb = (const u32*)(wb + g * 64);
+                    A0[0] = pa[tq]; A0[1] = pb[tq]; A0[2] = pa[tq + 4]; A0[3] = pb[tq + 4];
+                    A1[0] = pa[8 + tq]; A1[1] = pb[8 + tq]; A1[2] = pa[12 + tq]; A1[3] = pb[12 + tq];
+                    const int* xp = (const int*)(xq8 + (vb * groups + g) * 64);
+                    B0[0] = xp[tq]; B0[1] = xp[tq + 4]; B1[0] = xp[8 + tq]; B1[1] = xp[12 + tq];
+                }
+                int d[4] = {0, 0, 0, 0};
+                mma_u8s8(d, A0, B0);
+                mma_u8s8(d, A1, B1);
+                float sa = bf16f(sca[g]), ba = bf16f(bia[g]), sb = bf16f(scb[g]), bb = bf16f(bib[g]);
+                float dx0 = dx[vc0 * groups + g], sx0 = sx[vc0 * groups + g];
+                float dx1 = dx[vc1 * groups + g], sx1 = sx[vc1 * groups + g];
+                part[m][0] = __fadd_rn(part[m][0], __fadd_rn(__fmul_rn(__fmul_rn(sa, dx0), (float)d[0]), __fmul_rn(ba, sx0)));
+                part[m][1] = __fadd_rn(part[m][1], __fadd_rn(__fmul_rn(__fmul_rn(sa, dx1), (float)d[1]), __fmul_rn(ba, sx1)));
+                part[m][2] = __fadd_rn(part[m][2], __fadd_rn(__fmul_rn(__fmul_rn(sb, dx0), (float)d[2]), __fmul_rn(bb, sx0)));
+                part[m][3] = __fadd_rn(part[m][3], __fadd_rn(__fmul_rn(__fmul_rn(sb, dx1), (float)d[3]), __fmul_rn(bb, sx1)));
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) { // qrow's fold: +8, +4, +2, +1
+#pragma unroll
+        for (int m = 0; m < 8; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 8][e]);
+#pragma unroll
+        for (int m = 0; m < 4; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 4][e]);
+#pragma unroll
+        for (int m = 0; m < 2; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 2][e]);
+        out[e] = __fadd_rn(part[0][e], part[1][e]);
+    }
+}
+
+// qgemm_mma is qgemv_tb on the tensor cores: y [T, rows] (+ res), a block
+// of 4 warps covering 16 rows × 32 tokens.
+extern "C" __global__ void qgemm_mma(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                     const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
+    PDL_ENTRY();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n0 = (blockIdx.x * 4 + warp) * 8;
+    if (n0 >= T) return; // the whole warp: no block barrier below
+    int gid = lane >> 2, tq = lane & 3, groups = cols / 64;
+    int ra = blockIdx.y * 16 + gid, rb = ra + 8;
+    int ca = min(ra, rows - 1), cb = min(rb, rows - 1); // rows past the end read row rows-1, unwritten
+    i64 stride = (i64)cols * bits / 8;
+    int tb = min(n0 + gid, T - 1), t0 = n0 + 2 * tq, t1 = t0 + 1;
+    float out[4];
+    mma_tile(out, data + ca * stride, data + cb * stride, (const u16*)scales + (i64)ca * groups, (const u16*)biases + (i64)ca * groups,
+             (const u16*)scales + (i64)cb * groups, (const u16*)biases + (i64)cb * groups, groups, bits, xq8, xq4, dx, sx,
+             tb, min(t0, T - 1), min(t1, T - 1), tq);
+    int rr[4] = {ra, ra, rb, rb}, tt[4] = {t0, t1, t0, t1};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        if (rr[e] < rows && tt[e] < T) {
+            i64 o = (i64)tt[e] * rows + rr[e];
+            y[o] = res ? __fadd_rn(res[o], out[e]) : out[e];
+        }
+}
+
+// qgemm_grouped_mma is qgemv_grouped on the tensor cores: block (e, row
+// tile) runs expert e's entries 32 at a time (8 a warp).
+extern "C" __global__ void qgemm_grouped_mma(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                             const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                             const int* offs, const int* list, int topk, i64 edata, i64 escale, int xslot) {
+    PDL_ENTRY();
+    int e = blockIdx.x, begin = offs[e], end = offs[e + 1];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gid = lane >> 2, tq = lane & 3, groups = cols / 64;
+    int ra = blockIdx.y * 16 + gid, rb = ra + 8;
+    int ca = min(ra, rows - 1), cb = min(rb, rows - 1);
+    i64 stride = (i64)cols * bits / 8;
+    const u8* w = data + (i64)e * edata;
+    const u16* sc = (const u16*)(scales + (i64)e * escale);
+    const u16* bi = (const u16*)(biases + (i64)e * escale);
+    for (int i0 = begin + warp * 8; i0 < end; i0 += 32) { // warp-uniform
+        int ib = min(i0 + gid, end - 1), i1 = i0 + 2 * tq, i2 = i1 + 1;
+        int eb = list[ib], e1 = list[min(i1, end - 1)], e2 = list[min(i2, end - 1)];
+        i64 vb = xslot ? eb : eb / topk, v1 = xslot ? e1 : e1 / topk, v2 = xslot ? e2 : e2 / topk;
+        float out[4];
+        mma_tile(out, w + ca * stride, w + cb * stride, sc + (i64)ca * groups, bi + (i64)ca * groups, sc + (i64)cb * groups, bi + (i64)cb * groups,
+                 groups, bits, xq8, xq4, dx, sx, vb, v1, v2, tq);
+        int rr[4] = {ra, ra, rb, rb}, ii[4] = {i1, i2, i1, i2}, ee[4] = {e1, e2, e1, e2};
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (rr[k] < rows && ii[k] < end) y[(i64)ee[k] * rows + rr[k]] = out[k];
+    }
+}
+
 template <int ENC>
 __device__ __forceinline__ float fload(const u8* base, i64 i) {
     if (ENC == ENC_F32) return ((const float*)base)[i];

@@ -93,7 +93,8 @@ type BenchInfo struct {
 	PDL             bool               `json:"pdl"`   // programmatic dependent launch
 	Fused           bool               `json:"fused"` // decode's fused launches
 	Grouped         bool               `json:"grouped_prefill"`
-	GDNSplit        bool               `json:"gdn_split"` // delta rule 32 columns a block
+	GDNSplit        bool               `json:"gdn_split"`   // delta rule 32 columns a block
+	MMA             bool               `json:"mma_prefill"` // prefill products on the tensor cores
 	Error           string             `json:"error,omitempty"`
 }
 
@@ -113,7 +114,7 @@ func (b *Backend) BenchInfo() any {
 func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 	m := b.Model
 	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
-		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group, GDNSplit: m.splitGDN}
+		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group, GDNSplit: m.splitGDN, MMA: m.mma}
 	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
 	if err != nil {
 		return info, err
@@ -312,7 +313,7 @@ func (m *Model) phases(c *cuda.Ctx, st *State, T int) (map[string]float64, map[s
 	record("")
 	var bounds []int // index in marks where each phase ends, and its name
 	var names []string
-	l := &gpukernels.Launcher{C: c, K: m.ks, After: record}
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma}
 	if err := m.forward(l, st, T, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
 		return nil, nil, nil, err
 	}
@@ -361,7 +362,7 @@ func (info *BenchInfo) Summary() []string {
 		lines = append(lines, fmt.Sprintf("gpu prefill chunk of %d tokens: %.2f ms on the device, kernels one by one (%.0f tok/s)",
 			info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3)))
 	}
-	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v",
-		info.PDL, info.Fused, info.Grouped, info.GDNSplit))
+	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v, prefill on the tensor cores %v",
+		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))
 	return lines
 }

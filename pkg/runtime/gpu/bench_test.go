@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -31,8 +32,10 @@ func TestBench(t *testing.T) {
 		e := loadEngine(t, dir, true)
 		load := time.Since(start)
 		b := e.Backend().(*Backend)
+		var first []int
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
+			b.Model.mma = v.mma && b.Dev.Arch >= 80
 			carve := -1
 			if v.carve {
 				carve = gpukernels.DefaultCarveout
@@ -40,7 +43,13 @@ func TestBench(t *testing.T) {
 			if err := b.Dev.Do(func(c *cuda.Ctx) error { return b.Model.ks.SetCarveout(c, carve) }); err != nil {
 				t.Fatal(err)
 			}
-			benchOne(t, e, b, name+"."+v.name, load)
+			ids := benchOne(t, e, b, name+"."+v.name, load)
+			// Every variant is the same arithmetic: the same greedy tokens.
+			if first == nil {
+				first = ids
+			} else if !slices.Equal(ids, first) {
+				t.Errorf("BENCH %s.%s: greedy tokens differ from the first variant's", name, v.name)
+			}
 		}
 	}
 }
@@ -48,21 +57,23 @@ func TestBench(t *testing.T) {
 // A bench variant switches the launch strategies (the results are bitwise
 // the same; only the time differs).
 type benchVariant struct {
-	name                           string
-	pdl, fuse, group, split, carve bool
+	name                                string
+	pdl, fuse, group, split, carve, mma bool
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
 // all): all is the engine's defaults (PDL, fused decode launches, the
 // column-split delta rule, one carve-out), base none of them, nopdl,
 // nofuse, nosplit and nocarve all but one, group all plus prefill's
-// experts grouped by expert.
+// experts grouped by expert, mma all plus prefill on the tensor cores,
+// mmagroup both. The variants' greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, false, true, true}, "base": {"base", false, false, false, false, false},
-		"nopdl": {"nopdl", false, true, false, true, true}, "nofuse": {"nofuse", true, false, false, true, true},
-		"group": {"group", true, true, true, true, true}, "nosplit": {"nosplit", true, true, false, false, true},
-		"nocarve": {"nocarve", true, true, false, true, false},
+		"all": {"all", true, true, false, true, true, false}, "base": {"base", false, false, false, false, false, false},
+		"nopdl": {"nopdl", false, true, false, true, true, false}, "nofuse": {"nofuse", true, false, false, true, true, false},
+		"group": {"group", true, true, true, true, true, false}, "nosplit": {"nosplit", true, true, false, false, true, false},
+		"nocarve": {"nocarve", true, true, false, true, false, false},
+		"mma":     {"mma", true, true, false, true, true, true}, "mmagroup": {"mmagroup", true, true, true, true, true, true},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
@@ -79,7 +90,7 @@ func benchVariants(t *testing.T) []benchVariant {
 	return vs
 }
 
-func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load time.Duration) {
+func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load time.Duration) []int {
 	{
 		prompt := make([]int, 512)
 		for i := range prompt {
@@ -139,5 +150,6 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")
 			os.WriteFile(filepath.Join(out, "bench-"+name+".json"), raw, 0o644)
 		}
+		return runs[0].IDs
 	}
 }

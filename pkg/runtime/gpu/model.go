@@ -52,6 +52,9 @@ type Model struct {
 	// instead of a block a head (gdn_heads); NVMAI_GPU_GDNSPLIT=0 turns it
 	// off. Bitwise the same.
 	splitGDN bool
+	// mma runs prefill's Q4/Q8 products on the integer tensor cores
+	// (sm_80 and newer), off unless NVMAI_GPU_MMA=1. Bitwise the same.
+	mma bool
 
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
@@ -107,7 +110,7 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 		return nil, err
 	}
 	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") == "1",
-		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0"}
+		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") == "1" && dev.Arch >= 80}
 	err := dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {

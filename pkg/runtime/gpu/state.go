@@ -264,7 +264,7 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
 		return err
 	}
-	l := &gpukernels.Launcher{C: c, K: st.m.ks}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma}
 	if len(ids) == 1 && !st.noGraph {
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
