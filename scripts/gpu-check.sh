@@ -13,11 +13,10 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
-# BENCH_VARIANTS (default all,base) lists the launch strategies the bench
+# BENCH_VARIANTS (default all,base,group) lists the launch strategies the bench
 # compares in one process (pkg/runtime/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
-# nofuse, nosplit, nocarve, group, mma, mmagroup); their greedy tokens
-# must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
+# nofuse, nosplit, nomma, carve, group); their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
 # same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
@@ -67,8 +66,10 @@ run() { # name, binary, args…
 run cuda "$bin/cuda.test"
 run kernels "$bin/gpukernels.test"
 run fidelity "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
-# The same checks with prefill on the integer tensor cores (NVMAI_GPU_MMA=1).
-NVMAI_GPU_MMA=1 run fidelity-mma "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+# The same checks with prefill on the CUDA cores (NVMAI_GPU_MMA=0), and with
+# the experts grouped on the tensor cores (NVMAI_GPU_GROUP=1).
+NVMAI_GPU_MMA=0 run fidelity-nomma "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+NVMAI_GPU_GROUP=1 run fidelity-group "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -86,7 +87,7 @@ fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-all,base} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-all,base,group} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
 	# The CLI end to end on the largest install: greedy, then sampled on the host.
 	big=${synth[${#synth[@]}-1]}
 	stamp "nvmai-run --engine gpu"
@@ -110,7 +111,7 @@ echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
 for f in "$OUT"/*.log; do
 	case $f in
-	*/fidelity-mma.log) echo "FIDELITY with NVMAI_GPU_MMA=1: $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them bitwise the CPU engine's" ;;
+	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them bitwise the CPU engine's" ;;
 	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac

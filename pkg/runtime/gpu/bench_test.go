@@ -38,7 +38,7 @@ func TestBench(t *testing.T) {
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
 			carve := -1
 			if v.carve {
-				carve = gpukernels.DefaultCarveout
+				carve = gpukernels.UniformCarveout
 			}
 			if err := b.Dev.Do(func(c *cuda.Ctx) error { return b.Model.ks.SetCarveout(c, carve) }); err != nil {
 				t.Fatal(err)
@@ -63,17 +63,17 @@ type benchVariant struct {
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
 // all): all is the engine's defaults (PDL, fused decode launches, the
-// column-split delta rule, one carve-out), base none of them, nopdl,
-// nofuse, nosplit and nocarve all but one, group all plus prefill's
-// experts grouped by expert, mma all plus prefill on the tensor cores,
-// mmagroup both. The variants' greedy tokens must agree.
+// column-split delta rule, prefill on the tensor cores), base none of them
+// (the launches as before these changes), nopdl, nofuse, nosplit and nomma
+// all but one, carve all plus one carve-out for every kernel, group all
+// plus prefill's experts grouped by expert. The variants' greedy tokens
+// must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, false, true, true, false}, "base": {"base", false, false, false, false, false, false},
-		"nopdl": {"nopdl", false, true, false, true, true, false}, "nofuse": {"nofuse", true, false, false, true, true, false},
-		"group": {"group", true, true, true, true, true, false}, "nosplit": {"nosplit", true, true, false, false, true, false},
-		"nocarve": {"nocarve", true, true, false, true, false, false},
-		"mma":     {"mma", true, true, false, true, true, true}, "mmagroup": {"mmagroup", true, true, true, true, true, true},
+		"all": {"all", true, true, false, true, false, true}, "base": {"base", false, false, false, false, false, false},
+		"nopdl": {"nopdl", false, true, false, true, false, true}, "nofuse": {"nofuse", true, false, false, true, false, true},
+		"nosplit": {"nosplit", true, true, false, false, false, true}, "nomma": {"nomma", true, true, false, true, false, false},
+		"carve": {"carve", true, true, false, true, true, true}, "group": {"group", true, true, true, true, false, true},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
