@@ -13,6 +13,11 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
+# BENCH_VARIANTS (default all,base,group) lists the launch strategies the bench
+# compares in one process (pkg/runtime/gpu/bench_test.go: all = the
+# defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
+# nofuse, nosplit, nomma, carve, group); their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
+# same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +66,10 @@ run() { # name, binary, args…
 run cuda "$bin/cuda.test"
 run kernels "$bin/gpukernels.test"
 run fidelity "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+# The same checks with prefill on the CUDA cores (NVMAI_GPU_MMA=0), and with
+# the experts grouped on the tensor cores (NVMAI_GPU_GROUP=1).
+NVMAI_GPU_MMA=0 run fidelity-nomma "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+NVMAI_GPU_GROUP=1 run fidelity-group "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -78,7 +87,7 @@ fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-all,base,group} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
 	# The CLI end to end on the largest install: greedy, then sampled on the host.
 	big=${synth[${#synth[@]}-1]}
 	stamp "nvmai-run --engine gpu"
@@ -90,11 +99,23 @@ if [ ${#synth[@]} -gt 0 ]; then
 	"$bin/nvmai-run" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/cli-bench.json" 2>"$OUT/cli-bench.err" &&
 		echo "CLI nvmai-run bench --engine gpu: $(grep -oE '"(engine|prefill_tok_s|decode_tok_s|kernels_per_token)": ?("[^"]*"|[0-9.]+)' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 		{ status=1; tail -5 "$OUT/cli-bench.err"; }
+	if [ -n "${OLD_RUN:-}" ]; then
+		"$OLD_RUN" bench --engine gpu -m "$big" --tokens 128 --prompt-tokens 512 --json >"$OUT/old-bench.json" 2>"$OUT/old-bench.err" &&
+			echo "CLI earlier build, nvmai-run bench --engine gpu: $(grep -oE '"(prefill_tok_s|decode_tok_s|kernels_per_token|graph_ms_per_token)": ?[0-9.]+' "$OUT/old-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
+			tail -5 "$OUT/old-bench.err"
+	fi
+	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
-grep -hE 'FIDELITY|BENCH|^CLI' "$OUT"/*.log | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' || true
+for f in "$OUT"/*.log; do
+	case $f in
+	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them bitwise the CPU engine's" ;;
+	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	esac
+done
 grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true
 grep -hcE '^\s*--- PASS' "$OUT"/*.log | paste -sd+ | bc 2>/dev/null | sed 's/^/tests passed: /' || true
 [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILURES (logs in $OUT)"

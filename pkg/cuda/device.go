@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -19,6 +20,12 @@ type Device struct {
 	Driver   int // cuDriverGetVersion
 	Libs     Libraries
 	NVRTCVer [2]int
+	// PDL launches every kernel with programmatic dependent launch (sm_90
+	// and newer, a driver with cuLaunchKernelEx): a kernel's blocks start
+	// while the previous kernel drains and wait in griddepcontrol.wait, which
+	// hides most of the gap between dependent kernels. On by default where
+	// supported; NVMAI_GPU_PDL=0 turns it off. Change it only between Do calls.
+	PDL bool
 
 	d      *driver
 	rt     *nvrtc
@@ -129,6 +136,7 @@ func (dev *Device) init() error {
 	dev.rt = rt
 	ma, mi := rt.version()
 	dev.NVRTCVer = [2]int{ma, mi}
+	dev.PDL = dev.PDLSupported() && os.Getenv("NVMAI_GPU_PDL") != "0"
 	return nil
 }
 
@@ -283,6 +291,12 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, bytes int) error {
 	return c.dev.d.check("cuFuncSetAttribute", c.dev.d.cuFuncSetAttribute(f.h, 8, int32(bytes)))
 }
 
+// SetCarveout sets f's preferred shared-memory carve-out, in percent of
+// the L1/shared array (−1: no preference).
+func (c *Ctx) SetCarveout(f *Function, percent int) error {
+	return c.dev.d.check("cuFuncSetAttribute(carveout)", c.dev.d.cuFuncSetAttribute(f.h, 9, int32(percent)))
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 
@@ -292,12 +306,48 @@ func D1(x int) Dim3 { return Dim3{uint32(x), 1, 1} }
 // D2 is a two-dimensional shape.
 func D2(x, y int) Dim3 { return Dim3{uint32(x), uint32(y), 1} }
 
+// PDLSupported reports whether the device and driver can launch with
+// programmatic dependent launch.
+func (dev *Device) PDLSupported() bool {
+	return dev.Arch >= 90 && dev.d != nil && dev.d.cuLaunchKernelEx != nil
+}
+
+// launchConfig is CUlaunchConfig (cuda.h) with room for one attribute:
+// 7 uint32 (grid, block, shared bytes), the stream at 32, attrs at 40,
+// numAttrs at 48; each CUlaunchAttribute is an id, 4 bytes of padding and a
+// 64-byte value union.
+type launchConfig struct {
+	grid     [3]uint32
+	block    [3]uint32
+	smem     uint32
+	stream   uintptr
+	attrs    unsafe.Pointer
+	numAttrs uint32
+	_        uint32
+}
+
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [64]byte
+}
+
+const attrProgrammaticStreamSerialization = 6 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
 // Launch enqueues f on the stream. Arguments are DevicePtr, int (passed as
-// a 32-bit int), int32, uint32, uint64 or float32, in the kernel's order.
+// a 32-bit int), int32, uint32, uint64, float32 or []byte (a struct passed
+// by value, laid out by the caller), in the kernel's order.
 func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, args ...any) error {
 	vals := make([]uint64, len(args)+1)
 	ptrs := make([]unsafe.Pointer, len(args)+1)
 	for i, a := range args {
+		if b, ok := a.([]byte); ok {
+			if len(b) == 0 {
+				return fmt.Errorf("cuda: launch %s: argument %d is an empty struct", f.Name, i)
+			}
+			ptrs[i] = unsafe.Pointer(&b[0])
+			continue
+		}
 		switch v := a.(type) {
 		case DevicePtr:
 			vals[i] = uint64(v)
@@ -322,7 +372,21 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, args ...any) error
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return nil // nothing to do
 	}
+	if c.dev.PDL {
+		attr := &launchAttr{id: attrProgrammaticStreamSerialization}
+		attr.value[0] = 1 // programmaticStreamSerializationAllowed
+		cfg := &launchConfig{grid: [3]uint32{grid.X, grid.Y, grid.Z}, block: [3]uint32{block.X, block.Y, block.Z},
+			smem: uint32(smem), stream: c.dev.stream, attrs: unsafe.Pointer(attr), numAttrs: 1}
+		r := c.dev.d.cuLaunchKernelEx(unsafe.Pointer(cfg), f.h, unsafe.Pointer(&ptrs[0]), nil)
+		runtime.KeepAlive(cfg)
+		runtime.KeepAlive(attr)
+		runtime.KeepAlive(args)
+		runtime.KeepAlive(vals)
+		runtime.KeepAlive(ptrs)
+		return c.dev.d.check("cuLaunchKernelEx("+f.Name+")", r)
+	}
 	r := c.dev.d.cuLaunchKernel(f.h, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, uint32(smem), c.dev.stream, unsafe.Pointer(&ptrs[0]), nil)
+	runtime.KeepAlive(args)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	return c.dev.d.check("cuLaunchKernel("+f.Name+")", r)

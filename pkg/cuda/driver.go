@@ -81,6 +81,9 @@ type driver struct {
 	cuGraphDestroy              func(g handle) Result
 	cuGraphGetNodes             func(g handle, nodes unsafe.Pointer, n *uint64) Result
 	cuGetErrorName              func(r Result, s **byte) Result
+	// cuLaunchKernelEx is optional (programmatic dependent launch); nil
+	// when the driver lacks it.
+	cuLaunchKernelEx func(cfg unsafe.Pointer, f handle, params unsafe.Pointer, extra unsafe.Pointer) Result
 }
 
 var (
@@ -131,6 +134,9 @@ func loadDriver(path string) (*driver, error) {
 			return nil, fmt.Errorf("%s has no %s (driver too old? CUDA 12 or newer is needed): %v", path, name, err)
 		}
 		purego.RegisterFunc(fp, sym)
+	}
+	if sym, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil {
+		purego.RegisterFunc(&d.cuLaunchKernelEx, sym)
 	}
 	return d, nil
 }

@@ -64,6 +64,17 @@ func (n *nvrtc) version() (int, int) {
 // the Go references (the bitwise contracts of pkg/kernels depend on it).
 var CompileOptions = []string{"--std=c++17", "--fmad=false", "-default-device", "-lineinfo"}
 
+// Compile builds src for sm_<arch> with NVRTC alone, no driver or GPU: it
+// checks, on a machine that has NVRTC but no GPU, that kernel sources
+// compile with the engine's options.
+func Compile(libs Libraries, src, name string, arch int) ([]byte, error) {
+	rt, err := loadNVRTC(libs)
+	if err != nil {
+		return nil, err
+	}
+	return rt.compile(src, name, arch, nil)
+}
+
 // compile builds src for sm_<arch> into a cubin.
 func (n *nvrtc) compile(src, name string, arch int, extra []string) ([]byte, error) {
 	var prog uintptr

@@ -10,6 +10,24 @@ typedef long long i64;
 
 #define FLT_MAX_ 3.402823466e+38f
 
+// PDL_ENTRY opens every kernel. With programmatic dependent launch (the
+// engine launches with it on sm_90 and newer), a kernel's blocks may start
+// while the previous kernel still runs; griddepcontrol.wait holds them until
+// that kernel has finished and its writes are visible, so nothing below it
+// reads or writes device memory early. launch_dependents then lets the next
+// kernel's blocks be scheduled behind this one's. Without PDL both are no-ops.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY()                                                \
+    do {                                                           \
+        asm volatile("griddepcontrol.wait;" ::: "memory");         \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+    } while (0)
+#else
+#define PDL_ENTRY() \
+    do {            \
+    } while (0)
+#endif
+
 // Encodings, as pkg/kernels.Encoding numbers them.
 #define ENC_F32 0
 #define ENC_BF16 1
@@ -64,6 +82,7 @@ __device__ __forceinline__ float softplus64(float x) { return x > 20.0f ? x : (f
 // Embedding: out[t] = row tokens[t] of the table (qwen35 embed.Row).
 extern "C" __global__ void embed(float* out, const u8* data, const u16* scales, const u16* biases,
                                  int enc, int cols, const int* tokens) {
+    PDL_ENTRY();
     int t = blockIdx.y;
     i64 row = tokens[t];
     float* o = out + (i64)t * cols;
@@ -120,6 +139,7 @@ __device__ float inv_rms(const float* x, int n, float eps, double* sh) {
 
 // rmsnorm: out[r] = x[r]·inv·scale per row of n (qwen35 rmsNorm). One block per row.
 extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scale, int n, float eps) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     const float* xr = x + (i64)blockIdx.x * n;
     float* orow = out + (i64)blockIdx.x * n;
@@ -129,12 +149,14 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const float* scal
 
 // add: x += y (qwen35 addTo).
 extern "C" __global__ void add(float* x, const float* y, int n) {
+    PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], y[i]);
 }
 
 // swiglu: g = float32(g·sigmoid(g))·u (kernels.SwiGLU).
 extern "C" __global__ void swiglu(float* g, const float* u, int n) {
+    PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float v = g[i];
@@ -197,6 +219,7 @@ __device__ void quant_warp(float a0, float a1, i64 gi, int lane, float* vs, sign
 }
 
 extern "C" __global__ void quantize(const float* x, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ float vs[8][64];
     __shared__ signed char qs[8][64];
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -209,6 +232,7 @@ extern "C" __global__ void quantize(const float* x, int total_groups, signed cha
 // swiglu_q is swiglu (g = silu(g)·u) and then quantize of the result, in one
 // pass: a warp per group.
 extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ float vs[8][64];
     __shared__ signed char qs[8][64];
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -228,9 +252,10 @@ extern "C" __global__ void swiglu_q(float* g, const float* u, int total_groups, 
 // block per row, its warps taking the row's groups in turn.
 extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* scale, int n, float eps,
                                      signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
     __shared__ double sh[32];
-    __shared__ float vs[8][64];
-    __shared__ signed char qs[8][64];
+    __shared__ float vs[32][64]; // up to 1024 threads: a group a warp
+    __shared__ signed char qs[32][64];
     const float* xr = x + (i64)blockIdx.x * n;
     float* orow = out + (i64)blockIdx.x * n;
     float inv = inv_rms(xr, n, eps, sh);
@@ -241,6 +266,14 @@ extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* sc
         const float* v = orow + g * 64;
         quant_warp(v[lane], v[lane + 32], (i64)blockIdx.x * groups + g, lane, vs[w], qs[w], xq8, xq4, dx, sx);
     }
+}
+
+// dp4a_ss is __dp4a(int, int, int) written as the instruction, so the file
+// needs no intrinsics header on any NVRTC.
+__device__ __forceinline__ int dp4a_ss(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
 }
 
 __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
@@ -255,30 +288,18 @@ __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
 // whose weights sit estride bytes after expert 0's. The input is token t's
 // (xslot = 0) or the slot's own (xslot = 1: row t·slots+s of the inputs).
 
-// qgemv: y = W·x for MLX affine Q4/Q8 through int8 activations, bitwise
-// kernels.MatVecFast: a half-warp per row, lane L taking groups L, L+16, …
-// in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per group, then the
-// 16 lanes fold by halving. res, when set, is added: y = res + Wx.
-extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
-                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
-                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
-    // lanes is 16, or 8 when a row has at most 8 groups: lanes 8…15 would
-    // only fold +0 into the sum, which changes no bit, so 8 lanes give the
-    // same result for twice the rows a block.
-    int t = blockIdx.x;
-    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
-    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
-    bool active = r < (i64)rows * slots;
-    if (!active) r = 0;
-    int slot = (int)(r / rows), lr = (int)(r % rows);
-    int e = sel ? sel[t * slots + slot] : 0;
-    int a = xslot ? t * slots + slot : t;
-    int groups = cols / 64;
-    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
-    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
-    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
-    const float* dxa = dx + (i64)a * groups;
-    const float* sxa = sx + (i64)a * groups;
+// qrow is one row's Q4/Q8 product through int8 activations, bitwise
+// kernels.MatVecFast: lane L of the row's `lanes` threads takes groups L,
+// L+lanes, … in order, v = float32(float32(s·dx)·d) + float32(b·Σx) per
+// group, then the lanes fold by halving; lane 0 returns the sum. lanes is
+// 16, or 8 when a row has at most 8 groups: lanes 8…15 would only fold +0
+// into the sum. Inactive threads still take part in the shuffles. a is the
+// activation vector's index.
+__device__ __forceinline__ float qrow(const u8* w, const u16* sc, const u16* bi, int groups, int bits,
+                                      const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                      i64 a, int lane, int lanes, bool active) {
+    const float* dxa = dx + a * groups;
+    const float* sxa = sx + a * groups;
     float acc = 0;
     if (active) {
 #pragma unroll 4
@@ -286,21 +307,21 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
             int d = 0;
             if (bits == 4) {
                 const uint4* wp = (const uint4*)(w + g * 32);
-                const int4* xp = (const int4*)(xq4 + ((i64)a * groups + g) * 16);
+                const int4* xp = (const int4*)(xq4 + (a * groups + g) * 16);
                 uint4 w0 = wp[0], w1 = wp[1];
                 int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
                 const u32 m = 0x0F0F0F0Fu;
-                d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
-                d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
-                d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
-                d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
-                d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
-                d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
-                d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
-                d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+                d = dp4a_ss((int)(w0.x & m), e0.x, d); d = dp4a_ss((int)((w0.x >> 4) & m), o0.x, d);
+                d = dp4a_ss((int)(w0.y & m), e0.y, d); d = dp4a_ss((int)((w0.y >> 4) & m), o0.y, d);
+                d = dp4a_ss((int)(w0.z & m), e0.z, d); d = dp4a_ss((int)((w0.z >> 4) & m), o0.z, d);
+                d = dp4a_ss((int)(w0.w & m), e0.w, d); d = dp4a_ss((int)((w0.w >> 4) & m), o0.w, d);
+                d = dp4a_ss((int)(w1.x & m), e1.x, d); d = dp4a_ss((int)((w1.x >> 4) & m), o1.x, d);
+                d = dp4a_ss((int)(w1.y & m), e1.y, d); d = dp4a_ss((int)((w1.y >> 4) & m), o1.y, d);
+                d = dp4a_ss((int)(w1.z & m), e1.z, d); d = dp4a_ss((int)((w1.z >> 4) & m), o1.z, d);
+                d = dp4a_ss((int)(w1.w & m), e1.w, d); d = dp4a_ss((int)((w1.w >> 4) & m), o1.w, d);
             } else {
                 const uint4* wp = (const uint4*)(w + g * 64);
-                const int4* xp = (const int4*)(xq8 + ((i64)a * groups + g) * 64);
+                const int4* xp = (const int4*)(xq8 + (a * groups + g) * 64);
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     uint4 ww = wp[k];
@@ -320,6 +341,28 @@ extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, con
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, lanes));
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, lanes));
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, lanes));
+    return acc;
+}
+
+// qgemv: y = W·x for MLX affine Q4/Q8 (qrow per row). res, when set, is
+// added: y = res + Wx.
+extern "C" __global__ void qgemv(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                 const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                 const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int lanes) {
+    PDL_ENTRY();
+    int t = blockIdx.x;
+    int half = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    i64 r = (i64)blockIdx.y * (blockDim.x / lanes) + half;
+    bool active = r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    int e = sel ? sel[t * slots + slot] : 0;
+    int a = xslot ? t * slots + slot : t;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + (i64)lr * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + (i64)lr * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + (i64)lr * groups;
+    float acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, a, lane, lanes, active);
     if (active && lane == 0) {
         i64 o = (i64)t * rows * slots + r;
         y[o] = res ? __fadd_rn(res[o], acc) : acc;
@@ -337,14 +380,14 @@ __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint
         const int4* xp = (const int4*)(xq4 + ag * 16);
         int4 e0 = xp[0], e1 = xp[1], o0 = xp[2], o1 = xp[3];
         const u32 m = 0x0F0F0F0Fu;
-        d = __dp4a((int)(w0.x & m), e0.x, d); d = __dp4a((int)((w0.x >> 4) & m), o0.x, d);
-        d = __dp4a((int)(w0.y & m), e0.y, d); d = __dp4a((int)((w0.y >> 4) & m), o0.y, d);
-        d = __dp4a((int)(w0.z & m), e0.z, d); d = __dp4a((int)((w0.z >> 4) & m), o0.z, d);
-        d = __dp4a((int)(w0.w & m), e0.w, d); d = __dp4a((int)((w0.w >> 4) & m), o0.w, d);
-        d = __dp4a((int)(w1.x & m), e1.x, d); d = __dp4a((int)((w1.x >> 4) & m), o1.x, d);
-        d = __dp4a((int)(w1.y & m), e1.y, d); d = __dp4a((int)((w1.y >> 4) & m), o1.y, d);
-        d = __dp4a((int)(w1.z & m), e1.z, d); d = __dp4a((int)((w1.z >> 4) & m), o1.z, d);
-        d = __dp4a((int)(w1.w & m), e1.w, d); d = __dp4a((int)((w1.w >> 4) & m), o1.w, d);
+        d = dp4a_ss((int)(w0.x & m), e0.x, d); d = dp4a_ss((int)((w0.x >> 4) & m), o0.x, d);
+        d = dp4a_ss((int)(w0.y & m), e0.y, d); d = dp4a_ss((int)((w0.y >> 4) & m), o0.y, d);
+        d = dp4a_ss((int)(w0.z & m), e0.z, d); d = dp4a_ss((int)((w0.z >> 4) & m), o0.z, d);
+        d = dp4a_ss((int)(w0.w & m), e0.w, d); d = dp4a_ss((int)((w0.w >> 4) & m), o0.w, d);
+        d = dp4a_ss((int)(w1.x & m), e1.x, d); d = dp4a_ss((int)((w1.x >> 4) & m), o1.x, d);
+        d = dp4a_ss((int)(w1.y & m), e1.y, d); d = dp4a_ss((int)((w1.y >> 4) & m), o1.y, d);
+        d = dp4a_ss((int)(w1.z & m), e1.z, d); d = dp4a_ss((int)((w1.z >> 4) & m), o1.z, d);
+        d = dp4a_ss((int)(w1.w & m), e1.w, d); d = dp4a_ss((int)((w1.w >> 4) & m), o1.w, d);
     } else {
         const int4* xp = (const int4*)(xq8 + ag * 64);
         uint4 ws[4] = {w0, w1, w2, w3};
@@ -365,6 +408,7 @@ __device__ __forceinline__ int qdot(int bits, uint4 w0, uint4 w1, uint4 w2, uint
 extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
                                  const signed char* xq8, const int* xq4, const float* dx, const float* sx,
                                  const float* res, const int* sel, int slots, i64 edata, i64 escale, int xslot, int T, int tb) {
+    PDL_ENTRY();
     int t0 = blockIdx.x * tb;
     int nt = min(tb, T - t0);
     int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
@@ -420,6 +464,144 @@ extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, 
     }
 }
 
+// ---------------------------------------------------------------------------
+// Prefill products on the integer tensor cores. A group's dot Σ q·xq is an
+// exact int32 sum in any order, so mma.sync (u8 weights × s8 activations →
+// s32) computes it bit for bit; the float epilogue then runs per (row,
+// token, group) exactly as qrow, each thread keeping the 16 lane partials
+// of qrow's order (group g into partial g mod 16) for its outputs and
+// folding them by halving at the end. A warp computes 16 rows × 8 tokens.
+// Fragments of m16n8k32 (PTX ISA): A a0/a2 row gid, a1/a3 row gid+8, k words
+// tq and tq+4; B b0/b1 column gid, k words tq and tq+4; C c0/c1 row gid,
+// c2/c3 row gid+8, columns 2tq and 2tq+1 (gid = lane/4, tq = lane%4). The
+// k order inside a group is the dp4a pairing (Q4: low nibbles with the
+// even codes, high with the odd).
+__device__ __forceinline__ void mma_u8s8(int* d, const u32* a, const int* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); // the engine launches these kernels on sm_80 and newer only
+#else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// mma_tile computes a warp's tile: weight rows wa (row gid) and wb (row
+// gid+8) with their scales and biases; activation vector vb for the B
+// column gid, vc0 and vc1 for the C columns 2tq, 2tq+1. out: (gid, 2tq),
+// (gid, 2tq+1), (gid+8, 2tq), (gid+8, 2tq+1).
+__device__ __forceinline__ void mma_tile(float out[4], const u8* wa, const u8* wb, const u16* sca, const u16* bia, const u16* scb, const u16* bib,
+                                         int groups, int bits, const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                         i64 vb, i64 vc0, i64 vc1, int tq) {
+    float part[16][4];
+#pragma unroll
+    for (int m = 0; m < 16; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[m][e] = 0;
+    const u32 msk = 0x0F0F0F0Fu;
+    for (int g0 = 0; g0 < groups; g0 += 16) {
+#pragma unroll
+        for (int m = 0; m < 16; m++) {
+            int g = g0 + m;
+            if (g < groups) {
+                u32 A0[4], A1[4];
+                int B0[2], B1[2];
+                if (bits == 4) {
+                    const u32* pa = (const u32*)(wa + g * 32);
+                    const u32* pb = (const u32*)(wb + g * 32);
+                    u32 a_t = pa[tq], a_t4 = pa[tq + 4], b_t = pb[tq], b_t4 = pb[tq + 4];
+                    A0[0] = a_t & msk; A0[1] = b_t & msk; A0[2] = a_t4 & msk; A0[3] = b_t4 & msk;
+                    A1[0] = (a_t >> 4) & msk; A1[1] = (b_t >> 4) & msk; A1[2] = (a_t4 >> 4) & msk; A1[3] = (b_t4 >> 4) & msk;
+                    const int* xp = xq4 + (vb * groups + g) * 16;
+                    B0[0] = xp[tq]; B0[1] = xp[tq + 4]; B1[0] = xp[8 + tq]; B1[1] = xp[12 + tq];
+                } else {
+                    const u32* pa = (const u32*)(wa + g * 64);
+                    const u32* pb = (const u32*)(wb + g * 64);
+                    A0[0] = pa[tq]; A0[1] = pb[tq]; A0[2] = pa[tq + 4]; A0[3] = pb[tq + 4];
+                    A1[0] = pa[8 + tq]; A1[1] = pb[8 + tq]; A1[2] = pa[12 + tq]; A1[3] = pb[12 + tq];
+                    const int* xp = (const int*)(xq8 + (vb * groups + g) * 64);
+                    B0[0] = xp[tq]; B0[1] = xp[tq + 4]; B1[0] = xp[8 + tq]; B1[1] = xp[12 + tq];
+                }
+                int d[4] = {0, 0, 0, 0};
+                mma_u8s8(d, A0, B0);
+                mma_u8s8(d, A1, B1);
+                float sa = bf16f(sca[g]), ba = bf16f(bia[g]), sb = bf16f(scb[g]), bb = bf16f(bib[g]);
+                float dx0 = dx[vc0 * groups + g], sx0 = sx[vc0 * groups + g];
+                float dx1 = dx[vc1 * groups + g], sx1 = sx[vc1 * groups + g];
+                part[m][0] = __fadd_rn(part[m][0], __fadd_rn(__fmul_rn(__fmul_rn(sa, dx0), (float)d[0]), __fmul_rn(ba, sx0)));
+                part[m][1] = __fadd_rn(part[m][1], __fadd_rn(__fmul_rn(__fmul_rn(sa, dx1), (float)d[1]), __fmul_rn(ba, sx1)));
+                part[m][2] = __fadd_rn(part[m][2], __fadd_rn(__fmul_rn(__fmul_rn(sb, dx0), (float)d[2]), __fmul_rn(bb, sx0)));
+                part[m][3] = __fadd_rn(part[m][3], __fadd_rn(__fmul_rn(__fmul_rn(sb, dx1), (float)d[3]), __fmul_rn(bb, sx1)));
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) { // qrow's fold: +8, +4, +2, +1
+#pragma unroll
+        for (int m = 0; m < 8; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 8][e]);
+#pragma unroll
+        for (int m = 0; m < 4; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 4][e]);
+#pragma unroll
+        for (int m = 0; m < 2; m++) part[m][e] = __fadd_rn(part[m][e], part[m + 2][e]);
+        out[e] = __fadd_rn(part[0][e], part[1][e]);
+    }
+}
+
+// qgemm_mma is qgemv_tb on the tensor cores: y [T, rows] (+ res), a block
+// of 4 warps covering 16 rows × 32 tokens.
+extern "C" __global__ void qgemm_mma(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                     const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
+    PDL_ENTRY();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n0 = (blockIdx.x * 4 + warp) * 8;
+    if (n0 >= T) return; // the whole warp: no block barrier below
+    int gid = lane >> 2, tq = lane & 3, groups = cols / 64;
+    int ra = blockIdx.y * 16 + gid, rb = ra + 8;
+    int ca = min(ra, rows - 1), cb = min(rb, rows - 1); // rows past the end read row rows-1, unwritten
+    i64 stride = (i64)cols * bits / 8;
+    int tb = min(n0 + gid, T - 1), t0 = n0 + 2 * tq, t1 = t0 + 1;
+    float out[4];
+    mma_tile(out, data + ca * stride, data + cb * stride, (const u16*)scales + (i64)ca * groups, (const u16*)biases + (i64)ca * groups,
+             (const u16*)scales + (i64)cb * groups, (const u16*)biases + (i64)cb * groups, groups, bits, xq8, xq4, dx, sx,
+             tb, min(t0, T - 1), min(t1, T - 1), tq);
+    int rr[4] = {ra, ra, rb, rb}, tt[4] = {t0, t1, t0, t1};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        if (rr[e] < rows && tt[e] < T) {
+            i64 o = (i64)tt[e] * rows + rr[e];
+            y[o] = res ? __fadd_rn(res[o], out[e]) : out[e];
+        }
+}
+
+// qgemm_grouped_mma is qgemv_grouped on the tensor cores: block (e, row
+// tile) runs expert e's entries 32 at a time (8 a warp).
+extern "C" __global__ void qgemm_grouped_mma(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                             const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                             const int* offs, const int* list, int topk, i64 edata, i64 escale, int xslot) {
+    PDL_ENTRY();
+    int e = blockIdx.x, begin = offs[e], end = offs[e + 1];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int gid = lane >> 2, tq = lane & 3, groups = cols / 64;
+    int ra = blockIdx.y * 16 + gid, rb = ra + 8;
+    int ca = min(ra, rows - 1), cb = min(rb, rows - 1);
+    i64 stride = (i64)cols * bits / 8;
+    const u8* w = data + (i64)e * edata;
+    const u16* sc = (const u16*)(scales + (i64)e * escale);
+    const u16* bi = (const u16*)(biases + (i64)e * escale);
+    for (int i0 = begin + warp * 8; i0 < end; i0 += 32) { // warp-uniform
+        int ib = min(i0 + gid, end - 1), i1 = i0 + 2 * tq, i2 = i1 + 1;
+        int eb = list[ib], e1 = list[min(i1, end - 1)], e2 = list[min(i2, end - 1)];
+        i64 vb = xslot ? eb : eb / topk, v1 = xslot ? e1 : e1 / topk, v2 = xslot ? e2 : e2 / topk;
+        float out[4];
+        mma_tile(out, w + ca * stride, w + cb * stride, sc + (i64)ca * groups, bi + (i64)ca * groups, sc + (i64)cb * groups, bi + (i64)cb * groups,
+                 groups, bits, xq8, xq4, dx, sx, vb, v1, v2, tq);
+        int rr[4] = {ra, ra, rb, rb}, ii[4] = {i1, i2, i1, i2}, ee[4] = {e1, e2, e1, e2};
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (rr[k] < rows && ii[k] < end) y[(i64)ee[k] * rows + rr[k]] = out[k];
+    }
+}
+
 template <int ENC>
 __device__ __forceinline__ float fload(const u8* base, i64 i) {
     if (ENC == ENC_F32) return ((const float*)base)[i];
@@ -451,6 +633,7 @@ __device__ float frow(const u8* w, const float* xa, int cols, int lane) {
 
 extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, int cols, const float* x,
                                  const float* res, const int* sel, int slots, i64 edata, int xslot) {
+    PDL_ENTRY();
     int t = blockIdx.x;
     int grp = threadIdx.x >> 3, lane = threadIdx.x & 7;
     i64 r = (i64)blockIdx.y * (blockDim.x >> 3) + grp;
@@ -478,6 +661,307 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
     }
 }
 
+// frow_fold is one row of fgemv: the lane's in-order sum, then the 8 lanes
+// folded as kernels.MatVec does; lane 0 returns the row's product.
+__device__ __forceinline__ float frow_fold(int enc, const u8* w, const float* xa, int cols, int lane, bool active) {
+    float acc = 0;
+    if (active) {
+        if (enc == ENC_F32) acc = frow<ENC_F32>(w, xa, cols, lane);
+        else if (enc == ENC_BF16) acc = frow<ENC_BF16>(w, xa, cols, lane);
+        else acc = frow<ENC_F16>(w, xa, cols, lane);
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    return acc;
+}
+
+// ---------------------------------------------------------------------------
+// Fused launches.
+
+// mgemv is several products of one input in one launch: segment j is a
+// matrix (or slots gathered experts) with its own output, and blocks
+// [blk0_j, blk0_j+1) are its. Q4/Q8 segments read the quantized input
+// (qrow, as qgemv), float ones x (frow_fold, as fgemv), so every row gets
+// the arithmetic of the one-matrix kernels. Token t's row r goes to
+// y[t·ytok + r]. All fields are 64-bit so the Go side lays the struct out
+// without padding.
+#define MSEG 8
+struct MSeg {
+    i64 y, data, scales, biases, res, sel, edata, escale;
+    i64 rows, cols, enc, slots, lanes, blk0, ytok, pad;
+};
+struct MSegs {
+    MSeg s[MSEG];
+    i64 n;
+};
+
+// frow_staged is frow_fold for a block of FROWS float rows of a segment:
+// the rows and x are first copied to shared memory a chunk at a time by the
+// whole block (16-byte loads, all in flight), then each row's 8 lanes sum
+// their elements from there in frow's order. A row through frow alone is a
+// chain of dependent 32-load batches (~17 µs for the 2048-wide a|b and
+// router rows); this is one round trip per 4 KiB chunk.
+// fsum continues a lane's in-order sum over staged elements lane, lane+8, …
+template <int ENC>
+__device__ __forceinline__ float fsum(float acc, const u8* w, const float* xs, int n, int lane) {
+#pragma unroll 8
+    for (int i = lane; i < n; i += 8) acc = __fadd_rn(acc, __fmul_rn(fload<ENC>(w, i), xs[i]));
+    return acc;
+}
+
+#define FROWS 8
+#define FCHUNK 4096 // bytes of a row per chunk
+#define FPITCH (FCHUNK + 16) // row pitch in shared memory: rows in other banks
+__device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int lane, int grp, bool active) {
+    __shared__ __align__(16) u8 stg[FROWS * FPITCH];
+    __shared__ __align__(16) float xs[FCHUNK / 2];
+    int enc = (int)s.enc, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
+    int esize = enc == ENC_F32 ? 4 : 2, per = FCHUNK / esize;
+    const int* sel = (const int*)s.sel;
+    const u8* base[FROWS];
+#pragma unroll
+    for (int rr = 0; rr < FROWS; rr++) {
+        i64 r = (i64)(by - s.blk0) * FROWS + rr;
+        if (r >= (i64)rows * slots) r = 0; // staged, never summed
+        int slot = (int)(r / rows), lr = (int)(r % rows);
+        i64 e = sel ? sel[t * slots + slot] : 0;
+        base[rr] = (const u8*)s.data + e * s.edata + (i64)lr * cols * esize;
+    }
+    float acc = 0;
+    for (int c0 = 0; c0 < cols; c0 += per) {
+        int n = min(per, cols - c0), nb = n * esize;
+        __syncthreads(); // the previous chunk is summed
+        bool vec = (nb & 15) == 0;
+#pragma unroll
+        for (int rr = 0; rr < FROWS; rr++) vec = vec && (((unsigned long long)(base[rr] + (i64)c0 * esize)) & 15) == 0;
+        if (vec) {
+            for (int i = threadIdx.x; i < nb / 16; i += blockDim.x) {
+                uint4 v[FROWS];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) v[rr] = ((const uint4*)(base[rr] + (i64)c0 * esize))[i];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) ((uint4*)(stg + rr * FPITCH))[i] = v[rr];
+            }
+        } else {
+            for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+                u8 v[FROWS];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) v[rr] = base[rr][(i64)c0 * esize + i];
+#pragma unroll
+                for (int rr = 0; rr < FROWS; rr++) stg[rr * FPITCH + i] = v[rr];
+            }
+        }
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xa[c0 + i];
+        __syncthreads();
+        if (active) {
+            const u8* w = stg + grp * FPITCH;
+            if (enc == ENC_BF16) acc = fsum<ENC_BF16>(acc, w, xs, n, lane);
+            else if (enc == ENC_F32) acc = fsum<ENC_F32>(acc, w, xs, n, lane);
+            else acc = fsum<ENC_F16>(acc, w, xs, n, lane);
+        }
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 8));
+    return acc;
+}
+
+extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* x) {
+    PDL_ENTRY();
+    int t = blockIdx.x, by = blockIdx.y;
+    MSeg s = p.s[0];
+#pragma unroll
+    for (int i = 1; i < MSEG; i++) // constant indices: no local copy of the table
+        if (i < p.n && by >= p.s[i].blk0) s = p.s[i];
+    int lanes = (int)s.lanes, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
+    int grp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    bool quant = s.enc == ENC_Q4 || s.enc == ENC_Q8;
+    int rpb = quant ? blockDim.x / lanes : FROWS; // float rows: FROWS a block (frow_staged)
+    i64 r = (i64)(by - s.blk0) * rpb + grp;
+    bool active = grp < rpb && r < (i64)rows * slots;
+    if (!active) r = 0;
+    int slot = (int)(r / rows), lr = (int)(r % rows);
+    const int* sel = (const int*)s.sel;
+    i64 e = sel ? sel[t * slots + slot] : 0;
+    float acc;
+    if (quant) {
+        int bits = s.enc == ENC_Q4 ? 4 : 8, groups = cols / 64;
+        const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * (cols * bits / 8);
+        const u16* sc = (const u16*)((const u8*)s.scales + e * s.escale) + (i64)lr * groups;
+        const u16* bi = (const u16*)((const u8*)s.biases + e * s.escale) + (i64)lr * groups;
+        acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, t, lane, lanes, active);
+    } else {
+        acc = frow_staged(s, t, by, x + (i64)t * cols, lane, grp, active);
+    }
+    if (active && lane == 0) {
+        i64 o = (i64)t * s.ytok + r;
+        const float* res = (const float*)s.res;
+        ((float*)s.y)[o] = res ? __fadd_rn(res[o], acc) : acc;
+    }
+}
+
+// moe_down is the routed experts' down products, the shared expert's and
+// combine in one launch: for token t and output row i, the k gathered rows
+// (expert sel[t·k+s] times input vector t·(k+1)+s) and the shared expert's
+// row (times vector t·(k+1)+k), each a qrow as qgemv computes it, then
+// x += Σ_s w_s·y_s (ascending s) + sigmoid(gate)·y_shared, combine's order.
+// A block holds R output rows, (k+1) products each, a lane group a product.
+extern "C" __global__ void moe_down(float* x, const u8* data, const u8* scales, const u8* biases, i64 edata, i64 escale,
+                                    const u8* sdata, const u8* sscales, const u8* sbiases, int rows, int cols, int bits,
+                                    const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                    const int* sel, const float* weight, const float* gateLogit, int k, int gstride, int lanes, int R) {
+    PDL_ENTRY();
+    __shared__ float dots[1024];
+    int t = blockIdx.x;
+    int ngrp = blockDim.x / lanes, grp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    int per = k + 1, items = R * per, groups = cols / 64;
+    i64 rowBytes = (i64)cols * bits / 8;
+    for (int it0 = 0; it0 < items; it0 += ngrp) { // the same trips for every thread: qrow shuffles
+        int it = it0 + grp;
+        bool active = it < items;
+        int rr = active ? it / per : 0, s = active ? it % per : 0;
+        i64 row = (i64)blockIdx.y * R + rr;
+        if (row >= rows) active = false;
+        if (!active) row = 0;
+        const u8* w;
+        const u16 *sc, *bi;
+        if (s < k) {
+            i64 e = sel[t * k + s];
+            w = data + e * edata + row * rowBytes;
+            sc = (const u16*)(scales + e * escale) + row * groups;
+            bi = (const u16*)(biases + e * escale) + row * groups;
+        } else {
+            w = sdata + row * rowBytes;
+            sc = (const u16*)sscales + row * groups;
+            bi = (const u16*)sbiases + row * groups;
+        }
+        float acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, (i64)t * per + s, lane, lanes, active);
+        if (active && lane == 0) dots[rr * per + s] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < R) {
+        i64 row = (i64)blockIdx.y * R + threadIdx.x;
+        if (row < rows) {
+            const float* d = dots + threadIdx.x * per;
+            float acc = 0;
+            for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(weight[t * k + s], d[s]));
+            float sg = sigmoid64(gateLogit[(i64)t * gstride]);
+            acc = __fadd_rn(acc, __fmul_rn(sg, d[k]));
+            i64 o = (i64)t * rows + row;
+            x[o] = __fadd_rn(x[o], acc);
+        }
+    }
+}
+
+// moe_group lists a chunk's n = T·k (token, slot) entries by expert: entries
+// offs[e] … offs[e+1]−1 of list are expert e's values of t·k+s, ascending.
+// One block; sel is read through shared memory in tiles.
+#define GROUP_TILE 2048
+extern "C" __global__ void moe_group(int* offs, int* list, const int* sel, int n, int E) {
+    PDL_ENTRY();
+    __shared__ int cnt[1024];
+    __shared__ int tile[GROUP_TILE];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int base = 0; base < n; base += GROUP_TILE) {
+            int m = min(GROUP_TILE, n - base);
+            __syncthreads();
+            for (int i = threadIdx.x; i < m; i += blockDim.x) tile[i] = sel[base + i];
+            __syncthreads();
+            for (int e = threadIdx.x; e < E; e += blockDim.x) {
+                int c = cnt[e];
+                for (int i = 0; i < m; i++)
+                    if (tile[i] == e) {
+                        if (pass == 1) list[c] = base + i;
+                        c++;
+                    }
+                cnt[e] = c;
+            }
+        }
+        __syncthreads();
+        if (pass == 0 && threadIdx.x == 0) { // counts to starting offsets
+            int acc = 0;
+            for (int e = 0; e < E; e++) {
+                int c = cnt[e];
+                cnt[e] = acc;
+                offs[e] = acc;
+                acc += c;
+            }
+            offs[E] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+// qgemv_grouped is a chunk's gathered expert product expert by expert
+// (prefill): block (e, row block) multiplies expert e's rows by its entries
+// (moe_group), QTB at a time, so each expert's weights are read once per
+// chunk instead of once per token. Entry i = t·k+s reads activation vector
+// i (xslot) or t and writes y[i·rows + row]; each row is qgemv_tb's
+// arithmetic (16 lanes).
+extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                         const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                         const int* offs, const int* list, int topk, i64 edata, i64 escale, int xslot) {
+    PDL_ENTRY();
+    int e = blockIdx.x;
+    int begin = offs[e], end = offs[e + 1];
+    if (begin >= end) return; // the whole block: no shuffles reached
+    int half = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    i64 r = (i64)blockIdx.y * (blockDim.x >> 4) + half;
+    bool active = r < rows;
+    if (!active) r = 0;
+    int groups = cols / 64;
+    const u8* w = data + (i64)e * edata + r * (cols * bits / 8);
+    const u16* sc = (const u16*)(scales + (i64)e * escale) + r * groups;
+    const u16* bi = (const u16*)(biases + (i64)e * escale) + r * groups;
+    for (int i0 = begin; i0 < end; i0 += QTB) {
+        int nt = min(QTB, end - i0);
+        int ent[QTB], vec[QTB]; // entry, and its activation vector
+        float acc[QTB];
+#pragma unroll
+        for (int k = 0; k < QTB; k++) {
+            ent[k] = k < nt ? list[i0 + k] : 0;
+            vec[k] = xslot ? ent[k] : ent[k] / topk;
+            acc[k] = 0;
+        }
+        if (active) {
+#pragma unroll 2
+            for (int g = lane; g < groups; g += 16) {
+                uint4 w0, w1, w2 = make_uint4(0, 0, 0, 0), w3 = make_uint4(0, 0, 0, 0);
+                if (bits == 4) {
+                    const uint4* wp = (const uint4*)(w + g * 32);
+                    w0 = wp[0]; w1 = wp[1];
+                } else {
+                    const uint4* wp = (const uint4*)(w + g * 64);
+                    w0 = wp[0]; w1 = wp[1]; w2 = wp[2]; w3 = wp[3];
+                }
+                float s = bf16f(sc[g]), b = bf16f(bi[g]);
+#pragma unroll
+                for (int k = 0; k < QTB; k++) {
+                    if (k < nt) {
+                        i64 ag = (i64)vec[k] * groups + g;
+                        int d = qdot(bits, w0, w1, w2, w3, xq8, xq4, ag);
+                        float mul = __fmul_rn(s, dx[ag]);
+                        float tt = __fmul_rn(mul, (float)d);
+                        float u = __fmul_rn(b, sx[ag]);
+                        acc[k] = __fadd_rn(acc[k], __fadd_rn(tt, u));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < QTB; k++) {
+            float v = acc[k];
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 8, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 2, 16));
+            v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 1, 16));
+            if (active && lane == 0 && k < nt) y[(i64)ent[k] * rows + r] = v;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Gated DeltaNet.
 
@@ -485,6 +969,7 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
 // causalConv): thread per channel, taps summed in order from zero, then the
 // last K−1 projections stay in state [K−1, C].
 extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
+    PDL_ENTRY();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float win[8];
@@ -522,6 +1007,7 @@ __device__ void stage(float* dst, const float* src, int n) {
 extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, const float* z, const float* a, const float* b,
                                      const float* negExpA, const float* dtBias, const float* normW,
                                      int C, int Hk, int Hv, int Dk, int Dv, float eps, int T, int abStride) {
+    PDL_ENTRY();
     extern __shared__ float smem[];
     float* q = smem;           // [Dk]
     float* k = q + Dk;         // [Dk]
@@ -595,6 +1081,167 @@ extern "C" __global__ void gdn_heads(float* o, float* S, const float* conv, cons
     stage(Sh, Ss, Dk * Dv);
 }
 
+// gdn_rec is gdn_heads' delta rule split by columns: block (h, y) owns
+// value columns 32y … 32y+31 of head h (the delta rule's columns are
+// independent), whose state slice [Dk, 32] it keeps in shared memory over
+// the chunk. All 128 threads stage the slice (16-byte loads, one round
+// trip) and compute every token's scalars in parallel, four threads a
+// token: q's and k's inverse L2 norms (float64 sums in index order, as
+// gdn_heads, over q and k staged in shared memory for short chunks), the
+// decay and beta. Then warp 0 runs the tokens in order with gdn_heads'
+// arithmetic, loading the next token's q, k and v while it computes, and
+// writes the raw outputs to oraw [T, Hv·Dv] for gdn_norm. Dk is a multiple
+// of 32 up to 128 (GDNSplitFits).
+#define GDN_STAGE_T 8 // chunks this short stage q and k for the norms
+extern "C" __global__ void gdn_rec(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                   const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) float smem[];
+    float* Ss = smem;        // [Dk][32]
+    float* q = Ss + Dk * 32; // [Dk]
+    float* k = q + Dk;       // [Dk]
+    float* tok = k + Dk;     // [T][4]: iq, ik, decay, beta
+    float* qk = tok + 4 * T; // [GDN_STAGE_T][2·Dk] when T ≤ GDN_STAGE_T
+    int h = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x, lane = tid & 31;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    bool full = j0 + 32 <= Dv && (Dv & 3) == 0;
+    if (full) { // 8 float4 a row of the slice
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Ss + r * 32 + c) = *(const float4*)(Sh + (i64)r * Dv + j0 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            Ss[i] = j0 + c < Dv ? Sh[(i64)r * Dv + j0 + c] : 0.0f;
+        }
+    }
+    bool staged = T <= GDN_STAGE_T;
+    if (staged)
+        for (int i = tid; i < T * 2 * Dk; i += blockDim.x) {
+            int t = i / (2 * Dk), c = i % (2 * Dk);
+            qk[i] = conv[(i64)t * C + (c < Dk ? kh * Dk + c : kd + kh * Dk + c - Dk)];
+        }
+    __syncthreads();
+    for (int i = tid; i < 4 * T; i += blockDim.x) {
+        int t = i >> 2, what = i & 3;
+        if (what < 2) { // l2NormScaled's sum, index order, float64
+            const float* src = staged ? qk + t * 2 * Dk + what * Dk : conv + (i64)t * C + what * kd + kh * Dk;
+            double sq = 0;
+#pragma unroll 8
+            for (int c = 0; c < Dk; c++) sq += (double)src[c] * (double)src[c];
+            tok[i] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (what == 2) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            tok[i] = exp64(g);
+        } else {
+            tok[i] = sigmoid64(b[t * abStride + h]);
+        }
+    }
+    __syncthreads();
+    if (tid < 32) {
+        int j = j0 + lane, per = Dk / 32;
+        bool col = j < Dv;
+        float qn[4], kn[4], vn = 0; // the next token's q, k (lane, lane+32, …) and v
+        const float* row = conv;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            if (m < per) {
+                qn[m] = row[kh * Dk + lane + 32 * m];
+                kn[m] = row[kd + kh * Dk + lane + 32 * m];
+            }
+        if (col) vn = row[2 * kd + h * Dv + j];
+        for (int t = 0; t < T; t++) {
+            float iq = tok[4 * t], ik = tok[4 * t + 1], decay = tok[4 * t + 2], beta = tok[4 * t + 3];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                if (m < per) {
+                    q[lane + 32 * m] = __fmul_rn(__fmul_rn(qn[m], iq), qScale);
+                    k[lane + 32 * m] = __fmul_rn(__fmul_rn(kn[m], ik), 1.0f);
+                }
+            float vj = vn;
+            if (t + 1 < T) {
+                row = conv + (i64)(t + 1) * C;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) {
+                        qn[m] = row[kh * Dk + lane + 32 * m];
+                        kn[m] = row[kd + kh * Dk + lane + 32 * m];
+                    }
+                if (col) vn = row[2 * kd + h * Dv + j];
+            }
+            __syncwarp();
+            if (col) {
+                float p = 0;
+#pragma unroll 8
+                for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), k[i]));
+                float delta = __fmul_rn(__fsub_rn(vj, p), beta);
+                float out = 0;
+#pragma unroll 8
+                for (int i = 0; i < Dk; i++) {
+                    float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(k[i], delta));
+                    Ss[i * 32 + lane] = sv;
+                    out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+                }
+                oraw[(i64)t * vd + h * Dv + j] = out;
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    if (full) {
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Sh + (i64)r * Dv + j0 + c) = *(const float4*)(Ss + r * 32 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            if (j0 + c < Dv) Sh[(i64)r * Dv + j0 + c] = Ss[i];
+        }
+    }
+}
+
+// gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and
+// token (block (h, t)): the invRMS sum in float64, index order, by one
+// thread, then o = normW·(ov·inv)·silu(z). When xq8 is set (a head is
+// whole groups of 64) the head's groups are quantized in the same launch.
+extern "C" __global__ void gdn_norm(float* o, const float* oraw, const float* z, const float* normW, int Hv, int Dv, float eps,
+                                    signed char* xq8, int* xq4, float* dx, float* sx) {
+    PDL_ENTRY();
+    extern __shared__ float ov[]; // [Dv]
+    __shared__ float inv;
+    __shared__ float vs[32][64];
+    __shared__ signed char qs[32][64];
+    int h = blockIdx.x, t = blockIdx.y, vd = Hv * Dv;
+    i64 base = (i64)t * vd + (i64)h * Dv;
+    for (int i = threadIdx.x; i < Dv; i += blockDim.x) ov[i] = oraw[base + i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double ss = 0;
+        for (int i = 0; i < Dv; i++) ss += (double)ov[i] * (double)ov[i];
+        float mean = (float)(ss / (double)Dv);
+        inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < Dv; i += blockDim.x) {
+        float zz = z[base + i];
+        float sz = __fmul_rn(zz, sigk(zz));
+        float v = __fmul_rn(__fmul_rn(normW[i], __fmul_rn(ov[i], inv)), sz);
+        o[base + i] = v;
+        ov[i] = v;
+    }
+    __syncthreads();
+    if (xq8) {
+        int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int g = w; g < Dv / 64; g += blockDim.x >> 5)
+            quant_warp(ov[g * 64 + lane], ov[g * 64 + lane + 32], base / 64 + g, lane, vs[w], qs[w], xq8, xq4, dx, sx);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Gated attention.
 
@@ -626,6 +1273,7 @@ __device__ void norm_rotate(float* dst, const float* x, const float* scale, int 
 // values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
 extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
                                    const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     int g = blockIdx.x, t = blockIdx.y;
     int kvd = Hkv * Dh;
@@ -640,6 +1288,7 @@ extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const f
 // position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
 extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
                                        const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    PDL_ENTRY();
     extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
     int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
@@ -679,6 +1328,7 @@ extern "C" __global__ void attn_scores(float* scores, const float* q2, const flo
 // ascending positions from zero), times the sigmoid gate.
 extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
                                        int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
     __shared__ double sh[32];
     __shared__ float wsm[ATT_SMEM];
     __shared__ float red[32];
@@ -743,52 +1393,73 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // ---------------------------------------------------------------------------
 // MoE routing (qwen35 route): softmax in float64 rounded to float32, the k
 // most probable (lower id on ties), in ascending id order, weights
-// renormalised over the selection.
+// renormalised over the selection. One block per token: expert e is picked
+// when fewer than k experts beat it (a higher probability, or an equal one
+// and a lower id), which is the set the one-by-one selection takes.
+#define ROUTE_MAXE 1024
 extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
-    // One warp per token: at most 32 experts a lane, no block barriers.
-    __shared__ float probs[1024];
-    __shared__ unsigned char taken[1024];
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    __shared__ double ex[ROUTE_MAXE];
+    __shared__ float probs[ROUTE_MAXE];
+    __shared__ unsigned char picked[ROUTE_MAXE];
+    __shared__ float red[32];
     __shared__ int chosen[64];
-    int t = blockIdx.x, lane = threadIdx.x;
+    int t = blockIdx.x;
     const float* l = logits + (i64)t * stride;
     float m = -__int_as_float(0x7f800000);
-    for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, l[e]);
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    double maxLogit = (double)m;
-    double sum = 0;
-    for (int e = lane; e < E; e += 32) sum += exp((double)l[e] - maxLogit);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    for (int e = lane; e < E; e += 32) {
-        probs[e] = (float)(exp((double)l[e] - maxLogit) / sum);
-        taken[e] = 0;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mm = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
+        red[0] = mm;
     }
-    __syncwarp();
-    for (int s = 0; s < k; s++) {
-        float v = -1.0f;
-        int idx = 1 << 30;
-        for (int e = lane; e < E; e += 32)
-            if (!taken[e] && probs[e] > v) { v = probs[e]; idx = e; } // ascending e: the lower id wins ties
-        for (int off = 16; off > 0; off >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, v, off);
-            int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-            if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    __syncthreads();
+    double maxLogit = (double)red[0];
+    double sum = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        ex[e] = exp((double)l[e] - maxLogit);
+        sum += ex[e];
+    }
+    sum = block_sum_d(sum, sh);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) probs[e] = (float)(ex[e] / sum);
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float p = probs[e];
+        int beaten = 0;
+        for (int j = 0; j < E; j++) {
+            float q = probs[j];
+            beaten += (q > p) || (q == p && j < e);
         }
-        if (lane == 0) {
-            chosen[s] = idx;
-            taken[idx] = 1;
+        picked[e] = beaten < k;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { // ascending ids: a ballot over 32 experts at a time
+        int lane = threadIdx.x, n = 0;
+        for (int base = 0; base < E; base += 32) {
+            bool f = base + lane < E && picked[base + lane];
+            unsigned bal = __ballot_sync(0xffffffffu, f);
+            int at = n + __popc(bal & ((1u << lane) - 1));
+            if (f && at < k) chosen[at] = base + lane;
+            n += __popc(bal);
         }
         __syncwarp();
-    }
-    if (lane == 0) {
-        for (int i = 1; i < k; i++) // insertion sort, ascending ids
-            for (int j2 = i; j2 > 0 && chosen[j2 - 1] > chosen[j2]; j2--) {
-                int tmp = chosen[j2]; chosen[j2] = chosen[j2 - 1]; chosen[j2 - 1] = tmp;
-            }
-        float total = 0;
-        for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
-        for (int i = 0; i < k; i++) {
+        if (lane == 0) {
+            float total = 0;
+            for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
+            red[0] = total;
+        }
+        __syncwarp();
+        if (lane < k) {
+            sel[t * k + lane] = chosen[lane];
+            weight[t * k + lane] = __fdiv_rn(probs[chosen[lane]], red[0]);
+        }
+        for (int i = lane + 32; i < k; i += 32) { // k above 32
             sel[t * k + i] = chosen[i];
-            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], total);
+            weight[t * k + i] = __fdiv_rn(probs[chosen[i]], red[0]);
         }
     }
 }
@@ -797,6 +1468,7 @@ extern "C" __global__ void route(int* sel, float* weight, const float* logits, i
 // rounded) + sigmoid(gate)·shared (qwen35 combineExperts, then addTo).
 extern "C" __global__ void combine(float* x, const float* routed, const float* weight, const float* shared, const float* gateLogit,
                                    int k, int H, int gstride) {
+    PDL_ENTRY();
     int t = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
@@ -813,6 +1485,7 @@ extern "C" __global__ void combine(float* x, const float* routed, const float* w
 // argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
 // NaN anywhere gives −1. One block.
 extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+    PDL_ENTRY();
     __shared__ float bv[32];
     __shared__ int bi[32];
     __shared__ int hasnan;
@@ -842,5 +1515,6 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
 // advance: *pos += T, at the end of a step (position lives on the device so
 // one captured graph serves every step).
 extern "C" __global__ void advance(int* pos, int T) {
+    PDL_ENTRY();
     if (threadIdx.x == 0 && blockIdx.x == 0) *pos += T;
 }

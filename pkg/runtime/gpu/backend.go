@@ -85,6 +85,16 @@ type BenchInfo struct {
 	KernelMs        map[string]float64 `json:"kernel_ms_per_token"`  // the same step by phase/kernel
 	PhaseBytes      map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
 	PhaseBandwidth  map[string]float64 `json:"phase_weight_bytes_per_s"`
+	// A prefill chunk of PrefillTokens after as many tokens of prompt, its
+	// kernels one by one with events between them.
+	PrefillTokens   int                `json:"prefill_profile_tokens,omitempty"`
+	PrefillMs       float64            `json:"prefill_profile_ms,omitempty"`
+	PrefillKernelMs map[string]float64 `json:"prefill_kernel_ms,omitempty"`
+	PDL             bool               `json:"pdl"`   // programmatic dependent launch
+	Fused           bool               `json:"fused"` // decode's fused launches
+	Grouped         bool               `json:"grouped_prefill"`
+	GDNSplit        bool               `json:"gdn_split"`   // delta rule 32 columns a block
+	MMA             bool               `json:"mma_prefill"` // prefill products on the tensor cores
 	Error           string             `json:"error,omitempty"`
 }
 
@@ -104,7 +114,7 @@ func (b *Backend) BenchInfo() any {
 func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 	m := b.Model
 	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
-		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes}
+		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group, GDNSplit: m.splitGDN, MMA: m.mma}
 	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
 	if err != nil {
 		return info, err
@@ -134,7 +144,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
 			return err
 		}
-		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st); err != nil {
+		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st, 1); err != nil {
 			return err
 		}
 		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
@@ -154,6 +164,10 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}
 	}
 	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	info.PrefillTokens = min(prompt, MaxChunk)
+	if info.PrefillMs, info.PrefillKernelMs, err = m.prefillProfile(info.PrefillTokens); err != nil {
+		return info, err
+	}
 	if info.GraphMsPerToken > 0 {
 		info.WeightBandwidth = float64(m.TokenBytes) / (info.GraphMsPerToken / 1e3)
 	}
@@ -237,10 +251,45 @@ func copyBandwidth(c *cuda.Ctx, n uint64) (float64, error) {
 	return 2 * float64(n) / (ms / 1e3), nil
 }
 
-// phases runs one eager decode step with an event after every kernel and
-// returns each phase's device time, the weight bytes it reads, and the time
-// of each phase's kernels by name ("moe/qgemv").
-func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]int64, map[string]float64, error) {
+// prefillProfile times one prefill chunk of T tokens, kernel by kernel,
+// on a fresh sequence that already holds T tokens.
+func (m *Model) prefillProfile(T int) (float64, map[string]float64, error) {
+	st, err := m.NewState(StateOptions{KVInitial: 2 * T})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer st.Close()
+	ids := make([]int, T)
+	tok := make([]int32, T)
+	for i := range ids {
+		ids[i] = 1 + (i*7919)%(m.geom.V-1)
+		tok[i] = int32(1 + ((i+T)*7919)%(m.geom.V-1))
+	}
+	if err := st.Forward(ids); err != nil {
+		return 0, nil, err
+	}
+	var phase, kernels map[string]float64
+	err = m.dev.Do(func(c *cuda.Ctx) error {
+		if err := c.HtoD(st.tokens, cuda.Bytes(tok)); err != nil {
+			return err
+		}
+		var err error
+		phase, _, kernels, err = m.phases(c, st, T)
+		return err
+	})
+	st.pos += T
+	var total float64
+	for _, v := range phase {
+		total += v
+	}
+	return total, kernels, err
+}
+
+// phases runs one eager step of T tokens (the ids already on the device)
+// with an event after every kernel and returns each phase's device time,
+// the weight bytes it reads, and the time of each phase's kernels by name
+// ("moe/qgemv").
+func (m *Model) phases(c *cuda.Ctx, st *State, T int) (map[string]float64, map[string]int64, map[string]float64, error) {
 	type mark struct {
 		e      *cuda.Event
 		kernel string
@@ -264,8 +313,8 @@ func (m *Model) phases(c *cuda.Ctx, st *State) (map[string]float64, map[string]i
 	record("")
 	var bounds []int // index in marks where each phase ends, and its name
 	var names []string
-	l := &gpukernels.Launcher{C: c, K: m.ks, After: record}
-	if err := m.forward(l, st, 1, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma}
+	if err := m.forward(l, st, T, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
 		return nil, nil, nil, err
 	}
 	if rerr != nil {
@@ -309,5 +358,11 @@ func (info *BenchInfo) Summary() []string {
 				ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9))
 		}
 	}
+	if info.PrefillTokens > 0 {
+		lines = append(lines, fmt.Sprintf("gpu prefill chunk of %d tokens: %.2f ms on the device, kernels one by one (%.0f tok/s)",
+			info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3)))
+	}
+	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v, prefill on the tensor cores %v",
+		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))
 	return lines
 }

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -28,6 +32,66 @@ func TestBench(t *testing.T) {
 		e := loadEngine(t, dir, true)
 		load := time.Since(start)
 		b := e.Backend().(*Backend)
+		var first []int
+		for _, v := range benchVariants(t) {
+			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
+			b.Model.mma = v.mma && b.Dev.Arch >= 80
+			carve := -1
+			if v.carve {
+				carve = gpukernels.UniformCarveout
+			}
+			if err := b.Dev.Do(func(c *cuda.Ctx) error { return b.Model.ks.SetCarveout(c, carve) }); err != nil {
+				t.Fatal(err)
+			}
+			ids := benchOne(t, e, b, name+"."+v.name, load)
+			// Every variant is the same arithmetic: the same greedy tokens.
+			if first == nil {
+				first = ids
+			} else if !slices.Equal(ids, first) {
+				t.Errorf("BENCH %s.%s: greedy tokens differ from the first variant's", name, v.name)
+			}
+		}
+	}
+}
+
+// A bench variant switches the launch strategies (the results are bitwise
+// the same; only the time differs).
+type benchVariant struct {
+	name                                string
+	pdl, fuse, group, split, carve, mma bool
+}
+
+// benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
+// all): all is the engine's defaults (PDL, fused decode launches, the
+// column-split delta rule, prefill on the tensor cores), base none of them
+// (the launches as before these changes), nopdl, nofuse, nosplit and nomma
+// all but one, carve all plus one carve-out for every kernel, group all
+// plus prefill's experts grouped by expert. The variants' greedy tokens
+// must agree.
+func benchVariants(t *testing.T) []benchVariant {
+	known := map[string]benchVariant{
+		"all": {"all", true, true, false, true, false, true}, "base": {"base", false, false, false, false, false, false},
+		"nopdl": {"nopdl", false, true, false, true, false, true}, "nofuse": {"nofuse", true, false, false, true, false, true},
+		"nosplit": {"nosplit", true, true, false, false, false, true}, "nomma": {"nomma", true, true, false, true, false, false},
+		"carve": {"carve", true, true, false, true, true, true}, "group": {"group", true, true, true, true, false, true},
+	}
+	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
+	if spec == "" {
+		spec = "all"
+	}
+	var vs []benchVariant
+	for _, n := range strings.Split(spec, ",") {
+		v, ok := known[strings.TrimSpace(n)]
+		if !ok {
+			t.Fatalf("NVMAI_GPU_BENCH_VARIANTS: unknown variant %q", n)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load time.Duration) []int {
+	{
 		prompt := make([]int, 512)
 		for i := range prompt {
 			prompt[i] = 1 + (i*7919)%(e.Install.Manifest.Geometry.VocabSize-1)
@@ -73,9 +137,19 @@ func TestBench(t *testing.T) {
 		for _, k := range ks[:min(12, len(ks))] {
 			t.Logf("BENCH %s: kernel %-22s %.3f ms/token", name, k, info.KernelMs[k])
 		}
+		ks = ks[:0]
+		for k := range info.PrefillKernelMs {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return info.PrefillKernelMs[ks[i]] > info.PrefillKernelMs[ks[j]] })
+		t.Logf("BENCH %s: prefill chunk of %d tokens, kernels one by one: %.2f ms (%.0f tok/s)", name, info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3))
+		for _, k := range ks[:min(10, len(ks))] {
+			t.Logf("BENCH %s: prefill kernel %-22s %.3f ms/chunk", name, k, info.PrefillKernelMs[k])
+		}
 		if out := os.Getenv("NVMAI_GPU_BENCH_OUT"); out != "" {
 			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")
 			os.WriteFile(filepath.Join(out, "bench-"+name+".json"), raw, 0o644)
 		}
+		return runs[0].IDs
 	}
 }

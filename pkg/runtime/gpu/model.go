@@ -40,6 +40,24 @@ type Model struct {
 	invFreq       cuda.DevicePtr
 	layers        []layerW
 
+	// fuse runs decode steps with the fused launches (mgemv, moe_down), on
+	// unless NVMAI_GPU_FUSE=0. group runs prefill's expert products expert
+	// by expert (moe_group, qgemv_grouped / qgemm_grouped_mma), off unless
+	// NVMAI_GPU_GROUP=1. With CUDA-core dots it is slower (70 against 54 ms
+	// a 256-token chunk on the H200); on the tensor cores it is faster
+	// (2,180 against 1,968 tok/s), but that pairing has been checked by the
+	// kernel tests and the bench's cross-variant greedy check only, not yet
+	// by the fixture fidelity suite. Bitwise the same either way.
+	fuse, group bool
+	// splitGDN runs the delta rule 32 columns a block (gdn_rec, gdn_norm)
+	// instead of a block a head (gdn_heads); NVMAI_GPU_GDNSPLIT=0 turns it
+	// off. Bitwise the same.
+	splitGDN bool
+	// mma runs prefill's Q4/Q8 products on the integer tensor cores
+	// (sm_80 and newer; NVMAI_GPU_MMA=0 turns it off): 1,968 against
+	// 1,192 tok/s for a 512-token prompt on the H200. Bitwise the same.
+	mma bool
+
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
 	TokenBytes  int64 // weight bytes one decode token reads
@@ -61,6 +79,12 @@ type layerW struct {
 	sGate, sUp, sDown *gpukernels.Mat
 	eGate, eUp, eDown *gpukernels.Mat
 	gate, up, down    *gpukernels.Mat
+	// moeFused: the routed and shared experts share one quantized shape,
+	// so a decode step runs them as one gate+up launch and one moe_down.
+	moeFused bool
+	// moeGrouped: the routed experts are quantized, so prefill can run
+	// them expert by expert.
+	moeGrouped bool
 }
 
 // geometry is the derived sizes the forward pass uses.
@@ -87,7 +111,8 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg)}
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") == "1",
+		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
 	err := dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {
@@ -351,6 +376,9 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 			m.TokenBytes += n
 			m.phaseBytes[PhaseMoE] += n
 		}
+		ly.moeGrouped = ly.eGate.Quantized() && ly.eUp.Quantized() && ly.eDown.Quantized()
+		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
+			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
 	}
 	return nil
 }

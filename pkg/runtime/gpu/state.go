@@ -56,6 +56,8 @@ type scratch struct {
 	q2, k, v, scores                   cuda.DevicePtr
 	router, sel, weight, sg, su, gates cuda.DevicePtr
 	eg, eu, routed, shared, g, up      cuda.DevicePtr
+	offs, list                         cuda.DevicePtr // prefill's entries by expert (moe_group)
+	oraw                               cuda.DevicePtr // gdn_rec's outputs before the gated norm
 	final, logits                      cuda.DevicePtr
 	qa                                 gpukernels.QAct
 }
@@ -120,6 +122,8 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	s.sg, s.su, s.gates = f(max(g.Is, 1)), f(max(g.Is, 1)), f(1)
 	s.eg, s.eu, s.routed = f(max(g.k*g.I, 1)), f(max(g.k*g.I, 1)), f(max(g.k*g.H, 1))
 	s.shared, s.g, s.up = f(g.H), f(max(g.Inter, 1)), f(max(g.Inter, 1))
+	s.offs, s.list = a(4*(g.E+1)), f(max(g.k, 1))
+	s.oraw = f(max(g.vd, 1))
 	s.final, s.logits = a(4*g.H), a(4*g.V)
 	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
 	q8, q4, ds := gpukernels.QActBytes(T, widest)
@@ -255,10 +259,12 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	for i, id := range ids {
 		tok[i] = int32(id)
 	}
-	if err := c.HtoD(st.tokens, cuda.Bytes(tok)); err != nil {
+	// Async: pageable memory is staged at the call, and the stream orders
+	// the copy after the previous step's kernels, which read the old ids.
+	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
 		return err
 	}
-	l := &gpukernels.Launcher{C: c, K: st.m.ks}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma}
 	if len(ids) == 1 && !st.noGraph {
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
@@ -327,6 +333,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		vectors, cols int
 	}
 	var held quantized
+	grouped := false // the layer's MoEGroup ran: gathered products go expert by expert
 	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
 		for _, w := range ws {
 			if w.Quantized() && held != (quantized{x, vectors, cols}) {
@@ -341,9 +348,34 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			}
 		}
 		for i, w := range ws {
+			if sel != 0 && T > 1 && grouped && w.Quantized() { // prefill: expert by expert (MoEGroup ran)
+				do(l.GEMVGrouped(outs[i], w, &s.qa, s.offs, s.list, slots, g.E, xslot))
+				continue
+			}
 			do(l.GEMV(outs[i], w, x, &s.qa, res, sel, slots, xslot, T))
 		}
 	}
+	// multi runs several products of x [T, cols] in one launch (decode).
+	multi := func(x cuda.DevicePtr, cols int, segs ...gpukernels.Seg) {
+		var q *gpukernels.QAct
+		for _, sg := range segs {
+			if sg.M.Quantized() {
+				if held != (quantized{x, T, cols}) {
+					do(l.Quantize(&s.qa, x, T, cols))
+					held = quantized{x, T, cols}
+				}
+				q = &s.qa
+				break
+			}
+		}
+		for _, sg := range segs {
+			if sg.Y == held.x {
+				held = quantized{}
+			}
+		}
+		do(l.MGEMV(segs, x, q, T))
+	}
+	fused := T == 1 && m.fuse
 	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
 		gemv(x, T, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
 	}
@@ -384,25 +416,50 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		switch ly.kind {
 		case qwen35.LinearAttention:
 			a, b, abStride := s.a, s.b, g.gdn.Hv
-			if ly.ab != nil { // one product gives a then b per token
+			switch {
+			case fused && ly.ab != nil:
+				multi(s.u, g.H, gpukernels.Seg{Y: s.proj, M: ly.qkv}, gpukernels.Seg{Y: s.z, M: ly.z}, gpukernels.Seg{Y: s.a, M: ly.ab})
+				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
+			case fused:
+				multi(s.u, g.H, gpukernels.Seg{Y: s.proj, M: ly.qkv}, gpukernels.Seg{Y: s.z, M: ly.z}, gpukernels.Seg{Y: s.b, M: ly.b}, gpukernels.Seg{Y: s.a, M: ly.a})
+			case ly.ab != nil: // one product gives a then b per token
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.ab}, 0, 0, 1, false)
 				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
-			} else {
+			default:
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
 			}
 			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
-			do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, MaxChunk) {
+				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
+				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))
+					held = quantized{s.o, T, g.vd}
+				} else {
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, nil))
+					held = quantized{}
+				}
+			} else {
+				do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			}
 			one(s.o, g.vd, s.x, ly.out, s.x)
 			mark(PhaseGDN)
 		case qwen35.FullAttention:
-			gemv(s.u, T, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
+			if fused {
+				multi(s.u, g.H, gpukernels.Seg{Y: s.q2, M: ly.q}, gpukernels.Seg{Y: s.k, M: ly.k}, gpukernels.Seg{Y: s.v, M: ly.v})
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
+			}
 			do(l.AttnKV(st.kc[i], st.vc[i], s.k, s.v, ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, T))
 			do(l.AttnHeads(s.o, s.scores, s.q2, st.kc[i], st.vc[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, T))
 			one(s.o, g.attn.Hq*g.attn.Dh, s.x, ly.o, s.x)
 			mark(PhaseAttention)
 		}
 		norm(ly.postNorm, ly.routerG, ly.router, ly.sGate, ly.sUp, ly.sharedG, ly.eGate, ly.eUp, ly.gate, ly.up)
-		if ly.router != nil {
+		if ly.router != nil && fused && ly.moeFused {
+			m.moeStep(l, st, ly, multi, do)
+			held = quantized{} // moeStep leaves the experts' activations quantized
+			mark(PhaseMoE)
+		} else if ly.router != nil {
 			gates, stride, gstride := s.gates, g.E, 1
 			if ly.routerG != nil { // one product gives the router logits then the gate
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su}, []*gpukernels.Mat{ly.routerG, ly.sGate, ly.sUp}, 0, 0, 1, false)
@@ -411,6 +468,10 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
 			}
 			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
+			grouped = T > 1 && m.group && ly.moeGrouped
+			if grouped {
+				do(l.MoEGroup(s.offs, s.list, s.sel, T*g.k, g.E))
+			}
 			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
 			swiglu(s.sg, s.su, T, g.Is, ly.sDown)
 			one(s.sg, g.Is, s.shared, ly.sDown, 0)
@@ -426,16 +487,38 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		}
 	}
 	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
-	do(l.RMSNorm(s.final, last, m.norm, g.H, 1, g.eps))
 	// lm_head reads one row: run it as a one-token GEMV.
-	for _, w := range []*gpukernels.Mat{m.lmHead} {
-		if w.Quantized() {
-			do(l.Quantize(&s.qa, s.final, 1, g.H))
-		}
-		do(l.GEMV(s.logits, w, s.final, &s.qa, 0, 0, 1, false, 1))
+	if m.lmHead.Quantized() {
+		do(l.RMSNormQuantize(&s.qa, s.final, last, m.norm, g.H, 1, g.eps))
+	} else {
+		do(l.RMSNorm(s.final, last, m.norm, g.H, 1, g.eps))
 	}
+	do(l.GEMV(s.logits, m.lmHead, s.final, &s.qa, 0, 0, 1, false, 1))
 	do(l.Argmax(st.next, s.logits, g.V))
 	do(l.Advance(st.dpos, T))
 	mark(PhaseHead)
 	return err
+}
+
+// moeStep is a decode step's MoE block in four launches: the router (with
+// the shared expert's gate logit) and the shared expert's gate and up in
+// one, routing, the picked experts' gate and up in one (the shared
+// expert's activation sits in slot k after the routed ones'), SwiGLU with
+// quantization over the k+1 slots, and moe_down (down products and
+// combine, into x). Bitwise the unfused path.
+func (m *Model) moeStep(l *gpukernels.Launcher, st *State, ly *layerW, multi func(cuda.DevicePtr, int, ...gpukernels.Seg), do func(error)) {
+	g, s := m.geom, &st.s
+	sg, su := s.eg+cuda.DevicePtr(4*g.k*g.I), s.eu+cuda.DevicePtr(4*g.k*g.I)
+	gates, stride, gstride := s.gates, g.E, 1
+	if ly.routerG != nil { // the router logits then the gate
+		multi(s.u, g.H, gpukernels.Seg{Y: s.router, M: ly.routerG}, gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
+		gates, stride, gstride = s.router+cuda.DevicePtr(4*g.E), g.E+1, g.E+1
+	} else {
+		multi(s.u, g.H, gpukernels.Seg{Y: s.router, M: ly.router}, gpukernels.Seg{Y: s.gates, M: ly.sharedG},
+			gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
+	}
+	do(l.Route(s.sel, s.weight, s.router, g.E, g.k, 1, stride))
+	multi(s.u, g.H, gpukernels.Seg{Y: s.eg, M: ly.eGate, Sel: s.sel, Slots: g.k}, gpukernels.Seg{Y: s.eu, M: ly.eUp, Sel: s.sel, Slots: g.k})
+	do(l.SwiGLUQuantize(&s.qa, s.eg, s.eu, g.k+1, g.I))
+	do(l.MoEDown(s.x, ly.eDown, ly.sDown, &s.qa, s.sel, s.weight, gates, g.k, gstride, 1))
 }
