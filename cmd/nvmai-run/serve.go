@@ -29,7 +29,7 @@ func serveCommand() *cli.Command {
 		Usage:     "serve the model over an OpenAI-compatible HTTP API",
 		UsageText: "nvmai-run serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /apply-template,
-GET /health, and Anthropic's POST /v1/messages, POST /v1/messages/count_tokens. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
+GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key.`,
 		Flags: append(modelFlags(),
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},

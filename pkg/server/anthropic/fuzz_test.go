@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/server"
@@ -51,31 +52,53 @@ func FuzzStreamMatchesMessage(f *testing.F) {
 	f.Add("Let me check.</think>\n\nCalling.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", uint8(3))
 	f.Add("plain <tool_call> text </think> more", uint8(1))
 	f.Add("</think><tool_call>\n<function=get_weather>\n<parameter=city>\nA\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n", uint8(5))
-	f.Fuzz(func(t *testing.T, output string, cut uint8) {
-		pieces := splitEvery(output, int(cut%7)+1)
+	f.Fuzz(runStreamCase)
+}
+
+// streamCase is one server for every fuzz input (a server per input
+// would leave a timer per input behind); the script reads the current
+// input's pieces.
+var streamCase struct {
+	once   sync.Once
+	h      http.Handler
+	mu     sync.Mutex
+	pieces []string
+}
+
+func runStreamCase(t *testing.T, output string, cut uint8) {
+	c := &streamCase
+	c.once.Do(func() {
 		s := server.New(server.Config{Log: func(server.RequestLog) {}})
-		s.SetEngine(&servertest.Engine{Script: script(pieces...)}, servertest.Renderer{})
+		s.SetEngine(&servertest.Engine{Script: func(string) []string {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.pieces
+		}}, servertest.Renderer{})
 		h := openai.New(s, openai.Options{})
 		Mount(h, s, Options{})
-		body := `{"model":"m","max_tokens":4000,"thinking":{"type":"enabled"},"tools":[` + weatherTool + `],"messages":[{"role":"user","content":"x"}]`
-		one := func(stream string) *httptest.ResponseRecorder {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body+stream+"}")))
-			if rec.Code != 200 {
-				t.Fatalf("%d %s", rec.Code, rec.Body.String())
-			}
-			return rec
-		}
-		var msg messageJSON
-		if err := json.Unmarshal(one("").Body.Bytes(), &msg); err != nil {
-			t.Fatal(err)
-		}
-		got := accumulate(t, readEvents(t, one(`,"stream":true`).Body))
-		want, _ := json.Marshal(withoutIDs(msg.Content))
-		if string(got) != string(want) {
-			t.Fatalf("stream\n%s\nmessage\n%s", got, want)
-		}
+		c.h = h
 	})
+	c.mu.Lock()
+	c.pieces = splitEvery(output, int(cut%7)+1)
+	c.mu.Unlock()
+	body := `{"model":"m","max_tokens":4000,"thinking":{"type":"enabled"},"tools":[` + weatherTool + `],"messages":[{"role":"user","content":"x"}]`
+	one := func(stream string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		c.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body+stream+"}")))
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body.String())
+		}
+		return rec
+	}
+	var msg messageJSON
+	if err := json.Unmarshal(one("").Body.Bytes(), &msg); err != nil {
+		t.Fatal(err)
+	}
+	got := accumulate(t, readEvents(t, one(`,"stream":true`).Body))
+	want, _ := json.Marshal(withoutIDs(msg.Content))
+	if string(got) != string(want) {
+		t.Fatalf("stream\n%s\nmessage\n%s", got, want)
+	}
 }
 
 func splitEvery(s string, n int) []string {

@@ -399,11 +399,13 @@ func TestErrorsUseAnthropicsEnvelope(t *testing.T) {
 	}
 }
 
+// Both of Claude Code's key headers pass the shared check, with its
+// ?beta=true query and its anthropic-beta header.
 func TestAPIKeyHeaders(t *testing.T) {
 	h := newHarness(t, &servertest.Engine{}, harnessOptions{apiKey: "secret"})
 	body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`
 	for _, hdr := range [][]string{{"x-api-key", "secret"}, {"Authorization", "Bearer secret"}} {
-		if st, _, b := h.post("/v1/messages", body, hdr...); st != 200 {
+		if st, _, b := h.post("/v1/messages?beta=true", body, append(hdr, "anthropic-beta", "interleaved-thinking-2025-05-14")...); st != 200 {
 			t.Fatalf("%v: %d %s", hdr, st, b)
 		}
 	}

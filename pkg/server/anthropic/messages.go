@@ -105,9 +105,19 @@ type blockStop struct {
 	Index int    `json:"index"`
 }
 
+// blockType is the type of block an event's text belongs to.
+func blockType(k chatparse.Kind) string {
+	switch k {
+	case chatparse.Reasoning:
+		return "thinking"
+	case chatparse.Content:
+		return "text"
+	}
+	return "tool_use"
+}
+
 func (a *assembler) push(ev chatparse.Event) {
-	want := map[chatparse.Kind]string{chatparse.Reasoning: "thinking", chatparse.Content: "text", chatparse.ToolCallArgs: "tool_use"}[ev.Kind]
-	if ev.Kind == chatparse.ToolCallStart || !a.open || a.current().Type != want || (ev.Kind == chatparse.ToolCallArgs && ev.Index != a.index) {
+	if ev.Kind == chatparse.ToolCallStart || !a.open || a.current().Type != blockType(ev.Kind) || (ev.Kind == chatparse.ToolCallArgs && ev.Index != a.index) {
 		if ev.Kind == chatparse.ToolCallArgs {
 			return // arguments of a call never started: nothing to attach to
 		}
