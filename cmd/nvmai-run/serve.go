@@ -21,6 +21,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/anthropic"
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
@@ -29,9 +30,10 @@ import (
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "serve",
-		Usage:     "serve the model over an OpenAI-compatible HTTP API",
+		Usage:     "serve the model over HTTP: the OpenAI, Anthropic Messages and Responses APIs",
 		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
-		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, GET /v1/models, POST /apply-template,
+		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages,
+POST /v1/messages/count_tokens, GET /v1/models, POST /apply-template,
 GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
 verified install under DIR is served by its path there; the model a request names is loaded
@@ -84,6 +86,7 @@ func serveAction(c *cli.Context) error {
 	}
 	srv := server.New(cfg)
 	oh := openai.New(srv, hopt)
+	anthropic.Mount(oh, srv, anthropic.Options{KeepAlive: hopt.KeepAlive})
 	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
 	hs := openai.NewHTTPServer(oh)
 	errc := make(chan error, 1)

@@ -282,7 +282,7 @@ func (j *Job) begin(ctx context.Context) error {
 			return err
 		}
 		j.forced, j.think = forced, strings.HasSuffix(prompt, "<think>\n")
-		return j.check(prompt+forced, j.chat.MaxTokens)
+		return j.check(prompt+forced, j.chat.MaxTokens, j.chat.ClampMaxTokens)
 	}
-	return j.check(j.comp.Prompt, j.comp.MaxTokens)
+	return j.check(j.comp.Prompt, j.comp.MaxTokens, false)
 }

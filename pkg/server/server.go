@@ -205,7 +205,11 @@ type ChatRequest struct {
 	NoGenerationPrompt bool
 	Sampling           sample.Params
 	MaxTokens          int // 0: up to the context
-	Stop               []string
+	// ClampMaxTokens lowers MaxTokens to what fits the context after the
+	// prompt instead of refusing the request: Anthropic clients send a
+	// fixed max_tokens (Claude Code 32k) whatever the server's context.
+	ClampMaxTokens bool
+	Stop           []string
 	// Format constrains the reply's content to JSON (nil: free text).
 	// Each adapter compiles it from its protocol's field (response_format,
 	// text.format, output_format) with jsonconstrain, answering a schema
@@ -238,8 +242,11 @@ type ChatResult struct {
 	Reasoning string
 	ToolCalls []chatparse.ToolCall
 	Finish    string // stop, length, tool_calls
-	Usage     Usage
-	Outcome   Outcome
+	// StopSequence is the client stop string that ended generation, ""
+	// when none did (Anthropic reports it as stop_sequence).
+	StopSequence string
+	Usage        Usage
+	Outcome      Outcome
 }
 
 // CompletionResult is a finished raw completion.
@@ -262,6 +269,24 @@ func (s *Server) ApplyTemplate(req *ChatRequest) (string, error) {
 	}
 	p, _, err := s.renderChat(r, req)
 	return p, err
+}
+
+// CountChatTokens renders and tokenizes req as PrepareChat does, without
+// checking the context or queueing: the prompt's token count, the forced
+// start of the reply included (/v1/messages/count_tokens).
+func (s *Server) CountChatTokens(req *ChatRequest) (int, error) {
+	id, e, r, err := s.engineFor(req.Model)
+	if err != nil {
+		return 0, err
+	}
+	if e == nil { // --models-dir: counting must not unload the running model
+		return 0, &Error{Kind: KindUnavailable, Msg: fmt.Sprintf("model %q is not loaded now; counting its tokens needs its tokenizer, which loads with its first request", id)}
+	}
+	prompt, forced, err := s.renderChat(r, req)
+	if err != nil {
+		return 0, err
+	}
+	return len(e.Tokenize(prompt + forced)), nil
 }
 
 func (s *Server) templateInput(req *ChatRequest) (chattemplate.Input, error) {
@@ -399,7 +424,7 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n"), model: id}
-	return j.admitted(j.admit(prompt+forced, req.MaxTokens, req.Sampling))
+	return j.admitted(j.admit(prompt+forced, req.MaxTokens, req.ClampMaxTokens, req.Sampling))
 }
 
 // engineFor is ready() with one model; with several it resolves the
@@ -442,7 +467,7 @@ func (s *Server) PrepareCompletion(req *CompletionRequest) (*Job, error) {
 		return nil, invalid("prompt", "prompt is empty")
 	}
 	j := &Job{s: s, e: e, start: start, comp: req, model: id}
-	return j.admitted(j.admit(req.Prompt, req.MaxTokens, req.Sampling))
+	return j.admitted(j.admit(req.Prompt, req.MaxTokens, false, req.Sampling))
 }
 
 // admitted returns the job once admitted. With several models it lets go
@@ -469,25 +494,26 @@ func checkParams(p sample.Params, maxTokens int) error {
 }
 
 // admit checks the request against the model and takes a queue place.
-func (j *Job) admit(text string, maxTokens int, p sample.Params) error {
+func (j *Job) admit(text string, maxTokens int, clamp bool, p sample.Params) error {
 	if err := checkParams(p, maxTokens); err != nil {
 		return err
 	}
-	if err := j.check(text, maxTokens); err != nil {
+	if err := j.check(text, maxTokens, clamp); err != nil {
 		return err
 	}
 	return j.enqueue()
 }
 
-// check tokenizes text and checks it and maxTokens against the context.
-func (j *Job) check(text string, maxTokens int) error {
+// check tokenizes text and checks it and maxTokens against the context;
+// clamp lowers maxTokens to what fits instead of refusing.
+func (j *Job) check(text string, maxTokens int, clamp bool) error {
 	j.prompt = j.e.Tokenize(text)
 	ctxLen := j.e.Info().Context
 	if len(j.prompt) >= ctxLen {
 		return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", len(j.prompt), ctxLen)}
 	}
 	j.max = maxTokens
-	if j.max == 0 {
+	if j.max == 0 || clamp && len(j.prompt)+j.max > ctxLen {
 		j.max = ctxLen - len(j.prompt)
 	}
 	if len(j.prompt)+j.max > ctxLen {
@@ -543,7 +569,8 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	}
 	acc.push(parser.Finish())
 	res := &ChatResult{Content: acc.content.String(), Reasoning: acc.reasoning.String(), ToolCalls: acc.calls, Outcome: out,
-		Usage: Usage{PromptTokens: len(j.prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}}
+		StopSequence: stops.Matched(),
+		Usage:        Usage{PromptTokens: len(j.prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}}
 	res.Finish = finishReason(out.Finish)
 	if len(acc.calls) > 0 {
 		res.Finish = "tool_calls"

@@ -11,6 +11,7 @@ type stopMatcher struct {
 	stops []string
 	buf   string
 	hit   bool
+	match string // the stop string that ended generation
 }
 
 func newStopMatcher(stops []string) *stopMatcher {
@@ -33,15 +34,15 @@ func (m *stopMatcher) Push(text string) (string, bool) {
 		return text, false
 	}
 	m.buf += text
-	first := -1
+	first, match := -1, ""
 	for _, s := range m.stops {
 		if i := strings.Index(m.buf, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+			first, match = i, s
 		}
 	}
 	if first >= 0 {
 		out := m.buf[:first]
-		m.buf, m.hit = "", true
+		m.buf, m.hit, m.match = "", true, match
 		return out, true
 	}
 	keep := m.heldBack()
@@ -64,6 +65,10 @@ func (m *stopMatcher) heldBack() int {
 	}
 	return best
 }
+
+// Matched is the stop string that was found ("" while none was): the
+// earliest in the text, the first listed of those starting there.
+func (m *stopMatcher) Matched() string { return m.match }
 
 // Flush returns the held-back text at the end of generation.
 func (m *stopMatcher) Flush() string {

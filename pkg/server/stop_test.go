@@ -15,16 +15,18 @@ func TestStopMatcher(t *testing.T) {
 		pieces []string
 		want   string // everything emitted
 		hit    bool
+		match  string // the stop reported
 	}{
-		{"no stops passes through", nil, []string{"a", "b"}, "ab", false},
-		{"stop inside one piece", []string{"END"}, []string{"abcENDdef"}, "abc", true},
-		{"stop split over pieces", []string{"END"}, []string{"abE", "N", "Dx"}, "ab", true},
-		{"false start released", []string{"END"}, []string{"abE", "Nx", "y"}, "abENxy", false},
-		{"held prefix flushed at the end", []string{"END"}, []string{"abEN"}, "abEN", false},
-		{"earliest of several", []string{"cd", "b"}, []string{"abcd"}, "a", true},
-		{"multibyte stop", []string{"é!"}, []string{"caf", "é", "!", "x"}, "caf", true},
-		{"multibyte text before a stop", []string{"日本"}, []string{"東京", "日", "x"}, "東京日x", false},
-		{"empty stop ignored", []string{""}, []string{"ab"}, "ab", false},
+		{"no stops passes through", nil, []string{"a", "b"}, "ab", false, ""},
+		{"stop inside one piece", []string{"END"}, []string{"abcENDdef"}, "abc", true, "END"},
+		{"stop split over pieces", []string{"END"}, []string{"abE", "N", "Dx"}, "ab", true, "END"},
+		{"false start released", []string{"END"}, []string{"abE", "Nx", "y"}, "abENxy", false, ""},
+		{"held prefix flushed at the end", []string{"END"}, []string{"abEN"}, "abEN", false, ""},
+		{"earliest of several", []string{"cd", "b"}, []string{"abcd"}, "a", true, "b"},
+		{"first listed of two at one place", []string{"bc", "b"}, []string{"abcd"}, "a", true, "bc"},
+		{"multibyte stop", []string{"é!"}, []string{"caf", "é", "!", "x"}, "caf", true, "é!"},
+		{"multibyte text before a stop", []string{"日本"}, []string{"東京", "日", "x"}, "東京日x", false, ""},
+		{"empty stop ignored", []string{""}, []string{"ab"}, "ab", false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,8 +47,8 @@ func TestStopMatcher(t *testing.T) {
 			if !hit {
 				out.WriteString(m.Flush())
 			}
-			if out.String() != tc.want || hit != tc.hit {
-				t.Fatalf("emitted %q hit %v, want %q hit %v", out.String(), hit, tc.want, tc.hit)
+			if out.String() != tc.want || hit != tc.hit || m.Matched() != tc.match {
+				t.Fatalf("emitted %q hit %v matched %q, want %q hit %v matched %q", out.String(), hit, m.Matched(), tc.want, tc.hit, tc.match)
 			}
 		})
 	}

@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/servertest"
+)
+
+func newCore(t *testing.T, eng *servertest.Engine) *server.Server {
+	t.Helper()
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(eng, servertest.Renderer{})
+	return s
+}
+
+func userTurn(text string) []chattemplate.Message {
+	return []chattemplate.Message{{Role: "user", Content: text}}
+}
+
+// The core says which stop string ended generation (Anthropic's
+// stop_sequence), and none when the model ended on its own.
+func TestChatResultNamesTheStopString(t *testing.T) {
+	eng := &servertest.Engine{Script: func(string) []string { return []string{"one ", "two ", "END", " three"} }}
+	s := newCore(t, eng)
+	cases := []struct {
+		name  string
+		stops []string
+		want  string
+		text  string
+	}{
+		{"hit", []string{"never", "END"}, "END", "one two "},
+		{"earliest wins", []string{"END", "two"}, "two", "one "},
+		{"no stop", nil, "", "one two END three"},
+		{"stop not in output", []string{"zzz"}, "", "one two END three"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			job, err := s.PrepareChat(&server.ChatRequest{Messages: userTurn("x"), Stop: c.stops, Kwargs: map[string]any{"enable_thinking": false}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := job.RunChat(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopSequence != c.want || res.Content != c.text {
+				t.Fatalf("stop %q content %q, want %q %q", res.StopSequence, res.Content, c.want, c.text)
+			}
+		})
+	}
+}
+
+// count_tokens counts what PrepareChat would admit, the forced call
+// prefix included, without taking a place in the queue.
+func TestCountChatTokensMatchesThePreparedPrompt(t *testing.T) {
+	s := newCore(t, &servertest.Engine{})
+	tool := json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}`)
+	for _, req := range []*server.ChatRequest{
+		{Messages: userTurn("hello")},
+		{Messages: userTurn("hello"), Tools: []json.RawMessage{tool}, ToolChoice: server.ToolRequired},
+		{Messages: userTurn("hello"), Tools: []json.RawMessage{tool}, ToolChoice: server.ToolNamed, ToolName: "f"},
+	} {
+		n, err := s.CountChatTokens(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job, err := s.PrepareChat(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job.Cancel()
+		if n != job.PromptTokens() || n == 0 {
+			t.Fatalf("count %d, prepared %d", n, job.PromptTokens())
+		}
+	}
+	_, err := s.CountChatTokens(&server.ChatRequest{Messages: userTurn("x"), ToolChoice: server.ToolRequired})
+	var se *server.Error
+	if !errors.As(err, &se) || se.Kind != server.KindInvalid {
+		t.Fatalf("tool_choice required without tools: %v", err)
+	}
+}
+
+// ClampMaxTokens turns an oversized max_tokens into "what fits" instead of
+// a context-overflow refusal.
+func TestClampMaxTokensFitsTheContext(t *testing.T) {
+	s := newCore(t, &servertest.Engine{Context: 200})
+	req := &server.ChatRequest{Messages: userTurn("x"), MaxTokens: 32000}
+	_, err := s.PrepareChat(req)
+	var se *server.Error
+	if !errors.As(err, &se) || se.Kind != server.KindContextOverflow {
+		t.Fatalf("without clamping: %v", err)
+	}
+	req.ClampMaxTokens = true
+	job, err := s.PrepareChat(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Cancel()
+	if job.PromptTokens() >= 200 {
+		t.Fatalf("prompt %d tokens", job.PromptTokens())
+	}
+}
