@@ -35,3 +35,16 @@ func TestBenchSummary(t *testing.T) {
 		t.Errorf("error summary %v", s)
 	}
 }
+
+func TestGroupedPrefillFollowsTheTensorCores(t *testing.T) {
+	cases := []struct {
+		env  string
+		mma  bool
+		want bool
+	}{{"", true, true}, {"", false, false}, {"0", true, false}, {"1", false, true}, {"x", true, true}}
+	for _, c := range cases {
+		if got := groupedPrefill(c.env, c.mma); got != c.want {
+			t.Errorf("groupedPrefill(%q, mma %v) = %v, want %v", c.env, c.mma, got, c.want)
+		}
+	}
+}

@@ -42,12 +42,12 @@ type Model struct {
 
 	// fuse runs decode steps with the fused launches (mgemv, moe_down), on
 	// unless NVMAI_GPU_FUSE=0. group runs prefill's expert products expert
-	// by expert (moe_group, qgemv_grouped / qgemm_grouped_mma), off unless
-	// NVMAI_GPU_GROUP=1. With CUDA-core dots it is slower (70 against 54 ms
-	// a 256-token chunk on the H200); on the tensor cores it is faster
-	// (2,180 against 1,968 tok/s), but that pairing has been checked by the
-	// kernel tests and the bench's cross-variant greedy check only, not yet
-	// by the fixture fidelity suite. Bitwise the same either way.
+	// by expert (moe_group, qgemv_grouped / qgemm_grouped_mma): on with the
+	// tensor cores (mma), where it is faster (2,263–2,268 against
+	// 1,979–1,982 tok/s for 512 tokens on the H200, and the fixture
+	// fidelity suite passed with it), off with CUDA-core dots, where it is
+	// slower (70 against 54 ms a 256-token chunk). NVMAI_GPU_GROUP=0 or 1
+	// overrides. Bitwise the same either way.
 	fuse, group bool
 	// splitGDN runs the delta rule 32 columns a block (gdn_rec, gdn_norm)
 	// instead of a block a head (gdn_heads); NVMAI_GPU_GDNSPLIT=0 turns it
@@ -111,8 +111,9 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0", group: os.Getenv("NVMAI_GPU_GROUP") == "1",
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
 		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
+	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
 	err := dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {
@@ -439,3 +440,15 @@ func (m *Model) Close() {
 
 // Config is the model's geometry.
 func (m *Model) Config() qwen35.Config { return m.cfg }
+
+// groupedPrefill decides Model.group from NVMAI_GPU_GROUP and whether the
+// tensor cores run prefill.
+func groupedPrefill(env string, mma bool) bool {
+	switch env {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return mma
+}
