@@ -28,9 +28,8 @@ const (
 
 // runnableArchitectures are the architectures the runtime runs. An entry of
 // any other architecture is listed only so its name is recognised and
-// refused with its reason. qwen4_exp joins this list (and qwen38flash gets
-// "supported": true, without a reason) when pkg/runtime/qwen38 runs installs.
-var runnableArchitectures = []string{ArchQwen35MoE, ArchQwen35}
+// refused with its reason.
+var runnableArchitectures = []string{ArchQwen35MoE, ArchQwen35, ArchQwen4Exp}
 
 // Entry is one installable model.
 type Entry struct {

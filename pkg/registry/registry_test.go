@@ -29,6 +29,8 @@ func TestParseTarget(t *testing.T) {
 		{[]string{"qwen35-2b"}, "qwen35-2b", []int{4}},
 		{[]string{"qwen35-4b-8bit"}, "qwen35-4b", []int{8}},
 		{[]string{"qwen3.5-9b", "8-bit"}, "qwen35-9b", []int{8}},
+		{[]string{"qwen38flash-8bit"}, "qwen38flash", []int{8}},
+		{[]string{"qwen3.8-flash-next", "both"}, "qwen38flash", []int{4, 8}},
 	}
 	for _, tc := range cases {
 		e, widths, err := ParseTarget(tc.args)
@@ -52,8 +54,6 @@ func TestParseTargetRefuses(t *testing.T) {
 		{[]string{"katcoder-6bit"}, ErrUnknown, "known models"},
 		{[]string{"qwen36-mtp"}, ErrUnsupported, "draft heads"},
 		{[]string{"ornith15-mtp", "4bit"}, ErrUnsupported, "install ornith15 instead"},
-		{[]string{"qwen38flash-8bit"}, ErrUnsupported, "qwen4_exp runtime"},
-		{[]string{"qwen3.8-flash-next", "both"}, ErrUnsupported, "not in this build yet"},
 		{[]string{"qwen36-mtp", "both"}, ErrUnsupported, "not run by the nvmai runtime"},
 	}
 	for _, tc := range cases {
@@ -83,7 +83,7 @@ func TestEmbeddedRegistryIsValid(t *testing.T) {
 	if len(all) == 0 {
 		t.Fatal("empty registry")
 	}
-	for _, name := range []string{"katcoder", "qwen36", "ornith15", "agentworld", "qwen35-2b", "qwen35-4b", "qwen35-9b"} {
+	for _, name := range []string{"katcoder", "qwen36", "ornith15", "agentworld", "qwen35-2b", "qwen35-4b", "qwen35-9b", "qwen38flash"} {
 		if e, err := Lookup(name); err != nil || !e.Supported {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -92,7 +92,7 @@ func TestEmbeddedRegistryIsValid(t *testing.T) {
 		if !e.Pinned() && e.RevisionNote == "" {
 			t.Errorf("%s: revision %q is neither a 40-hex commit nor explained", e.Name, e.Revision)
 		}
-		if e.Supported != (e.Architecture == ArchQwen35MoE || e.Architecture == ArchQwen35) {
+		if e.Supported != slices.Contains(runnableArchitectures, e.Architecture) {
 			t.Errorf("%s: supported=%v for architecture %s", e.Name, e.Supported, e.Architecture)
 		}
 	}
@@ -152,21 +152,15 @@ func FuzzParseTarget(f *testing.F) {
 	})
 }
 
-// qwen38flash is ready to flip: 4- and 8-bit, the synth geometry that sizes
-// it, and refused only because its architecture is not runnable yet.
-func TestQwen38FlashReadyButNotRunnable(t *testing.T) {
+// qwen38flash runs: 4- and 8-bit, the synth geometry that sizes it.
+func TestQwen38FlashIsRunnable(t *testing.T) {
 	e, err := Lookup("qwen38flash-4bit")
-	if !errors.Is(err, ErrUnsupported) || e.Architecture != ArchQwen4Exp || e.Geometry != "qwen3.8-flash-next-125b-a6b" ||
-		!slices.Equal(e.Widths, []int{4, 8}) || e.Width != 4 {
+	if err != nil || e.Architecture != ArchQwen4Exp || e.Geometry != "qwen3.8-flash-next-125b-a6b" ||
+		!slices.Equal(e.Widths, []int{4, 8}) || e.Width != 4 || !e.Supported {
 		t.Fatalf("qwen38flash = %+v, %v", e, err)
 	}
-	e.Supported, e.Reason = true, ""
-	if err := validateEntry(e); err == nil || !strings.Contains(err.Error(), "does not run architecture \"qwen4_exp\"") {
-		t.Fatalf("a supported qwen4_exp entry validated (%v) while qwen4_exp is not runnable", err)
-	}
-	runnableArchitectures = append(runnableArchitectures, ArchQwen4Exp)
-	defer func() { runnableArchitectures = runnableArchitectures[:len(runnableArchitectures)-1] }()
-	if err := validateEntry(e); err != nil {
-		t.Fatalf("flipped entry refused: %v", err)
+	e.Architecture = "qwen9_future"
+	if err := validateEntry(e); err == nil || !strings.Contains(err.Error(), "does not run architecture") {
+		t.Fatalf("a supported entry of an architecture the runtime lacks validated (%v)", err)
 	}
 }
