@@ -2,10 +2,10 @@ package packexperts
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/ngramhash"
 )
 
 // ArchQwen4Exp is Qwen3.8-Flash-Next: the qwen3_5_moe trunk in four
@@ -28,9 +28,6 @@ const (
 	MaxNGramDivisor   = 1 << 20 // make_ngram_vocab_size_divisible_by
 	MaxNGramSize      = 16      // ngram_size
 	MaxHeadsPerNGram  = 256     // heads_per_ngram
-	splitmixGamma     = 0x9E3779B97F4A7C15
-	pleLayerSeedStep  = 10007
-	int64Max          = math.MaxInt64
 )
 
 // NGramConstants are one PLE layer's hashing constants (q38 §3.4).
@@ -51,23 +48,9 @@ func ComputeNGramConstants(q *Qwen4ExpGeometry, vocab, k int) (NGramConstants, e
 	if vocab <= 0 || k < 0 || k >= len(q.PLELayers) {
 		return NGramConstants{}, fmt.Errorf("PLE layer rank %d of %d, vocab %d", k, len(q.PLELayers), vocab)
 	}
-	nh := q.NGramHeads()
-	var c NGramConstants
-	half := uint64(max(1, int64Max/int64(vocab)/2))
-	base := uint64(q.Seed) + uint64(pleLayerSeedStep*k)
-	for i := range q.NGramSize {
-		v := splitmix64(base + splitmixGamma*uint64(i+1))
-		c.Multipliers = append(c.Multipliers, int64(2*(v%half)+1))
-	}
-	primes := primesFrom(q.NGramVocabSizeBase, k*nh+nh)
-	var sum int64
-	for _, p := range primes[k*nh:] {
-		c.VocabSizes = append(c.VocabSizes, p)
-		c.Offsets = append(c.Offsets, sum)
-		sum += p
-	}
-	d := q.NGramVocabSizeDivisibleBy
-	c.Rows = (sum + d - 1) / d * d
+	h := ngramhash.Layer(ngramhash.Params{Seed: q.Seed, Vocab: vocab, NGramSize: q.NGramSize, Heads: q.NGramHeads(),
+		VocabBase: q.NGramVocabSizeBase, Divisor: q.NGramVocabSizeDivisibleBy}, k)
+	c := NGramConstants{Multipliers: h.Multipliers, VocabSizes: h.Primes, Offsets: h.Offsets, Rows: h.Rows}
 	if c.Rows > MaxNGramRows {
 		return NGramConstants{}, fmt.Errorf("the n-gram table would have %d rows, over the ceiling of %d", c.Rows, int64(MaxNGramRows))
 	}
@@ -88,40 +71,6 @@ func (q *Qwen4ExpGeometry) checkHashing() error {
 		return fmt.Errorf("%d PLE layers × %d n-gram heads need %d primes, over the ceiling of %d", len(q.PLELayers), q.NGramHeads(), len(q.PLELayers)*q.NGramHeads(), MaxNGramPrimes)
 	}
 	return nil
-}
-
-func splitmix64(v uint64) uint64 {
-	v += splitmixGamma
-	v = (v ^ v>>30) * 0xBF58476D1CE4E5B9
-	v = (v ^ v>>27) * 0x94D049BB133111EB
-	return v ^ v>>31
-}
-
-// primesFrom returns the first n primes ≥ from, by trial division as
-// transformers finds them (from ≤ MaxNGramVocabBase keeps √ small).
-func primesFrom(from int64, n int) []int64 {
-	out := make([]int64, 0, n)
-	for c := from; len(out) < n; c++ {
-		if isPrime(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func isPrime(n int64) bool {
-	if n < 2 {
-		return false
-	}
-	if n%2 == 0 {
-		return n == 2
-	}
-	for d := int64(3); d*d <= n; d += 2 {
-		if n%d == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // NGramLayout packs rows of rowWidth bfloat16 values whole into blocks of

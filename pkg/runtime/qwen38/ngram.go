@@ -2,7 +2,8 @@ package qwen38
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/nvmai/nvmai/pkg/ngramhash"
 )
 
 // NgramTable gives rows of a PLE layer's hashed n-gram table
@@ -33,63 +34,12 @@ type ngramConsts struct {
 	rows    int64 // R_tab: the table's row count, padded
 }
 
-const (
-	golden = 0x9E3779B97F4A7C15
-	int63  = math.MaxInt64
-)
-
-func splitmix64(v uint64) uint64 {
-	v += golden
-	v = (v ^ v>>30) * 0xBF58476D1CE4E5B9
-	v = (v ^ v>>27) * 0x94D049BB133111EB
-	return v ^ v>>31
-}
-
-// newNgramConsts recomputes transformers' _build_layer_multipliers and
-// _find_nth_prime_after for the k-th PLE layer.
+// newNgramConsts is the k-th PLE layer's constants (pkg/ngramhash holds the
+// formula the converter checks checkpoints with).
 func newNgramConsts(c Config, k int) ngramConsts {
-	N, NH := c.NgramSize, c.NgramHeads()
-	half := max(1, int64(int63)/int64(c.VocabSize)/2)
-	base := uint64(c.Seed + 10007*int64(k))
-	nc := ngramConsts{mult: make([]int64, N), primes: make([]int64, NH), offsets: make([]int64, NH)}
-	for i := range N {
-		v := splitmix64(base + golden*uint64(i+1))
-		nc.mult[i] = 2*int64(v%uint64(half)) + 1
-	}
-	p := c.NgramVocabBase - 1
-	for range k * NH {
-		p = nextPrime(p)
-	}
-	var total int64
-	for j := range NH {
-		p = nextPrime(p)
-		nc.primes[j], nc.offsets[j] = p, total
-		total += p
-	}
-	d := c.NgramRowsDivide
-	nc.rows = (total + d - 1) / d * d
-	return nc
-}
-
-// nextPrime is the smallest prime above p, by trial division.
-func nextPrime(p int64) int64 {
-	for q := p + 1; ; q++ {
-		if isPrime(q) {
-			return q
-		}
-	}
-}
-
-func isPrime(q int64) bool {
-	if q < 2 {
-		return false
-	}
-	for d := int64(2); d*d <= q; d++ {
-		if q%d == 0 {
-			return false
-		}
-	}
-	return true
+	h := ngramhash.Layer(ngramhash.Params{Seed: c.Seed, Vocab: c.VocabSize, NGramSize: c.NgramSize, Heads: c.NgramHeads(),
+		VocabBase: c.NgramVocabBase, Divisor: c.NgramRowsDivide}, k)
+	return ngramConsts{mult: h.Multipliers, primes: h.Primes, offsets: h.Offsets, rows: h.Rows}
 }
 
 // check compares the constants a checkpoint stores with the recomputation.
