@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite (README's second command): lint gates (gofmt, vet, the converter's expert-order
-# probe), every package with the race detector, the kernels again without assembly, and the arm64
-# kernels under qemu user emulation when qemu-aarch64-static is installed (.ci/run installs it).
+# probe), every package with the race detector, the scripted engine's test build, the kernels
+# again without assembly, and the arm64 kernels under qemu user emulation when
+# qemu-aarch64-static is installed (.ci/run installs it).
 # It ends by saying how many tests skipped, and how many of those needed the reference fixtures
 # (../shared/fixtures, which a clone from GitHub does not have), also when a test failed.
 # Arguments, when given, replace ./... as the packages of the race run (.ci/run gives none).
@@ -18,6 +19,9 @@ go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
+echo "== the scripted engine (a test build: -tags nvmai_scripted)"
+go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
+go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
 echo "== arm64 kernels under qemu"
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
