@@ -232,7 +232,7 @@ func (p *Pool) awaitJob(h *helper, last uint32) uint32 {
 			return s
 		}
 		p.parks.Add(1)
-		<-h.wake
+		park(h.wake)
 		h.sleeping.Store(false)
 	}
 }
@@ -282,9 +282,29 @@ func (p *Pool) awaitHelpers() {
 			return
 		}
 		p.parks.Add(1)
-		<-p.done
+		park(p.done)
 		p.waiting.Store(false)
 	}
+}
+
+// parkRecheck bounds how long a parked goroutine sleeps before it checks
+// its condition again by itself.
+const parkRecheck = 20 * time.Millisecond
+
+// park waits for a token on ch, or at most parkRecheck: the callers loop and
+// re-check their condition, so a lost wakeup costs a delay instead of a
+// deadlock. The flag-then-check handshake relies on sequentially consistent
+// atomics (a store, then a load of another variable, must not be reordered);
+// the arm64 kernels, tested under qemu user emulation on x86, deadlocked
+// there once with every goroutine parked, which this bound turns into a
+// 20 ms stall.
+func park(ch chan struct{}) {
+	t := time.NewTimer(parkRecheck)
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
 }
 
 // notify leaves a token in a capacity-1 channel unless one is already there.
