@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 type usageJSON struct {
@@ -224,50 +224,10 @@ func eventDelta(ev chatparse.Event) deltaJSON {
 // stream writes SSE events; a keep-alive goroutine writes a comment
 // whenever the stream has been silent for a while (long prefills, queue
 // waits), since clients and proxies time out on silence.
-type stream struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	last    time.Time
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	stopped sync.Once
-}
+type stream struct{ *sse.Stream }
 
 func startStream(w http.ResponseWriter, keepAlive time.Duration) *stream {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	st := &stream{w: w, rc: http.NewResponseController(w), last: time.Now(), quit: make(chan struct{})}
-	st.wg.Add(1)
-	go st.keepAlive(keepAlive)
-	return st
-}
-
-func (st *stream) keepAlive(every time.Duration) {
-	defer st.wg.Done()
-	tick := time.NewTicker(max(every/4, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-st.quit:
-			return
-		case <-tick.C:
-			st.mu.Lock()
-			if time.Since(st.last) >= every*3/4 {
-				st.write(": keep-alive\n\n")
-			}
-			st.mu.Unlock()
-		}
-	}
-}
-
-func (st *stream) write(s string) {
-	st.last = time.Now()
-	st.w.Write([]byte(s))
-	st.rc.Flush()
+	return &stream{sse.Start(w, keepAlive, sse.Comment)}
 }
 
 func (st *stream) data(v any) {
@@ -275,20 +235,11 @@ func (st *stream) data(v any) {
 	if err != nil {
 		return
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.write("data: " + string(b) + "\n\n")
+	st.Write("data: " + string(b) + "\n\n")
 }
 
-func (st *stream) done() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.write("data: [DONE]\n\n")
-}
+func (st *stream) done() { st.Write("data: [DONE]\n\n") }
 
-func (st *stream) stopKeepAlive() {
-	st.stopped.Do(func() { close(st.quit) })
-	st.wg.Wait()
-}
+func (st *stream) stopKeepAlive() { st.StopKeepAlive() }
 
-func (st *stream) stop() { st.stopKeepAlive() }
+func (st *stream) stop() { st.StopKeepAlive() }

@@ -21,6 +21,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 // Path is where the endpoint is mounted.
@@ -285,66 +286,25 @@ func marshal(v any) ([]byte, error) {
 // goroutine writes a comment whenever the stream has been silent for a
 // while, since clients and proxies time out on silence.
 type stream struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	seq     int
-	last    time.Time
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	stopped sync.Once
+	*sse.Stream
+	seq int // guarded by the stream: numbered in the order written
 }
 
 func startStream(w http.ResponseWriter, keepAlive time.Duration) *stream {
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	st := &stream{w: w, rc: http.NewResponseController(w), last: time.Now(), quit: make(chan struct{})}
-	st.wg.Add(1)
-	go st.keepAlive(keepAlive)
-	return st
-}
-
-func (st *stream) keepAlive(every time.Duration) {
-	defer st.wg.Done()
-	tick := time.NewTicker(max(every/4, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-st.quit:
-			return
-		case <-tick.C:
-			st.mu.Lock()
-			if time.Since(st.last) >= every*3/4 {
-				st.write(": keep-alive\n\n")
-			}
-			st.mu.Unlock()
-		}
-	}
-}
-
-func (st *stream) write(s string) {
-	st.last = time.Now()
-	st.w.Write([]byte(s))
-	st.rc.Flush()
+	return &stream{Stream: sse.Start(w, keepAlive, sse.Comment)}
 }
 
 func (st *stream) event(ev eventJSON) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	ev.SequenceNumber = st.seq
-	st.seq++
-	b, err := marshal(ev)
-	if err != nil {
-		return
-	}
-	st.write("event: " + ev.Type + "\ndata: " + string(b) + "\n\n")
+	st.Locked(func(write func(string)) {
+		ev.SequenceNumber = st.seq
+		st.seq++
+		b, err := marshal(ev)
+		if err != nil {
+			return
+		}
+		write("event: " + ev.Type + "\ndata: " + string(b) + "\n\n")
+	})
 }
 
 // stop ends the keep-alives (idempotent).
-func (st *stream) stop() {
-	st.stopped.Do(func() { close(st.quit) })
-	st.wg.Wait()
-}
+func (st *stream) stop() { st.StopKeepAlive() }
