@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -21,19 +19,11 @@ func fixturePath(t testing.TB, name string) string {
 	return testfix.Shared(t, "dev/"+name)
 }
 
-type refPrompt struct {
-	Text       string    `json:"text"`
-	IDs        []int     `json:"ids"`
-	LastLogits []float32 `json:"last_logits"`
-	Greedy     []int     `json:"greedy"`
-	GreedyText string    `json:"greedy_text"`
-}
+type refPrompt = testfix.RefPrompt
 
 func loadRefs(t testing.TB, name string) []refPrompt {
 	t.Helper()
-	var prompts []refPrompt
-	loadJSON(t, name, &prompts)
-	return prompts
+	return testfix.LoadRefs(t, fixturePath(t, name))
 }
 
 // loadJSON decodes the "prompts" array of a refs file into prompts.
@@ -51,29 +41,15 @@ func loadJSON(t testing.TB, name string, prompts any) {
 	}
 }
 
-var installs sync.Map // "snapshot/bits" → install dir, shared by the tests of one run
-
+// install converts a fixture snapshot once per test run (fixinstall).
 func install(t testing.TB, snapshot string, bits int) string {
 	t.Helper()
-	key := fmt.Sprintf("%s/%d", snapshot, bits)
-	if dir, ok := installs.Load(key); ok {
-		return dir.(string)
-	}
-	root, err := os.MkdirTemp("", "nvmai-runtime-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "m")
-	if _, err := convert.Run(context.Background(), convert.Options{Input: fixturePath(t, snapshot), Targets: []convert.Target{{Bits: bits, Dir: dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	installs.Store(key, dir)
-	return dir
+	return fixinstall.Install(t, fixturePath(t, snapshot), bits)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	installs.Range(func(_, v any) bool { os.RemoveAll(filepath.Dir(v.(string))); return true })
+	fixinstall.RemoveAll()
 	os.Exit(code)
 }
 

@@ -4,49 +4,27 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
-var tinyOnce struct {
-	sync.Once
-	dir string
-	err error
-}
-
 // tinyInstall converts the embedded tiny model once per test run.
 func tinyInstall(t *testing.T) string {
 	t.Helper()
-	tinyOnce.Do(func() {
-		root, err := os.MkdirTemp("", "nvmai-anthropic-test-")
-		if err != nil {
-			tinyOnce.err = err
-			return
-		}
-		tinyOnce.dir = filepath.Join(root, "tiny")
-		_, tinyOnce.err = convert.Run(context.Background(), convert.Options{Input: testfix.Embedded(t), Targets: []convert.Target{{Bits: 8, Dir: tinyOnce.dir}}})
-	})
-	if tinyOnce.err != nil {
-		t.Fatal(tinyOnce.err)
-	}
-	return tinyOnce.dir
+	return fixinstall.Install(t, testfix.Embedded(t), 8)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if tinyOnce.dir != "" {
-		os.RemoveAll(filepath.Dir(tinyOnce.dir))
-	}
+	fixinstall.RemoveAll()
 	os.Exit(code)
 }
 
