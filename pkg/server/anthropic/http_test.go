@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -484,19 +485,6 @@ func TestCountTokens(t *testing.T) {
 	}
 }
 
-// waitGoroutines waits for the goroutine count to fall back to at most n.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A client that goes away cancels the generation, frees the engine and
 // leaves no goroutine behind (keep-alive pinger included).
 func TestDisconnectCancelsGenerationWithoutLeaks(t *testing.T) {
@@ -532,7 +520,7 @@ func TestDisconnectCancelsGenerationWithoutLeaks(t *testing.T) {
 			}
 			h.http.CloseClientConnections()
 			h.http.Client().CloseIdleConnections()
-			waitGoroutines(t, base)
+			adaptertest.WaitGoroutines(t, base, 3*time.Second)
 			if !strings.Contains(h.logs.String(), "context canceled") {
 				t.Fatalf("log does not record the cancellation:\n%s", h.logs.String())
 			}

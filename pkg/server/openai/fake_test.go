@@ -15,11 +15,11 @@ import (
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -48,7 +48,7 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options, cfg server.Co
 	}
 	hs := httptest.NewServer(New(s, opt))
 	t.Cleanup(hs.Close)
-	c := oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))
+	c := adaptertest.OpenAIClient(hs, "test-key")
 	return &harness{t: t, eng: eng, srv: s, http: hs, client: c, logs: logs}
 }
 
@@ -578,19 +578,6 @@ func TestKeepAliveDuringLongPrefill(t *testing.T) {
 	}
 }
 
-// waitGoroutines waits for the goroutine count to fall back to at most n.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestDisconnectCancelsGeneration(t *testing.T) {
 	many := make([]string, 10000)
 	for i := range many {
@@ -625,7 +612,7 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 			}
 			h.http.CloseClientConnections()
 			h.http.Client().CloseIdleConnections()
-			waitGoroutines(t, base)
+			adaptertest.WaitGoroutines(t, base, 3*time.Second)
 			if !strings.Contains(h.logs.String(), "context canceled") {
 				t.Fatalf("log does not record the cancellation:\n%s", h.logs.String())
 			}

@@ -7,19 +7,11 @@ import (
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
-	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
-	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
-
-// tinyInstall converts the embedded tiny model once per test run.
-func tinyInstall(t *testing.T) string {
-	t.Helper()
-	return fixinstall.Install(t, testfix.Embedded(t), 8)
-}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -34,17 +26,10 @@ type tinyServer struct {
 
 func newTinyServer(t *testing.T, cacheBytes int64) *tinyServer {
 	t.Helper()
-	e, err := runtime.Load(tinyInstall(t), runtime.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	re := server.NewRuntimeEngine(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: cacheBytes, PrefillChunk: 16})
-	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	s.SetEngine(re, server.PlainChatML{})
+	s, re := adaptertest.TinyServer(adaptertest.TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", CacheBytes: cacheBytes, PrefillChunk: 16})
 	hs := httptest.NewServer(New(s, Options{}))
 	t.Cleanup(hs.Close)
-	return &tinyServer{eng: re, client: oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))}
+	return &tinyServer{eng: re, client: adaptertest.OpenAIClient(hs, "k")}
 }
 
 func (ts *tinyServer) chat(t *testing.T, p oai.ChatCompletionNewParams) *oai.ChatCompletion {
