@@ -6,8 +6,12 @@
 package adaptertest
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +74,34 @@ func WaitGoroutines(t testing.TB, n int, within time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// AbandonRequest checks that a client going away mid-request frees the
+// engine and leaves no goroutine behind: it posts body (JSON) to path on
+// hs, cancels the request after 100 ms, polls free until it reports the
+// engine free for another request (failing after 3 s), and waits for the
+// goroutine count to fall back to what it was before the request.
+func AbandonRequest(t *testing.T, hs *httptest.Server, path, body string, free func() bool) {
+	t.Helper()
+	hs.Client().Get(hs.URL + "/health") // warm the connection pool
+	hs.CloseClientConnections()
+	base := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+	start := time.Now()
+	if resp, err := hs.Client().Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for !free() {
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("the engine stayed busy after the client left")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hs.CloseClientConnections()
+	hs.Client().CloseIdleConnections()
+	WaitGoroutines(t, base, 3*time.Second)
 }
