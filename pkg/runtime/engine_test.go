@@ -47,11 +47,7 @@ func install(t testing.TB, snapshot string, bits int) string {
 	return fixinstall.Install(t, fixturePath(t, snapshot), bits)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fixinstall.RemoveAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 // At 16 bits the install reproduces transformers: last-prompt logits within
 // 1e-4 and the greedy continuation token for token.

@@ -32,11 +32,7 @@ func loadTiny(t *testing.T, bits int) *runtime.Engine {
 	return e
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fixinstall.RemoveAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 func collect(t *testing.T, r *RuntimeEngine, prompt []int, max int) (string, Outcome) {
 	t.Helper()

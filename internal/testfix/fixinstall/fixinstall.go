@@ -45,3 +45,11 @@ func Install(t testing.TB, input string, bits int) string {
 func RemoveAll() {
 	installs.Range(func(_, v any) bool { os.RemoveAll(filepath.Dir(v.(string))); return true })
 }
+
+// Main runs the tests, deletes the installs they made and exits with the
+// tests' code: the whole TestMain of a package whose tests call Install.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveAll()
+	os.Exit(code)
+}

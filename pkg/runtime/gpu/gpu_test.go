@@ -60,11 +60,7 @@ func install(t testing.TB, snapshot string, bits int) string {
 	return fixinstall.Install(t, fixture(t, snapshot), bits)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fixinstall.RemoveAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 type refPrompt = testfix.RefPrompt
 

@@ -3,7 +3,6 @@ package anthropic
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -15,11 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fixinstall.RemoveAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 // Through the real engine and tokenizer: the stream accumulates to the
 // non-streamed greedy reply, count_tokens equals the prompt the engine

@@ -3,7 +3,6 @@ package openai
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
@@ -13,11 +12,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fixinstall.RemoveAll()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 type tinyServer struct {
 	eng    *server.RuntimeEngine
