@@ -143,3 +143,13 @@ func BitwiseDiff(a, b []float32) int {
 	}
 	return -1
 }
+
+// Quick reports whether to run a package's reduced test set: under the
+// race detector (race, the package's build-tagged constant) or -short,
+// unless NVMAI_LONG_TESTS is set.
+func Quick(race bool) bool {
+	if os.Getenv("NVMAI_LONG_TESTS") != "" {
+		return false
+	}
+	return race || testing.Short()
+}

@@ -16,12 +16,7 @@ import (
 // quickTests reports whether to run the reduced test set: under -race or
 // -short, unless NVMAI_LONG_TESTS=1. The full set adds the long prompts,
 // full-length greedy continuations of every prompt and more chunkings.
-func quickTests() bool {
-	if os.Getenv("NVMAI_LONG_TESTS") != "" {
-		return false
-	}
-	return raceEnabled || testing.Short()
-}
+func quickTests() bool { return testfix.Quick(raceEnabled) }
 
 // pick returns quick in the quick test set, else full.
 func pick[T any](quick, full T) T {

@@ -18,12 +18,7 @@ import (
 // quickTests reports whether to run the reduced test set (under -race or
 // -short, unless NVMAI_LONG_TESTS=1): the 850-token prompt is then cut to
 // its first 120 tokens (still 109 queries past the dense window).
-func quickTests() bool {
-	if os.Getenv("NVMAI_LONG_TESTS") != "" {
-		return false
-	}
-	return raceEnabled || testing.Short()
-}
+func quickTests() bool { return testfix.Quick(raceEnabled) }
 
 // quickIDs cuts a long prompt in the quick test set.
 func quickIDs(ids []int) []int {
