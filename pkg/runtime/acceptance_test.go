@@ -37,6 +37,22 @@ func argmax(row []float32) int {
 	return best
 }
 
+// continuesProbes generates greedily from each probe prompt up to EOS (24
+// tokens at most): the text is the probe's continuation. bits names the
+// install in the error.
+func continuesProbes(t *testing.T, e *Engine, bits int, probes map[string]string) {
+	t.Helper()
+	for prompt, want := range probes {
+		res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(prompt), GenerateOptions{MaxTokens: 24, StopIDs: e.EOSIDs()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Text != want {
+			t.Errorf("%d-bit: %q continued with %q, want %q", bits, prompt, res.Text, want)
+		}
+	}
+}
+
 // The per-expert layout converts to the same model: 16-bit logits and greedy
 // continuations match transformers too.
 func TestPerExpertLayoutMatchesTransformers(t *testing.T) {
@@ -94,15 +110,7 @@ func TestQuantizedProbesAndAgreement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for prompt, want := range probes {
-			res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(prompt), GenerateOptions{MaxTokens: 24, StopIDs: e.EOSIDs()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Text != want {
-				t.Errorf("%d-bit: %q continued with %q, want %q", bits, prompt, res.Text, want)
-			}
-		}
+		continuesProbes(t, e, bits, probes)
 		match, total, maxErr := 0, 0, 0.0
 		V := e.Install.Manifest.Geometry.VocabSize
 		for _, p := range refs {

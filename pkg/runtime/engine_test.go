@@ -62,35 +62,44 @@ func TestSixteenBitMatchesTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			for i, p := range loadRefs(t, tc.refs) {
-				if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
-					continue
-				}
-				var row0 []float32
-				// The float32 KV cache: transformers' own precision.
-				res, err := e.NewSession(SessionOptions{KVBits: 32}).Generate(context.Background(), p.IDs, GenerateOptions{
-					MaxTokens: len(p.Greedy), IgnoreEOS: true,
-					OnLogits: func(row []float32) error {
-						if row0 == nil {
-							row0 = append([]float32(nil), row...)
-						}
-						return nil
-					},
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := maxAbsDiff(row0, p.LastLogits); d > 1e-4 {
-					t.Errorf("prompt %d: last-token logits differ by %g", i, d)
-				}
-				if fmt.Sprint(res.IDs) != fmt.Sprint(p.Greedy) {
-					t.Errorf("prompt %d: greedy\n got %v\nwant %v", i, res.IDs, p.Greedy)
-				}
-				if res.Text != p.GreedyText {
-					t.Errorf("prompt %d: text %q, want %q", i, res.Text, p.GreedyText)
-				}
-			}
+			// The float32 KV cache: transformers' own precision.
+			matchesTransformers(t, e, loadRefs(t, tc.refs), SessionOptions{KVBits: 32}, 1e-4)
 		})
+	}
+}
+
+// matchesTransformers runs every prompt of refs (the long ones only in the
+// full test set) through a fresh session of e with so: the logits after
+// the last prompt token are within tol of transformers', and the greedy
+// continuation and its text are transformers' token for token.
+func matchesTransformers(t *testing.T, e *Engine, refs []refPrompt, so SessionOptions, tol float64) {
+	t.Helper()
+	for i, p := range refs {
+		if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
+			continue
+		}
+		var row0 []float32
+		res, err := e.NewSession(so).Generate(context.Background(), p.IDs, GenerateOptions{
+			MaxTokens: len(p.Greedy), IgnoreEOS: true,
+			OnLogits: func(row []float32) error {
+				if row0 == nil {
+					row0 = append([]float32(nil), row...)
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxAbsDiff(row0, p.LastLogits); d > tol {
+			t.Errorf("prompt %d: last-token logits differ by %g", i, d)
+		}
+		if fmt.Sprint(res.IDs) != fmt.Sprint(p.Greedy) {
+			t.Errorf("prompt %d: greedy\n got %v\nwant %v", i, res.IDs, p.Greedy)
+		}
+		if res.Text != p.GreedyText {
+			t.Errorf("prompt %d: text %q, want %q", i, res.Text, p.GreedyText)
+		}
 	}
 }
 
