@@ -279,21 +279,12 @@ func TestErrorsUseTheEnvelope(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			status, _, body := h.post(tc.path, tc.ctype, tc.body)
-			var env struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-				} `json:"error"`
+			e := adaptertest.DecodeOpenAIError(t, body)
+			if status != tc.status || !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("%d %q, want %d containing %q", status, e.Message, tc.status, tc.want)
 			}
-			if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error.Type == "" {
-				t.Fatalf("body %q is not an error envelope (%v)", body, err)
-			}
-			if status != tc.status || !strings.Contains(env.Error.Message, tc.want) {
-				t.Fatalf("%d %q, want %d containing %q", status, env.Error.Message, tc.status, tc.want)
-			}
-			if tc.param != "" && (env.Error.Param == nil || *env.Error.Param != tc.param) {
-				t.Fatalf("param %v, want %q", env.Error.Param, tc.param)
+			if tc.param != "" && (e.Param == nil || *e.Param != tc.param) {
+				t.Fatalf("param %v, want %q", e.Param, tc.param)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ package adaptertest
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,4 +105,25 @@ func AbandonRequest(t *testing.T, hs *httptest.Server, path, body string, free f
 	hs.CloseClientConnections()
 	hs.Client().CloseIdleConnections()
 	WaitGoroutines(t, base, 3*time.Second)
+}
+
+// OpenAIError is the error of an OpenAI-style envelope,
+// {"error":{"message","type","param"}}.
+type OpenAIError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+}
+
+// DecodeOpenAIError reads body as an OpenAI-style error envelope, failing
+// the test when it is not one (no JSON, or no error type).
+func DecodeOpenAIError(t testing.TB, body string) OpenAIError {
+	t.Helper()
+	var env struct {
+		Error OpenAIError `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error.Type == "" {
+		t.Fatalf("body %q is not an error envelope (%v)", body, err)
+	}
+	return env.Error
 }
