@@ -602,6 +602,17 @@ func TestPanicInTheEngineIsA500NotACrash(t *testing.T) {
 	}
 }
 
+// prepareOnFake hands a mapped request to a core server over the fake
+// engine, as a fuzzer's last step: PrepareChat may refuse it but must not
+// panic.
+func prepareOnFake(creq *server.ChatRequest) {
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
+	if job, err := s.PrepareChat(creq); err == nil {
+		job.Cancel()
+	}
+}
+
 func FuzzChatRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"messages":[{"role":"user","content":"hi"}]}`,
@@ -620,11 +631,7 @@ func FuzzChatRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := server.New(server.Config{Log: func(server.RequestLog) {}})
-		s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
-		if job, err := s.PrepareChat(creq); err == nil {
-			job.Cancel()
-		}
+		prepareOnFake(creq)
 	})
 }
 

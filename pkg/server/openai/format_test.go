@@ -207,11 +207,7 @@ func FuzzResponseFormatRequest(f *testing.F) {
 			}
 			return
 		}
-		s := server.New(server.Config{Log: func(server.RequestLog) {}})
-		s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
-		if job, err := s.PrepareChat(creq); err == nil {
-			job.Cancel()
-		}
+		prepareOnFake(creq)
 	})
 }
 
