@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
@@ -27,15 +28,7 @@ func positionLogits(t *testing.T, e *Engine, ids []int, kvInitial int) []float32
 	return logits
 }
 
-func argmax(row []float32) int {
-	best := 0
-	for i, v := range row {
-		if v > row[best] {
-			best = i
-		}
-	}
-	return best
-}
+var argmax = testfix.Argmax
 
 // continuesProbes generates greedily from each probe prompt up to EOS (24
 // tokens at most): the text is the probe's continuation. bits names the
