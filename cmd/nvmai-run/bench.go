@@ -26,6 +26,8 @@ hit rate, bytes read from disk per token and peak RSS, then the median across pr
 many experts per token were read ahead on a guess (--prefetch) and how many of those were used. It also
 measures, in the same process, the plain memory-read rate (1 … --threads goroutines summing a
 512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.
+On a qwen4_exp install it adds the n-gram table reads per decode step (rows, bytes read from SSD,
+the time the PLE layer waited for them) and the prefill's n-gram bytes.
 Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
 lm_head …): each phase's share of a step and the rate it reads its weights or state at.`,
 		Flags: append(engineFlags(),
