@@ -101,7 +101,12 @@ func BenchmarkNgramStepReads(b *testing.B) {
 		bufs[i] = AlignedBuffer(a)
 	}
 	seed := uint64(0x9e3779b97f4a7c15)
-	next := func() int64 { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return int64(seed % uint64(pages)) }
+	next := func() int64 {
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		return int64(seed % uint64(pages))
+	}
 	offs := make([]int64, rows)
 	b.SetBytes(rows * a)
 	b.ResetTimer()
