@@ -241,3 +241,58 @@ func checkNgramFault(t *testing.T, err error, file, row string, want error) {
 		t.Errorf("error %q does not wrap %v", msg, want)
 	}
 }
+
+// TestQwen38FootprintCountsNgramBuffers: the footprint's n-gram term bounds
+// what the reader holds after a prompt longer than one pass (its read-ahead
+// buffers at their largest), and other installs have none.
+func TestQwen38FootprintCountsNgramBuffers(t *testing.T) {
+	dir := install(t, qwen38Layouts[0], 16)
+	in, err := OpenInstall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f, err := ComputeFootprint(in, FootprintOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.NgramBuffers <= 0 || !strings.Contains(f.String(), "n-gram read buffers") {
+		t.Fatalf("footprint %s has no n-gram term", f)
+	}
+	e, err := Load(dir, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ids := loadRefs(t, "tiny-qwen38.refs.json")
+	var long []int
+	for _, p := range ids {
+		long = append(long, p.IDs...)
+	}
+	long = long[:min(len(long), 300)] // past one 256-token pass
+	if _, err := e.NewSession(SessionOptions{}).Generate(context.Background(), long, GenerateOptions{MaxTokens: 2, IgnoreEOS: true}); err != nil {
+		t.Fatal(err)
+	}
+	tables := e.backend.(*q38Backend).tables
+	var held int64
+	for _, r := range tables.reads {
+		if r != nil {
+			held += int64(cap(r.ids))*8 + int64(cap(r.rows))*4
+		}
+	}
+	for _, b := range tables.scratch {
+		held += int64(cap(b))
+	}
+	if held == 0 || held > f.NgramBuffers {
+		t.Fatalf("the reader holds %d bytes, the footprint counts %d", held, f.NgramBuffers)
+	}
+	t.Logf("n-gram reader holds %d bytes of the footprint's %d", held, f.NgramBuffers)
+	moe, err := OpenInstall(install(t, "tiny-moe-fused", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer moe.Close()
+	if g, err := ComputeFootprint(moe, FootprintOptions{Threads: 1}); err != nil || g.NgramBuffers != 0 {
+		t.Fatalf("a qwen3_5_moe footprint has n-gram buffers %d (%v)", g.NgramBuffers, err)
+	}
+}
