@@ -304,7 +304,9 @@ func (e *Engine) benchLabels() *BenchReport {
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
 	}
 	if e.backend != nil {
-		r.Engine = e.backend.Name()
+		if name := e.backend.Name(); name != "cpu" { // qwen38 runs on the CPU kernels: keep their name
+			r.Engine = name
+		}
 		if g, ok := e.backend.(interface{ BenchInfo() any }); ok {
 			r.GPU = g.BenchInfo()
 		}
