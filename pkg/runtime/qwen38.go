@@ -330,7 +330,7 @@ func (t *ngramTables) read(ple int, ids []int64, dst []float32) error {
 				// the group's rows all start in the span's first page
 				_, l := f.Span(s, offs[order[hi-1]]+en.RowBytes-s)
 				if err := f.ReadBlock(buf[:l], s); err != nil {
-					errs[w] = fmt.Errorf("%s: reading n-gram row %d (byte %d of PLE layer %d's table): %w", f.Path(), ids[first], offs[first], en.Layer, err)
+					errs[w] = fmt.Errorf("%s: reading n-gram row %d (byte %d of the n-gram table of layer %d): %w", f.Path(), ids[first], offs[first], en.Layer, err)
 					return
 				}
 				bytes[w] += l
