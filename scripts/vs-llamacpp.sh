@@ -2,7 +2,7 @@
 # nvmai and llama.cpp side by side on the same synthetic Qwen3.5-35B-A3B geometry, interleaved.
 #
 #   scripts/vs-llamacpp.sh [--regimes LIST] [--rounds N] [--threads N] [--tokens M] [--prompt N]
-#                          [--warmup N] [--work DIR] [--keep] [--update-docs FILE]
+#                          [--warmup N] [--work DIR] [--keep] [--append] [--update-docs FILE]
 #
 # Regimes (default: ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40):
 #   ram-lN     N layers at 4 bits, everything in RAM: nvmai with a slot for every expert
@@ -26,7 +26,9 @@
 # scripts/internal/ggufsynth (its Q4_0/Q8_0 are checked bit for bit against the libggml-base that
 # package ships, first) and nvmai installs with nvmai-convert synth, under --work (default
 # /tmp/nvmai-vs-llamacpp). Models it made are deleted after their regime unless --keep (the
-# 40-layer pairs take 37 GiB at 4 bits and 69 GiB at 8 bits).
+# 40-layer pairs take 37 GiB at 4 bits and 69 GiB at 8 bits). --append keeps the runs of earlier
+# calls in --work's runs.jsonl, so regimes run one call at a time (a disk too small for both 40-layer
+# pairs at once) still come out as one table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
@@ -34,7 +36,7 @@ export PATH="/usr/local/go/bin:$PATH"
 
 NLC_VERSION=3.22.1
 regimes="ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40" rounds=3 threads=2 tokens=32 prompt=64 warmup=512
-work=/tmp/nvmai-vs-llamacpp keep=0 update=""
+work=/tmp/nvmai-vs-llamacpp keep=0 append=0 update=""
 die() { echo "vs-llamacpp: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,8 +48,9 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=${2:?}; shift 2 ;;
     --work) work=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --append) append=1; shift ;;
     --update-docs) update=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -116,7 +119,7 @@ make_cgroup() {
 in_cgroup() { if [ -n "$cg" ]; then bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "$@"; else "$@"; fi; }
 
 runs="$work/runs.jsonl"
-: >"$runs"
+[ "$append" = 1 ] || : >"$runs"
 run_nvmai() { # REGIME ROUND MODEL ARGS...
   local regime=$1 round=$2 model=$3; shift 3
   in_cgroup bin/nvmai-run bench --model "$model" --prompt-ids "$ids" --tokens "$tokens" --threads "$threads" \
