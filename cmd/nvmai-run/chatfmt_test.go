@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
+	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
 func qwen38Format(t *testing.T) *chatFormat {
@@ -130,5 +135,48 @@ func TestChatQwen38TemplateOnTheRealModel(t *testing.T) {
 	}
 	if second := h.reports[1]; !slices.Equal(fresh.IDs, second.IDs) {
 		t.Errorf("second reply %q, a fresh session reading the rendered conversation %q", e.Tokenizer.Decode(second.IDs), e.Tokenizer.Decode(fresh.IDs))
+	}
+}
+
+// End to end on a synthetic qwen4_exp install, which carries the Qwen3.8
+// template: --chat renders with it and its reasoning effort.
+func TestChatReasoningEffortOnSyntheticQwen38(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q38")
+	if _, err := convert.Synth(context.Background(), convert.SynthOptions{Geometry: "tiny-qwen38", Bits: 4, Output: dir, Seed: 1, Threads: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		effort, want string
+	}{
+		{"", "<|im_start|>system\n" + xhighSentence + " Please think carefully and thoroughly before you answer.\n\nBe brief.<|im_end|>\n"},
+		{"low", "<|im_start|>system\n" + lowSentence + "\n\nBe brief.<|im_end|>\n"},
+		{"medium", "<|im_start|>system\nBe brief.<|im_end|>\n"},
+	} {
+		args := []string{"--model", dir, "--chat", "--system", "Be brief.", "--prompt", "Hi", "--max-tokens", "2", "--temperature", "0", "--threads", "1", "--json"}
+		if tc.effort != "" {
+			args = append(args, "--reasoning-effort", tc.effort)
+		}
+		r := clitest.Run(t, app(), args...)
+		if r.Code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.effort, r.Code, r.Stderr)
+		}
+		var out struct {
+			PromptIDs []int `json:"prompt_ids"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+			t.Fatalf("%v: %s", err, r.Stdout)
+		}
+		want := tc.want + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+		if got := tok.Decode(out.PromptIDs); got != want {
+			t.Errorf("--reasoning-effort %q: prompt %q, want %q", tc.effort, got, want)
+		}
+	}
+	r := clitest.Run(t, app(), "--model", dir, "--chat", "--prompt", "Hi", "--reasoning-effort", "high")
+	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, `--reasoning-effort: "high": this model's chat template takes low, medium, xhigh (default xhigh)`) {
+		t.Errorf("--reasoning-effort high: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
