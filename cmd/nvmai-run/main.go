@@ -53,7 +53,7 @@ func modelFlags() []cli.Flag {
 	flags = append(flags, samplingFlags()...)
 	return append(flags,
 		&cli.StringFlag{Name: "system", Usage: "system message for --chat and chat"},
-		&cli.StringFlag{Name: "reasoning-effort", Usage: "reasoning effort for --chat and chat, when the install's chat template has one (Qwen3.8 family: `LEVEL` xhigh, medium or low; default xhigh); such installs are rendered with their template and keep earlier reasoning in the conversation"},
+		&cli.StringFlag{Name: "reasoning-effort", Usage: "reasoning effort `LEVEL` for --chat and chat when the install's chat template has one (Qwen3.8 family: xhigh, medium or low; default xhigh)"},
 		&cli.BoolFlag{Name: "stats", Usage: "print expert-cache hits, misses, bytes read, read rate, I/O wait and peak RSS to stderr"},
 	)
 }
