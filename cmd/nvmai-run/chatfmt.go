@@ -112,9 +112,10 @@ func (f *chatFormat) oneShot(tok *tokenizer.Tokenizer, system, user string) ([]i
 // encodeRendered encodes text, a rendering, with the contents of typed
 // messages (literals, in the order they appear in text) encoded as plain
 // text: <|im_end|> typed by the user does not end the turn, as in the
-// ChatML path. A literal the rendering does not hold verbatim (the
-// template trims contents) is looked for trimmed; the rest of text is
-// encoded with its added tokens matched.
+// ChatML path. A literal is found trimmed (the template trims contents)
+// where a message's content sits, after a newline and right before the
+// turn's <|im_end|>; one not found so is left to be encoded with the rest
+// of text, whose added tokens are matched.
 func encodeRendered(tok *tokenizer.Tokenizer, text string, literals []string) []int {
 	var ids []int
 	for _, lit := range literals {
@@ -122,10 +123,11 @@ func encodeRendered(tok *tokenizer.Tokenizer, text string, literals []string) []
 		if lit == "" {
 			continue
 		}
-		i := strings.Index(text, lit)
+		i := strings.Index(text, "\n"+lit+"<|im_end|>")
 		if i < 0 {
 			continue
 		}
+		i++ // after the newline
 		ids = append(ids, tok.Encode(text[:i])...)
 		ids = append(ids, tok.EncodeText(lit)...)
 		text = text[i+len(lit):]

@@ -70,7 +70,11 @@ func (t *Template) probe() Features {
 	}
 	base, err := render(turns, nil)
 	if err != nil {
-		return f
+		// Some templates refuse a system message; probe without one.
+		turns = turns[1:]
+		if base, err = render(turns, nil); err != nil {
+			return f
+		}
 	}
 	// A template that never names the variable cannot read it; the
 	// rendering probe below tells what it does with it.

@@ -39,6 +39,8 @@ func TestFeaturesByBehaviour(t *testing.T) {
 			Features{ReasoningEfforts: EffortLevels, DefaultEffort: "medium"}},
 		{"keeps reasoning", `{% for m in messages %}{{ m.reasoning_content }}{{ m.content }}{% endfor %}`, Features{PreservesThinking: true}},
 		{"does not render", `{{ raise_exception('no') }}`, Features{}},
+		{"refuses a system message", `{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}{{ reasoning_effort }}`,
+			Features{ReasoningEfforts: EffortLevels}},
 	} {
 		tmpl, err := Parse(tc.src)
 		if err != nil {
