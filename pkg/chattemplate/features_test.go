@@ -75,3 +75,20 @@ func TestEffortMapping(t *testing.T) {
 		}
 	}
 }
+
+// Features may be asked from many requests at once (go test -race).
+func TestFeaturesConcurrent(t *testing.T) {
+	tmpl, err := Load(filepath.Join("testdata/models", "qwen38"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Features)
+	for range 4 {
+		go func() { done <- tmpl.Features() }()
+	}
+	for range 4 {
+		if f := <-done; f.DefaultEffort != "xhigh" {
+			t.Errorf("Features() = %+v", f)
+		}
+	}
+}
