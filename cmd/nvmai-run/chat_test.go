@@ -62,7 +62,8 @@ type fakeSession struct {
 	held, pending int
 	prompts       [][]int
 	reply         []int
-	stopID        int // emitted after the reply, when >= 0
+	stopID        int      // emitted after the reply, when >= 0
+	texts         []string // the reply's text per token ("t" each when nil)
 	atStep        func(ctx context.Context, step int, onLogits func([]float32) error)
 }
 
@@ -90,7 +91,11 @@ func (f *fakeSession) Generate(ctx context.Context, ids []int, opt runtime.Gener
 			f.pending, res.StopReason = 1, "eos"
 			return res, nil
 		}
-		opt.OnToken(id, "t")
+		text := "t"
+		if f.texts != nil {
+			text = f.texts[min(step, len(f.texts)-1)]
+		}
+		opt.OnToken(id, text)
 		if len(res.IDs) == opt.MaxTokens {
 			f.pending = 1
 			return res, nil
