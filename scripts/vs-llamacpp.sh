@@ -120,20 +120,30 @@ in_cgroup() { if [ -n "$cg" ]; then bash -c 'echo $$ >"$1/cgroup.procs"; shift; 
 
 runs="$work/runs.jsonl"
 [ "$append" = 1 ] || : >"$runs"
+# failed REGIME ROUND ENGINE STATUS: records a run that ended without a report (the OOM killer in the
+# cgroup: status 137), so the table says so and the other runs go on.
+failed() {
+  local why="exit status $4"
+  [ "$4" = 137 ] && why="killed (out of memory)"
+  echo "{\"regime\": \"$1\", \"round\": $2, \"engine\": \"$3\", \"failed\": \"$why\"}" | tee -a "$runs"
+}
 run_nvmai() { # REGIME ROUND MODEL ARGS...
-  local regime=$1 round=$2 model=$3; shift 3
-  in_cgroup bin/nvmai-run bench --model "$model" --prompt-ids "$ids" --tokens "$tokens" --threads "$threads" \
-      --warmup "$warmup" --skip-bandwidth --json "$@" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); m=d["median"]
+  local regime=$1 round=$2 model=$3 out rc=0; shift 3
+  out=$(in_cgroup bin/nvmai-run bench --model "$model" --prompt-ids "$ids" --tokens "$tokens" --threads "$threads" \
+      --warmup "$warmup" --skip-bandwidth --json "$@" 2>/dev/null) || rc=$?
+  if [ "$rc" != 0 ]; then failed "$regime" "$round" nvmai "$rc"; return; fi
+  python3 -c 'import json,sys; d=json.load(sys.stdin); m=d["median"]
 print(json.dumps({"regime": sys.argv[1], "round": int(sys.argv[2]), "engine": "nvmai", "prefill_tok_s": m["prefill_tok_s"],
-  "decode_tok_s": m["decode_tok_s"], "peak_rss_bytes": m["peak_rss_bytes"]}))' "$regime" "$round" | tee -a "$runs"
+  "decode_tok_s": m["decode_tok_s"], "peak_rss_bytes": m["peak_rss_bytes"]}))' "$regime" "$round" <<<"$out" | tee -a "$runs"
 }
 run_llama() { # REGIME ROUND GGUF MMAP
-  in_cgroup node scripts/internal/llamabench/bench.mjs --model "$3" --prompt-ids "$ids" --tokens "$tokens" \
-      --threads "$threads" --warmup "$warmup" --mmap "$4" |
-    python3 -c 'import json,sys; d=json.load(sys.stdin)
+  local out rc=0
+  out=$(in_cgroup node scripts/internal/llamabench/bench.mjs --model "$3" --prompt-ids "$ids" --tokens "$tokens" \
+      --threads "$threads" --warmup "$warmup" --mmap "$4") || rc=$?
+  if [ "$rc" != 0 ]; then failed "$1" "$2" llama.cpp "$rc"; return; fi
+  python3 -c 'import json,sys; d=json.load(sys.stdin)
 print(json.dumps({"regime": sys.argv[1], "round": int(sys.argv[2]), "engine": "llama.cpp", "prefill_tok_s": d["prefill_tok_s"],
-  "decode_tok_s": d["decode_tok_s"], "peak_rss_bytes": d["peak_rss_bytes"], "version": d["version"]}))' "$1" "$2" | tee -a "$runs"
+  "decode_tok_s": d["decode_tok_s"], "peak_rss_bytes": d["peak_rss_bytes"], "version": d["version"]}))' "$1" "$2" <<<"$out" | tee -a "$runs"
 }
 
 regime_pair() { # REGIME → makes the pair; sets nv, nv_args, gg, mmap
@@ -170,12 +180,13 @@ import collections, json, statistics as st, sys
 runs, threads, tokens, prompt, warmup, rounds = sys.argv[1:7]
 skipped = sys.argv[7:]
 g = collections.defaultdict(list)
+fails = collections.defaultdict(list)
 order = []
 for line in open(runs):
     r = json.loads(line)
     if r["regime"] not in order:
         order.append(r["regime"])
-    g[(r["regime"], r["engine"])].append(r)
+    (fails if "failed" in r else g)[(r["regime"], r["engine"])].append(r)
 label = {"ram-l4": "4 layers 4-bit, all in RAM", "ram-l12": "12 layers 4-bit, all in RAM",
          "ram-l40": "40 layers 4-bit, all in RAM", "disk8-l40": "40 layers 8-bit (34 GiB), 24 GiB machine",
          "mem16-l40": "40 layers 4-bit in a 16 GiB cgroup"}
@@ -189,6 +200,13 @@ print("|---|---|---|---|---|---|---|")
 for reg in order:
     nv, ll = g[(reg, "nvmai")], g[(reg, "llama.cpp")]
     if not nv or not ll:
+        # an engine that failed every round: say how, with the other's figures
+        why = {e: "; ".join(sorted({f["failed"] for f in fails[(reg, e)]})) for e in ("nvmai", "llama.cpp")}
+        rss = lambda v: f"{st.median([x['peak_rss_bytes'] for x in v]) / 2**30:.1f} GiB" if v else ""
+        for phase in ("decode", "prefill"):
+            cell = lambda v, e: fmt([x[f"{phase}_tok_s"] for x in v]) if v else f"{why[e] or 'not run'} ({len(fails[(reg, e)])} of {rounds})"
+            print(f"| {label.get(reg, reg)} | {phase} | {cell(nv, 'nvmai')} | {cell(ll, 'llama.cpp')} | – | "
+                  f"{rss(nv) if phase == 'decode' else ''} | {rss(ll) if phase == 'decode' else ''} |")
         continue
     rss = lambda v: f"{st.median([x['peak_rss_bytes'] for x in v]) / 2**30:.1f} GiB"
     for phase in ("decode", "prefill"):
