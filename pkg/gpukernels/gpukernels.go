@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -454,6 +454,19 @@ func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H,
 // Argmax writes the greedy token (−1 on NaN) to out.
 func (l *Launcher) Argmax(out, logits cuda.DevicePtr, V int) error {
 	return l.launch("argmax", cuda.D1(1), cuda.D1(1024), 0, out, logits, V)
+}
+
+// TopKThreads is topk_cand's block size.
+const TopKThreads = 1024
+
+// TopKCand writes the top-k candidates of logits [V] to out (4 header words,
+// then cap (id, logit) pairs): see kernels.cu's topk_cand, the reference is
+// sample.TopKCandidates.
+func (l *Launcher) TopKCand(out, logits cuda.DevicePtr, V, k, cap int) error {
+	if k < 1 || k >= V || cap < 1 {
+		return fmt.Errorf("gpukernels: topk_cand: k %d of %d logits (cap %d) is outside 1 ≤ k < V", k, V, cap)
+	}
+	return l.launch("topk_cand", cuda.D1(1), cuda.D1(TopKThreads), 0, out, logits, V, k, cap)
 }
 
 // Advance adds T to the device position.

@@ -1512,6 +1512,96 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
     }
 }
 
+// topk_cand: the candidates of sample.TopKCandidates for the device's
+// sampler: the k-th largest logit, found exactly by a radix select over
+// order-preserving keys (4 passes of 8 bits), then every logit at least that
+// value and not -Inf, compacted in id order. out[0] = how many there are
+// (also past cap), out[1] = 1 when the row holds a NaN or +Inf (the host
+// then samples the row itself, as the CPU sampler reports those), out[2] =
+// the threshold's bits; out[4+2i], out[4+2i+1] = candidate i's id and logit
+// bits, for the first cap. One block (1024 threads); 1 <= k < V.
+__device__ __forceinline__ unsigned int order_key(float x) {
+    unsigned int u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k, int cap) {
+    PDL_ENTRY();
+    __shared__ unsigned int hist[256];
+    __shared__ unsigned int sprefix, srank;
+    __shared__ int bad;
+    __shared__ int wsum[32];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) { sprefix = 0; srank = (unsigned int)k; bad = 0; }
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += nt) hist[i] = 0;
+        __syncthreads();
+        const unsigned int prefix = sprefix;
+        const unsigned int hmask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+        for (int i = tid; i < V; i += nt) {
+            float x = logits[i];
+            if (shift == 24 && (x != x || x == __int_as_float(0x7f800000))) bad = 1;
+            unsigned int key = order_key(x);
+            if ((key & hmask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) { // the bin holding the rank-th largest key
+            unsigned int rem = srank;
+            int b = 255;
+            for (; b > 0; b--) {
+                if (hist[b] >= rem) break;
+                rem -= hist[b];
+            }
+            sprefix = prefix | ((unsigned int)b << shift);
+            srank = rem;
+        }
+        __syncthreads();
+    }
+    const unsigned int tkey = sprefix;
+    const float thr = __uint_as_float((tkey & 0x80000000u) ? (tkey & 0x7fffffffu) : ~tkey);
+    const float ninf = -__int_as_float(0x7f800000);
+    // Each thread takes a contiguous segment, so an exclusive scan of the
+    // segments' counts places every candidate in id order.
+    const int seg = (V + nt - 1) / nt, lo = min(V, tid * seg), hi = min(V, lo + seg);
+    int c = 0;
+    for (int i = lo; i < hi; i++) {
+        float x = logits[i];
+        if (x >= thr && x != ninf) c++;
+    }
+    const int lane = tid & 31, w = tid >> 5;
+    int inc = c;
+    for (int off = 1; off < 32; off <<= 1) {
+        int o = __shfl_up_sync(0xffffffffu, inc, off);
+        if (lane >= off) inc += o;
+    }
+    if (lane == 31) wsum[w] = inc;
+    __syncthreads();
+    if (w == 0) {
+        int nw = (nt + 31) >> 5;
+        int v = lane < nw ? wsum[lane] : 0;
+        for (int off = 1; off < 32; off <<= 1) {
+            int o = __shfl_up_sync(0xffffffffu, v, off);
+            if (lane >= off) v += o;
+        }
+        if (lane < nw) wsum[lane] = v; // inclusive over warps
+    }
+    __syncthreads();
+    int pos = inc - c + (w > 0 ? wsum[w - 1] : 0);
+    for (int i = lo; i < hi && pos < cap; i++) {
+        float x = logits[i];
+        if (x >= thr && x != ninf) {
+            out[4 + 2 * pos] = i;
+            out[5 + 2 * pos] = __float_as_int(x);
+            pos++;
+        }
+    }
+    if (tid == nt - 1) {
+        out[0] = wsum[((nt + 31) >> 5) - 1];
+        out[1] = bad;
+        out[2] = (int)__float_as_uint(thr);
+        out[3] = 0;
+    }
+}
+
 // advance: *pos += T, at the end of a step (position lives on the device so
 // one captured graph serves every step).
 extern "C" __global__ void advance(int* pos, int T) {

@@ -366,3 +366,6 @@ func (info *BenchInfo) Summary() []string {
 		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))
 	return lines
 }
+
+// A GPU sequence narrows sampled rows to their top-k candidates on the device.
+var _ runtime.CandidateState = (*State)(nil)
