@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -92,6 +92,9 @@ type Launcher struct {
 	// MMA runs multi-token Q4/Q8 products on the integer tensor cores
 	// (qgemm_mma, qgemm_grouped_mma; sm_80 and newer): bitwise the same.
 	MMA bool
+	// GDNPipe runs the delta rule as gdn_rec_pipe (two dependency chains a
+	// token instead of two in a row): bitwise gdn_rec.
+	GDNPipe bool
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
@@ -374,7 +377,7 @@ func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.Dev
 // GDNRecShared is the shared memory gdn_rec takes for T tokens (kernels.cu's
 // GDN_STAGE_T is 8).
 func GDNRecShared(s GDNShape, T int) int {
-	n := 32*s.Dk + 2*s.Dk + 4*T
+	n := 32*s.Dk + 3*s.Dk + 4*T // gdn_rec_pipe's k is double-buffered
 	if T <= 8 {
 		n += T * 2 * s.Dk
 	}
@@ -396,7 +399,11 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	if !GDNSplitFits(s, T) {
 		return fmt.Errorf("gpukernels: gdn_rec: a %d-deep state slice over %d tokens is past %d bytes of shared memory", s.Dk, T, maxStaticShared)
 	}
-	return l.launch("gdn_rec", cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), GDNRecShared(s, T),
+	name := "gdn_rec"
+	if l.GDNPipe {
+		name = "gdn_rec_pipe"
+	}
+	return l.launch(name, cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), GDNRecShared(s, T),
 		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
 }
 

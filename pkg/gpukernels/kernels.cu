@@ -1205,6 +1205,152 @@ extern "C" __global__ void gdn_rec(float* oraw, float* S, const float* conv, con
     }
 }
 
+// gdn_rec_pipe is gdn_rec with the chain of token t's output and the chain
+// of token t+1's k·S in one loop (the second reads the state as token t
+// leaves it, element by element): the same sums in the same order, so
+// bitwise gdn_rec, but two independent dependency chains a step instead of
+// two chains one after the other. k is double-buffered in shared memory.
+extern "C" __global__ void gdn_rec_pipe(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                        const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) float smem[];
+    float* Ss = smem;        // [Dk][32]
+    float* q = Ss + Dk * 32; // [Dk]
+    float* kb = q + Dk;      // [2][Dk]: token t's k in kb[t&1]
+    float* tok = kb + 2 * Dk; // [T][4]: iq, ik, decay, beta
+    float* qk = tok + 4 * T; // [GDN_STAGE_T][2·Dk] when T ≤ GDN_STAGE_T
+    int h = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x, lane = tid & 31;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    bool full = j0 + 32 <= Dv && (Dv & 3) == 0;
+    if (full) { // 8 float4 a row of the slice
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Ss + r * 32 + c) = *(const float4*)(Sh + (i64)r * Dv + j0 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            Ss[i] = j0 + c < Dv ? Sh[(i64)r * Dv + j0 + c] : 0.0f;
+        }
+    }
+    bool staged = T <= GDN_STAGE_T;
+    if (staged)
+        for (int i = tid; i < T * 2 * Dk; i += blockDim.x) {
+            int t = i / (2 * Dk), c = i % (2 * Dk);
+            qk[i] = conv[(i64)t * C + (c < Dk ? kh * Dk + c : kd + kh * Dk + c - Dk)];
+        }
+    __syncthreads();
+    for (int i = tid; i < 4 * T; i += blockDim.x) {
+        int t = i >> 2, what = i & 3;
+        if (what < 2) { // l2NormScaled's sum, index order, float64
+            const float* src = staged ? qk + t * 2 * Dk + what * Dk : conv + (i64)t * C + what * kd + kh * Dk;
+            double sq = 0;
+#pragma unroll 8
+            for (int c = 0; c < Dk; c++) sq += (double)src[c] * (double)src[c];
+            tok[i] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (what == 2) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            tok[i] = exp64(g);
+        } else {
+            tok[i] = sigmoid64(b[t * abStride + h]);
+        }
+    }
+    __syncthreads();
+    if (tid < 32) {
+        int j = j0 + lane, per = Dk / 32;
+        bool col = j < Dv;
+        float rq[4], rk[4], rv = 0; // raw q of token t+1, k of token t+2, v of token t+1, in flight
+        // Prologue: token 0's q and k, token 1's k, token 0's v and p.
+        {
+            const float* r0 = conv;
+            const float* r1 = conv + (T > 1 ? C : 0);
+            float iq = tok[0], ik = tok[1], ik1 = T > 1 ? tok[5] : 0.0f;
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                if (m < per) {
+                    q[lane + 32 * m] = __fmul_rn(__fmul_rn(r0[kh * Dk + lane + 32 * m], iq), qScale);
+                    kb[lane + 32 * m] = __fmul_rn(__fmul_rn(r0[kd + kh * Dk + lane + 32 * m], ik), 1.0f);
+                    if (T > 1) kb[Dk + lane + 32 * m] = __fmul_rn(__fmul_rn(r1[kd + kh * Dk + lane + 32 * m], ik1), 1.0f);
+                }
+            if (col) rv = r0[2 * kd + h * Dv + j];
+        }
+        float vj = rv, p = 0;
+        __syncwarp();
+        if (col) {
+            float decay = tok[2];
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), kb[i]));
+        }
+        for (int t = 0; t < T; t++) {
+            // Loads for the end of this step, in flight during it.
+            if (t + 1 < T) {
+                const float* r1 = conv + (i64)(t + 1) * C;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) rq[m] = r1[kh * Dk + lane + 32 * m];
+                if (col) rv = r1[2 * kd + h * Dv + j];
+            }
+            if (t + 2 < T) {
+                const float* r2 = conv + (i64)(t + 2) * C;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) rk[m] = r2[kd + kh * Dk + lane + 32 * m];
+            }
+            float decay = tok[4 * t + 2], beta = tok[4 * t + 3];
+            float dn = t + 1 < T ? tok[4 * (t + 1) + 2] : 0.0f;
+            const float* kt = kb + (t & 1) * Dk;
+            const float* kn = kb + ((t + 1) & 1) * Dk;
+            if (col) {
+                // Token t's update and output, and token t+1's p from the
+                // updated state: two independent chains, each summed in
+                // gdn_heads' order.
+                float delta = __fmul_rn(__fsub_rn(vj, p), beta);
+                float out = 0, pn = 0;
+#pragma unroll 8
+                for (int i = 0; i < Dk; i++) {
+                    float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(kt[i], delta));
+                    Ss[i * 32 + lane] = sv;
+                    out = __fadd_rn(out, __fmul_rn(sv, q[i]));
+                    pn = __fadd_rn(pn, __fmul_rn(__fmul_rn(sv, dn), kn[i]));
+                }
+                oraw[(i64)t * vd + h * Dv + j] = out;
+                p = pn;
+            }
+            __syncwarp();
+            if (t + 1 < T) {
+                float iq = tok[4 * (t + 1)];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) q[lane + 32 * m] = __fmul_rn(__fmul_rn(rq[m], iq), qScale);
+                vj = rv;
+            }
+            if (t + 2 < T) {
+                float ik = tok[4 * (t + 2) + 1];
+                float* kw = kb + (t & 1) * Dk;
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    if (m < per) kw[lane + 32 * m] = __fmul_rn(__fmul_rn(rk[m], ik), 1.0f);
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    if (full) {
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Sh + (i64)r * Dv + j0 + c) = *(const float4*)(Ss + r * 32 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            if (j0 + c < Dv) Sh[(i64)r * Dv + j0 + c] = Ss[i];
+        }
+    }
+}
+
 // gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and
 // token (block (h, t)): the invRMS sum in float64, index order, by one
 // thread, then o = normW·(ov·inv)·silu(z). When xq8 is set (a head is

@@ -36,6 +36,7 @@ func TestBench(t *testing.T) {
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
+			b.Model.chunk, b.Model.gdnPipe = max(v.chunk, MaxChunk), v.pipe
 			carve := -1
 			if v.carve {
 				carve = gpukernels.UniformCarveout
@@ -59,6 +60,8 @@ func TestBench(t *testing.T) {
 type benchVariant struct {
 	name                                string
 	pdl, fuse, group, split, carve, mma bool
+	chunk                               int  // prefill tokens per pass (0: MaxChunk)
+	pipe                                bool // gdn_rec_pipe
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
@@ -66,14 +69,18 @@ type benchVariant struct {
 // column-split delta rule, prefill on the tensor cores), base none of them
 // (the launches as before these changes), nopdl, nofuse, nosplit and nomma
 // all but one, carve all plus one carve-out for every kernel, group all
-// plus prefill's experts grouped by expert. The variants' greedy tokens
-// must agree.
+// plus prefill's experts grouped by expert, group512 and group1024 that
+// with prefill passes of 512 or 1024 tokens, pipe group with the delta rule
+// as gdn_rec_pipe, pipe512 pipe with 512-token passes. The variants' greedy
+// tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, false, true, false, true}, "base": {"base", false, false, false, false, false, false},
-		"nopdl": {"nopdl", false, true, false, true, false, true}, "nofuse": {"nofuse", true, false, false, true, false, true},
-		"nosplit": {"nosplit", true, true, false, false, false, true}, "nomma": {"nomma", true, true, false, true, false, false},
-		"carve": {"carve", true, true, false, true, true, true}, "group": {"group", true, true, true, true, false, true},
+		"all": {"all", true, true, false, true, false, true, 0, false}, "base": {"base", false, false, false, false, false, false, 0, false},
+		"nopdl": {"nopdl", false, true, false, true, false, true, 0, false}, "nofuse": {"nofuse", true, false, false, true, false, true, 0, false},
+		"nosplit": {"nosplit", true, true, false, false, false, true, 0, false}, "nomma": {"nomma", true, true, false, true, false, false, 0, false},
+		"carve": {"carve", true, true, false, true, true, true, 0, false}, "group": {"group", true, true, true, true, false, true, 0, false},
+		"group512": {"group512", true, true, true, true, false, true, 512, false}, "group1024": {"group1024", true, true, true, true, false, true, 1024, false},
+		"pipe": {"pipe", true, true, true, true, false, true, 0, true}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, true},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

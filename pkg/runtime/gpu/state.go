@@ -22,8 +22,12 @@ const (
 	PhaseHead      = "lm_head" // final norm, lm_head, argmax
 )
 
-// MaxChunk is the most tokens one forward pass carries (prefill chunks).
+// MaxChunk is the most tokens one forward pass carries by default (prefill
+// chunks); NVMAI_GPU_CHUNK sets it, up to MaxChunkLimit.
 const MaxChunk = 256
+
+// MaxChunkLimit is the longest prefill chunk NVMAI_GPU_CHUNK may ask for.
+const MaxChunkLimit = 1024
 
 // StateOptions size a sequence's KV cache.
 type StateOptions struct {
@@ -38,12 +42,14 @@ type StateOptions struct {
 type State struct {
 	m            *Model
 	pos          int // host mirror of *dpos
+	chunkLen     int // prefill tokens per pass (Model.chunk when allocated)
 	maxCtx, kcap int
 	noGraph      bool
 
 	dpos, tokens, next cuda.DevicePtr
 	cand               cuda.DevicePtr // topk_cand's header and (id, logit) pairs
 	candBuf            []int32
+	topKServed         int              // TopK calls that listed the candidates (tests)
 	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
 	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
 	s                  scratch
@@ -53,7 +59,7 @@ type State struct {
 	allocs             []cuda.DevicePtr // everything but the KV cache
 }
 
-// scratch is a forward pass's device buffers for up to MaxChunk tokens.
+// scratch is a forward pass's device buffers for up to State.chunkLen tokens.
 type scratch struct {
 	x, u, proj, convOut, z, a, b, o    cuda.DevicePtr
 	q2, k, v, scores                   cuda.DevicePtr
@@ -68,7 +74,7 @@ type scratch struct {
 // NewState allocates a sequence.
 func (m *Model) NewState(opt StateOptions) (*State, error) {
 	cfg := m.cfg
-	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph}
+	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph, chunkLen: max(m.chunk, 1)}
 	if st.maxCtx <= 0 || st.maxCtx > cfg.MaxContext {
 		st.maxCtx = cfg.MaxContext
 	}
@@ -103,7 +109,7 @@ func (st *State) alloc(c *cuda.Ctx) error {
 		}
 		return p
 	}
-	T := MaxChunk
+	T := st.chunkLen
 	f := func(n int) cuda.DevicePtr { return a(4 * T * n) }
 	st.dpos, st.tokens, st.next = a(4), a(4*T), a(4)
 	st.cand = a(4 * (4 + 2*MaxCandidates))
@@ -169,7 +175,7 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 	if st.s.scores != 0 {
 		c.Free(st.s.scores)
 	}
-	p, err := c.Alloc(uint64(4 * MaxChunk * max(g.attn.Hq, 1) * capacity))
+	p, err := c.Alloc(uint64(4 * st.chunkLen * max(g.attn.Hq, 1) * capacity))
 	if err != nil {
 		return fmt.Errorf("gpu: no room for attention scores over %d tokens: %w", capacity, err)
 	}
@@ -241,8 +247,8 @@ func (st *State) Forward(ids []int) error {
 				return err
 			}
 		}
-		for start := 0; start < len(ids); start += MaxChunk {
-			chunk := ids[start:min(start+MaxChunk, len(ids))]
+		for start := 0; start < len(ids); start += st.chunkLen {
+			chunk := ids[start:min(start+st.chunkLen, len(ids))]
 			if err := st.chunk(c, chunk); err != nil {
 				return err
 			}
@@ -268,7 +274,7 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
 		return err
 	}
-	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe}
 	if len(ids) == 1 && !st.noGraph {
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
@@ -359,6 +365,7 @@ func (st *State) TopK(k int, ids []int32, logits []float32) (n int, ok bool, err
 	for i := range n {
 		ids[i], logits[i] = buf[4+2*i], math.Float32frombits(uint32(buf[5+2*i]))
 	}
+	st.topKServed++
 	return n, true, nil
 }
 
@@ -480,7 +487,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
 			}
 			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
-			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, MaxChunk) {
+			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, st.chunkLen) {
 				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
 				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))
