@@ -13,10 +13,11 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
-# BENCH_VARIANTS (default group,pipe,group512,pipe512) lists the launch strategies the bench
+# BENCH_VARIANTS (default group,pipe512,par,par512) lists the launch strategies the bench
 # compares in one process (pkg/runtime/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
-# nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512);
+# nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
+# par, par512);
 # their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
 # same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
@@ -69,11 +70,13 @@ run kernels "$bin/gpukernels.test"
 # Sampled: device top-k candidates vs the CPU sampler and the CPU engine.
 fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
-# The same checks with prefill on the CUDA cores and the delta rule as
-# gdn_rec (NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0), and with 512-token prefill
-# passes (NVMAI_GPU_CHUNK=512; the fixtures' prompts reach 960 tokens).
-NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0 run fidelity-nomma "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
-NVMAI_GPU_CHUNK=512 run fidelity-chunk512 "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# The same checks with the earlier kernels: prefill on the CUDA cores, the
+# delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
+# NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256); and with the delta rule as
+# gdn_rec_pipe (NVMAI_GPU_GDNPAR=0). The fixtures' prompts reach 960 tokens,
+# so the 512-token passes are exercised.
+NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256 run fidelity-nomma "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+NVMAI_GPU_GDNPAR=0 run fidelity-pipe "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -91,7 +94,7 @@ fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe,group512,pipe512} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe512,par,par512} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
 	# The CLI end to end on the largest install: greedy, sampled from the
 	# device's top-k candidates, and sampled without top-k (the row is
 	# copied to the CPU sampler).

@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -47,7 +47,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	for _, n := range []string{"gdn_heads"} {
+	for _, n := range []string{"gdn_heads", "gdn_rec_par"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
 		}
@@ -95,6 +95,9 @@ type Launcher struct {
 	// GDNPipe runs the delta rule as gdn_rec_pipe (two dependency chains a
 	// token instead of two in a row): bitwise gdn_rec.
 	GDNPipe bool
+	// GDNPar runs it as gdn_rec_par (the update over four warps) where the
+	// geometry fits, else as gdn_rec_pipe: bitwise gdn_rec.
+	GDNPar bool
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
@@ -384,6 +387,18 @@ func GDNRecShared(s GDNShape, T int) int {
 	return n * 4
 }
 
+// GDNRecParShared is the shared memory gdn_rec_par takes for T tokens:
+// gdn_rec_pipe's plus the two sums' terms [2][Dk][32] and a p per column.
+func GDNRecParShared(s GDNShape, T int) int {
+	return GDNRecShared(s, T) + (64*s.Dk+32)*4
+}
+
+// GDNParFits reports whether gdn_rec_par can take the geometry for chunks
+// of T tokens (its four warps cover 128 rows; MaxGDNShared is opted in).
+func GDNParFits(s GDNShape, T int) bool {
+	return GDNSplitFits(s, T) && GDNRecParShared(s, T) <= MaxGDNShared && GDNRecParShared(s, 8) <= MaxGDNShared
+}
+
 // maxStaticShared is what a kernel may take without raising its limit.
 const maxStaticShared = 48 << 10
 
@@ -399,11 +414,14 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	if !GDNSplitFits(s, T) {
 		return fmt.Errorf("gpukernels: gdn_rec: a %d-deep state slice over %d tokens is past %d bytes of shared memory", s.Dk, T, maxStaticShared)
 	}
-	name := "gdn_rec"
-	if l.GDNPipe {
+	name, smem := "gdn_rec", GDNRecShared(s, T)
+	switch {
+	case l.GDNPar && GDNParFits(s, T):
+		name, smem = "gdn_rec_par", GDNRecParShared(s, T)
+	case l.GDNPipe || l.GDNPar:
 		name = "gdn_rec_pipe"
 	}
-	return l.launch(name, cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), GDNRecShared(s, T),
+	return l.launch(name, cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), smem,
 		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
 }
 

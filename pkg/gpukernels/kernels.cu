@@ -1351,6 +1351,149 @@ extern "C" __global__ void gdn_rec_pipe(float* oraw, float* S, const float* conv
     }
 }
 
+// gdn_rec_par is gdn_rec_pipe with the state update spread over the
+// block's four warps (warp w updates rows 32w … 32w+31 and leaves the
+// output's and the next token's k·S terms in shared memory), then warp 0
+// sums the output and warp 1 the next p, each in index order: the same
+// products and sums as gdn_rec, so bitwise the same, with a quarter of the
+// update on each warp. Needs Dk ≤ 128 (four warps of 32 rows) and the
+// opted-in shared memory of GDNRecParShared.
+extern "C" __global__ void gdn_rec_par(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                       const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) float smem[];
+    float* Ss = smem;        // [Dk][32]
+    float* q = Ss + Dk * 32; // [Dk]
+    float* kb = q + Dk;      // [2][Dk]: token t's k in kb[t&1]
+    float* tok = kb + 2 * Dk; // [T][4]: iq, ik, decay, beta
+    float* qk = tok + 4 * T; // [GDN_STAGE_T][2·Dk] when T ≤ GDN_STAGE_T
+    float* tO = qk + (T <= GDN_STAGE_T ? T * 2 * Dk : 0); // [Dk][32]: sv·q, token t's output terms
+    float* tP = tO + Dk * 32;                             // [Dk][32]: (sv·decay')·k', token t+1's k·S terms
+    float* pcol = tP + Dk * 32;                           // [32]: p of the next token, by column
+    int h = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x, lane = tid & 31;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    bool full = j0 + 32 <= Dv && (Dv & 3) == 0;
+    if (full) { // 8 float4 a row of the slice
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Ss + r * 32 + c) = *(const float4*)(Sh + (i64)r * Dv + j0 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            Ss[i] = j0 + c < Dv ? Sh[(i64)r * Dv + j0 + c] : 0.0f;
+        }
+    }
+    bool staged = T <= GDN_STAGE_T;
+    if (staged)
+        for (int i = tid; i < T * 2 * Dk; i += blockDim.x) {
+            int t = i / (2 * Dk), c = i % (2 * Dk);
+            qk[i] = conv[(i64)t * C + (c < Dk ? kh * Dk + c : kd + kh * Dk + c - Dk)];
+        }
+    __syncthreads();
+    for (int i = tid; i < 4 * T; i += blockDim.x) {
+        int t = i >> 2, what = i & 3;
+        if (what < 2) { // l2NormScaled's sum, index order, float64
+            const float* src = staged ? qk + t * 2 * Dk + what * Dk : conv + (i64)t * C + what * kd + kh * Dk;
+            double sq = 0;
+#pragma unroll 8
+            for (int c = 0; c < Dk; c++) sq += (double)src[c] * (double)src[c];
+            tok[i] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (what == 2) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            tok[i] = exp64(g);
+        } else {
+            tok[i] = sigmoid64(b[t * abStride + h]);
+        }
+    }
+    __syncthreads();
+    const int w = tid >> 5, j = j0 + lane;
+    const bool col = j < Dv;
+    // Token 0's q and k and token 1's k, one element a thread.
+    for (int e = tid; e < Dk; e += blockDim.x) {
+        q[e] = __fmul_rn(__fmul_rn(conv[kh * Dk + e], tok[0]), qScale);
+        kb[e] = __fmul_rn(__fmul_rn(conv[kd + kh * Dk + e], tok[1]), 1.0f);
+        if (T > 1) kb[Dk + e] = __fmul_rn(__fmul_rn(conv[C + kd + kh * Dk + e], tok[5]), 1.0f);
+    }
+    __syncthreads();
+    if (w == 0 && col) { // token 0's p, from the state as it came in
+        float decay = tok[2], p = 0;
+#pragma unroll 8
+        for (int i = 0; i < Dk; i++) p = __fadd_rn(p, __fmul_rn(__fmul_rn(Ss[i * 32 + lane], decay), kb[i]));
+        pcol[lane] = p;
+    }
+    float vj = col ? conv[2 * kd + h * Dv + j] : 0.0f, rv = 0;
+    float rq[2], rk[2]; // warps 2 and 3: raw q of token t+1, k of token t+2 (elements tid−64, tid)
+    for (int t = 0; t < T; t++) {
+        if (t + 1 < T && col) rv = conv[(i64)(t + 1) * C + 2 * kd + h * Dv + j];
+        if (w >= 2) {
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                int e = tid - 64 + 64 * m;
+                if (e < Dk) {
+                    if (t + 1 < T) rq[m] = conv[(i64)(t + 1) * C + kh * Dk + e];
+                    if (t + 2 < T) rk[m] = conv[(i64)(t + 2) * C + kd + kh * Dk + e];
+                }
+            }
+        }
+        __syncthreads(); // q, kb and pcol hold token t's
+        float decay = tok[4 * t + 2], beta = tok[4 * t + 3];
+        float dn = t + 1 < T ? tok[4 * (t + 1) + 2] : 0.0f;
+        const float* kt = kb + (t & 1) * Dk;
+        const float* kn = kb + ((t + 1) & 1) * Dk;
+        if (col && 32 * w < Dk) {
+            // Every element's update is independent: warp w takes rows
+            // 32w … 32w+31 and leaves the two sums' terms in shared memory.
+            float delta = __fmul_rn(__fsub_rn(vj, pcol[lane]), beta);
+#pragma unroll 8
+            for (int r = 0; r < 32; r++) {
+                int i = 32 * w + r;
+                float sv = __fadd_rn(__fmul_rn(Ss[i * 32 + lane], decay), __fmul_rn(kt[i], delta));
+                Ss[i * 32 + lane] = sv;
+                tO[i * 32 + lane] = __fmul_rn(sv, q[i]);
+                tP[i * 32 + lane] = __fmul_rn(__fmul_rn(sv, dn), kn[i]);
+            }
+        }
+        __syncthreads(); // the terms are in; q and kb[t&1] are free
+        if (w == 0 && col) { // token t's output, summed in index order
+            float out = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) out = __fadd_rn(out, tO[i * 32 + lane]);
+            oraw[(i64)t * vd + h * Dv + j] = out;
+        } else if (w == 1 && col) { // token t+1's p, summed in index order
+            float pn = 0;
+#pragma unroll 8
+            for (int i = 0; i < Dk; i++) pn = __fadd_rn(pn, tP[i * 32 + lane]);
+            pcol[lane] = pn;
+        } else if (w >= 2) {
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                int e = tid - 64 + 64 * m;
+                if (e < Dk) {
+                    if (t + 1 < T) q[e] = __fmul_rn(__fmul_rn(rq[m], tok[4 * (t + 1)]), qScale);
+                    if (t + 2 < T) kb[(t & 1) * Dk + e] = __fmul_rn(__fmul_rn(rk[m], tok[4 * (t + 2) + 1]), 1.0f);
+                }
+            }
+        }
+        vj = rv;
+    }
+    __syncthreads();
+    if (full) {
+        for (int i = tid; i < Dk * 8; i += blockDim.x) {
+            int r = i >> 3, c = (i & 7) * 4;
+            *(float4*)(Sh + (i64)r * Dv + j0 + c) = *(const float4*)(Ss + r * 32 + c);
+        }
+    } else {
+        for (int i = tid; i < Dk * 32; i += blockDim.x) {
+            int r = i >> 5, c = i & 31;
+            if (j0 + c < Dv) Sh[(i64)r * Dv + j0 + c] = Ss[i];
+        }
+    }
+}
+
 // gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and
 // token (block (h, t)): the invRMS sum in float64, index order, by one
 // thread, then o = normW·(ov·inv)·silu(z). When xq8 is set (a head is
@@ -1672,22 +1815,37 @@ __device__ __forceinline__ unsigned int order_key(float x) {
 }
 extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k, int cap) {
     PDL_ENTRY();
+    __shared__ unsigned int whist[32][256]; // a histogram per warp
     __shared__ unsigned int hist[256];
     __shared__ unsigned int sprefix, srank;
     __shared__ int bad;
     __shared__ int wsum[32];
-    const int tid = threadIdx.x, nt = blockDim.x;
+    const int tid = threadIdx.x, nt = blockDim.x, wid = tid >> 5, nw = (nt + 31) >> 5;
     if (tid == 0) { sprefix = 0; srank = (unsigned int)k; bad = 0; }
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += nt) hist[i] = 0;
+        for (int i = tid; i < 32 * 256; i += nt) (&whist[0][0])[i] = 0;
         __syncthreads();
         const unsigned int prefix = sprefix;
         const unsigned int hmask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-        for (int i = tid; i < V; i += nt) {
-            float x = logits[i];
-            if (shift == 24 && (x != x || x == __int_as_float(0x7f800000))) bad = 1;
-            unsigned int key = order_key(x);
-            if ((key & hmask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        // Logits cluster in a few bins: lanes with the same bin add once
+        // (match_any), into their warp's own histogram.
+        for (int base = 0; base < V; base += nt) {
+            int i = base + tid;
+            unsigned int bin = 256u; // not counted
+            if (i < V) {
+                float x = logits[i];
+                if (shift == 24 && (x != x || x == __int_as_float(0x7f800000))) bad = 1;
+                unsigned int key = order_key(x);
+                if ((key & hmask) == prefix) bin = (key >> shift) & 255u;
+            }
+            unsigned int peers = __match_any_sync(0xffffffffu, bin);
+            if (bin < 256u && (tid & 31) == __ffs(peers) - 1) atomicAdd(&whist[wid][bin], (unsigned int)__popc(peers));
+        }
+        __syncthreads();
+        for (int b = tid; b < 256; b += nt) {
+            unsigned int c = 0;
+            for (int w2 = 0; w2 < nw; w2++) c += whist[w2][b];
+            hist[b] = c;
         }
         __syncthreads();
         if (tid == 0) { // the bin holding the rank-th largest key

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -36,7 +37,7 @@ func TestBench(t *testing.T) {
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
-			b.Model.chunk, b.Model.gdnPipe = max(v.chunk, MaxChunk), v.pipe
+			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec == 2
 			carve := -1
 			if v.carve {
 				carve = gpukernels.UniformCarveout
@@ -60,8 +61,8 @@ func TestBench(t *testing.T) {
 type benchVariant struct {
 	name                                string
 	pdl, fuse, group, split, carve, mma bool
-	chunk                               int  // prefill tokens per pass (0: MaxChunk)
-	pipe                                bool // gdn_rec_pipe
+	chunk                               int // prefill tokens per pass (0: 256, the chunk before DefaultChunk)
+	rec                                 int // the delta rule: 0 gdn_rec, 1 gdn_rec_pipe, 2 gdn_rec_par
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
@@ -71,16 +72,17 @@ type benchVariant struct {
 // all but one, carve all plus one carve-out for every kernel, group all
 // plus prefill's experts grouped by expert, group512 and group1024 that
 // with prefill passes of 512 or 1024 tokens, pipe group with the delta rule
-// as gdn_rec_pipe, pipe512 pipe with 512-token passes. The variants' greedy
-// tokens must agree.
+// as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
+// same with gdn_rec_par. The variants' greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, false, true, false, true, 0, false}, "base": {"base", false, false, false, false, false, false, 0, false},
-		"nopdl": {"nopdl", false, true, false, true, false, true, 0, false}, "nofuse": {"nofuse", true, false, false, true, false, true, 0, false},
-		"nosplit": {"nosplit", true, true, false, false, false, true, 0, false}, "nomma": {"nomma", true, true, false, true, false, false, 0, false},
-		"carve": {"carve", true, true, false, true, true, true, 0, false}, "group": {"group", true, true, true, true, false, true, 0, false},
-		"group512": {"group512", true, true, true, true, false, true, 512, false}, "group1024": {"group1024", true, true, true, true, false, true, 1024, false},
-		"pipe": {"pipe", true, true, true, true, false, true, 0, true}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, true},
+		"all": {"all", true, true, false, true, false, true, 0, 0}, "base": {"base", false, false, false, false, false, false, 0, 0},
+		"nopdl": {"nopdl", false, true, false, true, false, true, 0, 0}, "nofuse": {"nofuse", true, false, false, true, false, true, 0, 0},
+		"nosplit": {"nosplit", true, true, false, false, false, true, 0, 0}, "nomma": {"nomma", true, true, false, true, false, false, 0, 0},
+		"carve": {"carve", true, true, false, true, true, true, 0, 0}, "group": {"group", true, true, true, true, false, true, 0, 0},
+		"group512": {"group512", true, true, true, true, false, true, 512, 0}, "group1024": {"group1024", true, true, true, true, false, true, 1024, 0},
+		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
+		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

@@ -59,12 +59,15 @@ type Model struct {
 	// 1,192 tok/s for a 512-token prompt on the H200. Bitwise the same.
 	mma bool
 	// chunk is the most tokens one prefill pass carries (NVMAI_GPU_CHUNK,
-	// default MaxChunk, at most MaxChunkLimit): a longer chunk gives each
+	// default DefaultChunk, at most MaxChunkLimit): a longer chunk gives each
 	// grouped expert more rows. Bitwise the same for any length.
 	chunk int
 	// gdnPipe runs the delta rule as gdn_rec_pipe (NVMAI_GPU_GDNPIPE=0 turns
 	// it off): bitwise gdn_rec.
 	gdnPipe bool
+	// gdnPar runs it as gdn_rec_par (NVMAI_GPU_GDNPAR=0 turns it off):
+	// bitwise gdn_rec.
+	gdnPar bool
 
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
@@ -123,6 +126,7 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
 	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
 	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
+	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
 	var err error
 	if m.chunk, err = chunkFromEnv(os.Getenv("NVMAI_GPU_CHUNK")); err != nil {
 		return nil, err
@@ -469,7 +473,7 @@ func groupedPrefill(env string, mma bool) bool {
 // chunkFromEnv reads NVMAI_GPU_CHUNK: prefill tokens per pass.
 func chunkFromEnv(v string) (int, error) {
 	if v == "" {
-		return MaxChunk, nil
+		return DefaultChunk, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > MaxChunkLimit {
