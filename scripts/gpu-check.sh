@@ -113,7 +113,7 @@ if [ ${#synth[@]} -gt 0 ]; then
 			echo "CLI earlier build, nvmai-run bench --engine gpu: $(grep -oE '"(prefill_tok_s|decode_tok_s|kernels_per_token|graph_ms_per_token)": ?[0-9.]+' "$OUT/old-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 			tail -5 "$OUT/old-bench.err"
 	fi
-	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
+	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
 echo
@@ -121,7 +121,7 @@ echo "== closing table ($(( $(date +%s) - t0 ))s) =="
 for f in "$OUT"/*.log; do
 	case $f in
 	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's" ;;
-	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|sampled session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac
 done

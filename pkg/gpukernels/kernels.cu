@@ -1809,6 +1809,7 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
 // then samples the row itself, as the CPU sampler reports those), out[2] =
 // the threshold's bits; out[4+2i], out[4+2i+1] = candidate i's id and logit
 // bits, for the first cap. One block (1024 threads); 1 <= k < V.
+#define TOPK_BATCH 16
 __device__ __forceinline__ unsigned int order_key(float x) {
     unsigned int u = __float_as_uint(x);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
@@ -1829,17 +1830,28 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
         const unsigned int hmask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
         // Logits cluster in a few bins: lanes with the same bin add once
         // (match_any), into their warp's own histogram.
-        for (int base = 0; base < V; base += nt) {
-            int i = base + tid;
-            unsigned int bin = 256u; // not counted
-            if (i < V) {
-                float x = logits[i];
-                if (shift == 24 && (x != x || x == __int_as_float(0x7f800000))) bad = 1;
-                unsigned int key = order_key(x);
-                if ((key & hmask) == prefix) bin = (key >> shift) & 255u;
+        // TOPK_BATCH loads a thread in flight at once: the row is read from
+        // L2, one round trip per batch rather than per value.
+        for (int base = 0; base < V; base += nt * TOPK_BATCH) {
+            float xs[TOPK_BATCH];
+#pragma unroll
+            for (int u = 0; u < TOPK_BATCH; u++) {
+                int i = base + u * nt + tid;
+                xs[u] = i < V ? logits[i] : 0.0f;
             }
-            unsigned int peers = __match_any_sync(0xffffffffu, bin);
-            if (bin < 256u && (tid & 31) == __ffs(peers) - 1) atomicAdd(&whist[wid][bin], (unsigned int)__popc(peers));
+#pragma unroll
+            for (int u = 0; u < TOPK_BATCH; u++) {
+                int i = base + u * nt + tid;
+                unsigned int bin = 256u; // not counted
+                if (i < V) {
+                    float x = xs[u];
+                    if (shift == 24 && (x != x || x == __int_as_float(0x7f800000))) bad = 1;
+                    unsigned int key = order_key(x);
+                    if ((key & hmask) == prefix) bin = (key >> shift) & 255u;
+                }
+                unsigned int peers = __match_any_sync(0xffffffffu, bin);
+                if (bin < 256u && (tid & 31) == __ffs(peers) - 1) atomicAdd(&whist[wid][bin], (unsigned int)__popc(peers));
+            }
         }
         __syncthreads();
         for (int b = tid; b < 256; b += nt) {
@@ -1867,9 +1879,13 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
     // segments' counts places every candidate in id order.
     const int seg = (V + nt - 1) / nt, lo = min(V, tid * seg), hi = min(V, lo + seg);
     int c = 0;
-    for (int i = lo; i < hi; i++) {
-        float x = logits[i];
-        if (x >= thr && x != ninf) c++;
+    for (int i0 = lo; i0 < hi; i0 += 8) {
+        float xs[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) xs[u] = i0 + u < hi ? logits[i0 + u] : ninf;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (xs[u] >= thr && xs[u] != ninf) c++;
     }
     const int lane = tid & 31, w = tid >> 5;
     int inc = c;
@@ -1890,13 +1906,17 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
     }
     __syncthreads();
     int pos = inc - c + (w > 0 ? wsum[w - 1] : 0);
-    for (int i = lo; i < hi && pos < cap; i++) {
-        float x = logits[i];
-        if (x >= thr && x != ninf) {
-            out[4 + 2 * pos] = i;
-            out[5 + 2 * pos] = __float_as_int(x);
-            pos++;
-        }
+    for (int i0 = lo; i0 < hi && pos < cap && c > 0; i0 += 8) { // c: a segment without candidates reads nothing
+        float xs[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) xs[u] = i0 + u < hi ? logits[i0 + u] : ninf;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (xs[u] >= thr && xs[u] != ninf && pos < cap) {
+                out[4 + 2 * pos] = i0 + u;
+                out[5 + 2 * pos] = __float_as_int(xs[u]);
+                pos++;
+            }
     }
     if (tid == nt - 1) {
         out[0] = wsum[((nt + 31) >> 5) - 1];

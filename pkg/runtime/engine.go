@@ -65,6 +65,12 @@ type CandidateState interface {
 	TopK(k int, ids []int32, logits []float32) (n int, ok bool, err error)
 }
 
+// PassBackend is a Backend that names the prompt tokens it takes per pass
+// (the GPU engine's chunk), so sessions feed it passes that long.
+type PassBackend interface {
+	PrefillChunk() int
+}
+
 // maxCandidates is the most top-k candidates a session takes from a
 // backend (ties with the k-th included) before it copies the row instead.
 const maxCandidates = 1024
@@ -428,6 +434,9 @@ func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
 // tokens (docs/prefill.md).
 func (e *Engine) PrefillChunk(tokens int) int {
 	if e.backend != nil {
+		if c, ok := e.backend.(PassBackend); ok {
+			return c.PrefillChunk() // the backend's own pass length
+		}
 		return 256 // a backend splits its own passes
 	}
 	st := e.ExpertStats()
