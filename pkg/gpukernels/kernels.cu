@@ -1875,28 +1875,25 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
     const unsigned int tkey = sprefix;
     const float thr = __uint_as_float((tkey & 0x80000000u) ? (tkey & 0x7fffffffu) : ~tkey);
     const float ninf = -__int_as_float(0x7f800000);
-    // Each thread takes a contiguous segment, so an exclusive scan of the
-    // segments' counts places every candidate in id order.
-    const int seg = (V + nt - 1) / nt, lo = min(V, tid * seg), hi = min(V, lo + seg);
+    // Each warp takes a contiguous segment and reads it coalesced, 32·8
+    // values a round; ballots count its candidates, an exclusive scan over
+    // the warps places them, and a second read writes them in id order.
+    const int lane = tid & 31, w = wid;
+    const int wseg = ((V + nw - 1) / nw + 255) & ~255, wlo = min(V, w * wseg), whi = min(V, wlo + wseg);
     int c = 0;
-    for (int i0 = lo; i0 < hi; i0 += 8) {
+    for (int i0 = wlo; i0 < whi; i0 += 256) {
         float xs[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) xs[u] = i0 + u < hi ? logits[i0 + u] : ninf;
+        for (int u = 0; u < 8; u++) {
+            int i = i0 + 32 * u + lane;
+            xs[u] = i < whi ? logits[i] : ninf;
+        }
 #pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (xs[u] >= thr && xs[u] != ninf) c++;
+        for (int u = 0; u < 8; u++) c += __popc(__ballot_sync(0xffffffffu, xs[u] >= thr && xs[u] != ninf));
     }
-    const int lane = tid & 31, w = tid >> 5;
-    int inc = c;
-    for (int off = 1; off < 32; off <<= 1) {
-        int o = __shfl_up_sync(0xffffffffu, inc, off);
-        if (lane >= off) inc += o;
-    }
-    if (lane == 31) wsum[w] = inc;
+    if (lane == 0) wsum[w] = c;
     __syncthreads();
     if (w == 0) {
-        int nw = (nt + 31) >> 5;
         int v = lane < nw ? wsum[lane] : 0;
         for (int off = 1; off < 32; off <<= 1) {
             int o = __shfl_up_sync(0xffffffffu, v, off);
@@ -1905,21 +1902,28 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
         if (lane < nw) wsum[lane] = v; // inclusive over warps
     }
     __syncthreads();
-    int pos = inc - c + (w > 0 ? wsum[w - 1] : 0);
-    for (int i0 = lo; i0 < hi && pos < cap && c > 0; i0 += 8) { // c: a segment without candidates reads nothing
+    int pos = w > 0 ? wsum[w - 1] : 0;
+    for (int i0 = wlo; i0 < whi && pos < cap && c > 0; i0 += 256) { // c: a warp without candidates reads nothing more
         float xs[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) xs[u] = i0 + u < hi ? logits[i0 + u] : ninf;
+        for (int u = 0; u < 8; u++) {
+            int i = i0 + 32 * u + lane;
+            xs[u] = i < whi ? logits[i] : ninf;
+        }
 #pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (xs[u] >= thr && xs[u] != ninf && pos < cap) {
-                out[4 + 2 * pos] = i0 + u;
-                out[5 + 2 * pos] = __float_as_int(xs[u]);
-                pos++;
+        for (int u = 0; u < 8; u++) {
+            bool hit = xs[u] >= thr && xs[u] != ninf;
+            unsigned int m = __ballot_sync(0xffffffffu, hit);
+            int at = pos + __popc(m & ((1u << lane) - 1u));
+            if (hit && at < cap) {
+                out[4 + 2 * at] = i0 + 32 * u + lane;
+                out[5 + 2 * at] = __float_as_int(xs[u]);
             }
+            pos += __popc(m);
+        }
     }
-    if (tid == nt - 1) {
-        out[0] = wsum[((nt + 31) >> 5) - 1];
+    if (tid == 0) {
+        out[0] = wsum[nw - 1];
         out[1] = bad;
         out[2] = (int)__float_as_uint(thr);
         out[3] = 0;
