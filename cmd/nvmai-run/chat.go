@@ -345,7 +345,7 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 		ch.out.WriteString(text)
 		ch.out.Flush()
 	}
-	opt.OnLogits = func([]float32) error {
+	opt.OnStep = func() error { // not OnLogits: a GPU session would copy every row for it
 		if decodeStart.IsZero() {
 			decodeStart = time.Now()
 		}

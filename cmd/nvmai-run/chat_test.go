@@ -57,7 +57,7 @@ func (s *scriptedInput) Close() error {
 
 // fakeSession follows runtime.Session's contract closely enough for the
 // loop: it holds every prompt id and every token it forwarded, keeps the
-// last token unfed when it stops, and asks OnLogits before each token.
+// last token unfed when it stops, and asks OnStep before each token.
 type fakeSession struct {
 	held, pending int
 	prompts       [][]int
@@ -79,10 +79,11 @@ func (f *fakeSession) Generate(ctx context.Context, ids []int, opt runtime.Gener
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		onStep := func([]float32) error { return opt.OnStep() }
 		if f.atStep != nil {
-			f.atStep(ctx, step, opt.OnLogits)
+			f.atStep(ctx, step, onStep)
 		}
-		if err := opt.OnLogits(nil); err != nil {
+		if err := onStep(nil); err != nil {
 			return res, err
 		}
 		id := tokens[min(step, len(tokens)-1)]
@@ -376,11 +377,12 @@ type hookedSession struct {
 }
 
 func (s hookedSession) Generate(ctx context.Context, ids []int, opt runtime.GenerateOptions) (*runtime.Result, error) {
-	inner, step := opt.OnLogits, 0
-	opt.OnLogits = func(row []float32) error {
-		s.atStep(ctx, step, inner)
+	inner, step := opt.OnStep, 0
+	onStep := func([]float32) error { return inner() }
+	opt.OnStep = func() error {
+		s.atStep(ctx, step, onStep)
 		step++
-		return inner(row)
+		return inner()
 	}
 	return s.Session.Generate(ctx, ids, opt)
 }
