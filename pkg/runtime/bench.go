@@ -426,7 +426,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 	first := true
 	opt := GenerateOptions{
 		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true, PrefillChunk: chunk,
-		OnLogits: func([]float32) error {
+		OnStep: func() error { // not OnLogits: a GPU session would copy every row for it
 			if !first {
 				return nil
 			}
