@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/cliutil"
-	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -355,20 +355,11 @@ func containsRun(ids, run []int) bool {
 	return false
 }
 
-var tinyInstall = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "nvmai-run-chat-test-")
-	if err != nil {
-		return "", err
-	}
-	chatInstallDir = dir
-	out := filepath.Join(dir, "tiny-moe-16bit")
-	src := filepath.Join("..", "..", "testdata", "tiny-moe-fused")
-	_, err = convert.Run(context.Background(), convert.Options{Input: src, Targets: []convert.Target{{Bits: 16, Dir: out}}, Threads: 2})
-	return out, err
-})
-
-// chatInstallDir is the temporary folder tinyInstall made, removed by TestMain.
-var chatInstallDir string
+// tinyInstall converts the embedded model at 16 bits once per test binary.
+func tinyInstall(t *testing.T) string {
+	t.Helper()
+	return fixinstall.Install(t, testfix.Embedded(t), 16)
+}
 
 // hookedSession injects Ctrl-C into a real session's reply.
 type hookedSession struct {
@@ -391,10 +382,7 @@ func (s hookedSession) Generate(ctx context.Context, ids []int, opt runtime.Gene
 // whole conversation had been read at once: the next reply is the one a
 // fresh session gives for the same text.
 func TestChatStoppedReplyOnTheRealModel(t *testing.T) {
-	dir, err := tinyInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := tinyInstall(t)
 	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -436,12 +424,9 @@ func TestChatStoppedReplyOnTheRealModel(t *testing.T) {
 // The command end to end on piped input: replies on stdout, and with
 // --stats the expert cache's figures after every turn (L3).
 func TestChatCommandOnPipedInput(t *testing.T) {
-	dir, err := tinyInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := tinyInstall(t)
 	stdout, stderr := redirect(t, "Once upon a\n/reset\nThe capital of France is\n")
-	err = app().RunContext(context.Background(), []string{"nvmai-run", "chat", "--model", dir, "--stats", "--temperature", "0", "--max-tokens", "8", "--threads", "1"})
+	err := app().RunContext(context.Background(), []string{"nvmai-run", "chat", "--model", dir, "--stats", "--temperature", "0", "--max-tokens", "8", "--threads", "1"})
 	out, info := stdout(), stderr()
 	if err != nil {
 		t.Fatalf("chat: %v\n%s", err, info)

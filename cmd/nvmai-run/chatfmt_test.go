@@ -98,10 +98,7 @@ func countID(ids []int, id int) int {
 // the chat, whose session read the conversation turn by turn, is the one
 // a fresh session gives for the whole rendered conversation.
 func TestChatQwen38TemplateOnTheRealModel(t *testing.T) {
-	dir, err := tinyInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := tinyInstall(t)
 	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -6,49 +6,22 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
-	"github.com/nvmai/nvmai/pkg/convert"
 )
-
-var shared struct {
-	once sync.Once
-	dir  string
-	err  error
-}
 
 // model converts the embedded model at 4 bits once per test binary.
 func model(t *testing.T) string {
 	t.Helper()
-	shared.once.Do(func() {
-		shared.dir, shared.err = os.MkdirTemp("", "nvmai-run-cmd-*")
-		if shared.err == nil {
-			_, shared.err = convert.Run(context.Background(), convert.Options{
-				Input:   testfix.Embedded(t),
-				Targets: []convert.Target{{Bits: 4, Dir: filepath.Join(shared.dir, "m4")}},
-			})
-		}
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return filepath.Join(shared.dir, "m4")
+	return fixinstall.Install(t, testfix.Embedded(t), 4)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, dir := range []string{shared.dir, chatInstallDir} {
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 // The transformers reference continuation of "Once upon a" (greedy), from
 // ../shared/fixtures/README.md (tiny-moe.refs.json).

@@ -1,8 +1,12 @@
 // Package testfix locates the repository and the shared reference fixtures
-// for tests, so every package finds them the same way.
+// for tests, reads the fixtures' reference prompts and holds the small
+// comparisons the tests make against them, so every package finds and
+// checks them the same way.
 package testfix
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -67,4 +71,85 @@ func CopyTree(t testing.TB, src, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// RefPrompt is one prompt of a transformers *.refs.json fixture; each
+// fixture fills the fields it records.
+type RefPrompt struct {
+	Text                 string    `json:"text"`
+	IDs                  []int     `json:"ids"`
+	LastLogits           []float32 `json:"last_logits"`
+	ArgmaxPerPosition    []int     `json:"argmax_per_position"`
+	LogsumexpPerPosition []float64 `json:"logsumexp_per_position"`
+	Greedy               []int     `json:"greedy"`
+	GreedyText           string    `json:"greedy_text"`
+}
+
+// LoadRefs reads the prompts of the refs file at path.
+func LoadRefs(t testing.TB, path string) []RefPrompt {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs struct {
+		Prompts []RefPrompt `json:"prompts"`
+	}
+	if err := json.Unmarshal(raw, &refs); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return refs.Prompts
+}
+
+// Argmax returns the index of the largest value of x (the first of equals).
+func Argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// Logsumexp returns log Σ exp(x), computed in float64 about the maximum.
+func Logsumexp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(s)
+}
+
+// MaxAbsDiff returns max |a[i] − b[i]| over the elements of a, in float64.
+func MaxAbsDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
+}
+
+// BitwiseDiff returns the first index where a and b differ bitwise, or −1.
+func BitwiseDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Quick reports whether to run a package's reduced test set: under the
+// race detector (race, the package's build-tagged constant) or -short,
+// unless NVMAI_LONG_TESTS is set.
+func Quick(race bool) bool {
+	if os.Getenv("NVMAI_LONG_TESTS") != "" {
+		return false
+	}
+	return race || testing.Short()
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
@@ -27,14 +28,22 @@ func positionLogits(t *testing.T, e *Engine, ids []int, kvInitial int) []float32
 	return logits
 }
 
-func argmax(row []float32) int {
-	best := 0
-	for i, v := range row {
-		if v > row[best] {
-			best = i
+var argmax = testfix.Argmax
+
+// continuesProbes generates greedily from each probe prompt up to EOS (24
+// tokens at most): the text is the probe's continuation. bits names the
+// install in the error.
+func continuesProbes(t *testing.T, e *Engine, bits int, probes map[string]string) {
+	t.Helper()
+	for prompt, want := range probes {
+		res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(prompt), GenerateOptions{MaxTokens: 24, StopIDs: e.EOSIDs()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Text != want {
+			t.Errorf("%d-bit: %q continued with %q, want %q", bits, prompt, res.Text, want)
 		}
 	}
-	return best
 }
 
 // The per-expert layout converts to the same model: 16-bit logits and greedy
@@ -94,15 +103,7 @@ func TestQuantizedProbesAndAgreement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for prompt, want := range probes {
-			res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(prompt), GenerateOptions{MaxTokens: 24, StopIDs: e.EOSIDs()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Text != want {
-				t.Errorf("%d-bit: %q continued with %q, want %q", bits, prompt, res.Text, want)
-			}
-		}
+		continuesProbes(t, e, bits, probes)
 		match, total, maxErr := 0, 0, 0.0
 		V := e.Install.Manifest.Geometry.VocabSize
 		for _, p := range refs {

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -21,19 +19,11 @@ func fixturePath(t testing.TB, name string) string {
 	return testfix.Shared(t, "dev/"+name)
 }
 
-type refPrompt struct {
-	Text       string    `json:"text"`
-	IDs        []int     `json:"ids"`
-	LastLogits []float32 `json:"last_logits"`
-	Greedy     []int     `json:"greedy"`
-	GreedyText string    `json:"greedy_text"`
-}
+type refPrompt = testfix.RefPrompt
 
 func loadRefs(t testing.TB, name string) []refPrompt {
 	t.Helper()
-	var prompts []refPrompt
-	loadJSON(t, name, &prompts)
-	return prompts
+	return testfix.LoadRefs(t, fixturePath(t, name))
 }
 
 // loadJSON decodes the "prompts" array of a refs file into prompts.
@@ -51,31 +41,13 @@ func loadJSON(t testing.TB, name string, prompts any) {
 	}
 }
 
-var installs sync.Map // "snapshot/bits" → install dir, shared by the tests of one run
-
+// install converts a fixture snapshot once per test run (fixinstall).
 func install(t testing.TB, snapshot string, bits int) string {
 	t.Helper()
-	key := fmt.Sprintf("%s/%d", snapshot, bits)
-	if dir, ok := installs.Load(key); ok {
-		return dir.(string)
-	}
-	root, err := os.MkdirTemp("", "nvmai-runtime-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "m")
-	if _, err := convert.Run(context.Background(), convert.Options{Input: fixturePath(t, snapshot), Targets: []convert.Target{{Bits: bits, Dir: dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	installs.Store(key, dir)
-	return dir
+	return fixinstall.Install(t, fixturePath(t, snapshot), bits)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	installs.Range(func(_, v any) bool { os.RemoveAll(filepath.Dir(v.(string))); return true })
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 // At 16 bits the install reproduces transformers: last-prompt logits within
 // 1e-4 and the greedy continuation token for token.
@@ -90,35 +62,44 @@ func TestSixteenBitMatchesTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			for i, p := range loadRefs(t, tc.refs) {
-				if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
-					continue
-				}
-				var row0 []float32
-				// The float32 KV cache: transformers' own precision.
-				res, err := e.NewSession(SessionOptions{KVBits: 32}).Generate(context.Background(), p.IDs, GenerateOptions{
-					MaxTokens: len(p.Greedy), IgnoreEOS: true,
-					OnLogits: func(row []float32) error {
-						if row0 == nil {
-							row0 = append([]float32(nil), row...)
-						}
-						return nil
-					},
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := maxAbsDiff(row0, p.LastLogits); d > 1e-4 {
-					t.Errorf("prompt %d: last-token logits differ by %g", i, d)
-				}
-				if fmt.Sprint(res.IDs) != fmt.Sprint(p.Greedy) {
-					t.Errorf("prompt %d: greedy\n got %v\nwant %v", i, res.IDs, p.Greedy)
-				}
-				if res.Text != p.GreedyText {
-					t.Errorf("prompt %d: text %q, want %q", i, res.Text, p.GreedyText)
-				}
-			}
+			// The float32 KV cache: transformers' own precision.
+			matchesTransformers(t, e, loadRefs(t, tc.refs), SessionOptions{KVBits: 32}, 1e-4)
 		})
+	}
+}
+
+// matchesTransformers runs every prompt of refs (the long ones only in the
+// full test set) through a fresh session of e with so: the logits after
+// the last prompt token are within tol of transformers', and the greedy
+// continuation and its text are transformers' token for token.
+func matchesTransformers(t *testing.T, e *Engine, refs []refPrompt, so SessionOptions, tol float64) {
+	t.Helper()
+	for i, p := range refs {
+		if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
+			continue
+		}
+		var row0 []float32
+		res, err := e.NewSession(so).Generate(context.Background(), p.IDs, GenerateOptions{
+			MaxTokens: len(p.Greedy), IgnoreEOS: true,
+			OnLogits: func(row []float32) error {
+				if row0 == nil {
+					row0 = append([]float32(nil), row...)
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxAbsDiff(row0, p.LastLogits); d > tol {
+			t.Errorf("prompt %d: last-token logits differ by %g", i, d)
+		}
+		if fmt.Sprint(res.IDs) != fmt.Sprint(p.Greedy) {
+			t.Errorf("prompt %d: greedy\n got %v\nwant %v", i, res.IDs, p.Greedy)
+		}
+		if res.Text != p.GreedyText {
+			t.Errorf("prompt %d: text %q, want %q", i, res.Text, p.GreedyText)
+		}
 	}
 }
 

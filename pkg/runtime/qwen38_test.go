@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"testing"
 )
 
@@ -22,33 +21,7 @@ func TestQwen38SixteenBitMatchesTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			for i, p := range refs {
-				if (testing.Short() || raceEnabled) && len(p.IDs) > 100 {
-					continue
-				}
-				var row0 []float32
-				res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), p.IDs, GenerateOptions{
-					MaxTokens: len(p.Greedy), IgnoreEOS: true,
-					OnLogits: func(row []float32) error {
-						if row0 == nil {
-							row0 = append([]float32(nil), row...)
-						}
-						return nil
-					},
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := maxAbsDiff(row0, p.LastLogits); d > 1e-3 {
-					t.Errorf("prompt %d: last-token logits differ by %g", i, d)
-				}
-				if fmt.Sprint(res.IDs) != fmt.Sprint(p.Greedy) {
-					t.Errorf("prompt %d: greedy\n got %v\nwant %v", i, res.IDs, p.Greedy)
-				}
-				if res.Text != p.GreedyText {
-					t.Errorf("prompt %d: text %q, want %q", i, res.Text, p.GreedyText)
-				}
-			}
+			matchesTransformers(t, e, refs, SessionOptions{}, 1e-3)
 		})
 	}
 }
@@ -114,15 +87,7 @@ func TestQwen38QuantizedProbes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for prompt, want := range probes {
-			res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(prompt), GenerateOptions{MaxTokens: 24, StopIDs: e.EOSIDs()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Text != want {
-				t.Errorf("%d-bit: %q continued with %q, want %q", bits, prompt, res.Text, want)
-			}
-		}
+		continuesProbes(t, e, bits, probes)
 		worst := 0.0
 		for _, p := range refs[:6] {
 			var row0 []float32

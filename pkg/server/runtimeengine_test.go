@@ -9,24 +9,30 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
+// tinyEngine loads the embedded tiny model at 8 bits.
 func tinyEngine(t *testing.T) *runtime.Engine {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if _, err := convert.Run(context.Background(), convert.Options{Input: testfix.Embedded(t), Targets: []convert.Target{{Bits: 8, Dir: dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
+	return loadTiny(t, 8)
+}
+
+// loadTiny loads the embedded tiny model converted at bits (once per test
+// run, shared by the tests, which only read it).
+func loadTiny(t *testing.T, bits int) *runtime.Engine {
+	t.Helper()
+	e, err := runtime.Load(fixinstall.Install(t, testfix.Embedded(t), bits), runtime.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
 	return e
 }
+
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 func collect(t *testing.T, r *RuntimeEngine, prompt []int, max int) (string, Outcome) {
 	t.Helper()
@@ -226,14 +232,5 @@ func hurt(p, how string) ([]byte, error) {
 // otherInstall converts the fixture at another width: another receipt.
 func otherInstall(t *testing.T) *runtime.Engine {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tiny16")
-	if _, err := convert.Run(context.Background(), convert.Options{Input: testfix.Embedded(t), Targets: []convert.Target{{Bits: 16, Dir: dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return loadTiny(t, 16)
 }

@@ -2,10 +2,11 @@ package blocks
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // TestCombineExperts checks the vectorised combination against the sum as
@@ -65,11 +66,4 @@ func TestTopIndices(t *testing.T) {
 }
 
 // bitwiseDiff returns the first index where a and b differ bitwise, or −1.
-func bitwiseDiff(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
+var bitwiseDiff = testfix.BitwiseDiff

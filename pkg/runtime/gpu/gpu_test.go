@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -12,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -55,51 +54,19 @@ func needGPU(t testing.TB) {
 	}
 }
 
-var installs sync.Map
-
+// install converts a fixture snapshot once per test run (fixinstall).
 func install(t testing.TB, snapshot string, bits int) string {
 	t.Helper()
-	key := fmt.Sprintf("%s/%d", snapshot, bits)
-	if dir, ok := installs.Load(key); ok {
-		return dir.(string)
-	}
-	root, err := os.MkdirTemp("", "nvmai-gpu-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "m")
-	if _, err := convert.Run(context.Background(), convert.Options{Input: fixture(t, snapshot), Targets: []convert.Target{{Bits: bits, Dir: dir}}}); err != nil {
-		t.Fatal(err)
-	}
-	installs.Store(key, dir)
-	return dir
+	return fixinstall.Install(t, fixture(t, snapshot), bits)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	installs.Range(func(_, v any) bool { os.RemoveAll(filepath.Dir(v.(string))); return true })
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
-type refPrompt struct {
-	Text       string    `json:"text"`
-	IDs        []int     `json:"ids"`
-	LastLogits []float32 `json:"last_logits"`
-	Greedy     []int     `json:"greedy"`
-}
+type refPrompt = testfix.RefPrompt
 
 func loadRefs(t testing.TB, name string) []refPrompt {
-	raw, err := os.ReadFile(fixture(t, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refs struct {
-		Prompts []refPrompt `json:"prompts"`
-	}
-	if err := json.Unmarshal(raw, &refs); err != nil {
-		t.Fatal(err)
-	}
-	return refs.Prompts
+	t.Helper()
+	return testfix.LoadRefs(t, fixture(t, name))
 }
 
 func loadEngine(t testing.TB, dir string, gpu bool) *runtime.Engine {

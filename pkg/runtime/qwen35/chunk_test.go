@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // prefill feeds ids to a fresh state in pieces of the given sizes (their sum
@@ -36,14 +38,7 @@ func ones(n int) []int {
 }
 
 // bitwiseDiff returns the first index where a and b differ bitwise, or −1.
-func bitwiseDiff(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
+var bitwiseDiff = testfix.BitwiseDiff
 
 // TestChunkingIsBitwiseInvisible checks the determinism contract: any
 // chunking of the prompt, including one token at a time (decode), gives

@@ -152,7 +152,7 @@ func (v *visitingExperts) Visit(layer int, ids []int, fn func(int, ExpertMats) e
 		order = append(order, order[0])
 	}
 	for _, i := range order {
-		em, err := v.expert(layer, ids[i])
+		em, err := v.Expert(layer, ids[i])
 		if err != nil {
 			return err
 		}
@@ -239,7 +239,7 @@ func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, 
 		}
 		var mats []ExpertMats
 		for _, i := range g {
-			em, err := v.expert(layer, ids[i])
+			em, err := v.Expert(layer, ids[i])
 			if err != nil {
 				return err
 			}

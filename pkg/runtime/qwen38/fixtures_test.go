@@ -1,10 +1,8 @@
 package qwen38
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,20 +10,15 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/hfsnap"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/runtime/moe"
-	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
 // quickTests reports whether to run the reduced test set (under -race or
 // -short, unless NVMAI_LONG_TESTS=1): the 850-token prompt is then cut to
 // its first 120 tokens (still 109 queries past the dense window).
-func quickTests() bool {
-	if os.Getenv("NVMAI_LONG_TESTS") != "" {
-		return false
-	}
-	return raceEnabled || testing.Short()
-}
+func quickTests() bool { return testfix.Quick(raceEnabled) }
 
 // quickIDs cuts a long prompt in the quick test set.
 func quickIDs(ids []int) []int {
@@ -43,20 +36,14 @@ func fixturesDir(t testing.TB) string {
 	return testfix.Shared(t, "dev")
 }
 
-type rawTensor struct {
-	dtype safetensors.DType
-	shape []int64
-	data  []byte
-}
-
 // snapshot serves a Hugging Face fixture snapshot straight from its
 // safetensors files: Weights (BF16 matrices as stored, vectors widened),
-// Int64Weights, Experts (fused or per-expert) and the n-gram table (its
-// shards concatenated in shard order).
+// Int64Weights and the expert slicing from internal/testfix/hfsnap, and
+// the n-gram table (its shards concatenated in shard order).
 type snapshot struct {
-	tensors map[string]rawTensor
-	table   []float32 // the PLE layer's concatenated table [R_tab, dr]
-	dr      int
+	*hfsnap.Snapshot
+	table []float32 // the PLE layer's concatenated table [R_tab, dr]
+	dr    int
 }
 
 var snapshots sync.Map
@@ -66,119 +53,26 @@ func loadSnapshot(t testing.TB, dir string) *snapshot {
 	if v, ok := snapshots.Load(dir); ok {
 		return v.(*snapshot)
 	}
-	paths, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no safetensors shards in %s (%v)", dir, err)
-	}
-	s := &snapshot{tensors: map[string]rawTensor{}}
-	for _, p := range paths {
-		f, err := safetensors.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ti := range f.Header().Tensors {
-			buf := make([]byte, ti.Size())
-			if err := f.ReadTensor(ti, buf); err != nil {
-				t.Fatal(err)
-			}
-			s.tensors[ti.Name] = rawTensor{dtype: ti.DType, shape: ti.Shape, data: buf}
-		}
-		f.Close()
-	}
+	s := &snapshot{Snapshot: hfsnap.Load(t, dir)}
 	const shard = "model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shard_%d.weight"
 	for i := 0; ; i++ {
-		rt, ok := s.tensors[fmt.Sprintf(shard, i)]
+		rt, ok := s.Tensors[fmt.Sprintf(shard, i)]
 		if !ok {
 			break
 		}
-		v, err := widen(rt.dtype, rt.data)
+		v, err := widen(rt.DType, rt.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.dr = int(rt.shape[1])
+		s.dr = int(rt.Shape[1])
 		s.table = append(s.table, v...)
 	}
 	snapshots.Store(dir, s)
 	return s
 }
 
-func hfName(canonical string) string {
-	if rest, ok := strings.CutPrefix(canonical, "model."); ok {
-		return "model.language_model." + rest
-	}
-	return canonical
-}
-
-func (s *snapshot) Has(name string) bool { _, ok := s.tensors[hfName(name)]; return ok }
-
-func (s *snapshot) tensor(name string) (rawTensor, error) {
-	rt, ok := s.tensors[hfName(name)]
-	if !ok {
-		return rawTensor{}, fmt.Errorf("not in the snapshot (as %s)", hfName(name))
-	}
-	return rt, nil
-}
-
-func (s *snapshot) Matrix(name string) (*kernels.Matrix, error) {
-	rt, err := s.tensor(name)
-	if err != nil {
-		return nil, err
-	}
-	if len(rt.shape) != 2 {
-		return nil, fmt.Errorf("shape %v is not 2-D", rt.shape)
-	}
-	return matrixOf(rt.dtype, int(rt.shape[0]), int(rt.shape[1]), rt.data)
-}
-
-func matrixOf(dt safetensors.DType, rows, cols int, data []byte) (*kernels.Matrix, error) {
-	enc := map[safetensors.DType]kernels.Encoding{safetensors.BF16: kernels.BF16, safetensors.F16: kernels.F16, safetensors.F32: kernels.F32}
-	e, ok := enc[dt]
-	if !ok {
-		return nil, fmt.Errorf("dtype %s is not a float matrix", dt)
-	}
-	return &kernels.Matrix{Rows: rows, Cols: cols, Enc: e, Data: data}, nil
-}
-
-func (s *snapshot) Vector(name string) ([]float32, error) {
-	rt, err := s.tensor(name)
-	if err != nil {
-		return nil, err
-	}
-	return widen(rt.dtype, rt.data)
-}
-
-func (s *snapshot) Int64s(name string) ([]int64, error) {
-	rt, err := s.tensor(name)
-	if err != nil {
-		return nil, err
-	}
-	if rt.dtype != safetensors.I64 {
-		return nil, fmt.Errorf("dtype %s, want I64", rt.dtype)
-	}
-	out := make([]int64, len(rt.data)/8)
-	for i := range out {
-		out[i] = int64(binary.LittleEndian.Uint64(rt.data[8*i:]))
-	}
-	return out, nil
-}
-
-func widen(dt safetensors.DType, b []byte) ([]float32, error) {
-	switch dt {
-	case safetensors.BF16:
-		out := make([]float32, len(b)/2)
-		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
-		}
-		return out, nil
-	case safetensors.F32:
-		out := make([]float32, len(b)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("dtype %s cannot be widened", dt)
-}
+// widen decodes BF16 or F32 little-endian bytes.
+var widen = hfsnap.Widen
 
 func (s *snapshot) Rows(ple int, ids []int64, dst []float32) error {
 	if ple != 0 {
@@ -196,43 +90,13 @@ func (s *snapshot) Rows(ple int, ids []int64, dst []float32) error {
 func (s *snapshot) Acquire(layer int, ids []int) ([]moe.ExpertMats, func(), error) {
 	mats := make([]moe.ExpertMats, len(ids))
 	for i, e := range ids {
-		em, err := s.expert(layer, e)
+		em, err := s.Expert(layer, e)
 		if err != nil {
 			return nil, nil, err
 		}
 		mats[i] = em
 	}
 	return mats, func() {}, nil
-}
-
-// expert slices expert e out of the fused [E, 2I, H] / [E, H, I] tensors
-// (gate rows first) or reads the per-expert tensors.
-func (s *snapshot) expert(layer, e int) (moe.ExpertMats, error) {
-	prefix := fmt.Sprintf("model.language_model.layers.%d.mlp.experts.", layer)
-	gu, fused := s.tensors[prefix+"gate_up_proj"]
-	if !fused {
-		var em moe.ExpertMats
-		for _, p := range []struct {
-			dst  **kernels.Matrix
-			name string
-		}{{&em.Gate, "gate_proj"}, {&em.Up, "up_proj"}, {&em.Down, "down_proj"}} {
-			m, err := s.Matrix(fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", layer, e, p.name))
-			if err != nil {
-				return moe.ExpertMats{}, err
-			}
-			*p.dst = m
-		}
-		return em, nil
-	}
-	down := s.tensors[prefix+"down_proj"]
-	twoI, H := int(gu.shape[1]), int(gu.shape[2])
-	I, es := twoI/2, 2
-	base := e * twoI * H * es
-	gate, _ := matrixOf(gu.dtype, I, H, gu.data[base:base+I*H*es])
-	up, _ := matrixOf(gu.dtype, I, H, gu.data[base+I*H*es:base+2*I*H*es])
-	db := e * H * I * es
-	dn, _ := matrixOf(down.dtype, H, I, down.data[db:db+H*I*es])
-	return moe.ExpertMats{Gate: gate, Up: up, Down: dn}, nil
 }
 
 // textConfig is config.json's text_config as transformers 5.17 reads it.
@@ -345,54 +209,16 @@ func open(t testing.TB, layout string, pool *kernels.Pool) *Model {
 	return m
 }
 
-type refPrompt struct {
-	Text              string    `json:"text"`
-	IDs               []int     `json:"ids"`
-	LastLogits        []float32 `json:"last_logits"`
-	ArgmaxPerPosition []int     `json:"argmax_per_position"`
-	Logsumexp         []float64 `json:"logsumexp_per_position"`
-	Greedy            []int     `json:"greedy"`
-}
+type refPrompt = testfix.RefPrompt
 
 func loadRefs(t testing.TB) []refPrompt {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(fixturesDir(t), "tiny-qwen38.refs.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refs struct {
-		Prompts []refPrompt `json:"prompts"`
-	}
-	if err := json.Unmarshal(raw, &refs); err != nil {
-		t.Fatal(err)
-	}
-	return refs.Prompts
+	return testfix.LoadRefs(t, filepath.Join(fixturesDir(t), "tiny-qwen38.refs.json"))
 }
 
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-func maxAbsDiff(a, b []float32) float64 {
-	var d float64
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return d
-}
-
-// bitwiseDiff returns the first index where a and b differ bitwise, or −1.
-func bitwiseDiff(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
+// The shared fixture helpers, under this package's names.
+var (
+	argmax      = testfix.Argmax
+	maxAbsDiff  = testfix.MaxAbsDiff
+	bitwiseDiff = testfix.BitwiseDiff
+)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix/hfsnap"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -16,23 +17,10 @@ import (
 const traceTol = 1e-4
 
 // trace holds tiny-qwen38.trace.safetensors.
-type trace map[string]rawTensor
+type trace map[string]hfsnap.Tensor
 
 func loadTrace(t *testing.T) trace {
-	f, err := safetensors.Open(filepath.Join(fixturesDir(t), "tiny-qwen38.trace.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tr := trace{}
-	for _, ti := range f.Header().Tensors {
-		buf := make([]byte, ti.Size())
-		if err := f.ReadTensor(ti, buf); err != nil {
-			t.Fatal(err)
-		}
-		tr[ti.Name] = rawTensor{dtype: ti.DType, shape: ti.Shape, data: buf}
-	}
-	return tr
+	return hfsnap.ReadFile(t, filepath.Join(fixturesDir(t), "tiny-qwen38.trace.safetensors"))
 }
 
 func (tr trace) floats(t *testing.T, name string) []float32 {
@@ -41,7 +29,7 @@ func (tr trace) floats(t *testing.T, name string) []float32 {
 	if !ok {
 		t.Fatalf("trace has no %s", name)
 	}
-	v, err := widen(rt.dtype, rt.data)
+	v, err := widen(rt.DType, rt.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,18 +43,18 @@ func (tr trace) ints(t *testing.T, name string) []int {
 		t.Fatalf("trace has no %s", name)
 	}
 	var out []int
-	switch rt.dtype {
+	switch rt.DType {
 	case safetensors.I64:
-		for i := 0; i < len(rt.data); i += 8 {
-			out = append(out, int(int64(uint64(rt.data[i])|uint64(rt.data[i+1])<<8|uint64(rt.data[i+2])<<16|uint64(rt.data[i+3])<<24|
-				uint64(rt.data[i+4])<<32|uint64(rt.data[i+5])<<40|uint64(rt.data[i+6])<<48|uint64(rt.data[i+7])<<56)))
+		for i := 0; i < len(rt.Data); i += 8 {
+			out = append(out, int(int64(uint64(rt.Data[i])|uint64(rt.Data[i+1])<<8|uint64(rt.Data[i+2])<<16|uint64(rt.Data[i+3])<<24|
+				uint64(rt.Data[i+4])<<32|uint64(rt.Data[i+5])<<40|uint64(rt.Data[i+6])<<48|uint64(rt.Data[i+7])<<56)))
 		}
 	case safetensors.I32:
-		for i := 0; i < len(rt.data); i += 4 {
-			out = append(out, int(int32(uint32(rt.data[i])|uint32(rt.data[i+1])<<8|uint32(rt.data[i+2])<<16|uint32(rt.data[i+3])<<24)))
+		for i := 0; i < len(rt.Data); i += 4 {
+			out = append(out, int(int32(uint32(rt.Data[i])|uint32(rt.Data[i+1])<<8|uint32(rt.Data[i+2])<<16|uint32(rt.Data[i+3])<<24)))
 		}
 	default:
-		t.Fatalf("%s: dtype %s is not an integer", name, rt.dtype)
+		t.Fatalf("%s: dtype %s is not an integer", name, rt.DType)
 	}
 	return out
 }

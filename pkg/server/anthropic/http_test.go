@@ -10,12 +10,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -484,19 +484,6 @@ func TestCountTokens(t *testing.T) {
 	}
 }
 
-// waitGoroutines waits for the goroutine count to fall back to at most n.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A client that goes away cancels the generation, frees the engine and
 // leaves no goroutine behind (keep-alive pinger included).
 func TestDisconnectCancelsGenerationWithoutLeaks(t *testing.T) {
@@ -508,31 +495,11 @@ func TestDisconnectCancelsGenerationWithoutLeaks(t *testing.T) {
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
 			eng := &servertest.Engine{Script: script(many...), TokenDelay: 5 * time.Millisecond}
 			h := newHarness(t, eng, harnessOptions{keepAlive: 20 * time.Millisecond})
-			h.http.Client().Get(h.http.URL + "/health") // warm the connection pool
-			h.http.CloseClientConnections()
-			base := runtime.NumGoroutine()
-			ctx, cancel := context.WithCancel(context.Background())
 			body := fmt.Sprintf(`{"model":"m","max_tokens":20000,"stream":%v,"messages":[{"role":"user","content":"x"}]}`, stream)
-			req, _ := http.NewRequestWithContext(ctx, "POST", h.http.URL+"/v1/messages", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-			start := time.Now()
-			if resp, err := h.http.Client().Do(req); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			for {
-				if st, _, _ := h.post("/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`); st == 200 {
-					break
-				}
-				if time.Since(start) > 3*time.Second {
-					t.Fatal("the engine stayed busy after the client left")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			h.http.CloseClientConnections()
-			h.http.Client().CloseIdleConnections()
-			waitGoroutines(t, base)
+			adaptertest.AbandonRequest(t, h.http, "/v1/messages", body, func() bool {
+				st, _, _ := h.post("/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`)
+				return st == 200
+			})
 			if !strings.Contains(h.logs.String(), "context canceled") {
 				t.Fatalf("log does not record the cancellation:\n%s", h.logs.String())
 			}

@@ -9,16 +9,16 @@ import (
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
 // The official Go SDK is the client in these tests.
 
 func (h *harness) client(key string) *sdk.Client {
-	c := sdk.NewClient(option.WithBaseURL(h.http.URL), option.WithAPIKey(key), option.WithMaxRetries(0), option.WithHTTPClient(h.http.Client()))
+	c := adaptertest.AnthropicClient(h.http, key)
 	return &c
 }
 

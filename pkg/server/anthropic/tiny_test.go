@@ -3,72 +3,31 @@ package anthropic
 import (
 	"context"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
-	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
-var tinyOnce struct {
-	sync.Once
-	dir string
-	err error
-}
-
-// tinyInstall converts the embedded tiny model once per test run.
-func tinyInstall(t *testing.T) string {
-	t.Helper()
-	tinyOnce.Do(func() {
-		root, err := os.MkdirTemp("", "nvmai-anthropic-test-")
-		if err != nil {
-			tinyOnce.err = err
-			return
-		}
-		tinyOnce.dir = filepath.Join(root, "tiny")
-		_, tinyOnce.err = convert.Run(context.Background(), convert.Options{Input: testfix.Embedded(t), Targets: []convert.Target{{Bits: 8, Dir: tinyOnce.dir}}})
-	})
-	if tinyOnce.err != nil {
-		t.Fatal(tinyOnce.err)
-	}
-	return tinyOnce.dir
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if tinyOnce.dir != "" {
-		os.RemoveAll(filepath.Dir(tinyOnce.dir))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 // Through the real engine and tokenizer: the stream accumulates to the
 // non-streamed greedy reply, count_tokens equals the prompt the engine
 // ran, and a repeated request reports the prompt cache's share as
 // cache_read_input_tokens.
 func TestTinyModelThroughTheRealEngine(t *testing.T) {
-	e, err := runtime.Load(tinyInstall(t), runtime.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	re := server.NewRuntimeEngine(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16})
-	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	s.SetEngine(re, server.PlainChatML{})
+	s, _ := adaptertest.TinyServer(adaptertest.TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16})
 	h := openai.New(s, openai.Options{})
 	Mount(h, s, Options{})
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	// This SDK version has no temperature field: greedy is set on the wire.
-	c := sdk.NewClient(option.WithBaseURL(hs.URL), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()), option.WithJSONSet("temperature", 0))
+	c := adaptertest.AnthropicClient(hs, "k", option.WithJSONSet("temperature", 0))
 	ctx := context.Background()
 	msgs := []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("The capital of France is"))}
 	p := sdk.MessageNewParams{Model: "tiny", MaxTokens: 24, System: []sdk.TextBlockParam{{Text: "Be brief."}}, Messages: msgs}

@@ -14,13 +14,13 @@ import (
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
@@ -104,7 +104,7 @@ func TestTwoFixtureInstalls(t *testing.T) {
 	}
 	hs := httptest.NewServer(openai.New(s, openai.Options{}))
 	t.Cleanup(hs.Close)
-	client := oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))
+	client := adaptertest.OpenAIClient(hs, "k")
 	ctx := context.Background()
 
 	page, err := client.Models.List(ctx)

@@ -6,34 +6,27 @@ import (
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/nvmai/nvmai/pkg/promptcache"
-	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
 
 // diskServer is a server as `nvmai-run serve --prompt-cache-dir dir`
 // starts it: a new engine and a new disk cache over dir.
 func diskServer(t *testing.T, dir string) (oai.Client, *promptcache.Disk) {
 	t.Helper()
-	e, err := runtime.Load(tinyInstall(t), runtime.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := adaptertest.TinyEngine(t)
 	d, err := promptcache.OpenDisk(promptcache.DiskOptions{Dir: dir, Budget: 1 << 30, Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	re := server.NewRuntimeEngine(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16,
+	s, _ := adaptertest.TinyServer(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16,
 		Disk: d, TemplateSHA256: server.PlainChatMLSHA256(), DiskMinTokens: 16})
-	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	s.SetEngine(re, server.PlainChatML{})
 	hs := httptest.NewServer(New(s, Options{}))
 	t.Cleanup(hs.Close)
-	return oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client())), d
+	return adaptertest.OpenAIClient(hs, "k"), d
 }
 
 // After a restart, a request sharing the system prefix reports the disk

@@ -10,18 +10,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -50,7 +49,7 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options, cfg server.Co
 	}
 	hs := httptest.NewServer(New(s, opt))
 	t.Cleanup(hs.Close)
-	c := oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))
+	c := adaptertest.OpenAIClient(hs, "test-key")
 	return &harness{t: t, eng: eng, srv: s, http: hs, client: c, logs: logs}
 }
 
@@ -282,21 +281,12 @@ func TestErrorsUseTheEnvelope(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			status, _, body := h.post(tc.path, tc.ctype, tc.body)
-			var env struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-				} `json:"error"`
+			e := adaptertest.DecodeOpenAIError(t, body)
+			if status != tc.status || !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("%d %q, want %d containing %q", status, e.Message, tc.status, tc.want)
 			}
-			if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error.Type == "" {
-				t.Fatalf("body %q is not an error envelope (%v)", body, err)
-			}
-			if status != tc.status || !strings.Contains(env.Error.Message, tc.want) {
-				t.Fatalf("%d %q, want %d containing %q", status, env.Error.Message, tc.status, tc.want)
-			}
-			if tc.param != "" && (env.Error.Param == nil || *env.Error.Param != tc.param) {
-				t.Fatalf("param %v, want %q", env.Error.Param, tc.param)
+			if tc.param != "" && (e.Param == nil || *e.Param != tc.param) {
+				t.Fatalf("param %v, want %q", e.Param, tc.param)
 			}
 		})
 	}
@@ -580,19 +570,6 @@ func TestKeepAliveDuringLongPrefill(t *testing.T) {
 	}
 }
 
-// waitGoroutines waits for the goroutine count to fall back to at most n.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestDisconnectCancelsGeneration(t *testing.T) {
 	many := make([]string, 10000)
 	for i := range many {
@@ -602,32 +579,12 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
 			eng := &servertest.Engine{Script: script(many...), TokenDelay: 5 * time.Millisecond}
 			h := newHarness(t, eng, Options{}, server.Config{})
-			h.http.Client().Get(h.http.URL + "/health") // warm the connection pool
-			h.http.CloseClientConnections()
-			base := runtime.NumGoroutine()
-			ctx, cancel := context.WithCancel(context.Background())
 			body := fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"x"}]}`, stream)
-			req, _ := http.NewRequestWithContext(ctx, "POST", h.http.URL+"/v1/chat/completions", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-			start := time.Now()
-			if resp, err := h.http.Client().Do(req); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
 			// The engine must be free again well before the 50 s script ends.
-			for {
-				if st, _, _ := h.post("/v1/completions", "application/json", `{"prompt":"p","max_tokens":1}`); st == 200 {
-					break
-				}
-				if time.Since(start) > 3*time.Second {
-					t.Fatal("the engine stayed busy after the client left")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			h.http.CloseClientConnections()
-			h.http.Client().CloseIdleConnections()
-			waitGoroutines(t, base)
+			adaptertest.AbandonRequest(t, h.http, "/v1/chat/completions", body, func() bool {
+				st, _, _ := h.post("/v1/completions", "application/json", `{"prompt":"p","max_tokens":1}`)
+				return st == 200
+			})
 			if !strings.Contains(h.logs.String(), "context canceled") {
 				t.Fatalf("log does not record the cancellation:\n%s", h.logs.String())
 			}
@@ -644,6 +601,17 @@ func TestPanicInTheEngineIsA500NotACrash(t *testing.T) {
 	}
 	if st, _, _ := h.post("/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":"x"}]}`); st != 500 {
 		t.Fatalf("the queue was not released after the panic: %d", st)
+	}
+}
+
+// prepareOnFake hands a mapped request to a core server over the fake
+// engine, as a fuzzer's last step: PrepareChat may refuse it but must not
+// panic.
+func prepareOnFake(creq *server.ChatRequest) {
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
+	if job, err := s.PrepareChat(creq); err == nil {
+		job.Cancel()
 	}
 }
 
@@ -665,11 +633,7 @@ func FuzzChatRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := server.New(server.Config{Log: func(server.RequestLog) {}})
-		s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
-		if job, err := s.PrepareChat(creq); err == nil {
-			job.Cancel()
-		}
+		prepareOnFake(creq)
 	})
 }
 

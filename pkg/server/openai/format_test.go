@@ -11,6 +11,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -40,21 +41,12 @@ func TestResponseFormatErrors(t *testing.T) {
 			}
 			body := `{` + extra + `"response_format":` + tc.format + `,"messages":[{"role":"user","content":"x"}]}`
 			status, _, resp := h.post("/v1/chat/completions", "application/json", body)
-			var env struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-				} `json:"error"`
+			e := adaptertest.DecodeOpenAIError(t, resp)
+			if status != 400 || e.Type != "invalid_request_error" || !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("%d %s %q, want 400 invalid_request_error containing %q", status, e.Type, e.Message, tc.want)
 			}
-			if err := json.Unmarshal([]byte(resp), &env); err != nil {
-				t.Fatalf("%s: %v", resp, err)
-			}
-			if status != 400 || env.Error.Type != "invalid_request_error" || !strings.Contains(env.Error.Message, tc.want) {
-				t.Fatalf("%d %s %q, want 400 invalid_request_error containing %q", status, env.Error.Type, env.Error.Message, tc.want)
-			}
-			if env.Error.Param == nil || *env.Error.Param != tc.param {
-				t.Fatalf("param %v, want %q", env.Error.Param, tc.param)
+			if e.Param == nil || *e.Param != tc.param {
+				t.Fatalf("param %v, want %q", e.Param, tc.param)
 			}
 		})
 	}
@@ -215,11 +207,7 @@ func FuzzResponseFormatRequest(f *testing.F) {
 			}
 			return
 		}
-		s := server.New(server.Config{Log: func(server.RequestLog) {}})
-		s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
-		if job, err := s.PrepareChat(creq); err == nil {
-			job.Cancel()
-		}
+		prepareOnFake(creq)
 	})
 }
 

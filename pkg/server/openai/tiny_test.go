@@ -3,51 +3,16 @@ package openai
 import (
 	"context"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
-	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/convert"
-	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
 
-var tinyOnce struct {
-	sync.Once
-	dir string
-	err error
-}
-
-// tinyInstall converts the embedded tiny model once per test run.
-func tinyInstall(t *testing.T) string {
-	t.Helper()
-	tinyOnce.Do(func() {
-		root, err := os.MkdirTemp("", "nvmai-server-test-")
-		if err != nil {
-			tinyOnce.err = err
-			return
-		}
-		tinyOnce.dir = filepath.Join(root, "tiny")
-		_, tinyOnce.err = convert.Run(context.Background(), convert.Options{Input: testfix.Embedded(t), Targets: []convert.Target{{Bits: 8, Dir: tinyOnce.dir}}})
-	})
-	if tinyOnce.err != nil {
-		t.Fatal(tinyOnce.err)
-	}
-	return tinyOnce.dir
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if tinyOnce.dir != "" {
-		os.RemoveAll(filepath.Dir(tinyOnce.dir))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fixinstall.Main(m) }
 
 type tinyServer struct {
 	eng    *server.RuntimeEngine
@@ -56,17 +21,10 @@ type tinyServer struct {
 
 func newTinyServer(t *testing.T, cacheBytes int64) *tinyServer {
 	t.Helper()
-	e, err := runtime.Load(tinyInstall(t), runtime.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	re := server.NewRuntimeEngine(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: cacheBytes, PrefillChunk: 16})
-	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	s.SetEngine(re, server.PlainChatML{})
+	s, re := adaptertest.TinyServer(adaptertest.TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", CacheBytes: cacheBytes, PrefillChunk: 16})
 	hs := httptest.NewServer(New(s, Options{}))
 	t.Cleanup(hs.Close)
-	return &tinyServer{eng: re, client: oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))}
+	return &tinyServer{eng: re, client: adaptertest.OpenAIClient(hs, "k")}
 }
 
 func (ts *tinyServer) chat(t *testing.T, p oai.ChatCompletionNewParams) *oai.ChatCompletion {

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -77,7 +77,7 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options) *harness {
 	New(s, opt).Mount(oh)
 	hs := httptest.NewServer(oh)
 	t.Cleanup(hs.Close)
-	c := oai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hs.Client()))
+	c := adaptertest.OpenAIClient(hs, "k")
 	return &harness{t: t, eng: eng, http: hs, client: c, logs: logs}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
@@ -490,7 +491,7 @@ func convertTools(in []json.RawMessage) ([]json.RawMessage, []string, error) {
 	var skipped []string
 	for i, raw := range in {
 		param := fmt.Sprintf("tools[%d]", i)
-		fields, err := orderedFields(raw)
+		fields, err := jsonobj.Fields(raw)
 		if err != nil {
 			return nil, nil, badRequest(param, "%s must be an object: %v", param, err)
 		}
@@ -514,52 +515,22 @@ func convertTools(in []json.RawMessage) ([]json.RawMessage, []string, error) {
 		b.WriteString(`{"type":"function","function":{`)
 		first := true
 		for _, f := range fields {
-			if f.key == "type" {
+			if f.Key == "type" {
 				continue
 			}
 			if !first {
 				b.WriteByte(',')
 			}
 			first = false
-			k, _ := json.Marshal(f.key)
+			k, _ := json.Marshal(f.Key)
 			b.Write(k)
 			b.WriteByte(':')
-			b.Write(f.value)
+			b.Write(f.Value)
 		}
 		b.WriteString("}}")
 		out = append(out, json.RawMessage(b.Bytes()))
 	}
 	return out, skipped, nil
-}
-
-type field struct {
-	key   string
-	value json.RawMessage
-}
-
-// orderedFields returns an object's members in their order.
-func orderedFields(raw json.RawMessage) ([]field, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("not an object")
-	}
-	var out []field
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, field{key: k.(string), value: v})
-	}
-	return out, nil
 }
 
 // toolChoice maps auto/none/required and {"type":"function","name":…};

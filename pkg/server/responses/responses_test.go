@@ -13,6 +13,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -107,21 +108,12 @@ func TestRequestErrorsNameTheField(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st, body := h.post(c.body)
-			var env struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(body), &env); err != nil {
-				t.Fatalf("not an envelope: %s", body)
-			}
+			e := adaptertest.DecodeOpenAIError(t, body)
 			param := ""
-			if env.Error.Param != nil {
-				param = *env.Error.Param
+			if e.Param != nil {
+				param = *e.Param
 			}
-			if st != 400 || env.Error.Type != "invalid_request_error" || param != c.param || !strings.Contains(env.Error.Message, c.text) {
+			if st != 400 || e.Type != "invalid_request_error" || param != c.param || !strings.Contains(e.Message, c.text) {
 				t.Fatalf("got %d %s, want 400 with param %q and %q in the message", st, body, c.param, c.text)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -82,7 +83,7 @@ func ParseScript(data []byte, file string) (*Script, error) {
 			}
 			if len(c.Arguments) == 0 {
 				s.Rounds[i].ToolCalls[j].Arguments = json.RawMessage("{}")
-			} else if _, err := orderedFields(c.Arguments); err != nil {
+			} else if _, err := jsonobj.Fields(c.Arguments); err != nil {
 				return nil, fmt.Errorf("%s: rounds[%d].tool_calls[%d].arguments must be a JSON object: %v", file, i, j, err)
 			}
 		}
@@ -236,44 +237,15 @@ func fill(answer string, conv conversation) string {
 func markup(c Call) string {
 	var b strings.Builder
 	b.WriteString("<tool_call>\n<function=" + c.Name + ">\n")
-	fields, _ := orderedFields(c.Arguments)
+	fields, _ := jsonobj.Fields(c.Arguments)
 	for _, f := range fields {
-		v := string(f.value)
+		v := string(f.Value)
 		var s string
-		if json.Unmarshal(f.value, &s) == nil {
+		if json.Unmarshal(f.Value, &s) == nil {
 			v = s
 		}
-		b.WriteString("<parameter=" + f.key + ">\n" + v + "\n</parameter>\n")
+		b.WriteString("<parameter=" + f.Key + ">\n" + v + "\n</parameter>\n")
 	}
 	b.WriteString("</function>\n</tool_call>")
 	return b.String()
-}
-
-type field struct {
-	key   string
-	value json.RawMessage
-}
-
-func orderedFields(raw json.RawMessage) ([]field, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("not an object")
-	}
-	var out []field
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, field{key: k.(string), value: v})
-	}
-	return out, nil
 }
