@@ -168,6 +168,9 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 func printPrefillLimits(w io.Writer, r *runtime.BenchReport) {
 	m := r.Median
 	fmt.Fprintf(w, "prefill: passes of %s, %s of experts read per prompt token", plural(m.PrefillChunk, "token"), cliutil.Bytes(int64(m.PrefillBytesPerToken)))
+	if m.PrefillWarmBytes > 0 {
+		fmt.Fprintf(w, " (warm reads %s: %s used, %s wasted)", cliutil.Bytes(m.PrefillWarmBytes), cliutil.Bytes(m.PrefillWarmUsed), cliutil.Bytes(m.PrefillWarmBytes-m.PrefillWarmUsed))
+	}
 	if r.PrefillDiskTokS > 0 {
 		fmt.Fprintf(w, "; disk-bound %.1f tok/s (raw read rate ÷ bytes per token)", r.PrefillDiskTokS)
 	}
@@ -222,7 +225,8 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	for _, p := range r.Phases {
 		phases = append(phases, fmt.Sprintf("%s:%.1f:%.1f", p.Name, 100*p.Share, p.Rate/1e9))
 	}
-	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s",
-		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"))
+	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s pf_warm_gib=%.2f pf_warm_used_gib=%.2f",
+		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"),
+		float64(m.PrefillWarmBytes)/gib, float64(m.PrefillWarmUsed)/gib)
 	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f phases=%s\n", r.Prefetch, m.GuessesPerToken, m.GuessesUsed, strings.Join(phases, ","))
 }

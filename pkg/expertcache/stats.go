@@ -13,15 +13,15 @@ type Stats struct {
 	// too). WarmBytes − WarmHits × stride is what the guesses wasted (or
 	// hold, not asked for yet).
 	Warmed, WarmHits, WarmSkipped, WarmBytes int64
-	ReadSeconds                                              float64 // wall time with at least one read of a request in flight
-	WaitSeconds                                              float64 // time callers spent blocked waiting for reads
-	Mode                                                     string  // resolved read mode: dontcache, direct, dropbehind or buffered
-	Policy                                                   string  // eviction policy
-	SlotsPerLayer                                            int
-	IOThreads                                                int
-	PrefetchWidth                                            int   // experts per layer read ahead on a guess; 0: off
-	Warm                                                     bool  // warm reads on (Options.NoWarm unset)
-	BudgetBytes                                              int64 // memory held by slots: slots × stride × layers
+	ReadSeconds                              float64 // wall time with at least one read of a request in flight
+	WaitSeconds                              float64 // time callers spent blocked waiting for reads
+	Mode                                     string  // resolved read mode: dontcache, direct, dropbehind or buffered
+	Policy                                   string  // eviction policy
+	SlotsPerLayer                            int
+	IOThreads                                int
+	PrefetchWidth                            int   // experts per layer read ahead on a guess; 0: off
+	Warm                                     bool  // warm reads on (Options.NoWarm unset)
+	BudgetBytes                              int64 // memory held by slots: slots × stride × layers
 }
 
 // HitRate is Hits / (Hits + Misses), or 0 before any request.
