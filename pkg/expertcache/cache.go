@@ -107,6 +107,7 @@ var (
 	_ moe.ExpertVisitor      = (*Cache)(nil)
 	_ moe.ExpertGroupVisitor = (*Cache)(nil)
 	_ moe.ExpertPrefetcher   = (*Cache)(nil)
+	_ moe.PassWarmer         = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already

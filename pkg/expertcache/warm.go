@@ -1,5 +1,7 @@
 package expertcache
 
+import "math"
+
 // Warm reads: the next layer's experts read during this layer's tail and
 // the next layer's mixer and router.
 //
@@ -40,8 +42,36 @@ func (c *Cache) warmAfter(lc *layerCache, n int) {
 	if !c.warm || float64(n) < warmMinShare*float64(c.experts) || lc.index+1 >= len(c.layers) {
 		return
 	}
-	next := c.layers[lc.index+1]
-	visit := c.visits.Load() + 1 // the next visit is the next layer's
+	c.warmLayer(c.layers[lc.index+1])
+}
+
+// BeginPass is told, before a pass's first layer runs, that the pass
+// carries tokens tokens (moe.PassWarmer). When the pass is long enough that
+// the first layer's visit should ask for at least warmMinShare of its
+// experts (1 − e^(−tokens·k/E) of them, routing being random-like), the
+// first layer's missing experts are read into its empty slots on a guess,
+// while the embeddings and the first mixer run. It returns at once and does
+// nothing while another call uses the cache.
+func (c *Cache) BeginPass(tokens int) {
+	if !c.warm || tokens < 2 || !c.busy.CompareAndSwap(false, true) {
+		return
+	}
+	defer c.leave()
+	if c.closed {
+		return
+	}
+	c.reapSpec()
+	if 1-math.Exp(-float64(tokens)*float64(c.topK)/float64(c.experts)) < warmMinShare {
+		return
+	}
+	c.warmLayer(c.layers[0])
+}
+
+// warmLayer queues warm reads of next's missing experts into its empty
+// slots, for the next visit (which must be next's), leaving more than top_k
+// slots unpinned.
+func (c *Cache) warmLayer(next *layerCache) {
+	visit := c.visits.Load() + 1
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for e := 0; e < c.experts; e++ {

@@ -86,7 +86,8 @@ func TestWarmReadsServeFileBytes(t *testing.T) {
 
 // With warm reads on, a cold cache's first wide visits read the same bytes
 // overall as with them off when every guess is asked for: each expert is
-// read once.
+// read once. BeginPass warms the first layer too, and only for a pass long
+// enough that most experts will be asked for.
 func TestWarmReadsCostNoBytesWhenAskedFor(t *testing.T) {
 	dir := t.TempDir()
 	m := syntheticInstall(t, dir, 3, 16, 2, 128, 64)
@@ -95,9 +96,20 @@ func TestWarmReadsCostNoBytesWhenAskedFor(t *testing.T) {
 	for i := range all {
 		all[i] = i
 	}
-	var read [2]int64
-	for k, noWarm := range []bool{false, true} {
-		c := newCache(t, dir, m, Options{Slots: 10, IOThreads: 2, NoWarm: noWarm})
+	for _, tc := range []struct {
+		noWarm      bool
+		pass        int   // tokens told to BeginPass; 0: not called
+		warmedLayer []int // layers warmed
+	}{
+		{false, 0, []int{1, 2}},
+		{false, 64, []int{0, 1, 2}}, // 1 − e^(−64·2/16): every expert asked for
+		{false, 5, []int{1, 2}},     // 1 − e^(−5·2/16) = 46%: no guess for layer 0
+		{true, 64, nil},
+	} {
+		c := newCache(t, dir, m, Options{Slots: 10, IOThreads: 2, NoWarm: tc.noWarm})
+		if tc.pass > 0 {
+			c.BeginPass(tc.pass)
+		}
 		for l := range x.Layers {
 			if err := c.Visit(l, all, func(int, moe.ExpertMats) error { return nil }); err != nil {
 				t.Fatal(err)
@@ -105,12 +117,11 @@ func TestWarmReadsCostNoBytesWhenAskedFor(t *testing.T) {
 		}
 		c.drainSpec()
 		st := c.Stats()
-		read[k] = st.BytesRead
 		if want := int64(len(x.Layers)*x.Count) * x.Stride; st.BytesRead != want || st.WarmHits != st.Warmed {
-			t.Fatalf("nowarm=%v: stats %+v; want %d bytes (each expert once), every warm read asked for", noWarm, st, want)
+			t.Fatalf("%+v: stats %+v; want %d bytes (each expert once), every warm read asked for", tc, st, want)
 		}
-		if !noWarm && st.Warmed != int64(2*(10-x.TopK)) {
-			t.Fatalf("warm reads: %d, want %d (layers 1 and 2, the empty slots less top_k)", st.Warmed, 2*(10-x.TopK))
+		if want := int64(len(tc.warmedLayer) * (10 - x.TopK)); st.Warmed != want {
+			t.Fatalf("%+v: %d warm reads, want %d (layers %v, their empty slots less top_k)", tc, st.Warmed, want, tc.warmedLayer)
 		}
 	}
 }
