@@ -101,3 +101,34 @@ func TestPrefillLimits(t *testing.T) {
 		}
 	}
 }
+
+// Warm reads change no bit of qwen38 either (the same expert cache behind
+// the same moe contract): a long prompt prefilled with and without them,
+// at several budgets, thread and reader counts.
+func TestQwen38WarmReadsAreBitwiseInvisible(t *testing.T) {
+	dir := install(t, qwen38Layouts[0], 16)
+	var prompt []int
+	for _, p := range loadRefs(t, "tiny-qwen38.refs.json") {
+		prompt = append(prompt, p.IDs...)
+	}
+	e, err := Load(dir, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Install.Manifest.Experts
+	e.Close()
+	for _, tc := range []struct{ slots, threads, readers int }{{x.TopK + 3, 1, 1}, {x.Count / 2, 2, 4}, {x.Count - 1, 3, 8}} {
+		t.Run(fmt.Sprintf("%d-slots/%d-threads/%d-readers", tc.slots, tc.threads, tc.readers), func(t *testing.T) {
+			opt := Options{Threads: tc.threads, Experts: ExpertOptions{Slots: tc.slots, IOThreads: tc.readers, NoWarm: true}}
+			want, _ := prefillRun(t, dir, opt, prompt, 0)
+			opt.Experts.NoWarm = false
+			got, res := prefillRun(t, dir, opt, prompt, 0)
+			if !sameBits(got, want) {
+				t.Error("logits differ with warm reads")
+			}
+			if res.Experts.WarmHits == 0 {
+				t.Errorf("%d-token prompt, cold cache of %d of %d slots: %d warm reads, none asked for", len(prompt), tc.slots, x.Count, res.Experts.Warmed)
+			}
+		})
+	}
+}
