@@ -143,7 +143,9 @@ func New(dir string, m *packexperts.Manifest, opt Options) (*Cache, error) {
 		seen: make([]bool, x.Count), position: make([]int, x.Count), loading: make([]int, slots), topK: x.TopK}
 	c.prefetch, c.specMax = prefetchWidth(opt.Prefetch, slots, x.Count, x.TopK)
 	if c.warm = !opt.NoWarm; c.warm {
-		c.warmMax = slots
+		// A visit queues the next layer's guesses while its own may still
+		// be landing: two layers' worth.
+		c.warmMax = 2 * slots
 	}
 	if err := c.open(x, opt.IO); err != nil {
 		c.Close()

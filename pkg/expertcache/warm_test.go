@@ -37,7 +37,8 @@ func visitChecked(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifes
 
 // Warm reads move bytes, never what a visit hands over: layers visited in
 // order and out of order, wide (warming the next layer) and narrow (leaving
-// guesses unused), for any slot count, reader count and read mode, every
+// guesses unused), with Prefetch's guesses in flight as a visit starts
+// (rolling or not), for any slot count, reader count and read mode, every
 // expert equals the file's bytes and the counters add up. With warm reads
 // off none are issued.
 func TestWarmReadsServeFileBytes(t *testing.T) {
@@ -62,9 +63,12 @@ func TestWarmReadsServeFileBytes(t *testing.T) {
 							t.Fatalf("cold pass: stats %+v, want warm reads asked for", c.Stats())
 						}
 					}
-					for range 60 { // then any layer, any width
+					for range 60 { // then any layer, any width, with decode's guesses in flight too
 						l := rng.IntN(len(x.Layers))
 						ids := rng.Perm(x.Count)[:[]int{x.Count, x.Count * 3 / 4, x.Count / 2, x.TopK}[rng.IntN(4)]]
+						if rng.IntN(2) == 0 {
+							c.Prefetch(l, rng.Perm(x.Count)[:x.TopK])
+						}
 						if err := visitChecked(t, c, files, m, l, ids); err != nil {
 							t.Fatal(err)
 						}
