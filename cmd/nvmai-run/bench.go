@@ -175,7 +175,7 @@ func printPrefillLimits(w io.Writer, r *runtime.BenchReport) {
 		fmt.Fprintf(w, "; disk-bound %.1f tok/s (raw read rate ÷ bytes per token)", r.PrefillDiskTokS)
 	}
 	if m.PrefillComputeTokS > 0 {
-		fmt.Fprintf(w, "; compute-bound %.1f tok/s (estimated: tokens ÷ prefill time less I/O wait)", m.PrefillComputeTokS)
+		fmt.Fprintf(w, "; compute-bound %.1f tok/s (estimated, an upper bound: tokens ÷ prefill time less I/O wait)", m.PrefillComputeTokS)
 	}
 	if r.PrefillBinding != "" {
 		limit := m.PrefillComputeTokS
