@@ -13,10 +13,12 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
-# BENCH_VARIANTS (default all,base,group) lists the launch strategies the bench
+# BENCH_VARIANTS (default group,pipe512,par,par512) lists the launch strategies the bench
 # compares in one process (pkg/runtime/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
-# nofuse, nosplit, nomma, carve, group); their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
+# nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
+# par, par512);
+# their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
 # same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
@@ -65,11 +67,16 @@ run() { # name, binary, args…
 
 run cuda "$bin/cuda.test"
 run kernels "$bin/gpukernels.test"
-run fidelity "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
-# The same checks with prefill on the CUDA cores (NVMAI_GPU_MMA=0), and with
-# the experts grouped on the tensor cores (NVMAI_GPU_GROUP=1).
-NVMAI_GPU_MMA=0 run fidelity-nomma "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
-NVMAI_GPU_GROUP=1 run fidelity-group "$bin/gpu.test" -test.run 'SixteenBit|Quantized|Bitwise|Chunked' -test.timeout 8m
+# Sampled: device top-k candidates vs the CPU sampler and the CPU engine.
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled'
+run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# The same checks with the earlier kernels: prefill on the CUDA cores, the
+# delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
+# NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256); and with the delta rule as
+# gdn_rec_pipe (NVMAI_GPU_GDNPAR=0). The fixtures' prompts reach 960 tokens,
+# so the 512-token passes are exercised.
+NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256 run fidelity-nomma "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+NVMAI_GPU_GDNPAR=0 run fidelity-pipe "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -87,11 +94,13 @@ fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-all,base,group} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
-	# The CLI end to end on the largest install: greedy, then sampled on the host.
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe512,par,par512} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	# The CLI end to end on the largest install: greedy, sampled from the
+	# device's top-k candidates, and sampled without top-k (the row is
+	# copied to the CPU sampler).
 	big=${synth[${#synth[@]}-1]}
 	stamp "nvmai-run --engine gpu"
-	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7"; do
+	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7" "--temperature 0.7 --top-k 0 --top-p 0.95 --seed 7"; do
 		"$bin/nvmai-run" --engine gpu -m "$big" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos $s --json >"$OUT/cli.json" 2>"$OUT/cli.err" &&
 			echo "CLI nvmai-run --engine gpu $s: $(grep -o '"decode_tok_s":[0-9.]*' "$OUT/cli.json")" | tee -a "$OUT/cli.log" ||
 			{ status=1; cat "$OUT/cli.err"; }
@@ -104,15 +113,15 @@ if [ ${#synth[@]} -gt 0 ]; then
 			echo "CLI earlier build, nvmai-run bench --engine gpu: $(grep -oE '"(prefill_tok_s|decode_tok_s|kernels_per_token|graph_ms_per_token)": ?[0-9.]+' "$OUT/old-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 			tail -5 "$OUT/old-bench.err"
 	fi
-	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
+	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
 for f in "$OUT"/*.log; do
 	case $f in
-	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them bitwise the CPU engine's" ;;
-	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's" ;;
+	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|sampled session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac
 done

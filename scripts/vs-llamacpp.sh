@@ -2,7 +2,7 @@
 # nvmai and llama.cpp side by side on the same synthetic Qwen3.5-35B-A3B geometry, interleaved.
 #
 #   scripts/vs-llamacpp.sh [--regimes LIST] [--rounds N] [--threads N] [--tokens M] [--prompt N]
-#                          [--warmup N] [--work DIR] [--keep] [--update-docs FILE]
+#                          [--warmup N] [--work DIR] [--keep] [--append] [--update-docs FILE]
 #
 # Regimes (default: ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40):
 #   ram-lN     N layers at 4 bits, everything in RAM: nvmai with a slot for every expert
@@ -26,7 +26,9 @@
 # scripts/internal/ggufsynth (its Q4_0/Q8_0 are checked bit for bit against the libggml-base that
 # package ships, first) and nvmai installs with nvmai-convert synth, under --work (default
 # /tmp/nvmai-vs-llamacpp). Models it made are deleted after their regime unless --keep (the
-# 40-layer pairs take 37 GiB at 4 bits and 69 GiB at 8 bits).
+# 40-layer pairs take 37 GiB at 4 bits and 69 GiB at 8 bits). --append keeps the runs of earlier
+# calls in --work's runs.jsonl, so regimes run one call at a time (a disk too small for both 40-layer
+# pairs at once) still come out as one table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
@@ -34,7 +36,7 @@ export PATH="/usr/local/go/bin:$PATH"
 
 NLC_VERSION=3.22.1
 regimes="ram-l4,ram-l12,ram-l40,disk8-l40,mem16-l40" rounds=3 threads=2 tokens=32 prompt=64 warmup=512
-work=/tmp/nvmai-vs-llamacpp keep=0 update=""
+work=/tmp/nvmai-vs-llamacpp keep=0 append=0 update=""
 die() { echo "vs-llamacpp: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,8 +48,9 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=${2:?}; shift 2 ;;
     --work) work=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --append) append=1; shift ;;
     --update-docs) update=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -116,21 +119,31 @@ make_cgroup() {
 in_cgroup() { if [ -n "$cg" ]; then bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "$@"; else "$@"; fi; }
 
 runs="$work/runs.jsonl"
-: >"$runs"
+[ "$append" = 1 ] || : >"$runs"
+# failed REGIME ROUND ENGINE STATUS: records a run that ended without a report (the OOM killer in the
+# cgroup: status 137), so the table says so and the other runs go on.
+failed() {
+  local why="exit status $4"
+  [ "$4" = 137 ] && why="killed (out of memory)"
+  echo "{\"regime\": \"$1\", \"round\": $2, \"engine\": \"$3\", \"failed\": \"$why\"}" | tee -a "$runs"
+}
 run_nvmai() { # REGIME ROUND MODEL ARGS...
-  local regime=$1 round=$2 model=$3; shift 3
-  in_cgroup bin/nvmai-run bench --model "$model" --prompt-ids "$ids" --tokens "$tokens" --threads "$threads" \
-      --warmup "$warmup" --skip-bandwidth --json "$@" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); m=d["median"]
+  local regime=$1 round=$2 model=$3 out rc=0; shift 3
+  out=$(in_cgroup bin/nvmai-run bench --model "$model" --prompt-ids "$ids" --tokens "$tokens" --threads "$threads" \
+      --warmup "$warmup" --skip-bandwidth --json "$@" 2>/dev/null) || rc=$?
+  if [ "$rc" != 0 ]; then failed "$regime" "$round" nvmai "$rc"; return; fi
+  python3 -c 'import json,sys; d=json.load(sys.stdin); m=d["median"]
 print(json.dumps({"regime": sys.argv[1], "round": int(sys.argv[2]), "engine": "nvmai", "prefill_tok_s": m["prefill_tok_s"],
-  "decode_tok_s": m["decode_tok_s"], "peak_rss_bytes": m["peak_rss_bytes"]}))' "$regime" "$round" | tee -a "$runs"
+  "decode_tok_s": m["decode_tok_s"], "peak_rss_bytes": m["peak_rss_bytes"]}))' "$regime" "$round" <<<"$out" | tee -a "$runs"
 }
 run_llama() { # REGIME ROUND GGUF MMAP
-  in_cgroup node scripts/internal/llamabench/bench.mjs --model "$3" --prompt-ids "$ids" --tokens "$tokens" \
-      --threads "$threads" --warmup "$warmup" --mmap "$4" |
-    python3 -c 'import json,sys; d=json.load(sys.stdin)
+  local out rc=0
+  out=$(in_cgroup node scripts/internal/llamabench/bench.mjs --model "$3" --prompt-ids "$ids" --tokens "$tokens" \
+      --threads "$threads" --warmup "$warmup" --mmap "$4") || rc=$?
+  if [ "$rc" != 0 ]; then failed "$1" "$2" llama.cpp "$rc"; return; fi
+  python3 -c 'import json,sys; d=json.load(sys.stdin)
 print(json.dumps({"regime": sys.argv[1], "round": int(sys.argv[2]), "engine": "llama.cpp", "prefill_tok_s": d["prefill_tok_s"],
-  "decode_tok_s": d["decode_tok_s"], "peak_rss_bytes": d["peak_rss_bytes"], "version": d["version"]}))' "$1" "$2" | tee -a "$runs"
+  "decode_tok_s": d["decode_tok_s"], "peak_rss_bytes": d["peak_rss_bytes"], "version": d["version"]}))' "$1" "$2" <<<"$out" | tee -a "$runs"
 }
 
 regime_pair() { # REGIME → makes the pair; sets nv, nv_args, gg, mmap
@@ -167,12 +180,13 @@ import collections, json, statistics as st, sys
 runs, threads, tokens, prompt, warmup, rounds = sys.argv[1:7]
 skipped = sys.argv[7:]
 g = collections.defaultdict(list)
+fails = collections.defaultdict(list)
 order = []
 for line in open(runs):
     r = json.loads(line)
     if r["regime"] not in order:
         order.append(r["regime"])
-    g[(r["regime"], r["engine"])].append(r)
+    (fails if "failed" in r else g)[(r["regime"], r["engine"])].append(r)
 label = {"ram-l4": "4 layers 4-bit, all in RAM", "ram-l12": "12 layers 4-bit, all in RAM",
          "ram-l40": "40 layers 4-bit, all in RAM", "disk8-l40": "40 layers 8-bit (34 GiB), 24 GiB machine",
          "mem16-l40": "40 layers 4-bit in a 16 GiB cgroup"}
@@ -186,6 +200,13 @@ print("|---|---|---|---|---|---|---|")
 for reg in order:
     nv, ll = g[(reg, "nvmai")], g[(reg, "llama.cpp")]
     if not nv or not ll:
+        # an engine that failed every round: say how, with the other's figures
+        why = {e: "; ".join(sorted({f["failed"] for f in fails[(reg, e)]})) for e in ("nvmai", "llama.cpp")}
+        rss = lambda v: f"{st.median([x['peak_rss_bytes'] for x in v]) / 2**30:.1f} GiB" if v else ""
+        for phase in ("decode", "prefill"):
+            cell = lambda v, e: fmt([x[f"{phase}_tok_s"] for x in v]) if v else f"{why[e] or 'not run'} ({len(fails[(reg, e)])} of {rounds})"
+            print(f"| {label.get(reg, reg)} | {phase} | {cell(nv, 'nvmai')} | {cell(ll, 'llama.cpp')} | – | "
+                  f"{rss(nv) if phase == 'decode' else ''} | {rss(ll) if phase == 'decode' else ''} |")
         continue
     rss = lambda v: f"{st.median([x['peak_rss_bytes'] for x in v]) / 2**30:.1f} GiB"
     for phase in ("decode", "prefill"):

@@ -26,6 +26,8 @@ hit rate, bytes read from disk per token and peak RSS, then the median across pr
 many experts per token were read ahead on a guess (--prefetch) and how many of those were used. It also
 measures, in the same process, the plain memory-read rate (1 … --threads goroutines summing a
 512 MiB buffer) and the raw read rate of random whole experts (the cache's I/O mode), and relates decode to them.
+On a qwen4_exp install it adds the n-gram table reads per decode step (rows, bytes read from SSD,
+the time the PLE layer waited for them) and the prefill's n-gram bytes.
 Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
 lm_head …): each phase's share of a step and the rate it reads its weights or state at.`,
 		Flags: append(engineFlags(),
@@ -134,6 +136,7 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 	if m := r.Median; m.GuessesPerToken > 0 {
 		fmt.Fprintf(w, "read ahead on a guess (--prefetch): %.1f experts per decode token, %.0f%% of them then used\n", m.GuessesPerToken, 100*m.GuessesUsed)
 	}
+	printNgram(w, r)
 	printPrefillLimits(w, r)
 	fmt.Fprintf(w, "compute pool hand-offs per decode step: %.0f (parked waits: %.0f)\n", r.Median.HandoffsPerToken, r.Median.ParksPerToken)
 	if r.HugePageBytes >= 0 {
@@ -161,6 +164,23 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			r.IOMode, r.IOThreads, cliutil.Rate(r.DiskRead), r.DiskBound)
 	}
 	printPhases(w, r.Phases)
+}
+
+// printNgram writes the n-gram table reads of a qwen4_exp install (nothing
+// for other models): per decode step and for the prefill, the median over
+// prompts.
+func printNgram(w io.Writer, r *runtime.BenchReport) {
+	m := r.Median
+	if m.NgramRowsPerToken <= 0 && m.PrefillNgramBytes <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "n-gram tables (%s I/O): %.1f rows of %s per decode step, %s read per step", r.IOMode, m.NgramRowsPerToken,
+		cliutil.Bytes(m.NgramRowBytes), cliutil.Bytes(int64(m.NgramBytesPerToken)))
+	if m.NgramBytesPerToken > 0 && m.NgramRowBytes > 0 {
+		fmt.Fprintf(w, " (%.1f%% of it the rows themselves)", 100*m.NgramRowsPerToken*float64(m.NgramRowBytes)/m.NgramBytesPerToken)
+	}
+	fmt.Fprintf(w, ", %.2f ms per step waited for (read ahead from the step's start); prefill read %s\n",
+		1e3*m.NgramWaitPerTok, cliutil.Bytes(m.PrefillNgramBytes))
 }
 
 // printPrefillLimits relates the median prefill to the disk and compute
@@ -228,5 +248,7 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s pf_warm_gib=%.2f pf_warm_used_gib=%.2f",
 		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"),
 		float64(m.PrefillWarmBytes)/gib, float64(m.PrefillWarmUsed)/gib)
-	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f phases=%s\n", r.Prefetch, m.GuessesPerToken, m.GuessesUsed, strings.Join(phases, ","))
+	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f", r.Prefetch, m.GuessesPerToken, m.GuessesUsed)
+	fmt.Fprintf(w, " ngram_kib_tok=%.2f ngram_rows_tok=%.1f ngram_wait_ms=%.2f pf_ngram_mib=%.2f phases=%s\n",
+		m.NgramBytesPerToken/1024, m.NgramRowsPerToken, 1e3*m.NgramWaitPerTok, float64(m.PrefillNgramBytes)/mib, strings.Join(phases, ","))
 }

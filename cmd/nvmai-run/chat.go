@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -23,6 +25,7 @@ import (
 // chatHelp is what /help prints; docs/commands.md carries the same text.
 const chatHelp = `Enter sends the line. Commands:
   /reset     start a new conversation (the --system message is kept)
+  /effort    show the reasoning effort; /effort LEVEL sets it (Qwen3.8-family templates)
   /exit      quit (also /quit, or Ctrl-D at an empty prompt)
   /help      this list
   //text     send "/text" (a message that itself starts with /)
@@ -79,6 +82,15 @@ type chat struct {
 	closing string // closes the previous assistant turn in front of the next one
 	pending int    // tokens the session will feed before the next turn (its last stop token)
 	fresh   bool   // the system message is still to be sent
+
+	// With a template format (format.tmpl set: Qwen3.8 family) each turn
+	// renders the whole conversation and feeds what follows the text the
+	// session already holds; a rendering that does not start with that
+	// text (the effort changed, or the template normalised a reply) makes
+	// the session re-read the conversation from the start.
+	format  *chatFormat
+	history []chattemplate.Message // the conversation so far, system message first
+	fed     string                 // the text the session holds, its pending stop token included
 }
 
 // chatAction runs nvmai-run chat on the terminal or on piped input.
@@ -89,6 +101,10 @@ func chatAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	opt, err := generateOptions(c, e)
+	if err != nil {
+		return err
+	}
+	format, err := chatFormatFor(c, e.Install.Dir)
 	if err != nil {
 		return err
 	}
@@ -107,6 +123,7 @@ func chatAction(c *cli.Context) error {
 	defer in.Close()
 	stats := c.Bool("stats")
 	ch := &chat{
+		format: format,
 		newSession: func() generator {
 			return e.NewSession(runtime.SessionOptions{KVInitial: c.Int("kv-initial"), MaxContext: c.Int("max-context"), KVBits: kvBits(c)})
 		},
@@ -159,7 +176,11 @@ func (ch *chat) run(ctx context.Context) error {
 // reset starts a new conversation.
 func (ch *chat) reset() {
 	ch.sess, ch.closing, ch.pending, ch.fresh = ch.newSession(), "", 0, true
+	ch.history, ch.fed = nil, ""
 }
+
+// templated reports whether turns are rendered with the install's template.
+func (ch *chat) templated() bool { return ch.format != nil && ch.format.tmpl != nil }
 
 // command runs one /command and reports whether the chat should end.
 func (ch *chat) command(line string) (quit bool) {
@@ -171,10 +192,33 @@ func (ch *chat) command(line string) (quit bool) {
 		fmt.Fprintln(ch.info, "(new conversation)")
 	case "/help":
 		fmt.Fprintln(ch.info, chatHelp)
+	case "/effort":
+		ch.effortCommand(strings.TrimSpace(strings.TrimPrefix(line, name)))
 	default:
 		fmt.Fprintf(ch.info, "unknown command %s; /help lists them (start a message with // to send a leading /)\n", name)
 	}
 	return false
+}
+
+// effortCommand shows or sets the reasoning effort.
+func (ch *chat) effortCommand(arg string) {
+	if !ch.templated() {
+		fmt.Fprintln(ch.info, "(this model's chat template has no reasoning effort)")
+		return
+	}
+	if arg == "" {
+		fmt.Fprintf(ch.info, "(reasoning effort %s; the template takes %s)\n", ch.format.currentEffort(), strings.Join(ch.format.tmpl.Features().ReasoningEfforts, ", "))
+		return
+	}
+	if err := ch.format.setEffort(arg); err != nil {
+		fmt.Fprintf(ch.info, "(/effort %v)\n", err)
+		return
+	}
+	if len(ch.history) > 0 {
+		fmt.Fprintf(ch.info, "(reasoning effort %s: it is stated at the head of the conversation, so the next message re-reads the conversation from the start)\n", arg)
+	} else {
+		fmt.Fprintf(ch.info, "(reasoning effort %s)\n", arg)
+	}
 }
 
 // readMessage reads one message: a line, or a """ block of lines (block
@@ -266,7 +310,16 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	if msg == "" {
 		return nil
 	}
-	ids := ch.turnIDs(msg)
+	var ids []int
+	var prompt string
+	if ch.templated() {
+		var ok bool
+		if ids, prompt, ok = ch.templateTurn(msg); !ok {
+			return nil
+		}
+	} else {
+		ids = ch.turnIDs(msg)
+	}
 	if !ch.fits(len(ids)) {
 		return nil
 	}
@@ -278,12 +331,21 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	go ch.watchInterrupts(done, &stop, &quit, cancel)
 
 	var decodeStart time.Time
+	var reply strings.Builder
 	opt := ch.opt
+	if ch.templated() {
+		// The rendered assistant header may open the reasoning (<think>):
+		// show it, so that the reply reads as the model's turn.
+		if i := strings.LastIndex(prompt, "<|im_start|>assistant\n"); i >= 0 {
+			ch.out.WriteString(prompt[i+len("<|im_start|>assistant\n"):])
+		}
+	}
 	opt.OnToken = func(_ int, text string) {
+		reply.WriteString(text)
 		ch.out.WriteString(text)
 		ch.out.Flush()
 	}
-	opt.OnLogits = func([]float32) error {
+	opt.OnStep = func() error { // not OnLogits: a GPU session would copy every row for it
 		if decodeStart.IsZero() {
 			decodeStart = time.Now()
 		}
@@ -313,7 +375,60 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	}
 	ch.report(res)
 	ch.closeTurn(res.StopReason)
+	if ch.templated() {
+		ch.recordTurn(msg, prompt, reply.String(), res)
+	}
 	return nil
+}
+
+// templateTurn renders the conversation with msg as the next user turn and
+// returns the ids the session still needs, and the rendered prompt. When
+// the rendering does not continue what the session holds, the session is
+// replaced by a fresh one and the whole prompt is returned. ok is false
+// when the template refuses the conversation (the reason is printed).
+func (ch *chat) templateTurn(msg string) (ids []int, prompt string, ok bool) {
+	msgs := ch.history
+	if len(msgs) == 0 && ch.system != "" {
+		msgs = []chattemplate.Message{{Role: "system", Content: ch.system}}
+	}
+	msgs = append(slices.Clip(msgs), chattemplate.Message{Role: "user", Content: msg})
+	prompt, err := ch.format.render(msgs)
+	if err != nil {
+		fmt.Fprintf(ch.info, "(the chat template refuses this conversation: %v)\n", err)
+		return nil, "", false
+	}
+	if ch.fed != "" && !strings.HasPrefix(prompt, ch.fed) {
+		fmt.Fprintln(ch.info, "(the chat template renders the conversation differently from what the model has read; re-reading it from the start)")
+		ch.sess, ch.closing, ch.pending, ch.fed = ch.newSession(), "", 0, ""
+	}
+	var literals []string
+	if ch.fed == "" {
+		for _, m := range msgs {
+			if m.Role != "assistant" {
+				literals = append(literals, m.Content)
+			}
+		}
+	} else {
+		literals = []string{msg}
+	}
+	return encodeRendered(ch.tok, prompt[len(ch.fed):], literals), prompt, true
+}
+
+// recordTurn keeps the user's message and the reply (its reasoning as
+// reasoning_content, which the template renders back) in the history, and
+// the text the session now holds.
+func (ch *chat) recordTurn(msg, prompt, reply string, res *runtime.Result) {
+	if len(ch.history) == 0 && ch.system != "" {
+		ch.history = append(ch.history, chattemplate.Message{Role: "system", Content: ch.system})
+	}
+	reasoning, content := splitReply(prompt, reply)
+	ch.history = append(ch.history,
+		chattemplate.Message{Role: "user", Content: msg},
+		chattemplate.Message{Role: "assistant", Content: content, ReasoningContent: &reasoning})
+	ch.fed = prompt + reply
+	if res.StopReason == "eos" && len(res.IDs) > 0 {
+		ch.fed += ch.tok.Decode(res.IDs[len(res.IDs)-1:]) // the pending stop token
+	}
 }
 
 // watchInterrupts turns Ctrl-C during a reply into a stop and a second one

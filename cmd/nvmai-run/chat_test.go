@@ -57,12 +57,13 @@ func (s *scriptedInput) Close() error {
 
 // fakeSession follows runtime.Session's contract closely enough for the
 // loop: it holds every prompt id and every token it forwarded, keeps the
-// last token unfed when it stops, and asks OnLogits before each token.
+// last token unfed when it stops, and asks OnStep before each token.
 type fakeSession struct {
 	held, pending int
 	prompts       [][]int
 	reply         []int
-	stopID        int // emitted after the reply, when >= 0
+	stopID        int      // emitted after the reply, when >= 0
+	texts         []string // the reply's text per token ("t" each when nil)
 	atStep        func(ctx context.Context, step int, onLogits func([]float32) error)
 }
 
@@ -78,10 +79,11 @@ func (f *fakeSession) Generate(ctx context.Context, ids []int, opt runtime.Gener
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		onStep := func([]float32) error { return opt.OnStep() }
 		if f.atStep != nil {
-			f.atStep(ctx, step, opt.OnLogits)
+			f.atStep(ctx, step, onStep)
 		}
-		if err := opt.OnLogits(nil); err != nil {
+		if err := onStep(nil); err != nil {
 			return res, err
 		}
 		id := tokens[min(step, len(tokens)-1)]
@@ -90,7 +92,11 @@ func (f *fakeSession) Generate(ctx context.Context, ids []int, opt runtime.Gener
 			f.pending, res.StopReason = 1, "eos"
 			return res, nil
 		}
-		opt.OnToken(id, "t")
+		text := "t"
+		if f.texts != nil {
+			text = f.texts[min(step, len(f.texts)-1)]
+		}
+		opt.OnToken(id, text)
 		if len(res.IDs) == opt.MaxTokens {
 			f.pending = 1
 			return res, nil
@@ -371,11 +377,12 @@ type hookedSession struct {
 }
 
 func (s hookedSession) Generate(ctx context.Context, ids []int, opt runtime.GenerateOptions) (*runtime.Result, error) {
-	inner, step := opt.OnLogits, 0
-	opt.OnLogits = func(row []float32) error {
-		s.atStep(ctx, step, inner)
+	inner, step := opt.OnStep, 0
+	onStep := func([]float32) error { return inner() }
+	opt.OnStep = func() error {
+		s.atStep(ctx, step, onStep)
 		step++
-		return inner(row)
+		return inner()
 	}
 	return s.Session.Generate(ctx, ids, opt)
 }

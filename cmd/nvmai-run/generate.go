@@ -20,7 +20,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
-	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
 // maxPromptFile bounds --prompt-file (and stdin): far beyond any context.
@@ -63,6 +62,8 @@ func checkPromptFlags(c *cli.Context) error {
 		return cliutil.Usagef("no prompt: give --prompt TEXT, --prompt-file FILE or --prompt-ids IDS (or use the chat command)")
 	case c.IsSet("system") && !c.Bool("chat"):
 		return cliutil.Usagef("--system applies to --chat (or the chat command); add --chat")
+	case c.IsSet("reasoning-effort") && !c.Bool("chat"):
+		return cliutil.Usagef("--reasoning-effort applies to --chat (or the chat command); add --chat")
 	case c.Bool("chat") && c.IsSet("prompt-ids"):
 		return cliutil.Usagef("--prompt-ids bypasses the tokenizer, so --chat cannot wrap it; give --prompt or --prompt-file with --chat")
 	}
@@ -104,18 +105,18 @@ func promptText(c *cli.Context) (string, error) {
 	return text, nil
 }
 
-func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer, text string) ([]int, error) {
+func promptIDs(c *cli.Context, e *runtime.Engine, text string) ([]int, error) {
 	if c.IsSet("prompt-ids") {
 		return parseIDs(c.String("prompt-ids"))
 	}
 	if c.Bool("chat") {
-		var msgs []tokenizer.Message
-		if s := c.String("system"); s != "" {
-			msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
+		f, err := chatFormatFor(c, e.Install.Dir)
+		if err != nil {
+			return nil, err
 		}
-		return tok.EncodeChat(append(msgs, tokenizer.Message{Role: "user", Content: text}), true), nil
+		return f.oneShot(e.Tokenizer, c.String("system"), text)
 	}
-	return tok.Encode(text), nil
+	return e.Tokenizer.Encode(text), nil
 }
 
 func parseIDs(s string) ([]int, error) {
@@ -162,7 +163,7 @@ func generateAction(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
-	ids, err := promptIDs(c, e.Tokenizer, text)
+	ids, err := promptIDs(c, e, text)
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,14 @@ Exit status: 0 done, 1 the run failed (a broken install, a failed write of stdou
 		Commands: []*cli.Command{{
 			Name:      "chat",
 			Usage:     "interactive conversation that keeps its state between turns",
-			UsageText: "nvmai-run chat --model DIR [--system TEXT] [--stats]",
+			UsageText: "nvmai-run chat --model DIR [--system TEXT] [--reasoning-effort LEVEL] [--stats]",
 			Description: `Type a message and press Enter; a line starting with """ opens a multi-line message, a line
 ending in """ sends it. /reset starts a new conversation (keeping --system), /exit quits, /help lists
 the keys. Ctrl-C stops the reply being written and keeps the conversation; Ctrl-C at the prompt, or
-twice within a second, quits (exit status 130); Ctrl-D quits (0). Piped input is one message per line.`,
+twice within a second, quits (exit status 130); Ctrl-D quits (0). Piped input is one message per line.
+An install whose chat template has a reasoning effort (the Qwen3.8 family, told by what the template
+does, not by the model's name) is rendered with its template: --reasoning-effort (or /effort LEVEL)
+picks the effort, and earlier replies keep their reasoning, which the template renders back.`,
 			Flags:  modelFlags(),
 			Action: chatAction,
 		}, benchCommand(), templateCommand(), serveCommand()},
@@ -50,6 +53,7 @@ func modelFlags() []cli.Flag {
 	flags = append(flags, samplingFlags()...)
 	return append(flags,
 		&cli.StringFlag{Name: "system", Usage: "system message for --chat and chat"},
+		&cli.StringFlag{Name: "reasoning-effort", Usage: "reasoning effort `LEVEL` for --chat and chat when the install's chat template has one (Qwen3.8 family: xhigh, medium or low; default xhigh)"},
 		&cli.BoolFlag{Name: "stats", Usage: "print expert-cache hits, misses, bytes read, read rate, I/O wait and peak RSS to stderr"},
 	)
 }

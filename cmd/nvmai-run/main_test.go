@@ -92,6 +92,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--model", m}, "no prompt: give --prompt TEXT, --prompt-file FILE or --prompt-ids IDS"},
 		// L4: conflicting flags.
 		{[]string{"--model", m, "--system", "x", "--prompt", "hi"}, "--system applies to --chat"},
+		{[]string{"--model", m, "--reasoning-effort", "low", "--prompt", "hi"}, "--reasoning-effort applies to --chat"},
+		{[]string{"--model", m, "--chat", "--prompt", "hi", "--reasoning-effort", "low"}, "--reasoning-effort: this install's chat template has no reasoning effort"},
+		{[]string{"chat", "--model", m, "--reasoning-effort", "low"}, "--reasoning-effort: this install's chat template has no reasoning effort"},
 		{[]string{"--model", m, "--chat", "--prompt-ids", "1,2"}, "--prompt-ids bypasses the tokenizer, so --chat cannot wrap it"},
 		{[]string{"--model", m, "--prompt", "hi", "--prompt-file", empty}, "give --prompt or --prompt-file, not both"},
 		{[]string{"--model", m, "--prompt", "hi", "--expert-cache-slots", "8", "--ram-budget", "1K"}, "give --expert-cache-slots or --ram-budget, not both"},

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -23,7 +25,8 @@ else tokenizer_config.json's chat_template) exactly as transformers' apply_chat_
 prints the prompt to stdout with nothing added. --messages is a JSON array of messages, or a whole
 chat-completions request body (its tools and chat_template_kwargs are used unless --tools/--kwargs
 are given). Tool-call arguments sent as JSON strings are decoded first. The template's sha256 and
-origin go to stderr.`,
+origin go to stderr, and what nvmai found the template to do when it has a reasoning effort or
+keeps earlier reasoning by default (the Qwen3.8 family).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install or snapshot `DIR`"},
 			&cli.StringFlag{Name: "messages", Usage: "`FILE` with the messages JSON array (or a request body)"},
@@ -61,6 +64,12 @@ func templateAction(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "template %s sha256 %s\n", tmpl.Origin(), tmpl.SHA256())
+	if f := tmpl.Features(); len(f.ReasoningEfforts) > 0 || f.PreservesThinking {
+		// What chat and serve key on (the Qwen3.8 family), so a user can
+		// see why an install is treated as one.
+		fmt.Fprintf(os.Stderr, "template features: reasoning_effort %s (default %s); earlier reasoning rendered by default %v\n",
+			strings.Join(f.ReasoningEfforts, ", "), cmp.Or(f.DefaultEffort, "none"), f.PreservesThinking)
+	}
 	_, err = os.Stdout.WriteString(prompt)
 	return err
 }

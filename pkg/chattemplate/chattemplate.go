@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/ardanlabs/jinja"
 
@@ -86,6 +87,9 @@ type Template struct {
 	// specials are the special-token variables (bos_token, eos_token, …)
 	// transformers adds to every render.
 	specials map[string]jinja.Value
+
+	featuresOnce sync.Once
+	features     Features
 }
 
 // RenderError is a failure of the template itself (raise_exception, a type

@@ -295,6 +295,11 @@ func TestSynthQwen38RoundTrips(t *testing.T) {
 			if len(m.NGram) != 1 || m.NGram[0].Rows != 16896 {
 				t.Fatalf("ngram %+v", m.NGram)
 			}
+			// The Qwen3.8 test template rides along (pkg/chattemplate's
+			// copy, byte for byte).
+			if got, want := readFile(t, filepath.Join(dir, "chat_template.jinja")), readFile(t, filepath.Join("..", "chattemplate", "testdata", "models", "qwen38", "chat_template.jinja")); !bytes.Equal(got, want) {
+				t.Error("chat_template.jinja is not pkg/chattemplate's Qwen3.8 test template")
+			}
 			tab := readFile(t, filepath.Join(dir, m.NGram[0].File))
 			if int64(len(tab)) != m.NGram[0].FileSize() || !bytes.Equal(tab, make([]byte, len(tab))) {
 				t.Errorf("the synthetic table is %d bytes, not %d zeros", len(tab), m.NGram[0].FileSize())

@@ -29,8 +29,16 @@ const synthGenerator = 1
 // synthAssets is the tokenizer every synthetic install carries: a copy of
 // the fixtures' tiny Qwen tokenizer (4096 byte-level tokens and 7 specials).
 //
-//go:embed synthassets/tokenizer.json synthassets/tokenizer_config.json
+//go:embed synthassets/tokenizer.json synthassets/tokenizer_config.json synthassets/qwen38_chat_template.jinja
 var synthAssets embed.FS
+
+// synthQwen38Template is the chat_template.jinja of qwen4_exp synthetic
+// installs: pkg/chattemplate's Qwen3.8 test template (Qwen3.6's with the
+// reasoning_effort and preserve_thinking differences of the shared
+// qwen38-architecture.md §7; no real one is available offline), so that
+// chat and the server treat them as the Qwen3.8 family. Other geometries
+// keep the plain ChatML template of tokenizer_config.json.
+const synthQwen38Template = "synthassets/qwen38_chat_template.jinja"
 
 // SynthOptions configures a synthetic install.
 type SynthOptions struct {
@@ -336,6 +344,13 @@ func (p *synthPlan) planMetadata() error {
 			return err
 		}
 		p.meta = append(p.meta, metaFile{name, data})
+	}
+	if p.geo.Architecture == packexperts.ArchQwen4Exp {
+		data, err := synthAssets.ReadFile(synthQwen38Template)
+		if err != nil {
+			return err
+		}
+		p.meta = append(p.meta, metaFile{"chat_template.jinja", data})
 	}
 	return nil
 }

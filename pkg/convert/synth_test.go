@@ -74,6 +74,9 @@ func TestSynthInstallsVerify(t *testing.T) {
 			if !bytes.Equal(readFile(t, filepath.Join(dir, "tokenizer.json")), readFile(t, filepath.Join("synthassets", "tokenizer.json"))) {
 				t.Error("tokenizer.json is not the embedded one")
 			}
+			if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); !os.IsNotExist(err) {
+				t.Errorf("a %s install has a chat_template.jinja (%v); only qwen4_exp ones carry the Qwen3.8 template", tc.geometry, err)
+			}
 			if _, err := os.Stat(filepath.Join(dir, packexperts.ExpertDir)); (m.Experts == nil) != os.IsNotExist(err) {
 				t.Errorf("experts directory: %v, but the manifest has experts %v", err, m.Experts != nil)
 			}

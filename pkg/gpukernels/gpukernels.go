@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -47,7 +47,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	for _, n := range []string{"gdn_heads"} {
+	for _, n := range []string{"gdn_heads", "gdn_rec_par"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
 		}
@@ -92,6 +92,12 @@ type Launcher struct {
 	// MMA runs multi-token Q4/Q8 products on the integer tensor cores
 	// (qgemm_mma, qgemm_grouped_mma; sm_80 and newer): bitwise the same.
 	MMA bool
+	// GDNPipe runs the delta rule as gdn_rec_pipe (two dependency chains a
+	// token instead of two in a row): bitwise gdn_rec.
+	GDNPipe bool
+	// GDNPar runs it as gdn_rec_par (the update over four warps) where the
+	// geometry fits, else as gdn_rec_pipe: bitwise gdn_rec.
+	GDNPar bool
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
@@ -374,11 +380,23 @@ func (l *Launcher) GDNHeads(o, S, conv, z, a, b, negExpA, dtBias, normW cuda.Dev
 // GDNRecShared is the shared memory gdn_rec takes for T tokens (kernels.cu's
 // GDN_STAGE_T is 8).
 func GDNRecShared(s GDNShape, T int) int {
-	n := 32*s.Dk + 2*s.Dk + 4*T
+	n := 32*s.Dk + 3*s.Dk + 4*T // gdn_rec_pipe's k is double-buffered
 	if T <= 8 {
 		n += T * 2 * s.Dk
 	}
 	return n * 4
+}
+
+// GDNRecParShared is the shared memory gdn_rec_par takes for T tokens:
+// gdn_rec_pipe's plus the two sums' terms [2][Dk][32] and a p per column.
+func GDNRecParShared(s GDNShape, T int) int {
+	return GDNRecShared(s, T) + (64*s.Dk+32)*4
+}
+
+// GDNParFits reports whether gdn_rec_par can take the geometry for chunks
+// of T tokens (its four warps cover 128 rows; MaxGDNShared is opted in).
+func GDNParFits(s GDNShape, T int) bool {
+	return GDNSplitFits(s, T) && GDNRecParShared(s, T) <= MaxGDNShared && GDNRecParShared(s, 8) <= MaxGDNShared
 }
 
 // maxStaticShared is what a kernel may take without raising its limit.
@@ -396,7 +414,14 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	if !GDNSplitFits(s, T) {
 		return fmt.Errorf("gpukernels: gdn_rec: a %d-deep state slice over %d tokens is past %d bytes of shared memory", s.Dk, T, maxStaticShared)
 	}
-	return l.launch("gdn_rec", cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), GDNRecShared(s, T),
+	name, smem := "gdn_rec", GDNRecShared(s, T)
+	switch {
+	case l.GDNPar && GDNParFits(s, T):
+		name, smem = "gdn_rec_par", GDNRecParShared(s, T)
+	case l.GDNPipe || l.GDNPar:
+		name = "gdn_rec_pipe"
+	}
+	return l.launch(name, cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), smem,
 		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
 }
 
@@ -454,6 +479,19 @@ func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H,
 // Argmax writes the greedy token (−1 on NaN) to out.
 func (l *Launcher) Argmax(out, logits cuda.DevicePtr, V int) error {
 	return l.launch("argmax", cuda.D1(1), cuda.D1(1024), 0, out, logits, V)
+}
+
+// TopKThreads is topk_cand's block size.
+const TopKThreads = 1024
+
+// TopKCand writes the top-k candidates of logits [V] to out (4 header words,
+// then cap (id, logit) pairs): see kernels.cu's topk_cand, the reference is
+// sample.TopKCandidates.
+func (l *Launcher) TopKCand(out, logits cuda.DevicePtr, V, k, cap int) error {
+	if k < 1 || k >= V || cap < 1 {
+		return fmt.Errorf("gpukernels: topk_cand: k %d of %d logits (cap %d) is outside 1 ≤ k < V", k, V, cap)
+	}
+	return l.launch("topk_cand", cuda.D1(1), cuda.D1(TopKThreads), 0, out, logits, V, k, cap)
 }
 
 // Advance adds T to the device position.

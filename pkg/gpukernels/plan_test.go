@@ -38,13 +38,13 @@ func TestLaunchPlanningWithoutGPU(t *testing.T) {
 		t.Errorf("%d launches counted; every case should have been refused first", l.Count)
 	}
 	qwen := GDNShape{C: 8192, Hk: 16, Hv: 32, Dk: 128, Dv: 128}
-	if !GDNSplitFits(qwen, 256) {
+	if !GDNSplitFits(qwen, 256) || !GDNSplitFits(qwen, 1024) {
 		t.Errorf("the 35B-A3B delta rule (%d bytes for 256 tokens) should fit the split kernel", GDNRecShared(qwen, 256))
 	}
 	if GDNSplitFits(GDNShape{Dk: 100, Dv: 128}, 256) || GDNSplitFits(GDNShape{Dk: 256, Dv: 128}, 8) {
 		t.Error("key heads that are not a multiple of 32 up to 128 must take gdn_heads")
 	}
-	if got, want := GDNRecShared(qwen, 1), (32*128+2*128+4+2*128)*4; got != want {
-		t.Errorf("shared memory for one token %d, want %d (the staged q and k included)", got, want)
+	if got, want := GDNRecShared(qwen, 1), (32*128+3*128+4+2*128)*4; got != want {
+		t.Errorf("shared memory for one token %d, want %d (q, k twice, the staged q and k included)", got, want)
 	}
 }

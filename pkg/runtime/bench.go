@@ -102,9 +102,18 @@ type BenchRun struct {
 	// to the current position and every Gated DeltaNet layer's conv window
 	// and recurrent matrix (qwen35.Config.StateBytes).
 	StateBytesPerToken float64 `json:"state_bytes_per_token"`
-	// NgramBytesPerToken is the n-gram table bytes a decode step read
-	// (qwen4_exp installs only).
+	// NgramBytesPerToken is the n-gram table bytes a decode step read from
+	// SSD (qwen4_exp installs only): whole aligned pages in the bounded
+	// read modes, the rows' own bytes with NVMAI_BOUNDED_IO=0.
+	// NgramRowsPerToken is the rows it took (NgramRowBytes each), and
+	// NgramWaitPerTok the time its PLE layers waited for them: what the
+	// read ahead, started before the step's first layer, did not hide.
 	NgramBytesPerToken float64 `json:"ngram_bytes_read_per_token,omitempty"`
+	NgramRowsPerToken  float64 `json:"ngram_rows_per_token,omitempty"`
+	NgramRowBytes      int64   `json:"ngram_row_bytes,omitempty"`
+	NgramWaitPerTok    float64 `json:"ngram_wait_s_per_token,omitempty"`
+	// PrefillNgramBytes is the n-gram bytes the prefill read.
+	PrefillNgramBytes int64 `json:"prefill_ngram_bytes_read,omitempty"`
 	// HandoffsPerToken is how many products or loops per decode step the
 	// compute pool split across its threads (each a wake-up and a barrier).
 	HandoffsPerToken float64 `json:"handoffs_per_token"`
@@ -301,7 +310,9 @@ func (e *Engine) benchLabels() *BenchReport {
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
 	}
 	if e.backend != nil {
-		r.Engine = e.backend.Name()
+		if name := e.backend.Name(); name != "cpu" { // qwen38 runs on the CPU kernels: keep their name
+			r.Engine = name
+		}
 		if g, ok := e.backend.(interface{ BenchInfo() any }); ok {
 			r.GPU = g.BenchInfo()
 		}
@@ -416,17 +427,18 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 	}
 	var atDecode expertcache.Stats
 	var handoffs, parks uint64
-	var ngramAtDecode int64
+	var ngramAtDecode NgramStats
+	ngramStart := e.NgramStats()
 	first := true
 	opt := GenerateOptions{
 		MaxTokens: tokens, Sampling: sample.Params{}, IgnoreEOS: true, PrefillChunk: chunk,
-		OnLogits: func([]float32) error {
+		OnStep: func() error { // not OnLogits: a GPU session would copy every row for it
 			if !first {
 				return nil
 			}
 			first = false
 			atDecode, handoffs, parks = e.ExpertStats(), e.pool.Handoffs(), e.pool.Parks()
-			ngramAtDecode = e.ngramBytes()
+			ngramAtDecode = e.NgramStats()
 			stop()
 			if err != nil {
 				return err
@@ -455,7 +467,14 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, bits)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
 		run.ParksPerToken = float64(e.pool.Parks()-parks) / float64(steps)
-		run.NgramBytesPerToken = float64(e.ngramBytes()-ngramAtDecode) / float64(steps)
+		ng := e.NgramStats()
+		run.NgramBytesPerToken = float64(ng.Bytes-ngramAtDecode.Bytes) / float64(steps)
+		run.NgramRowsPerToken = float64(ng.Rows-ngramAtDecode.Rows) / float64(steps)
+		run.NgramWaitPerTok = (ng.Wait - ngramAtDecode.Wait).Seconds() / float64(steps)
+	}
+	if ngramAtDecode.Rows > 0 {
+		run.PrefillNgramBytes = ngramAtDecode.Bytes - ngramStart.Bytes
+		run.NgramRowBytes = e.ngramRowBytes()
 	}
 	if e.cache != nil {
 		pre := expertReport(start, atDecode, len(ids))
@@ -543,6 +562,12 @@ func medianRun(runs []BenchRun) BenchRun {
 		PrefillHitRate:   med(func(r BenchRun) float64 { return r.PrefillHitRate }),
 		PrefillBytesRead: int64(med(func(r BenchRun) float64 { return float64(r.PrefillBytesRead) })),
 		PrefillIOWait:    med(func(r BenchRun) float64 { return r.PrefillIOWait }),
+
+		NgramBytesPerToken: med(func(r BenchRun) float64 { return r.NgramBytesPerToken }),
+		NgramRowsPerToken:  med(func(r BenchRun) float64 { return r.NgramRowsPerToken }),
+		NgramRowBytes:      int64(med(func(r BenchRun) float64 { return float64(r.NgramRowBytes) })),
+		NgramWaitPerTok:    med(func(r BenchRun) float64 { return r.NgramWaitPerTok }),
+		PrefillNgramBytes:  int64(med(func(r BenchRun) float64 { return float64(r.PrefillNgramBytes) })),
 
 		PrefillChunk:         int(med(func(r BenchRun) float64 { return float64(r.PrefillChunk) })),
 		PrefillBytesPerToken: med(func(r BenchRun) float64 { return r.PrefillBytesPerToken }),

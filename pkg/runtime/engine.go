@@ -54,6 +54,27 @@ type BackendState interface {
 	Close()
 }
 
+// CandidateState is a BackendState that can narrow its logits to the top-k
+// candidates where they are (sample.TopKCandidates), so a sampled token
+// needs only those: the session then draws with Sampler.SampleCandidates,
+// the same token as from the whole row. TopK fills ids and logits (up to
+// their length) and returns how many it wrote; ok false means the row must
+// be copied whole instead (a NaN or +Inf in it, no candidate, or more
+// candidates than fit).
+type CandidateState interface {
+	TopK(k int, ids []int32, logits []float32) (n int, ok bool, err error)
+}
+
+// PassBackend is a Backend that names the prompt tokens it takes per pass
+// (the GPU engine's chunk), so sessions feed it passes that long.
+type PassBackend interface {
+	PrefillChunk() int
+}
+
+// maxCandidates is the most top-k candidates a session takes from a
+// backend (ties with the k-th included) before it copies the row instead.
+const maxCandidates = 1024
+
 // Engine is a loaded model ready to generate.
 type Engine struct {
 	Install    *Install
@@ -215,7 +236,10 @@ type Session struct {
 	err     error        // the backend could not start the session
 	pending []int        // sampled but not yet fed to the model (the last stop token)
 	logits  []float32
-	opt     SessionOptions // what the session was made with (a backend's Reset remakes its state)
+	// candIDs, candLogits: the backend's top-k candidates (sampleCandidates)
+	candIDs    []int32
+	candLogits []float32
+	opt        SessionOptions // what the session was made with (a backend's Reset remakes its state)
 }
 
 // SessionOptions sizes a session's KV cache.
@@ -253,6 +277,10 @@ type GenerateOptions struct {
 	PrefillChunk int                       // prompt tokens per pass; 0 picks it (Engine.PrefillChunk)
 	OnToken      func(id int, text string) // streamed: text holds only complete UTF-8
 	OnLogits     func(row []float32) error // the distribution each generated token was drawn from
+	// OnStep, when set, is called before each token is picked, like
+	// OnLogits but without the row, so a backend need not copy its logits
+	// (a bench's or a chat's per-token hook).
+	OnStep func() error
 	// StopAfter, when set, is asked after each token is emitted (after
 	// OnToken) whether generation ends there; true ends it with StopReason
 	// "callback" (a server's stop strings and tool-call limits).
@@ -412,6 +440,9 @@ func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
 // tokens (docs/prefill.md).
 func (e *Engine) PrefillChunk(tokens int) int {
 	if e.backend != nil {
+		if c, ok := e.backend.(PassBackend); ok {
+			return c.PrefillChunk() // the backend's own pass length
+		}
 		return 256 // a backend splits its own passes
 	}
 	st := e.ExpertStats()
@@ -504,9 +535,19 @@ func (s *Session) forward(ids []int) error {
 // next picks the next token. A backend picks greedy tokens itself, so only
 // the id comes back; otherwise its logits are copied here for the sampler.
 func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
+	if opt.OnStep != nil {
+		if err := opt.OnStep(); err != nil {
+			return 0, err
+		}
+	}
 	if s.bs != nil {
-		if opt.OnLogits == nil && opt.Constraint == nil && sampler.Params().Temperature == 0 {
-			return s.bs.Argmax()
+		if opt.OnLogits == nil && opt.Constraint == nil {
+			if sampler.Params().Temperature == 0 {
+				return s.bs.Argmax()
+			}
+			if id, ok, err := s.sampleCandidates(sampler); ok || err != nil {
+				return id, err
+			}
 		}
 		if err := s.bs.Logits(s.logits); err != nil {
 			return 0, err
@@ -521,6 +562,26 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 		}
 	}
 	return sampler.Sample(s.logits)
+}
+
+// sampleCandidates draws from the backend's top-k candidates when the
+// sampler allows it (a top-k filter, no penalty) and the backend can narrow
+// its row; ok false: the row is needed.
+func (s *Session) sampleCandidates(sampler *sample.Sampler) (id int, ok bool, err error) {
+	cs, can := s.bs.(CandidateState)
+	k := sampler.CandidateK(len(s.logits))
+	if !can || k == 0 || k > maxCandidates {
+		return 0, false, nil
+	}
+	if s.candIDs == nil {
+		s.candIDs, s.candLogits = make([]int32, maxCandidates), make([]float32, maxCandidates)
+	}
+	n, ok, err := cs.TopK(k, s.candIDs, s.candLogits)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	id, err = sampler.SampleCandidates(s.candIDs[:n], s.candLogits[:n])
+	return id, true, err
 }
 
 // advance moves c past the picked token (no constraint: nothing ends).

@@ -39,7 +39,11 @@ type Footprint struct {
 	MaxContext  int
 	Recurrent   int64 // Gated DeltaNet conv windows and recurrent matrices (float32)
 	Scratch     int64 // attention scores of every thread at MaxContext, plus FootprintOverhead
-	Total       int64
+	// NgramBuffers is what the n-gram table reader holds (qwen4_exp
+	// installs): one pass's rows read ahead per PLE layer and the readers'
+	// aligned page buffers. The rows come from SSD, never from memory.
+	NgramBuffers int64
+	Total        int64
 }
 
 // ComputeFootprint sizes a process over in with opt, by the same rules
@@ -80,7 +84,7 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	f.KVGrowth = perToken * int64(previousCapacity(ctx))
 	f.Recurrent = cfg.StateBytes(0)
 	if in.Manifest.Architecture == packexperts.ArchQwen4Exp {
-		if err := qwen38Footprint(in, &f, ctx); err != nil {
+		if err := qwen38Footprint(in, &f, ctx, opt.Experts.IOThreads); err != nil {
 			return Footprint{}, err
 		}
 	}
@@ -89,15 +93,15 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 		threads = goruntime.NumCPU()
 	}
 	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
-	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch
+	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch + f.NgramBuffers
 	return f, nil
 }
 
 // qwen38Footprint replaces the trunk's sequence state by qwen38's: a
 // float32 cache with the indexer's keys, grown by append (the old backing
 // array, about 4/5 of the new, is held while it copies), and the PLE conv
-// windows beside the GDN state.
-func qwen38Footprint(in *Install, f *Footprint, ctx int) error {
+// windows beside the GDN state, and the n-gram reader's buffers.
+func qwen38Footprint(in *Install, f *Footprint, ctx, ioThreads int) error {
 	q, err := qwen38.ConfigFromGeometry(in.Manifest.Geometry)
 	if err != nil {
 		return err
@@ -106,6 +110,7 @@ func qwen38Footprint(in *Install, f *Footprint, ctx int) error {
 	f.KV = q.KVBytes(ctx)
 	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
 	f.Recurrent = q.FixedStateBytes()
+	f.NgramBuffers = ngramBufferBytes(q, in.Manifest.NGram, qwen38.MaxChunk(), ioThreads)
 	return nil
 }
 
@@ -125,8 +130,12 @@ func previousCapacity(ctx int) int {
 // String is the one line the CLIs print at start.
 func (f Footprint) String() string {
 	s := func(b int64) string { return expertcache.FormatSize(b) }
-	return fmt.Sprintf("footprint %s: resident %s + experts %s (%d slots/layer) + KV %s (%d-bit × %d tokens, +%s while growing) + recurrent %s + scratch %s",
+	line := fmt.Sprintf("footprint %s: resident %s + experts %s (%d slots/layer) + KV %s (%d-bit × %d tokens, +%s while growing) + recurrent %s + scratch %s",
 		s(f.Total), s(f.Resident), s(f.ExpertSlots), f.Slots, s(f.KV), f.KVBits, f.MaxContext, s(f.KVGrowth), s(f.Recurrent), s(f.Scratch))
+	if f.NgramBuffers > 0 {
+		line += " + n-gram read buffers " + s(f.NgramBuffers)
+	}
+	return line
 }
 
 // FootprintMargin is the memory left to the OS and other processes: 10% of

@@ -8,8 +8,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
@@ -41,7 +44,8 @@ func (e *Engine) loadQwen38(opt Options) error {
 		return err
 	}
 	e.experts = e.cache
-	tables, err := openNgramTables(in, cfg)
+	st := e.cache.Stats()
+	tables, err := openNgramTables(in, cfg, e.cache.IOMode(), st.IOThreads)
 	if err != nil {
 		return err
 	}
@@ -79,22 +83,44 @@ func (w q38Weights) Int64s(name string) ([]int64, error) {
 }
 
 // ngramTables reads rows of the install's n-gram tables
-// (ngram/layer-NNN.bin, docs/qwen38.md "Row address") with one positioned
-// read per row, and counts the bytes it reads. A chunk's rows are known
-// from its token ids before its first layer runs: Prefetch starts reading
-// them on a goroutine of their own, and Rows, at the PLE layer, takes them
-// from there (or reads them itself when they were not announced). The
-// reads go through the page cache for now; the bounded reader of the
-// expert cache can take their place behind the same two calls.
+// (ngram/layer-NNN.bin, docs/qwen38.md "Row address") through the expert
+// cache's bounded reader (expertcache.BlockFile, in the cache's own read
+// mode): with O_DIRECT each row costs the aligned page that holds it, read
+// into a fixed scratch buffer, so the page cache does not grow; with
+// NVMAI_BOUNDED_IO=0 (IOBuffered) each row is one plain positioned read of
+// its bytes. A chunk's rows are known from its token ids before its first
+// layer runs: Prefetch starts reading them on a goroutine of its own, and
+// Rows, at the PLE layer, takes them from there (or reads them itself when
+// they were not announced). Every buffer is bounded and reused; their sum
+// is ngramBufferBytes, which the footprint counts.
 type ngramTables struct {
-	files     []*os.File
-	entries   []packexperts.NGram
-	consts    map[string][]int64 // checkpoint name → buffer, for q38Weights
-	bytesRead atomic.Int64
+	files   []ngramFile
+	entries []packexperts.NGram
+	consts  map[string][]int64 // checkpoint name → buffer, for q38Weights
+	mode    expertcache.IOMode
+
+	// One read at a time (a read ahead or a Rows that reads itself), on
+	// up to len(scratch) workers, each with its own aligned span buffer.
+	ioMu    sync.Mutex
+	scratch [][]byte
+	order   []int // scratch: row indices sorted by file offset
+
+	bytesRead atomic.Int64 // from the files (whole pages in the bounded modes)
 	rowsRead  atomic.Int64
+	waitNanos atomic.Int64 // Rows waiting for rows not yet read
 
 	mu      sync.Mutex
 	pending []*ngramRead // per PLE layer: the rows being read ahead, or nil
+	reads   []*ngramRead // per PLE layer: the buffers a read ahead reuses
+}
+
+// ngramFile is what ngramTables reads a table through
+// (*expertcache.BlockFile; tests put a faulty one in its place).
+type ngramFile interface {
+	Path() string
+	Span(off, n int64) (start, length int64)
+	ReadBlock(buf []byte, off int64) error
+	Close() error
 }
 
 // ngramRead is one Prefetch in flight.
@@ -104,26 +130,31 @@ type ngramRead struct {
 	done chan error // receives the read's outcome once
 }
 
-// openNgramTables opens one table per PLE layer and checks its manifest
-// entry against the geometry.
-func openNgramTables(in *Install, cfg qwen38.Config) (*ngramTables, error) {
+// ngramReadThreads is how many reads one chunk's rows are spread over at
+// most when the expert cache does not say.
+const ngramReadThreads = expertcache.DefaultIOThreads
+
+// openNgramTables opens one table per PLE layer in mode (the expert
+// cache's) and checks its manifest entry against the geometry. threads
+// bounds the parallel reads of one chunk.
+func openNgramTables(in *Install, cfg qwen38.Config, mode expertcache.IOMode, threads int) (*ngramTables, error) {
 	entries := in.Manifest.NGram
 	if len(entries) != len(cfg.PLELayers) {
 		return nil, fmt.Errorf("%s: the manifest has %d n-gram tables for %d PLE layers; reconvert the install", in.Dir, len(entries), len(cfg.PLELayers))
 	}
-	t := &ngramTables{entries: entries, consts: map[string][]int64{}, pending: make([]*ngramRead, len(entries))}
+	if threads <= 0 {
+		threads = ngramReadThreads
+	}
+	t := &ngramTables{entries: entries, consts: map[string][]int64{}, mode: mode,
+		pending: make([]*ngramRead, len(entries)), reads: make([]*ngramRead, len(entries))}
+	span := 0
 	for k, en := range entries {
 		if err := checkNgramEntry(en, cfg, k); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("%s: manifest ngram[%d]: %w; reconvert the install", in.Dir, k, err)
 		}
-		f, err := os.Open(filepath.Join(in.Dir, filepath.FromSlash(en.File)))
-		if err != nil {
-			t.Close()
-			return nil, err
-		}
-		t.files = append(t.files, f)
-		st, err := f.Stat()
+		path := filepath.Join(in.Dir, filepath.FromSlash(en.File))
+		st, err := os.Stat(path)
 		if err != nil {
 			t.Close()
 			return nil, err
@@ -132,12 +163,51 @@ func openNgramTables(in *Install, cfg qwen38.Config) (*ngramTables, error) {
 			t.Close()
 			return nil, fmt.Errorf("%s: %s is %d bytes, its manifest entry needs %d; run nvmai-verify --verify-install %s", in.Dir, en.File, st.Size(), want, in.Dir)
 		}
+		f, err := expertcache.OpenBlockFile(path, mode)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.files = append(t.files, f)
+		span = max(span, ngramSpanBytes(en))
 		p := fmt.Sprintf("model.layers.%d.ple.ple_embedding.", en.Layer)
 		t.consts[p+"layer_multipliers"] = en.Multipliers
 		t.consts[p+"ngram_heads_vocab_sizes"] = en.VocabSizes
 		t.consts[p+"ngram_heads_offsets"] = en.Offsets
 	}
+	for range threads {
+		t.scratch = append(t.scratch, expertcache.AlignedBuffer(span))
+	}
 	return t, nil
+}
+
+// ngramSpanBytes bounds the bytes one row's read takes in any mode: the
+// aligned pages holding it.
+func ngramSpanBytes(en packexperts.NGram) int {
+	const a = limits.DirectIOAlign
+	return int((en.RowBytes+a-1)/a*a + a)
+}
+
+// ngramBufferBytes is the memory the n-gram reader holds at most for a
+// model whose Forward passes carry at most chunk tokens, with threads
+// workers: per PLE layer the read ahead's row ids and widened rows for one
+// chunk, and every worker's span buffer (AlignedBuffer adds a page of
+// slack to each).
+func ngramBufferBytes(cfg qwen38.Config, entries []packexperts.NGram, chunk, threads int) int64 {
+	if threads <= 0 {
+		threads = ngramReadThreads
+	}
+	rows := int64(chunk) * int64(cfg.NgramHeads())
+	var total int64
+	span := 0
+	for _, en := range entries {
+		total += rows * (8 + 4*int64(en.RowWidth))
+		span = max(span, ngramSpanBytes(en))
+	}
+	if len(entries) > 0 {
+		total += int64(threads) * int64(span+limits.DirectIOAlign)
+	}
+	return total
 }
 
 func checkNgramEntry(en packexperts.NGram, cfg qwen38.Config, k int) error {
@@ -159,7 +229,8 @@ func checkNgramEntry(en packexperts.NGram, cfg qwen38.Config, k int) error {
 
 // Prefetch implements qwen38.NgramPrefetcher: it starts reading the rows
 // of ids and returns at once. A read ahead nobody took is waited for first,
-// so at most one goroutine per PLE layer is ever in flight.
+// so at most one goroutine per PLE layer is ever in flight, and its
+// buffers are reused.
 func (t *ngramTables) Prefetch(ple int, ids []int64) {
 	if ple < 0 || ple >= len(t.files) {
 		return
@@ -167,12 +238,20 @@ func (t *ngramTables) Prefetch(ple int, ids []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.drain(ple)
-	r := &ngramRead{ids: slices.Clone(ids), rows: make([]float32, len(ids)*t.entries[ple].RowWidth), done: make(chan error, 1)}
+	r := t.reads[ple]
+	if r == nil {
+		r = &ngramRead{}
+		t.reads[ple] = r
+	}
+	r.ids = append(r.ids[:0], ids...)
+	r.rows = slices.Grow(r.rows[:0], len(ids)*t.entries[ple].RowWidth)[:len(ids)*t.entries[ple].RowWidth]
+	r.done = make(chan error, 1)
 	t.pending[ple] = r
 	go func() { r.done <- t.read(ple, r.ids, r.rows) }()
 }
 
 // drain waits for PLE layer ple's read ahead, if any, and forgets it.
+// The caller holds t.mu.
 func (t *ngramTables) drain(ple int) *ngramRead {
 	r := t.pending[ple]
 	if r != nil {
@@ -188,36 +267,101 @@ func (t *ngramTables) Rows(ple int, ids []int64, dst []float32) error {
 	if ple < 0 || ple >= len(t.files) {
 		return fmt.Errorf("no n-gram table for PLE layer %d", ple)
 	}
+	start := time.Now()
+	defer func() { t.waitNanos.Add(int64(time.Since(start))) }()
 	t.mu.Lock()
 	r := t.drain(ple)
-	t.mu.Unlock()
 	if r != nil && slices.Equal(r.ids, ids) {
+		defer t.mu.Unlock() // the buffers are reused by the next Prefetch
 		if err := <-r.done; err != nil {
 			return err
 		}
 		copy(dst, r.rows)
 		return nil
 	}
+	t.mu.Unlock()
 	return t.read(ple, ids, dst)
 }
 
-// read fills dst with the rows of ids, one positioned read each.
+// read fills dst with the rows of ids. Rows are read in file order, each
+// aligned span once however many of the ids it holds, spread over the
+// workers.
 func (t *ngramTables) read(ple int, ids []int64, dst []float32) error {
 	en, f := &t.entries[ple], t.files[ple]
-	buf := make([]byte, en.RowBytes)
+	offs := make([]int64, len(ids))
 	for i, id := range ids {
 		if id < 0 || id >= en.Rows {
-			return fmt.Errorf("%s: row %d outside the table's %d rows", en.File, id, en.Rows)
+			return fmt.Errorf("%s: n-gram row %d outside the table's %d rows", f.Path(), id, en.Rows)
 		}
-		off := id/en.RowsPerBlock*en.BlockBytes + id%en.RowsPerBlock*en.RowBytes
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return fmt.Errorf("%s: reading row %d at byte %d: %w", en.File, id, off, err)
+		offs[i] = id/en.RowsPerBlock*en.BlockBytes + id%en.RowsPerBlock*en.RowBytes
+	}
+	t.ioMu.Lock()
+	defer t.ioMu.Unlock()
+	order := t.order[:0]
+	for i := range ids {
+		order = append(order, i)
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmpInt64(offs[a], offs[b]) })
+	t.order = order
+	// groups[g] = first index into order of the g-th distinct span.
+	var groups []int
+	prev := int64(-1)
+	for j, i := range order {
+		s, _ := f.Span(offs[i], en.RowBytes)
+		if j == 0 || s != prev {
+			groups = append(groups, j)
 		}
-		quant.WidenBF16(dst[i*en.RowWidth:(i+1)*en.RowWidth], buf)
+		prev = s
+	}
+	workers := min(len(t.scratch), len(groups))
+	errs := make([]error, workers)
+	bytes := make([]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			buf := t.scratch[w]
+			for g := w; g < len(groups); g += workers {
+				lo, hi := groups[g], len(order)
+				if g+1 < len(groups) {
+					hi = groups[g+1]
+				}
+				first := order[lo]
+				s, _ := f.Span(offs[first], en.RowBytes)
+				// the group's rows all start in the span's first page
+				_, l := f.Span(s, offs[order[hi-1]]+en.RowBytes-s)
+				if err := f.ReadBlock(buf[:l], s); err != nil {
+					errs[w] = fmt.Errorf("%s: reading n-gram row %d (byte %d of the n-gram table of layer %d): %w", f.Path(), ids[first], offs[first], en.Layer, err)
+					return
+				}
+				bytes[w] += l
+				for _, i := range order[lo:hi] {
+					o := offs[i] - s
+					quant.WidenBF16(dst[i*en.RowWidth:(i+1)*en.RowWidth], buf[o:o+en.RowBytes])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	var n int64
+	for _, b := range bytes {
+		n += b
 	}
 	t.rowsRead.Add(int64(len(ids)))
-	t.bytesRead.Add(int64(len(ids)) * en.RowBytes)
+	t.bytesRead.Add(n)
 	return nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func (t *ngramTables) Close() error {
@@ -249,18 +393,36 @@ func (b *q38Backend) NewState(opt SessionOptions) (BackendState, error) {
 
 func (b *q38Backend) Close() { b.tables.Close() }
 
-// ngramBytes is the n-gram table bytes read so far (0 but for qwen4_exp).
-func (e *Engine) ngramBytes() int64 {
+// NgramStats counts what the n-gram table reader did so far (qwen4_exp
+// installs).
+type NgramStats struct {
+	Rows  int64 // rows handed to the model
+	Bytes int64 // bytes read from the tables: whole aligned pages in the bounded modes, the rows' own bytes with NVMAI_BOUNDED_IO=0
+	// Wait is the time the PLE layers waited for rows: what the read
+	// ahead (started before the pass's first layer) did not hide.
+	Wait time.Duration
+}
+
+// NgramStats is the n-gram reader's counters (zero but for qwen4_exp).
+func (e *Engine) NgramStats() NgramStats {
 	if q, ok := e.backend.(*q38Backend); ok {
-		_, b := q.NgramStats()
-		return b
+		return q.NgramStats()
+	}
+	return NgramStats{}
+}
+
+// ngramRowBytes is the bytes of one n-gram row (0 but for qwen4_exp).
+func (e *Engine) ngramRowBytes() int64 {
+	if q, ok := e.backend.(*q38Backend); ok && len(q.tables.entries) > 0 {
+		return q.tables.entries[0].RowBytes
 	}
 	return 0
 }
 
 // NgramStats reports the n-gram rows and bytes read so far.
-func (b *q38Backend) NgramStats() (rows, bytes int64) {
-	return b.tables.rowsRead.Load(), b.tables.bytesRead.Load()
+func (b *q38Backend) NgramStats() NgramStats {
+	t := b.tables
+	return NgramStats{Rows: t.rowsRead.Load(), Bytes: t.bytesRead.Load(), Wait: time.Duration(t.waitNanos.Load())}
 }
 
 type q38State struct {

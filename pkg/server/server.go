@@ -200,6 +200,16 @@ type ChatRequest struct {
 	// enable_thinking unless Kwargs already has it.
 	Kwargs   map[string]any
 	Thinking *bool
+	// ReasoningEffort is the client's reasoning level, one of
+	// chattemplate.EffortLevels ("" when it did not say; each adapter
+	// refuses other values and maps none/minimal onto Thinking off). A
+	// template that reads reasoning_effort (chattemplate.Features) gets the
+	// nearest level it accepts, unless Kwargs has reasoning_effort; other
+	// templates (Qwen3.5/3.6) never see it.
+	ReasoningEffort string
+	// EffortParam names the request field ReasoningEffort came from, for
+	// errors.
+	EffortParam string
 	// NoGenerationPrompt renders without the assistant header
 	// (/apply-template with add_generation_prompt false).
 	NoGenerationPrompt bool
@@ -289,7 +299,7 @@ func (s *Server) CountChatTokens(req *ChatRequest) (int, error) {
 	return len(e.Tokenize(prompt + forced)), nil
 }
 
-func (s *Server) templateInput(req *ChatRequest) (chattemplate.Input, error) {
+func (s *Server) templateInput(r Renderer, req *ChatRequest) (chattemplate.Input, error) {
 	in := chattemplate.Input{Messages: req.Messages, AddGenerationPrompt: !req.NoGenerationPrompt, Kwargs: map[string]any{}}
 	for k, v := range req.Kwargs {
 		in.Kwargs[k] = v
@@ -315,12 +325,65 @@ func (s *Server) templateInput(req *ChatRequest) (chattemplate.Input, error) {
 		}
 		in.Kwargs["enable_thinking"] = false // the forced call opens the reply
 	}
-	return in, nil
+	return in, reasoningEffort(r, req, in.Kwargs)
+}
+
+// featured is a renderer that can say what its template reads
+// (*chattemplate.Template is one; PlainChatML is not).
+type featured interface {
+	Features() chattemplate.Features
+}
+
+// reasoningEffort sets kwargs' reasoning_effort from req.ReasoningEffort
+// for a template that reads it (Qwen3.8: low, medium, xhigh), and checks a
+// reasoning_effort the client put in chat_template_kwargs itself, which
+// such a template reads only while thinking is on. Templates that do not
+// read it are left exactly as they were.
+func reasoningEffort(r Renderer, req *ChatRequest, kwargs map[string]any) error {
+	fr, ok := r.(featured)
+	if !ok {
+		return nil
+	}
+	f := fr.Features()
+	if len(f.ReasoningEfforts) == 0 {
+		return nil
+	}
+	if on, isBool := kwargs["enable_thinking"].(bool); isBool && !on {
+		return nil // thinking off: the template ignores reasoning_effort
+	}
+	if v, set := kwargs["reasoning_effort"]; set {
+		if sv, ok := v.(string); !ok || !f.Accepts(sv) {
+			return invalid("chat_template_kwargs.reasoning_effort", "chat_template_kwargs.reasoning_effort %s: this model's chat template accepts %s",
+				jsonText(v), strings.Join(f.ReasoningEfforts, ", "))
+		}
+		return nil
+	}
+	if req.ReasoningEffort == "" {
+		return nil
+	}
+	v, ok := f.Effort(req.ReasoningEffort)
+	if !ok {
+		param := req.EffortParam
+		if param == "" {
+			param = "reasoning_effort"
+		}
+		return invalid(param, "%s %q: expected one of %s", param, req.ReasoningEffort, strings.Join(chattemplate.EffortLevels, ", "))
+	}
+	kwargs["reasoning_effort"] = v
+	return nil
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // renderChat renders the prompt and the forced start of the reply.
 func (s *Server) renderChat(r Renderer, req *ChatRequest) (prompt, forced string, err error) {
-	in, err := s.templateInput(req)
+	in, err := s.templateInput(r, req)
 	if err != nil {
 		return "", "", err
 	}

@@ -60,6 +60,10 @@ func (b *Backend) NewState(opt runtime.SessionOptions) (runtime.BackendState, er
 	return st, nil
 }
 
+// PrefillChunk is the prompt tokens per pass sessions feed the engine: its
+// chunk (NVMAI_GPU_CHUNK, default DefaultChunk).
+func (b *Backend) PrefillChunk() int { return b.Model.chunk }
+
 // Close frees the weights and the device.
 func (b *Backend) Close() {
 	b.Model.Close()
@@ -68,23 +72,27 @@ func (b *Backend) Close() {
 
 // BenchInfo is the GPU section of nvmai-run bench's report.
 type BenchInfo struct {
-	Device          string             `json:"device"`
-	Driver          int                `json:"driver"`
-	NVRTC           string             `json:"nvrtc"`
-	WeightBytes     int64              `json:"weight_bytes"`
-	TokenBytes      int64              `json:"weight_bytes_per_token"`
-	KernelsPerToken int                `json:"kernels_per_token"`
-	GraphMsPerToken float64            `json:"graph_ms_per_token"`   // decode step replayed as a graph, device time
-	HostMsPerToken  float64            `json:"host_ms_per_token"`    // Forward + Argmax as a session calls them, wall time
-	EagerMsPerToken float64            `json:"eager_ms_per_token"`   // the same launches one by one
-	EmptyGraphMs    float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
-	CopyBandwidth   float64            `json:"copy_bytes_per_s"`     // device-to-device, bytes read + written
-	WeightBandwidth float64            `json:"weight_bytes_per_s"`   // weight bytes per token ÷ graph time
-	BandwidthShare  float64            `json:"weight_share_of_copy"` // WeightBandwidth ÷ CopyBandwidth
-	PhaseMs         map[string]float64 `json:"phase_ms_per_token"`   // one eager step split by events
-	KernelMs        map[string]float64 `json:"kernel_ms_per_token"`  // the same step by phase/kernel
-	PhaseBytes      map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
-	PhaseBandwidth  map[string]float64 `json:"phase_weight_bytes_per_s"`
+	Device          string  `json:"device"`
+	Driver          int     `json:"driver"`
+	NVRTC           string  `json:"nvrtc"`
+	WeightBytes     int64   `json:"weight_bytes"`
+	TokenBytes      int64   `json:"weight_bytes_per_token"`
+	KernelsPerToken int     `json:"kernels_per_token"`
+	GraphMsPerToken float64 `json:"graph_ms_per_token"` // decode step replayed as a graph, device time
+	HostMsPerToken  float64 `json:"host_ms_per_token"`  // Forward + Argmax as a session calls them, wall time
+	// Sampling on the device: topk_cand (k = 20) alone, device time, and
+	// Forward + TopK as a sampled session calls them, wall time.
+	TopKMs                float64            `json:"topk_ms"`
+	HostSampledMsPerToken float64            `json:"host_sampled_ms_per_token"`
+	EagerMsPerToken       float64            `json:"eager_ms_per_token"`   // the same launches one by one
+	EmptyGraphMs          float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
+	CopyBandwidth         float64            `json:"copy_bytes_per_s"`     // device-to-device, bytes read + written
+	WeightBandwidth       float64            `json:"weight_bytes_per_s"`   // weight bytes per token ÷ graph time
+	BandwidthShare        float64            `json:"weight_share_of_copy"` // WeightBandwidth ÷ CopyBandwidth
+	PhaseMs               map[string]float64 `json:"phase_ms_per_token"`   // one eager step split by events
+	KernelMs              map[string]float64 `json:"kernel_ms_per_token"`  // the same step by phase/kernel
+	PhaseBytes            map[string]int64   `json:"phase_weight_bytes"`   // weights each phase reads
+	PhaseBandwidth        map[string]float64 `json:"phase_weight_bytes_per_s"`
 	// A prefill chunk of PrefillTokens after as many tokens of prompt, its
 	// kernels one by one with events between them.
 	PrefillTokens   int                `json:"prefill_profile_tokens,omitempty"`
@@ -137,7 +145,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 			return err
 		}
 		info.GraphMsPerToken = ms
-		l := &gpukernels.Launcher{C: c, K: m.ks}
+		l := &gpukernels.Launcher{C: c, K: m.ks, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar}
 		if info.EagerMsPerToken, err = timeIt(c, steps, func() error { return m.forward(l, st, 1, nil) }); err != nil {
 			return err
 		}
@@ -145,6 +153,11 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 			return err
 		}
 		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st, 1); err != nil {
+			return err
+		}
+		if info.TopKMs, err = timeIt(c, steps, func() error {
+			return l.TopKCand(st.cand, st.s.logits, m.geom.V, min(20, m.geom.V-1), MaxCandidates)
+		}); err != nil {
 			return err
 		}
 		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
@@ -164,7 +177,18 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}
 	}
 	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
-	info.PrefillTokens = min(prompt, MaxChunk)
+	cids, clog := make([]int32, MaxCandidates), make([]float32, MaxCandidates)
+	start = time.Now()
+	for range steps { // a sampled session: replay, then the top-20 candidates
+		if err := st.Forward([]int{1}); err != nil {
+			return info, err
+		}
+		if _, _, err := st.TopK(min(20, m.geom.V-1), cids, clog); err != nil {
+			return info, err
+		}
+	}
+	info.HostSampledMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	info.PrefillTokens = min(prompt, m.chunk)
 	if info.PrefillMs, info.PrefillKernelMs, err = m.prefillProfile(info.PrefillTokens); err != nil {
 		return info, err
 	}
@@ -313,7 +337,7 @@ func (m *Model) phases(c *cuda.Ctx, st *State, T int) (map[string]float64, map[s
 	record("")
 	var bounds []int // index in marks where each phase ends, and its name
 	var names []string
-	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma}
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar}
 	if err := m.forward(l, st, T, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
 		return nil, nil, nil, err
 	}
@@ -352,6 +376,10 @@ func (info *BenchInfo) Summary() []string {
 		fmt.Sprintf("gpu weights: %.0f MiB read per token → %.0f GB/s, %.0f%% of the %.0f GB/s device-to-device copy measured now",
 			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9),
 	}
+	if info.HostSampledMsPerToken > 0 {
+		lines = append(lines, fmt.Sprintf("gpu sampling: a sampled step %.3f ms as a session sees it (top-20 candidates chosen on the device: topk_cand %.3f ms)",
+			info.HostSampledMsPerToken, info.TopKMs))
+	}
 	for _, ph := range []string{PhaseEmbed, PhaseGDN, PhaseAttention, PhaseMoE, PhaseMLP, PhaseHead} {
 		if ms, ok := info.PhaseMs[ph]; ok {
 			lines = append(lines, fmt.Sprintf("gpu phase %-9s %.3f ms/token (kernels one by one), weights %.0f MiB, %.0f GB/s",
@@ -366,3 +394,6 @@ func (info *BenchInfo) Summary() []string {
 		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))
 	return lines
 }
+
+// A GPU sequence narrows sampled rows to their top-k candidates on the device.
+var _ runtime.CandidateState = (*State)(nil)

@@ -48,3 +48,16 @@ func TestGroupedPrefillFollowsTheTensorCores(t *testing.T) {
 		}
 	}
 }
+
+func TestChunkFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+		err  bool
+	}{{"", DefaultChunk, false}, {"256", 256, false}, {"1024", 1024, false}, {"0", 0, true}, {"1025", 0, true}, {"x", 0, true}} {
+		got, err := chunkFromEnv(tc.env)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("chunkFromEnv(%q) = %d, %v; want %d (error %v)", tc.env, got, err, tc.want, tc.err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -36,6 +37,7 @@ func TestBench(t *testing.T) {
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
+			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec == 2
 			carve := -1
 			if v.carve {
 				carve = gpukernels.UniformCarveout
@@ -59,6 +61,8 @@ func TestBench(t *testing.T) {
 type benchVariant struct {
 	name                                string
 	pdl, fuse, group, split, carve, mma bool
+	chunk                               int // prefill tokens per pass (0: 256, the chunk before DefaultChunk)
+	rec                                 int // the delta rule: 0 gdn_rec, 1 gdn_rec_pipe, 2 gdn_rec_par
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
@@ -66,14 +70,19 @@ type benchVariant struct {
 // column-split delta rule, prefill on the tensor cores), base none of them
 // (the launches as before these changes), nopdl, nofuse, nosplit and nomma
 // all but one, carve all plus one carve-out for every kernel, group all
-// plus prefill's experts grouped by expert. The variants' greedy tokens
-// must agree.
+// plus prefill's experts grouped by expert, group512 and group1024 that
+// with prefill passes of 512 or 1024 tokens, pipe group with the delta rule
+// as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
+// same with gdn_rec_par. The variants' greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
-		"all": {"all", true, true, false, true, false, true}, "base": {"base", false, false, false, false, false, false},
-		"nopdl": {"nopdl", false, true, false, true, false, true}, "nofuse": {"nofuse", true, false, false, true, false, true},
-		"nosplit": {"nosplit", true, true, false, false, false, true}, "nomma": {"nomma", true, true, false, true, false, false},
-		"carve": {"carve", true, true, false, true, true, true}, "group": {"group", true, true, true, true, false, true},
+		"all": {"all", true, true, false, true, false, true, 0, 0}, "base": {"base", false, false, false, false, false, false, 0, 0},
+		"nopdl": {"nopdl", false, true, false, true, false, true, 0, 0}, "nofuse": {"nofuse", true, false, false, true, false, true, 0, 0},
+		"nosplit": {"nosplit", true, true, false, false, false, true, 0, 0}, "nomma": {"nomma", true, true, false, true, false, false, 0, 0},
+		"carve": {"carve", true, true, false, true, true, true, 0, 0}, "group": {"group", true, true, true, true, false, true, 0, 0},
+		"group512": {"group512", true, true, true, true, false, true, 512, 0}, "group1024": {"group1024", true, true, true, true, false, true, 1024, 0},
+		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
+		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
@@ -121,6 +130,7 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 		dlo, dhi := best(func(r *runtime.Result) float64 { return r.DecodeTokS })
 		t.Logf("BENCH %s: load %.1fs; prefill 512: %.0f–%.0f tok/s; decode 128: %.1f–%.1f tok/s (3 runs)", name, load.Seconds(), plo, phi, dlo, dhi)
 		t.Logf("BENCH %s: session step %.3f ms wall (upload id, replay, read the pick)", name, info.HostMsPerToken)
+		t.Logf("BENCH %s: sampled session step %.3f ms wall (upload id, replay, top-20 candidates); topk_cand %.3f ms on the device", name, info.HostSampledMsPerToken, info.TopKMs)
 		t.Logf("BENCH %s: graph %.3f ms/token (eager %.3f), %d kernels/token, empty graph of as many %.3f ms; weights %.0f MiB/token → %.0f GB/s = %.0f%% of copy %.0f GB/s",
 			name, info.GraphMsPerToken, info.EagerMsPerToken, info.KernelsPerToken, info.EmptyGraphMs,
 			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9)

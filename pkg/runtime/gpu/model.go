@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/gpukernels"
@@ -57,6 +58,16 @@ type Model struct {
 	// (sm_80 and newer; NVMAI_GPU_MMA=0 turns it off): 1,968 against
 	// 1,192 tok/s for a 512-token prompt on the H200. Bitwise the same.
 	mma bool
+	// chunk is the most tokens one prefill pass carries (NVMAI_GPU_CHUNK,
+	// default DefaultChunk, at most MaxChunkLimit): a longer chunk gives each
+	// grouped expert more rows. Bitwise the same for any length.
+	chunk int
+	// gdnPipe runs the delta rule as gdn_rec_pipe (NVMAI_GPU_GDNPIPE=0 turns
+	// it off): bitwise gdn_rec.
+	gdnPipe bool
+	// gdnPar runs it as gdn_rec_par (NVMAI_GPU_GDNPAR=0 turns it off):
+	// bitwise gdn_rec.
+	gdnPar bool
 
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
@@ -114,7 +125,13 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
 		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
 	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
-	err := dev.Do(func(c *cuda.Ctx) error {
+	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
+	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
+	var err error
+	if m.chunk, err = chunkFromEnv(os.Getenv("NVMAI_GPU_CHUNK")); err != nil {
+		return nil, err
+	}
+	err = dev.Do(func(c *cuda.Ctx) error {
 		ks, err := gpukernels.Load(c)
 		if err != nil {
 			return err
@@ -451,4 +468,16 @@ func groupedPrefill(env string, mma bool) bool {
 		return true
 	}
 	return mma
+}
+
+// chunkFromEnv reads NVMAI_GPU_CHUNK: prefill tokens per pass.
+func chunkFromEnv(v string) (int, error) {
+	if v == "" {
+		return DefaultChunk, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxChunkLimit {
+		return 0, fmt.Errorf("gpu: NVMAI_GPU_CHUNK=%q: want a number of tokens from 1 to %d", v, MaxChunkLimit)
+	}
+	return n, nil
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
@@ -21,8 +22,15 @@ const (
 	PhaseHead      = "lm_head" // final norm, lm_head, argmax
 )
 
-// MaxChunk is the most tokens one forward pass carries (prefill chunks).
-const MaxChunk = 256
+// DefaultChunk is the most tokens one forward pass carries by default
+// (prefill chunks; NVMAI_GPU_CHUNK sets it, up to MaxChunkLimit). 512
+// rather than 256 gives each grouped expert twice the rows (2,410 → 2,708
+// tok/s for a 512-token prompt on the H200, docs/gpu.md); the attention
+// scores scratch is 4·chunk·Hq·KV-capacity bytes.
+const DefaultChunk = 512
+
+// MaxChunkLimit is the longest prefill chunk NVMAI_GPU_CHUNK may ask for.
+const MaxChunkLimit = 1024
 
 // StateOptions size a sequence's KV cache.
 type StateOptions struct {
@@ -37,10 +45,14 @@ type StateOptions struct {
 type State struct {
 	m            *Model
 	pos          int // host mirror of *dpos
+	chunkLen     int // prefill tokens per pass (Model.chunk when allocated)
 	maxCtx, kcap int
 	noGraph      bool
 
 	dpos, tokens, next cuda.DevicePtr
+	cand               cuda.DevicePtr // topk_cand's header and (id, logit) pairs
+	candBuf            []int32
+	topKServed         int              // TopK calls that listed the candidates (tests)
 	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
 	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
 	s                  scratch
@@ -50,7 +62,7 @@ type State struct {
 	allocs             []cuda.DevicePtr // everything but the KV cache
 }
 
-// scratch is a forward pass's device buffers for up to MaxChunk tokens.
+// scratch is a forward pass's device buffers for up to State.chunkLen tokens.
 type scratch struct {
 	x, u, proj, convOut, z, a, b, o    cuda.DevicePtr
 	q2, k, v, scores                   cuda.DevicePtr
@@ -65,7 +77,7 @@ type scratch struct {
 // NewState allocates a sequence.
 func (m *Model) NewState(opt StateOptions) (*State, error) {
 	cfg := m.cfg
-	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph}
+	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph, chunkLen: max(m.chunk, 1)}
 	if st.maxCtx <= 0 || st.maxCtx > cfg.MaxContext {
 		st.maxCtx = cfg.MaxContext
 	}
@@ -100,9 +112,10 @@ func (st *State) alloc(c *cuda.Ctx) error {
 		}
 		return p
 	}
-	T := MaxChunk
+	T := st.chunkLen
 	f := func(n int) cuda.DevicePtr { return a(4 * T * n) }
 	st.dpos, st.tokens, st.next = a(4), a(4*T), a(4)
+	st.cand = a(4 * (4 + 2*MaxCandidates))
 	st.conv = make([]cuda.DevicePtr, len(cfg.Layers))
 	st.rec = make([]cuda.DevicePtr, len(cfg.Layers))
 	st.kc = make([]cuda.DevicePtr, len(cfg.Layers))
@@ -165,7 +178,7 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 	if st.s.scores != 0 {
 		c.Free(st.s.scores)
 	}
-	p, err := c.Alloc(uint64(4 * MaxChunk * max(g.attn.Hq, 1) * capacity))
+	p, err := c.Alloc(uint64(4 * st.chunkLen * max(g.attn.Hq, 1) * capacity))
 	if err != nil {
 		return fmt.Errorf("gpu: no room for attention scores over %d tokens: %w", capacity, err)
 	}
@@ -237,8 +250,8 @@ func (st *State) Forward(ids []int) error {
 				return err
 			}
 		}
-		for start := 0; start < len(ids); start += MaxChunk {
-			chunk := ids[start:min(start+MaxChunk, len(ids))]
+		for start := 0; start < len(ids); start += st.chunkLen {
+			chunk := ids[start:min(start+st.chunkLen, len(ids))]
 			if err := st.chunk(c, chunk); err != nil {
 				return err
 			}
@@ -264,7 +277,7 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
 		return err
 	}
-	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar}
 	if len(ids) == 1 && !st.noGraph {
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
@@ -309,6 +322,54 @@ func (st *State) Argmax() (int, error) {
 		return 0, fmt.Errorf("gpu: the logits hold a NaN: the forward pass is broken")
 	}
 	return int(id[0]), nil
+}
+
+// MaxCandidates is the most top-k candidates TopK lists (ties with the
+// k-th included); a row with more is sampled on the host.
+const MaxCandidates = 1024
+
+// TopK lists the last token's top-k candidates (sample.TopKCandidates:
+// ids ascending, raw logits) into ids and logits, computed on the device,
+// so a sampled token copies a few hundred bytes rather than the row. ok is
+// false when the row must be sampled whole instead: it holds a NaN or +Inf
+// (the CPU sampler reports those), no candidate is finite, or there are
+// more candidates than fit.
+func (st *State) TopK(k int, ids []int32, logits []float32) (n int, ok bool, err error) {
+	V := st.m.geom.V
+	limit := min(len(ids), len(logits), MaxCandidates)
+	if k < 1 || k >= V || limit < 1 {
+		return 0, false, nil
+	}
+	if st.candBuf == nil {
+		st.candBuf = make([]int32, 4+2*MaxCandidates)
+	}
+	buf := st.candBuf
+	err = st.m.dev.Do(func(c *cuda.Ctx) error {
+		l := &gpukernels.Launcher{C: c, K: st.m.ks}
+		if err := l.TopKCand(st.cand, st.s.logits, V, k, limit); err != nil {
+			return err
+		}
+		first := min(limit, k+64) // ties past the k-th are rare: one copy
+		if err := c.DtoH(cuda.Bytes(buf[:4+2*first]), st.cand); err != nil {
+			return err
+		}
+		if cnt := int(buf[0]); cnt > first && cnt <= limit {
+			return c.DtoH(cuda.Bytes(buf[4+2*first:4+2*cnt]), st.cand+cuda.DevicePtr(4*(4+2*first)))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	n = int(buf[0])
+	if buf[1] != 0 || n < 1 || n > limit {
+		return 0, false, nil
+	}
+	for i := range n {
+		ids[i], logits[i] = buf[4+2*i], math.Float32frombits(uint32(buf[5+2*i]))
+	}
+	st.topKServed++
+	return n, true, nil
 }
 
 // forward enqueues the whole decoder for T tokens at the device position:
@@ -429,7 +490,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
 			}
 			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
-			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, MaxChunk) {
+			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, st.chunkLen) {
 				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
 				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))

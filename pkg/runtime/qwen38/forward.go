@@ -10,6 +10,11 @@ import (
 // the scratch memory of a long prefill. Chunking never changes results.
 var maxChunk = 256
 
+// MaxChunk is the most tokens one pass through the layers carries (Forward
+// splits longer inputs): what sizes the per-pass buffers, such as the
+// n-gram rows read ahead for a pass.
+func MaxChunk() int { return maxChunk }
+
 // StepProfile is the decode-step profile shared with qwen35.
 type StepProfile = blocks.StepProfile
 

@@ -51,6 +51,9 @@ type messagesRequest struct {
 	OutputFormat json.RawMessage `json:"output_format"`
 	OutputConfig *struct {
 		Format json.RawMessage `json:"format"`
+		// Effort is the effort parameter: low, medium, high (the API's
+		// default) or max.
+		Effort *string `json:"effort"`
 	} `json:"output_config"`
 }
 
@@ -417,8 +420,19 @@ func (c *converter) toolChoice(r *messagesRequest, req *server.ChatRequest) erro
 
 // thinking maps thinking.type onto enable_thinking. budget_tokens is
 // accepted and not enforced (the model ends its reasoning itself);
-// adaptive leaves the choice to the server's default.
+// adaptive leaves the choice to the server's default. output_config.effort
+// (low, medium, high, max) is the level a Qwen3.8 template's
+// reasoning_effort gets (chattemplate.Features); it does not turn thinking
+// on or off, and other templates ignore it.
 func (c *converter) thinking(r *messagesRequest, req *server.ChatRequest) error {
+	if r.OutputConfig != nil && r.OutputConfig.Effort != nil {
+		switch e := *r.OutputConfig.Effort; e {
+		case "low", "medium", "high", "max":
+			req.ReasoningEffort, req.EffortParam = e, "output_config.effort"
+		default:
+			return badRequest("output_config.effort", "output_config.effort %q: expected low, medium, high or max", e)
+		}
+	}
 	if r.Thinking == nil {
 		return nil
 	}

@@ -208,6 +208,7 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 		{"output_format schema missing", `{"max_tokens":9,"output_format":{"type":"json_schema"},"messages":[{"role":"user","content":"x"}]}`, "output_format.schema is missing"},
 		{"output_format unsupported keyword", `{"max_tokens":9,"output_format":{"type":"json_schema","schema":{"type":"string","pattern":"^a"}},"messages":[{"role":"user","content":"x"}]}`, "pattern"},
 		{"both output formats", `{"max_tokens":9,"output_format":{"type":"json_schema","schema":{}},"output_config":{"format":{"type":"json_schema","schema":{}}},"messages":[{"role":"user","content":"x"}]}`, "not both"},
+		{"effort unknown", `{"max_tokens":9,"output_config":{"effort":"xhigh"},"messages":[{"role":"user","content":"x"}]}`, `output_config.effort "xhigh"`},
 		{"malformed JSON", `{"max_tokens":9,`, "malformed JSON"},
 		{"two JSON values", `{"max_tokens":9} {}`, "more than one JSON value"},
 	}
@@ -246,5 +247,52 @@ func TestSignatureRecognisesOnlyItsOwnUnchangedThinking(t *testing.T) {
 	}
 	if s.sign("x") != newSigner(nil).sign("x") {
 		t.Fatal("the default key must give the same signature in every process")
+	}
+}
+
+// With a Qwen3.8 template output_config.effort reaches reasoning_effort
+// (high and max → xhigh), thinking.type still switches thinking, and an
+// earlier turn's own thinking block is rendered back (preserve_thinking on
+// by default).
+func TestEffortQwen38(t *testing.T) {
+	tmpl, err := chattemplate.Load(filepath.Join("..", "..", "chattemplate", "testdata", "models", "qwen38"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(&servertest.Engine{}, tmpl)
+	const (
+		xhigh = "Reasoning effort is set to xhigh. Please think carefully and thoroughly before you answer.\n\n"
+		low   = "Reasoning effort is set to low. Keep your thinking brief and answer directly.\n\n"
+		msgs  = `"system":"S","messages":[{"role":"user","content":"Q1"},{"role":"assistant","content":[{"type":"thinking","thinking":"R1","signature":"$OWN_SIG(R1)"},{"type":"text","text":"A1"}]},{"role":"user","content":"Q2"}]`
+	)
+	for _, c := range []struct {
+		body, head string
+		think      bool
+	}{
+		{`{"max_tokens":9,` + msgs + `}`, xhigh, true},
+		{`{"max_tokens":9,"output_config":{"effort":"low"},` + msgs + `}`, low, true},
+		{`{"max_tokens":9,"output_config":{"effort":"medium"},` + msgs + `}`, "", true},
+		{`{"max_tokens":9,"output_config":{"effort":"high"},` + msgs + `}`, xhigh, true},
+		{`{"max_tokens":9,"output_config":{"effort":"max"},"thinking":{"type":"enabled","budget_tokens":1024},` + msgs + `}`, xhigh, true},
+		{`{"max_tokens":9,"output_config":{"effort":"low"},"thinking":{"type":"disabled"},` + msgs + `}`, "", false},
+	} {
+		_, creq, err := decodeBody(t, withSignatures(c.body), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompt, err := s.ApplyTemplate(creq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(prompt, "<|im_start|>system\n"+c.head+"S<|im_end|>\n") {
+			t.Errorf("%s: prompt %q, want the system turn to start %q", c.body, prompt, c.head)
+		}
+		if !strings.Contains(prompt, "<|im_start|>assistant\n<think>\nR1\n</think>\n\nA1<|im_end|>") {
+			t.Errorf("%s: the earlier thinking is not rendered back: %q", c.body, prompt)
+		}
+		if open := strings.HasSuffix(prompt, "<think>\n") && !strings.HasSuffix(prompt, "</think>\n\n"); open != c.think {
+			t.Errorf("%s: thinking %v, want %v", c.body, open, c.think)
+		}
 	}
 }

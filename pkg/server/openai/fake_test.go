@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
+	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -709,5 +711,64 @@ func TestUnclosedReasoningIsAllReasoning(t *testing.T) {
 	}
 	if r.Choices[0].FinishReason != "length" || r.Choices[0].Message.Content != "" || !strings.Contains(r.Choices[0].Message.RawJSON(), `"reasoning_content":"Let me think "`) {
 		t.Fatalf("%s / %s", r.Choices[0].FinishReason, r.Choices[0].Message.RawJSON())
+	}
+}
+
+// With a Qwen3.8 template reasoning_effort reaches the template's
+// reasoning_effort (high → xhigh, none/minimal → thinking off), wrong
+// values are a 400 naming the field, and earlier reasoning is rendered back.
+func TestReasoningEffortQwen38(t *testing.T) {
+	eng := &servertest.Engine{}
+	on := true
+	h := newHarness(t, eng, Options{}, server.Config{Thinking: &on})
+	tmpl, err := chattemplate.Load(filepath.Join("..", "..", "chattemplate", "testdata", "models", "qwen38"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.SetEngine(eng, tmpl)
+	const msgs = `"messages":[{"role":"system","content":"S"},{"role":"user","content":"Q1"},{"role":"assistant","content":"A1","reasoning_content":"R1"},{"role":"user","content":"Q2"}]`
+	cases := []struct {
+		body   string
+		head   string // the system turn's text before "S"
+		think  bool
+		status int
+		param  string
+	}{
+		{`{` + msgs + `}`, "Reasoning effort is set to xhigh. Please think carefully and thoroughly before you answer.\n\n", true, 200, ""},
+		{`{"reasoning_effort":"low",` + msgs + `}`, "Reasoning effort is set to low. Keep your thinking brief and answer directly.\n\n", true, 200, ""},
+		{`{"reasoning_effort":"medium",` + msgs + `}`, "", true, 200, ""},
+		{`{"reasoning_effort":"high",` + msgs + `}`, "Reasoning effort is set to xhigh. Please think carefully and thoroughly before you answer.\n\n", true, 200, ""},
+		{`{"reasoning_effort":"xhigh",` + msgs + `}`, "Reasoning effort is set to xhigh. Please think carefully and thoroughly before you answer.\n\n", true, 200, ""},
+		{`{"reasoning_effort":"minimal",` + msgs + `}`, "", false, 200, ""},
+		{`{"reasoning_effort":"none",` + msgs + `}`, "", false, 200, ""},
+		{`{"chat_template_kwargs":{"reasoning_effort":"low"},` + msgs + `}`, "Reasoning effort is set to low. Keep your thinking brief and answer directly.\n\n", true, 200, ""},
+		{`{"reasoning_effort":"max",` + msgs + `}`, "", false, 400, "reasoning_effort"},
+		{`{"reasoning_effort":"",` + msgs + `}`, "", false, 400, "reasoning_effort"},
+		{`{"chat_template_kwargs":{"reasoning_effort":"high"},` + msgs + `}`, "", false, 400, "chat_template_kwargs.reasoning_effort"},
+	}
+	for _, tc := range cases {
+		st, _, body := h.post("/apply-template", "application/json", tc.body)
+		if st != tc.status {
+			t.Fatalf("%s: %d %s", tc.body, st, body)
+		}
+		if st != 200 {
+			var e struct{ Error struct{ Param string } }
+			json.Unmarshal([]byte(body), &e)
+			if e.Error.Param != tc.param {
+				t.Errorf("%s: param %q, want %q (%s)", tc.body, e.Error.Param, tc.param, body)
+			}
+			continue
+		}
+		var out struct{ Prompt string }
+		json.Unmarshal([]byte(body), &out)
+		if !strings.HasPrefix(out.Prompt, "<|im_start|>system\n"+tc.head+"S<|im_end|>\n") {
+			t.Errorf("%s: prompt %q, want the system turn to start %q", tc.body, out.Prompt, tc.head)
+		}
+		if !strings.Contains(out.Prompt, "<|im_start|>assistant\n<think>\nR1\n</think>\n\nA1<|im_end|>") {
+			t.Errorf("%s: the earlier reasoning is not rendered back: %q", tc.body, out.Prompt)
+		}
+		if open := strings.HasSuffix(out.Prompt, "<think>\n") && !strings.HasSuffix(out.Prompt, "</think>\n\n"); open != tc.think {
+			t.Errorf("%s: thinking %v, want %v", tc.body, open, tc.think)
+		}
 	}
 }

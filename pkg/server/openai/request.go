@@ -272,8 +272,17 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 		return nil, err
 	}
 	if e := r.ReasoningEffort; e != nil {
-		on := *e != "none"
-		req.Thinking = &on
+		switch *e {
+		case "none", "minimal":
+			off := false
+			req.Thinking = &off
+		case "low", "medium", "high", "xhigh":
+			on := true
+			req.Thinking = &on
+			req.ReasoningEffort, req.EffortParam = *e, "reasoning_effort"
+		default:
+			return nil, badRequest("reasoning_effort", "reasoning_effort %q: expected none, minimal, low, medium, high or xhigh", *e)
+		}
 	}
 	if req.Sampling, err = r.sampling(defaults); err != nil {
 		return nil, err

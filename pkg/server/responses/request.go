@@ -127,6 +127,10 @@ func convert(r *request, prior []chattemplate.Message, defaults sample.Params) (
 		c.effort, c.summary = r.Reasoning.Effort, r.Reasoning.Summary
 		if r.Reasoning.Effort != nil {
 			req.Thinking = thinkingFor(*r.Reasoning.Effort)
+			if t := req.Thinking; t != nil && *t {
+				// A Qwen3.8 template reads the level (chattemplate.Features).
+				req.ReasoningEffort, req.EffortParam = *r.Reasoning.Effort, "reasoning.effort"
+			}
 		}
 	}
 	if r.Text != nil {
@@ -143,7 +147,8 @@ func convert(r *request, prior []chattemplate.Message, defaults sample.Params) (
 
 // thinkingFor maps reasoning.effort onto Qwen's one switch: none and
 // minimal turn thinking off; low, medium, high and xhigh leave it on (the
-// model has no budget knob); anything else leaves the server's default.
+// model has no budget knob, but a Qwen3.8 template's reasoning_effort gets
+// the level); anything else leaves the server's default.
 func thinkingFor(effort string) *bool {
 	on := true
 	switch effort {

@@ -3,6 +3,8 @@ package responses
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -237,5 +241,60 @@ func TestReasoningItemsFeedBack(t *testing.T) {
 				t.Fatalf("got %s", b)
 			}
 		})
+	}
+}
+
+// With a Qwen3.8 template reasoning.effort reaches reasoning_effort
+// (high → xhigh; none and minimal turn thinking off), and an earlier
+// reasoning item is rendered back with its assistant turn.
+func TestReasoningEffortQwen38(t *testing.T) {
+	tmpl, err := chattemplate.Load(filepath.Join("..", "..", "chattemplate", "testdata", "models", "qwen38"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &servertest.Engine{Script: script("ok")}
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	s.SetEngine(eng, tmpl)
+	oh := openai.New(s, openai.Options{})
+	New(s, Options{Log: io.Discard}).Mount(oh)
+	hs := httptest.NewServer(oh)
+	defer hs.Close()
+	const (
+		xhigh = "Reasoning effort is set to xhigh. Please think carefully and thoroughly before you answer.\n\n"
+		low   = "Reasoning effort is set to low. Keep your thinking brief and answer directly.\n\n"
+		input = `"instructions":"S","input":[{"type":"message","role":"user","content":"Q1"},{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"R1"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"A1"}]},{"type":"message","role":"user","content":"Q2"}]`
+	)
+	for _, c := range []struct {
+		body, head string
+		think      bool
+	}{
+		{`{` + input + `}`, xhigh, true},
+		{`{"reasoning":{"effort":"low"},` + input + `}`, low, true},
+		{`{"reasoning":{"effort":"medium"},` + input + `}`, "", true},
+		{`{"reasoning":{"effort":"high"},` + input + `}`, xhigh, true},
+		{`{"reasoning":{"effort":"xhigh"},` + input + `}`, xhigh, true},
+		{`{"reasoning":{"effort":"minimal"},` + input + `}`, "", false},
+		{`{"reasoning":{"effort":"none"},` + input + `}`, "", false},
+	} {
+		resp, err := hs.Client().Post(hs.URL+Path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
+		}
+		p := eng.Prompts()
+		prompt := p[len(p)-1]
+		if !strings.HasPrefix(prompt, "<|im_start|>system\n"+c.head+"S<|im_end|>\n") {
+			t.Errorf("%s: prompt %q, want the system turn to start %q", c.body, prompt, c.head)
+		}
+		if !strings.Contains(prompt, "<|im_start|>assistant\n<think>\nR1\n</think>\n\nA1<|im_end|>") {
+			t.Errorf("%s: the earlier reasoning is not rendered back: %q", c.body, prompt)
+		}
+		if open := strings.HasSuffix(prompt, "<think>\n") && !strings.HasSuffix(prompt, "</think>\n\n"); open != c.think {
+			t.Errorf("%s: thinking %v, want %v", c.body, open, c.think)
+		}
 	}
 }
