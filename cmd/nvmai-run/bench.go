@@ -188,11 +188,14 @@ func printNgram(w io.Writer, r *runtime.BenchReport) {
 func printPrefillLimits(w io.Writer, r *runtime.BenchReport) {
 	m := r.Median
 	fmt.Fprintf(w, "prefill: passes of %s, %s of experts read per prompt token", plural(m.PrefillChunk, "token"), cliutil.Bytes(int64(m.PrefillBytesPerToken)))
+	if m.PrefillWarmBytes > 0 {
+		fmt.Fprintf(w, " (warm reads %s: %s used, %s wasted)", cliutil.Bytes(m.PrefillWarmBytes), cliutil.Bytes(m.PrefillWarmUsed), cliutil.Bytes(m.PrefillWarmBytes-m.PrefillWarmUsed))
+	}
 	if r.PrefillDiskTokS > 0 {
 		fmt.Fprintf(w, "; disk-bound %.1f tok/s (raw read rate ÷ bytes per token)", r.PrefillDiskTokS)
 	}
 	if m.PrefillComputeTokS > 0 {
-		fmt.Fprintf(w, "; compute-bound %.1f tok/s (estimated: tokens ÷ prefill time less I/O wait)", m.PrefillComputeTokS)
+		fmt.Fprintf(w, "; compute-bound %.1f tok/s (estimated, an upper bound: tokens ÷ prefill time less I/O wait)", m.PrefillComputeTokS)
 	}
 	if r.PrefillBinding != "" {
 		limit := m.PrefillComputeTokS
@@ -242,8 +245,9 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 	for _, p := range r.Phases {
 		phases = append(phases, fmt.Sprintf("%s:%.1f:%.1f", p.Name, 100*p.Share, p.Rate/1e9))
 	}
-	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s",
-		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"))
+	fmt.Fprintf(w, " pf_chunk=%d pf_read_mib_tok=%.1f pf_disk_tok_s=%.2f pf_compute_tok_s=%.2f pf_binding=%s pf_warm_gib=%.2f pf_warm_used_gib=%.2f",
+		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"),
+		float64(m.PrefillWarmBytes)/gib, float64(m.PrefillWarmUsed)/gib)
 	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f", r.Prefetch, m.GuessesPerToken, m.GuessesUsed)
 	fmt.Fprintf(w, " ngram_kib_tok=%.2f ngram_rows_tok=%.1f ngram_wait_ms=%.2f pf_ngram_mib=%.2f phases=%s\n",
 		m.NgramBytesPerToken/1024, m.NgramRowsPerToken, 1e3*m.NgramWaitPerTok, float64(m.PrefillNgramBytes)/mib, strings.Join(phases, ","))

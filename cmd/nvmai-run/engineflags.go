@@ -34,6 +34,7 @@ func engineFlags() []cli.Flag {
 		cliutil.IntRange(&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer, instead of --ram-budget"}, 1, maxSlotsCeiling, ""),
 		cliutil.IntRange(&cli.IntFlag{Name: "io-threads", Usage: "parallel expert reads", DefaultText: "4"}, 1, expertcache.MaxIOThreads, ""),
 		cliutil.IntRange(&cli.IntFlag{Name: "prefetch", Usage: "experts per layer to predict and read ahead while decoding (at most top_k); 0 = off. Only when the cache cannot hold every expert", DefaultText: "4"}, 0, maxPrefetch, "0 = off"),
+		&cli.BoolFlag{Name: "warm-reads", Value: true, Usage: "in a long prefill pass, read the next layer's missing experts into its empty slots while this layer finishes (docs/prefill.md); --warm-reads=false for A/B runs, output is the same"},
 		&cli.IntFlag{Name: "kv-bits", Value: 8, Usage: "KV cache width: 8 (int8, a scale per 64 values), 16 (bfloat16) or 32 (float32)"},
 		&cli.StringFlag{Name: "rope-scaling", Value: "none", Usage: "none, or yarn to extend the context 2x or 4x (--max-context 524288 or 1048576 for Qwen3.5/3.6)"},
 		&cli.BoolFlag{Name: "force", Usage: "start even when the memory footprint exceeds the machine's RAM"},
@@ -102,7 +103,7 @@ func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 	if _, _, err := cliutil.EnvInt(poolSpinEnv, 0, maxSpinMicros, "microseconds a compute thread spins before parking; 0 parks at once"); err != nil {
 		return runtime.Options{}, err
 	}
-	x := runtime.ExpertOptions{Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c)}
+	x := runtime.ExpertOptions{Slots: c.Int("expert-cache-slots"), IOThreads: c.Int("io-threads"), Prefetch: prefetchFlag(c), NoWarm: !c.Bool("warm-reads")}
 	if c.IsSet("ram-budget") {
 		b, err := expertcache.ParseSize(c.String("ram-budget"))
 		if err != nil {

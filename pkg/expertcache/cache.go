@@ -44,6 +44,10 @@ type Options struct {
 	// cache reads ahead (see Prefetch): 0 means DefaultPrefetch, a negative
 	// value turns prediction off.
 	Prefetch int
+	// NoWarm turns off warm reads: the next layer's experts read into its
+	// empty slots during a long prefill pass's visit (warm.go). For A/B
+	// measurements; output is the same either way.
+	NoWarm bool
 }
 
 // Cache is the bounded expert slot cache of one install. It implements
@@ -75,6 +79,8 @@ type Cache struct {
 	topK     int
 	prefetch int           // experts per layer to read ahead; 0: off
 	specMax  int           // speculative reads in flight at most
+	warm     bool          // read the next layer ahead in wide visits (warm.go)
+	warmMax  int           // warm reads in flight at most, beyond specMax
 	specOut  int           // speculative reads in flight (owner goroutine only)
 	visits   atomic.Uint64 // visits begun; a speculative read names the one it is for
 
@@ -91,8 +97,8 @@ type layerCache struct {
 	views  []moe.ExpertMats
 	res    residency
 	// Per slot: a speculative read is writing into it; it was filled by a
-	// speculative read and not asked for since.
-	spec, prefetched []bool
+	// speculative read (Prefetch; a warm read) and not asked for since.
+	spec, prefetched, warmed []bool
 }
 
 var (
@@ -101,6 +107,7 @@ var (
 	_ moe.ExpertVisitor      = (*Cache)(nil)
 	_ moe.ExpertGroupVisitor = (*Cache)(nil)
 	_ moe.ExpertPrefetcher   = (*Cache)(nil)
+	_ moe.PassWarmer         = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already
@@ -135,16 +142,21 @@ func New(dir string, m *packexperts.Manifest, opt Options) (*Cache, error) {
 	c := &Cache{dir: dir, stride: x.Stride, experts: x.Count, slots: slots, threads: threads, policy: policy,
 		seen: make([]bool, x.Count), position: make([]int, x.Count), loading: make([]int, slots), topK: x.TopK}
 	c.prefetch, c.specMax = prefetchWidth(opt.Prefetch, slots, x.Count, x.TopK)
+	if c.warm = !opt.NoWarm; c.warm {
+		// A visit queues the next layer's guesses while its own may still
+		// be landing: two layers' worth.
+		c.warmMax = 2 * slots
+	}
 	if err := c.open(x, opt.IO); err != nil {
 		c.Close()
 		return nil, err
 	}
 	c.stats = Stats{Mode: c.mode.String(), Policy: policy.String(), SlotsPerLayer: slots, IOThreads: threads, PrefetchWidth: c.prefetch,
-		BudgetBytes: int64(slots) * x.Stride * int64(len(x.Layers))}
+		Warm: c.warm, BudgetBytes: int64(slots) * x.Stride * int64(len(x.Layers))}
 	c.reqs = make(chan readReq, slots)
-	c.spec = make(chan readReq, max(c.specMax, 1))
+	c.spec = make(chan readReq, max(c.specMax+c.warmMax, 1))
 	// Room for every read that can be in flight, so a reader never blocks.
-	c.done = make(chan readDone, slots+c.specMax)
+	c.done = make(chan readDone, slots+c.specMax+c.warmMax)
 	c.readers.Add(threads)
 	for range threads {
 		go func() { defer c.readers.Done(); reader(c.reqs, c.spec, &c.visits) }()
@@ -230,7 +242,7 @@ func (lc *layerCache) allocate(slots int, stride int64, parts []packexperts.Tens
 	}
 	lc.region, lc.slab = region, region.Bytes
 	lc.views = make([]moe.ExpertMats, slots)
-	lc.spec, lc.prefetched = make([]bool, slots), make([]bool, slots)
+	lc.spec, lc.prefetched, lc.warmed = make([]bool, slots), make([]bool, slots), make([]bool, slots)
 	for s := range slots {
 		if lc.views[s], err = slotMats(lc.slot(s, stride), parts); err != nil {
 			return err
@@ -401,6 +413,7 @@ func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []moe.Exp
 		slotOf[i] = -1
 	}
 	start := c.submit(lc, batch, slotOf, load)
+	c.warmAfter(lc, len(batch)) // the only batch: every read of lc is queued
 	outstanding := len(load) + c.awaitSpec(lc, slotOf)
 	var firstErr error
 	defer func() {
@@ -472,12 +485,16 @@ func (c *Cache) placeBatch(lc *layerCache, ids []int, slotOf []int) ([]int, erro
 		return nil, fmt.Errorf("expert cache: layer %d: %w; release earlier acquisitions first", lc.index, err)
 	}
 	for _, s := range load {
-		lc.prefetched[s] = false // a guess evicted unused
+		lc.prefetched[s], lc.warmed[s] = false, false // a guess evicted unused
 	}
 	for _, s := range slotOf {
 		if lc.prefetched[s] {
 			lc.prefetched[s] = false
 			c.stats.PrefetchHits++
+		}
+		if lc.warmed[s] {
+			lc.warmed[s] = false
+			c.stats.WarmHits++
 		}
 	}
 	c.stats.Misses += int64(len(load))

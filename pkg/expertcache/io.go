@@ -185,6 +185,7 @@ type readReq struct {
 	// spec marks a speculative read (Prefetch); it is skipped when a visit
 	// after the one it was for has begun by the time a reader takes it.
 	spec  bool
+	warm  bool // a speculative read is a warm read (warm.go), not Prefetch's
 	visit uint64
 	done  chan<- readDone
 }
@@ -193,6 +194,7 @@ type readDone struct {
 	layer    int
 	slot     int
 	spec     bool
+	warm     bool
 	canceled bool // a speculative read skipped: the slot holds nothing
 	end      time.Time
 	err      error
@@ -216,7 +218,7 @@ func reader(demand, spec <-chan readReq, visits *atomic.Uint64) {
 		if !ok {
 			return
 		}
-		d := readDone{layer: rq.layer, slot: rq.slot, spec: rq.spec}
+		d := readDone{layer: rq.layer, slot: rq.slot, spec: rq.spec, warm: rq.warm}
 		if rq.spec && rq.visit < visits.Load() {
 			d.canceled = true
 		} else {

@@ -63,7 +63,7 @@ func (c *Cache) Prefetch(layer int, ids []int) {
 			continue
 		}
 		s := lc.res.claim(e)
-		lc.spec[s], lc.prefetched[s] = true, true
+		lc.spec[s], lc.prefetched[s], lc.warmed[s] = true, true, false
 		c.specOut++
 		c.stats.Prefetched++
 		rq := c.readOf(lc, s, e)
@@ -99,10 +99,7 @@ func (c *Cache) awaitBatch(lc *layerCache, ids []int) (readDone, error) {
 			continue
 		}
 		if d.canceled || d.err != nil {
-			c.mu.Lock()
-			c.stats.Hits, c.stats.Misses, c.stats.PrefetchHits = c.stats.Hits-1, c.stats.Misses+1, c.stats.PrefetchHits-1
-			c.mu.Unlock()
-			c.reqs <- c.readOf(lc, d.slot, ids[c.loading[d.slot]])
+			c.readAgain(lc, d, ids[c.loading[d.slot]])
 			continue
 		}
 		return d, nil
@@ -122,8 +119,14 @@ func (c *Cache) specLanded(lc *layerCache, d readDone) (awaited bool) {
 	c.specOut--
 	awaited = sl == lc && c.loading[d.slot] >= 0
 	switch {
+	case d.canceled && d.warm:
+		c.stats.WarmSkipped++
 	case d.canceled:
 		c.stats.PrefetchSkipped++
+	case d.err == nil && d.warm:
+		c.stats.BytesRead += c.stride
+		c.stats.WarmBytes += c.stride
+		return awaited
 	case d.err == nil:
 		c.stats.BytesRead += c.stride
 		c.stats.PrefetchBytes += c.stride
@@ -131,9 +134,24 @@ func (c *Cache) specLanded(lc *layerCache, d readDone) (awaited bool) {
 	}
 	if !awaited {
 		sl.res.forget(d.slot)
-		sl.prefetched[d.slot] = false
+		sl.prefetched[d.slot], sl.warmed[d.slot] = false, false
 	}
 	return awaited
+}
+
+// readAgain issues, as a demand read, the awaited speculative read d of
+// expert e that failed or was skipped; it was counted as a hit on a guess,
+// and is a miss after all.
+func (c *Cache) readAgain(lc *layerCache, d readDone, e int) {
+	c.mu.Lock()
+	c.stats.Hits, c.stats.Misses = c.stats.Hits-1, c.stats.Misses+1
+	if d.warm {
+		c.stats.WarmHits--
+	} else {
+		c.stats.PrefetchHits--
+	}
+	c.mu.Unlock()
+	c.reqs <- c.readOf(lc, d.slot, e)
 }
 
 // reapSpec accounts for the speculative reads that have landed, without

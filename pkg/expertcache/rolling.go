@@ -1,6 +1,8 @@
 package expertcache
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/runtime/moe"
@@ -15,52 +17,86 @@ import (
 // resident expert computed, a missing one read and computed — at once takes
 // the read of the next missing expert. Each expert is still read at most
 // once per visit, and handed over exactly once.
+//
+// Speculative reads (warm reads from the layer before, decode's Prefetch)
+// may still be in flight when the visit starts: one for an expert the visit
+// asks for is awaited like a demand read (and read again on demand if it
+// failed or was skipped); the others are accounted for as they land, each
+// freeing its slot for the visit's misses.
 
 // visitRolling serves a visit of ids too large for the unpinned slots,
 // calling fn with one expert at a time: the resident ones first, then each
-// missing one as its read lands.
+// missing one (or awaited guess) as its read lands.
 func (c *Cache) visitRolling(lc *layerCache, ids []int, fn func([]int, []moe.ExpertMats) error) error {
-	c.drainSpec() // a guess still being read would pin a slot the visit counts on
 	for s := range c.loading {
 		c.loading[s] = -1
 	}
 	slotOf := make([]int, len(ids))
-	var residents, misses []int // indices into ids
+	var residents, guesses, misses []int // indices into ids
 	c.mu.Lock()
 	for i, e := range ids {
 		slotOf[i] = -1
-		if lc.res.where[e] >= 0 {
+		switch s := lc.res.where[e]; {
+		case s >= 0 && lc.spec[s]:
+			guesses = append(guesses, i)
+		case s >= 0:
 			residents = append(residents, i)
-		} else {
+		default:
 			misses = append(misses, i)
 		}
 	}
 	c.mu.Unlock()
-	for _, i := range residents { // hits: never out of room
-		if _, err := c.placeBatch(lc, ids[i:i+1], slotOf[i:i+1]); err != nil {
-			c.unpinAll(lc, pinned(slotOf))
-			return err
-		}
-	}
 	r := rolling{c: c, lc: lc, ids: ids, slotOf: slotOf, misses: misses, start: time.Now()}
 	defer r.finish()
+	for _, set := range [][]int{residents, guesses} { // hits: never out of room
+		for _, i := range set {
+			if _, err := c.placeBatch(lc, ids[i:i+1], slotOf[i:i+1]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, i := range guesses {
+		c.loading[slotOf[i]] = i
+		r.inflight++
+	}
 	r.issue()
 	for _, i := range residents {
 		r.call(i, fn)
 		r.issue()
 	}
-	for r.inflight > 0 {
-		d := c.await()
-		r.inflight--
-		r.lastEnd = later(r.lastEnd, d.end)
-		i := c.loading[d.slot]
-		err := c.landed(lc, d, ids) // names the expert by c.loading
-		c.loading[d.slot] = -1
-		if err != nil {
-			r.fail(err)
-			r.release(i)
-			continue
+	for r.inflight > 0 || r.pending() {
+		if r.inflight == 0 && c.specOut == 0 {
+			// Nothing in flight can free a slot: only unreleased
+			// acquisitions pin them (Visit checked that one is free).
+			r.fail(fmt.Errorf("expert cache: layer %d: %w", lc.index, errors.New("every slot is pinned by unreleased acquisitions; release them before Visit")))
+			break
 		}
+		d := c.await()
+		var i int
+		if d.spec {
+			if !c.specLanded(lc, d) { // another layer's guess, or one not asked for
+				r.issue()
+				continue
+			}
+			i = c.loading[d.slot]
+			if d.canceled || d.err != nil {
+				c.readAgain(lc, d, ids[i]) // still in flight, now on demand
+				r.reads++
+				continue
+			}
+		} else {
+			r.lastEnd = later(r.lastEnd, d.end)
+			i = c.loading[d.slot]
+			if err := c.landed(lc, d, ids); err != nil { // names the expert by c.loading
+				r.inflight--
+				c.loading[d.slot] = -1
+				r.fail(err)
+				r.release(i)
+				continue
+			}
+		}
+		r.inflight--
+		c.loading[d.slot] = -1
 		r.call(i, fn)
 		r.issue()
 	}
@@ -75,19 +111,24 @@ type rolling struct {
 	ids, slotOf []int
 	misses      []int // indices into ids still to read, from next on
 	next        int
-	inflight    int
+	inflight    int // reads the visit waits for: its misses and awaited guesses
 	reads       int
 	start       time.Time
 	lastEnd     time.Time
 	err         error
+	warmed      bool
 	groupIdx    [1]int
 	groupMats   [1]moe.ExpertMats
 }
 
+// pending reports whether misses remain to be read (none after an error).
+func (r *rolling) pending() bool { return r.next < len(r.misses) && r.err == nil }
+
 // issue starts the reads of the next missing experts while unpinned slots
-// remain (none after an error).
+// remain (none after an error). Once the last is issued, the next layer's
+// warm reads are queued behind them (warm.go).
 func (r *rolling) issue() {
-	for r.next < len(r.misses) && r.err == nil {
+	for r.pending() {
 		r.c.mu.Lock()
 		room := r.lc.res.free() > 0
 		r.c.mu.Unlock()
@@ -105,6 +146,10 @@ func (r *rolling) issue() {
 		r.c.reqs <- r.c.readOf(r.lc, s, r.ids[i]) // never blocks: at most one read per slot
 		r.inflight++
 		r.reads++
+	}
+	if !r.warmed && r.err == nil {
+		r.warmed = true
+		r.c.warmAfter(r.lc, len(r.ids))
 	}
 }
 
@@ -131,14 +176,31 @@ func (r *rolling) fail(err error) {
 	}
 }
 
-// finish waits for every read still in flight (also when fn panicked:
-// reads still write into their slots) and unpins what is still pinned.
+// finish waits for every read the visit still waits for (also when fn
+// panicked: reads still write into their slots) and unpins what is still
+// pinned. An awaited guess that failed or was skipped is emptied, not read
+// again.
 func (r *rolling) finish() {
-	for ; r.inflight > 0; r.inflight-- {
-		d := r.c.await()
-		r.c.landed(r.lc, d, r.ids) // a failed read empties its slot
+	c := r.c
+	for r.inflight > 0 {
+		d := c.await()
+		if d.spec {
+			if !c.specLanded(r.lc, d) {
+				continue
+			}
+			if d.canceled || d.err != nil {
+				c.mu.Lock()
+				r.lc.res.forget(d.slot)
+				r.lc.warmed[d.slot], r.lc.prefetched[d.slot] = false, false
+				c.mu.Unlock()
+			}
+		} else {
+			c.landed(r.lc, d, r.ids) // a failed read empties its slot
+		}
+		c.loading[d.slot] = -1
+		r.inflight--
 	}
-	r.c.unpinAll(r.lc, pinned(r.slotOf))
+	c.unpinAll(r.lc, pinned(r.slotOf))
 }
 
 // pinned lists the slots of slotOf that are still pinned (not −1).

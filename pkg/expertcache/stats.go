@@ -8,14 +8,20 @@ type Stats struct {
 	// were read (counted in Hits too); skipped because their visit passed;
 	// bytes read (in BytesRead too).
 	Prefetched, PrefetchHits, PrefetchSkipped, PrefetchBytes int64
-	ReadSeconds                                              float64 // wall time with at least one read of a request in flight
-	WaitSeconds                                              float64 // time callers spent blocked waiting for reads
-	Mode                                                     string  // resolved read mode: dontcache, direct, dropbehind or buffered
-	Policy                                                   string  // eviction policy
-	SlotsPerLayer                                            int
-	IOThreads                                                int
-	PrefetchWidth                                            int   // experts per layer read ahead on a guess; 0: off
-	BudgetBytes                                              int64 // memory held by slots: slots × stride × layers
+	// Warm reads (warm.go), counted like Prefetch's and apart from them:
+	// issued; asked for (in Hits too); skipped; bytes read (in BytesRead
+	// too). WarmBytes − WarmHits × stride is what the guesses wasted (or
+	// hold, not asked for yet).
+	Warmed, WarmHits, WarmSkipped, WarmBytes int64
+	ReadSeconds                              float64 // wall time with at least one read of a request in flight
+	WaitSeconds                              float64 // time callers spent blocked waiting for reads
+	Mode                                     string  // resolved read mode: dontcache, direct, dropbehind or buffered
+	Policy                                   string  // eviction policy
+	SlotsPerLayer                            int
+	IOThreads                                int
+	PrefetchWidth                            int   // experts per layer read ahead on a guess; 0: off
+	Warm                                     bool  // warm reads on (Options.NoWarm unset)
+	BudgetBytes                              int64 // memory held by slots: slots × stride × layers
 }
 
 // HitRate is Hits / (Hits + Misses), or 0 before any request.
@@ -32,7 +38,7 @@ func (s Stats) ReadRate() float64 {
 	if s.ReadSeconds <= 0 {
 		return 0
 	}
-	return float64(s.BytesRead-s.PrefetchBytes) / s.ReadSeconds
+	return float64(s.BytesRead-s.PrefetchBytes-s.WarmBytes) / s.ReadSeconds
 }
 
 // Stats returns a snapshot of the counters; it may be called from any

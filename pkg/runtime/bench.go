@@ -131,6 +131,12 @@ type BenchRun struct {
 	PrefillChunk         int     `json:"prefill_chunk"`
 	PrefillBytesPerToken float64 `json:"prefill_bytes_read_per_token"`
 	PrefillComputeTokS   float64 `json:"prefill_compute_bound_tok_s"`
+	// PrefillWarmBytes are the prefill's warm reads (the next layer's
+	// experts read on a guess, in PrefillBytesRead too), PrefillWarmUsed
+	// those of them its visits asked for; the rest were wasted (or stay
+	// resident, not asked for yet).
+	PrefillWarmBytes int64 `json:"prefill_warm_bytes"`
+	PrefillWarmUsed  int64 `json:"prefill_warm_used_bytes"`
 }
 
 // BenchReport is a whole benchmark: labels, every prompt and their median.
@@ -474,6 +480,8 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		pre := expertReport(start, atDecode, len(ids))
 		run.PrefillHitRate, run.PrefillBytesRead, run.PrefillIOWait = pre.HitRate, pre.BytesRead, pre.WaitSeconds
 		run.PrefillBytesPerToken = pre.BytesPerToken
+		run.PrefillWarmBytes = pre.WarmBytes
+		run.PrefillWarmUsed = min(pre.WarmHits*e.Install.Manifest.Experts.Stride, pre.WarmBytes)
 		if compute := res.PrefillSecs - pre.WaitSeconds; compute > 0 {
 			run.PrefillComputeTokS = float64(len(ids)) / compute
 		}
@@ -564,6 +572,8 @@ func medianRun(runs []BenchRun) BenchRun {
 		PrefillChunk:         int(med(func(r BenchRun) float64 { return float64(r.PrefillChunk) })),
 		PrefillBytesPerToken: med(func(r BenchRun) float64 { return r.PrefillBytesPerToken }),
 		PrefillComputeTokS:   med(func(r BenchRun) float64 { return r.PrefillComputeTokS }),
+		PrefillWarmBytes:     int64(med(func(r BenchRun) float64 { return float64(r.PrefillWarmBytes) })),
+		PrefillWarmUsed:      int64(med(func(r BenchRun) float64 { return float64(r.PrefillWarmUsed) })),
 	}
 }
 

@@ -343,6 +343,11 @@ type ExpertReport struct {
 	Prefetched    int64 `json:"prefetched"`
 	PrefetchHits  int64 `json:"prefetch_hits"`
 	PrefetchBytes int64 `json:"prefetch_bytes"`
+	// Warm reads (long prefill passes: the next layer's experts read on a
+	// guess), how many were asked for, and their bytes (in BytesRead too).
+	Warmed    int64 `json:"warmed"`
+	WarmHits  int64 `json:"warm_hits"`
+	WarmBytes int64 `json:"warm_bytes"`
 }
 
 func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
@@ -352,12 +357,13 @@ func expertReport(before, after expertcache.Stats, tokens int) *ExpertReport {
 		SlotsPerLayer: after.SlotsPerLayer, BudgetBytes: after.BudgetBytes, IOMode: after.Mode, IOThreads: after.IOThreads,
 		Prefetched: after.Prefetched - before.Prefetched, PrefetchHits: after.PrefetchHits - before.PrefetchHits,
 		PrefetchBytes: after.PrefetchBytes - before.PrefetchBytes,
+		Warmed:        after.Warmed - before.Warmed, WarmHits: after.WarmHits - before.WarmHits, WarmBytes: after.WarmBytes - before.WarmBytes,
 	}
 	if n := r.Hits + r.Misses; n > 0 {
 		r.HitRate = float64(r.Hits) / float64(n)
 	}
 	if r.ReadSeconds > 0 { // demand reads only: speculative ones overlap compute
-		r.ReadRate = float64(r.BytesRead-r.PrefetchBytes) / r.ReadSeconds
+		r.ReadRate = float64(r.BytesRead-r.PrefetchBytes-r.WarmBytes) / r.ReadSeconds
 	}
 	if tokens > 0 {
 		r.BytesPerToken = float64(r.BytesRead) / float64(tokens)

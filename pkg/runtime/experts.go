@@ -20,6 +20,7 @@ type ExpertOptions struct {
 	Slots     int   // slots per layer; overrides Budget when positive
 	IOThreads int   // reader goroutines; 0 = expertcache.DefaultIOThreads
 	Prefetch  int   // experts per layer predicted and read ahead in decode; 0 = default, < 0 = off
+	NoWarm    bool  // no warm reads in long prefill passes (expertcache.Options.NoWarm)
 }
 
 func openExperts(in *Install, opt ExpertOptions) (*expertcache.Cache, error) {
@@ -27,7 +28,7 @@ func openExperts(in *Install, opt ExpertOptions) (*expertcache.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return expertcache.New(in.Dir, in.Manifest, expertcache.Options{Budget: opt.Budget, Slots: opt.Slots, IOThreads: opt.IOThreads, IO: mode, Prefetch: opt.Prefetch})
+	return expertcache.New(in.Dir, in.Manifest, expertcache.Options{Budget: opt.Budget, Slots: opt.Slots, IOThreads: opt.IOThreads, IO: mode, Prefetch: opt.Prefetch, NoWarm: opt.NoWarm})
 }
 
 // tracedExperts records the routing of decode steps to a trace file; it

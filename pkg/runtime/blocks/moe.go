@@ -115,6 +115,16 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 	return nil
 }
 
+// BeginPass tells the experts, before a pass's first layer runs, that it
+// carries T tokens (moe.PassWarmer), so a streaming cache can read the
+// first layer's experts during the embeddings and the first mixer. Nothing
+// it does reaches the output.
+func (m *MoE) BeginPass(T int) {
+	if w, ok := m.Experts.(moe.PassWarmer); ok && T > 1 {
+		w.BeginPass(T)
+	}
+}
+
 // combineExperts sets each token's out = Σ_s weight_s·routed_s + σ(gate)·out,
 // the routed experts summed in ascending id order from zero, each product
 // rounded to float32 before its add (kernels.AxpyRows), the gated shared

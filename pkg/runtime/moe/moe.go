@@ -28,7 +28,11 @@ type AcquireLimiter interface {
 // When Experts implements it the model uses Visit instead of Acquire. Visit
 // must call fn exactly once for every index of ids, in any order, on the
 // caller's goroutine; the mats are valid only until fn returns. The order
-// never changes results.
+// never changes results. Models visit a pass's layers in ascending order,
+// so after a visit that asks for most of a layer's experts (a long prefill
+// pass) an implementation may start reading layer+1's experts on a guess
+// (expertcache's warm reads); that moves reads earlier and never changes
+// what Visit hands over.
 type ExpertVisitor interface {
 	Visit(layer int, ids []int, fn func(i int, m ExpertMats) error) error
 }
@@ -54,6 +58,15 @@ type ExpertGroupVisitor interface {
 type ExpertPrefetcher interface {
 	PrefetchWidth() int
 	Prefetch(layer int, ids []int)
+}
+
+// PassWarmer is implemented by Experts that can start reading the first
+// MoE layer's experts before a pass routes to them (expertcache's warm
+// reads). A model calls BeginPass with the pass's token count before its
+// first layer runs; it must return without waiting for I/O and must not
+// change what Acquire or Visit hand over.
+type PassWarmer interface {
+	BeginPass(tokens int)
 }
 
 // ExpertMats are the three matrices of one routed expert.

@@ -96,6 +96,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 
 	ws.setProfile(st.profile, T)
 	ws.prof.Begin()
+	m.moe.BeginPass(T)
 	for l := range m.layers {
 		ly := &m.layers[l]
 		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
