@@ -1494,11 +1494,13 @@ extern "C" __global__ void gdn_rec_par(float* oraw, float* S, const float* conv,
     }
 }
 
-// Named barriers for gdn_rec_reg's hand-offs between warps: bar.arrive
-// (the producer, no wait) and bar.sync (the consumer) on barrier id, n
-// threads in all. Memory before the arrive is visible after the sync.
-__device__ __forceinline__ void nbar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+// Named barriers for gdn_rec_reg's hand-offs between warps: arrive (the
+// producer, no wait) and sync (the consumer) on barrier id, n threads in
+// all; memory written before the arrive is visible after the sync. The
+// forms without .aligned, so a warp need not have reconverged (the asm is
+// opaque to the compiler).
+__device__ __forceinline__ void nbar_sync(int id, int n) { asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 
 // gdn_rec_reg is gdn_rec_par with the state in registers: warp w keeps rows
 // 32w … 32w+31 of its block's 32 columns (one column a lane) and updates
