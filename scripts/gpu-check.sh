@@ -13,12 +13,16 @@
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
-# BENCH_VARIANTS (default group,pipe512,par,par512) lists the launch strategies the bench
+# BENCH_VARIANTS (default group,pipe512,par512,reg512) lists the launch strategies the bench
 # compares in one process (pkg/runtime/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
 # nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
-# par, par512);
-# their greedy tokens must agree. OLD_RUN=path/to/nvmai-run benches an earlier build on the
+# par, par512, reg, reg512);
+# their greedy tokens must agree. STEPS (default all) runs only the named steps, in
+# this script's order: cuda kernels fidelity fidelity-nomma fidelity-pipe
+# synthetic bench cli (STEPS="kernels bench fidelity synthetic" for a short
+# device call); BENCH_DIRS=last benches the largest install only and
+# SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
 # same install, for before/after in one call.
 # Logs go to $OUT (default /tmp/nvmai-gpu-check).
 set -uo pipefail
@@ -55,9 +59,12 @@ if [ -z "$bin" ]; then
 fi
 
 status=0
+STEPS=${STEPS:-all}
+want() { [ "$STEPS" = all ] || [[ " $STEPS " == *" $1 "* ]]; }
 run() { # name, binary, args…
 	local name=$1
 	shift
+	want "$name" || return 0
 	stamp "$name"
 	"$@" -test.v >"$OUT/$name.log" 2>&1
 	local rc=$?
@@ -77,6 +84,8 @@ run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # so the 512-token passes are exercised.
 NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256 run fidelity-nomma "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 NVMAI_GPU_GDNPAR=0 run fidelity-pipe "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# And with gdn_rec_par, the default before gdn_rec_reg (NVMAI_GPU_GDNREG=0).
+NVMAI_GPU_GDNREG=0 run fidelity-par "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
@@ -93,12 +102,18 @@ if [ "$SYNTH" != none ]; then
 fi
 if [ ${#synth[@]} -gt 0 ]; then
 	dirs=$(IFS=:; echo "${synth[*]}")
-	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$dirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
-	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe512,par,par512} NVMAI_GPU_BENCH=$dirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
+	sdirs=$dirs bdirs=$dirs
+	[ "${SYNTH_CHECK_DIRS:-all}" = first ] && sdirs=${synth[0]}
+	[ "${BENCH_DIRS:-all}" = last ] && bdirs=${synth[${#synth[@]}-1]}
+	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$sdirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
+	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe512,par512,reg512} NVMAI_GPU_BENCH=$bdirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
 	# The CLI end to end on the largest install: greedy, sampled from the
 	# device's top-k candidates, and sampled without top-k (the row is
 	# copied to the CPU sampler).
 	big=${synth[${#synth[@]}-1]}
+	want cli || synth=()
+fi
+if [ ${#synth[@]} -gt 0 ]; then
 	stamp "nvmai-run --engine gpu"
 	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7" "--temperature 0.7 --top-k 0 --top-p 0.95 --seed 7"; do
 		"$bin/nvmai-run" --engine gpu -m "$big" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos $s --json >"$OUT/cli.json" 2>"$OUT/cli.err" &&

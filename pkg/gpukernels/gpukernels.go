@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -47,7 +47,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	for _, n := range []string{"gdn_heads", "gdn_rec_par"} {
+	for _, n := range []string{"gdn_heads", "gdn_rec_par", "gdn_rec_reg"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
 		}
@@ -98,6 +98,10 @@ type Launcher struct {
 	// GDNPar runs it as gdn_rec_par (the update over four warps) where the
 	// geometry fits, else as gdn_rec_pipe: bitwise gdn_rec.
 	GDNPar bool
+	// GDNReg runs it as gdn_rec_reg (the state in registers, the sums
+	// handed down the warps) where GDNPar would run gdn_rec_par: bitwise
+	// gdn_rec.
+	GDNReg bool
 }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
@@ -399,6 +403,24 @@ func GDNParFits(s GDNShape, T int) bool {
 	return GDNSplitFits(s, T) && GDNRecParShared(s, T) <= MaxGDNShared && GDNRecParShared(s, 8) <= MaxGDNShared
 }
 
+// GDNRecRegShared is the shared memory gdn_rec_reg takes for T tokens: the
+// per-token scalars (and q, k staged for the norms when T ≤ 8), each warp's
+// rows of q and k [4][96], the hand-offs' partial sums [2][4][32] and the
+// deltas [32].
+func GDNRecRegShared(s GDNShape, T int) int {
+	n := 4*T + 4*96 + 2*4*32 + 32
+	if T <= 8 {
+		n += T * 2 * s.Dk
+	}
+	return n * 4
+}
+
+// GDNRegFits reports whether gdn_rec_reg can take the geometry for chunks
+// of T tokens (a warp of 32 rows for each 32 of Dk, at most four).
+func GDNRegFits(s GDNShape, T int) bool {
+	return GDNSplitFits(s, T) && GDNRecRegShared(s, T) <= MaxGDNShared && GDNRecRegShared(s, 8) <= MaxGDNShared
+}
+
 // maxStaticShared is what a kernel may take without raising its limit.
 const maxStaticShared = 48 << 10
 
@@ -416,6 +438,8 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	}
 	name, smem := "gdn_rec", GDNRecShared(s, T)
 	switch {
+	case l.GDNPar && l.GDNReg && GDNRegFits(s, T):
+		name, smem = "gdn_rec_reg", GDNRecRegShared(s, T)
 	case l.GDNPar && GDNParFits(s, T):
 		name, smem = "gdn_rec_par", GDNRecParShared(s, T)
 	case l.GDNPipe || l.GDNPar:

@@ -1494,6 +1494,189 @@ extern "C" __global__ void gdn_rec_par(float* oraw, float* S, const float* conv,
     }
 }
 
+// Named barriers for gdn_rec_reg's hand-offs between warps: arrive (the
+// producer, no wait) and sync (the consumer) on barrier id, n threads in
+// all; memory written before the arrive is visible after the sync. The
+// forms without .aligned, so a warp need not have reconverged (the asm is
+// opaque to the compiler).
+__device__ __forceinline__ void nbar_sync(int id, int n) { asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+
+// gdn_rec_reg is gdn_rec_par with the state in registers: warp w keeps rows
+// 32w … 32w+31 of its block's 32 columns (one column a lane) and updates
+// them; the output's and the next token's k·S sums run down the warps in
+// index order, warp w adding its 32 rows' terms to what warp w−1 handed it
+// (named barriers, no __syncthreads in the token loop), and the last warp
+// turns the next p into the next delta and hands it to every warp. The
+// same products and the same sums in the same order as gdn_rec, so bitwise
+// the same; no state traffic through shared memory, and each warp stages
+// its own rows of q and k (one coalesced load a token each). Warps past
+// Dk/32 leave after the per-token scalars. Needs Dk a multiple of 32, ≤ 128.
+extern "C" __global__ void __launch_bounds__(128) gdn_rec_reg(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                                              const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) float smem[];
+    float* tok = smem;                                    // [T][4]: iq, ik, decay, beta
+    float* qk = tok + 4 * T;                              // [GDN_STAGE_T][2·Dk] when T ≤ GDN_STAGE_T
+    float* wbuf = qk + (T <= GDN_STAGE_T ? T * 2 * Dk : 0); // [4][96]: a warp's rows of q, k[2]
+    float* xo = wbuf + 4 * 96;                            // [4][32]: output partial sums, by warp and column
+    float* xp = xo + 4 * 32;                              // [4][32]: next p partial sums
+    float* dl = xp + 4 * 32;                              // [32]: the token's delta, by column
+    int h = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x, lane = tid & 31;
+    int ratio = Hv / Hk, kh = h / ratio;
+    int kd = Hk * Dk, vd = Hv * Dv;
+    float qScale = (float)(1.0 / sqrt((double)Dk));
+    float* Sh = S + (i64)h * Dk * Dv;
+    bool staged = T <= GDN_STAGE_T;
+    if (staged)
+        for (int i = tid; i < T * 2 * Dk; i += blockDim.x) {
+            int t = i / (2 * Dk), c = i % (2 * Dk);
+            qk[i] = conv[(i64)t * C + (c < Dk ? kh * Dk + c : kd + kh * Dk + c - Dk)];
+        }
+    __syncthreads();
+    for (int i = tid; i < 4 * T; i += blockDim.x) {
+        int t = i >> 2, what = i & 3;
+        if (what < 2) { // l2NormScaled's sum, index order, float64
+            const float* src = staged ? qk + t * 2 * Dk + what * Dk : conv + (i64)t * C + what * kd + kh * Dk;
+            double sq = 0;
+#pragma unroll 8
+            for (int c = 0; c < Dk; c++) sq += (double)src[c] * (double)src[c];
+            tok[i] = (float)(1.0 / sqrt((double)__fadd_rn((float)sq, 1e-6f)));
+        } else if (what == 2) {
+            float g = __fmul_rn(negExpA[h], softplus64(__fadd_rn(a[t * abStride + h], dtBias[h])));
+            tok[i] = exp64(g);
+        } else {
+            tok[i] = sigmoid64(b[t * abStride + h]);
+        }
+    }
+    __syncthreads();
+    const int w = tid >> 5, nw = Dk >> 5, j = j0 + lane;
+    if (w >= nw) return; // no __syncthreads below: the hand-offs count nw warps
+    const bool col = j < Dv, last = w == nw - 1;
+    const int bc = 32 * nw; // the delta hand-off's threads
+    const int row0 = 32 * w;
+    float st[32];
+#pragma unroll
+    for (int r = 0; r < 32; r++) st[r] = col ? Sh[(i64)(row0 + r) * Dv + j] : 0.0f;
+    float* wq = wbuf + w * 96; // [32]: token t's q, the warp's rows
+    float* wk = wq + 32;       // [2][32]: token t's k in wk[(t&1)·32]
+    const float* rowq = conv + kh * Dk + row0 + lane;
+    const float* rowk = conv + kd + kh * Dk + row0 + lane;
+    const float* colv = conv + 2 * kd + h * Dv + (col ? j : 0);
+    wq[lane] = __fmul_rn(__fmul_rn(rowq[0], tok[0]), qScale);
+    wk[lane] = __fmul_rn(__fmul_rn(rowk[0], tok[1]), 1.0f);
+    if (T > 1) wk[32 + lane] = __fmul_rn(__fmul_rn(rowk[C], tok[5]), 1.0f);
+    __syncwarp();
+    float delta;
+    { // token 0's p from the state as it came in, then its delta
+        float decay = tok[2], tp[32];
+#pragma unroll
+        for (int r = 0; r < 32; r += 4) {
+            float4 k4 = *(const float4*)(wk + r);
+            tp[r] = __fmul_rn(__fmul_rn(st[r], decay), k4.x);
+            tp[r + 1] = __fmul_rn(__fmul_rn(st[r + 1], decay), k4.y);
+            tp[r + 2] = __fmul_rn(__fmul_rn(st[r + 2], decay), k4.z);
+            tp[r + 3] = __fmul_rn(__fmul_rn(st[r + 3], decay), k4.w);
+        }
+        float p = 0;
+        if (w > 0) {
+            nbar_sync(w, 64);
+            p = xp[(w - 1) * 32 + lane];
+        }
+#pragma unroll
+        for (int r = 0; r < 32; r++) p = __fadd_rn(p, tp[r]);
+        if (!last) {
+            xp[w * 32 + lane] = p;
+            nbar_arrive(w + 1, 64);
+            nbar_sync(nw + 1, bc);
+            delta = dl[lane];
+        } else {
+            delta = __fmul_rn(__fsub_rn(col ? colv[0] : 0.0f, p), tok[3]);
+            if (nw > 1) {
+                dl[lane] = delta;
+                nbar_arrive(nw + 1, bc);
+            }
+        }
+    }
+    float vn = 0; // the last warp: v of token t+1
+    for (int t = 0; t < T; t++) {
+        // In flight during the step: token t+1's q and token t+2's k (the
+        // warp's rows), token t+1's v (the last warp).
+        float rq = 0, rk = 0;
+        if (t + 1 < T) rq = rowq[(i64)(t + 1) * C];
+        if (t + 2 < T) rk = rowk[(i64)(t + 2) * C];
+        if (last && t + 1 < T && col) vn = colv[(i64)(t + 1) * C];
+        float decay = tok[4 * t + 2];
+        float dn = t + 1 < T ? tok[4 * (t + 1) + 2] : 0.0f;
+        const float* kt = wk + (t & 1) * 32;
+        const float* kn = wk + ((t + 1) & 1) * 32;
+        float o = 0, p = 0;
+        if (w == 0) { // first in the chain: the sums as the terms come
+#pragma unroll
+            for (int r = 0; r < 32; r += 4) {
+                float4 k4 = *(const float4*)(kt + r), q4 = *(const float4*)(wq + r), n4 = *(const float4*)(kn + r);
+                float kr[4] = {k4.x, k4.y, k4.z, k4.w}, qr[4] = {q4.x, q4.y, q4.z, q4.w}, nr[4] = {n4.x, n4.y, n4.z, n4.w};
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float sv = __fadd_rn(__fmul_rn(st[r + u], decay), __fmul_rn(kr[u], delta));
+                    st[r + u] = sv;
+                    o = __fadd_rn(o, __fmul_rn(sv, qr[u]));
+                    p = __fadd_rn(p, __fmul_rn(__fmul_rn(sv, dn), nr[u]));
+                }
+            }
+        } else { // the terms while the warps before add theirs
+            float to[32], tp[32];
+#pragma unroll
+            for (int r = 0; r < 32; r += 4) {
+                float4 k4 = *(const float4*)(kt + r), q4 = *(const float4*)(wq + r), n4 = *(const float4*)(kn + r);
+                float kr[4] = {k4.x, k4.y, k4.z, k4.w}, qr[4] = {q4.x, q4.y, q4.z, q4.w}, nr[4] = {n4.x, n4.y, n4.z, n4.w};
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float sv = __fadd_rn(__fmul_rn(st[r + u], decay), __fmul_rn(kr[u], delta));
+                    st[r + u] = sv;
+                    to[r + u] = __fmul_rn(sv, qr[u]);
+                    tp[r + u] = __fmul_rn(__fmul_rn(sv, dn), nr[u]);
+                }
+            }
+            nbar_sync(w, 64);
+            o = xo[(w - 1) * 32 + lane];
+            p = xp[(w - 1) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 32; r++) {
+                o = __fadd_rn(o, to[r]);
+                p = __fadd_rn(p, tp[r]);
+            }
+        }
+        if (!last) {
+            xo[w * 32 + lane] = o;
+            xp[w * 32 + lane] = p;
+            nbar_arrive(w + 1, 64);
+        } else {
+            if (col) oraw[(i64)t * vd + h * Dv + j] = o;
+            if (t + 1 < T) {
+                delta = __fmul_rn(__fsub_rn(vn, p), tok[4 * (t + 1) + 3]);
+                if (nw > 1) {
+                    dl[lane] = delta;
+                    nbar_arrive(nw + 1, bc);
+                }
+            }
+        }
+        // The warp's rows of token t+1's q and token t+2's k (k of t+2
+        // takes token t's slot).
+        __syncwarp();
+        if (t + 1 < T) wq[lane] = __fmul_rn(__fmul_rn(rq, tok[4 * (t + 1)]), qScale);
+        if (t + 2 < T) wk[(t & 1) * 32 + lane] = __fmul_rn(__fmul_rn(rk, tok[4 * (t + 2) + 1]), 1.0f);
+        __syncwarp();
+        if (!last && t + 1 < T) {
+            nbar_sync(nw + 1, bc);
+            delta = dl[lane];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 32; r++)
+        if (col) Sh[(i64)(row0 + r) * Dv + j] = st[r];
+}
+
 // gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and
 // token (block (h, t)): the invRMS sum in float64, index order, by one
 // thread, then o = normW·(ov·inv)·silu(z). When xq8 is set (a head is

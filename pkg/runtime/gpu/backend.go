@@ -145,7 +145,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 			return err
 		}
 		info.GraphMsPerToken = ms
-		l := &gpukernels.Launcher{C: c, K: m.ks, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar}
+		l := &gpukernels.Launcher{C: c, K: m.ks, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 		if info.EagerMsPerToken, err = timeIt(c, steps, func() error { return m.forward(l, st, 1, nil) }); err != nil {
 			return err
 		}
@@ -337,7 +337,7 @@ func (m *Model) phases(c *cuda.Ctx, st *State, T int) (map[string]float64, map[s
 	record("")
 	var bounds []int // index in marks where each phase ends, and its name
 	var names []string
-	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar}
+	l := &gpukernels.Launcher{C: c, K: m.ks, After: record, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	if err := m.forward(l, st, T, func(ph string) { bounds, names = append(bounds, len(marks)-1), append(names, ph) }); err != nil {
 		return nil, nil, nil, err
 	}

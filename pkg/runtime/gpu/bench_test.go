@@ -37,7 +37,7 @@ func TestBench(t *testing.T) {
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
-			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec == 2
+			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar, b.Model.gdnReg = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec >= 2, v.rec == 3
 			carve := -1
 			if v.carve {
 				carve = gpukernels.UniformCarveout
@@ -62,7 +62,7 @@ type benchVariant struct {
 	name                                string
 	pdl, fuse, group, split, carve, mma bool
 	chunk                               int // prefill tokens per pass (0: 256, the chunk before DefaultChunk)
-	rec                                 int // the delta rule: 0 gdn_rec, 1 gdn_rec_pipe, 2 gdn_rec_par
+	rec                                 int // the delta rule: 0 gdn_rec, 1 gdn_rec_pipe, 2 gdn_rec_par, 3 gdn_rec_reg
 }
 
 // benchVariants reads NVMAI_GPU_BENCH_VARIANTS (comma-separated; default
@@ -73,7 +73,8 @@ type benchVariant struct {
 // plus prefill's experts grouped by expert, group512 and group1024 that
 // with prefill passes of 512 or 1024 tokens, pipe group with the delta rule
 // as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
-// same with gdn_rec_par. The variants' greedy tokens must agree.
+// same with gdn_rec_par, reg and reg512 with gdn_rec_reg. The variants'
+// greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
 		"all": {"all", true, true, false, true, false, true, 0, 0}, "base": {"base", false, false, false, false, false, false, 0, 0},
@@ -83,6 +84,7 @@ func benchVariants(t *testing.T) []benchVariant {
 		"group512": {"group512", true, true, true, true, false, true, 512, 0}, "group1024": {"group1024", true, true, true, true, false, true, 1024, 0},
 		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
 		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
+		"reg": {"reg", true, true, true, true, false, true, 0, 3}, "reg512": {"reg512", true, true, true, true, false, true, 512, 3},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

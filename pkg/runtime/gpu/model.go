@@ -68,6 +68,9 @@ type Model struct {
 	// gdnPar runs it as gdn_rec_par (NVMAI_GPU_GDNPAR=0 turns it off):
 	// bitwise gdn_rec.
 	gdnPar bool
+	// gdnReg runs it as gdn_rec_reg, the state in registers
+	// (NVMAI_GPU_GDNREG=0 keeps gdn_rec_par): bitwise gdn_rec.
+	gdnReg bool
 
 	allocs      []cuda.DevicePtr
 	WeightBytes int64 // bytes uploaded
@@ -127,6 +130,7 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
 	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
 	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
+	m.gdnReg = m.gdnPar && os.Getenv("NVMAI_GPU_GDNREG") != "0"
 	var err error
 	if m.chunk, err = chunkFromEnv(os.Getenv("NVMAI_GPU_CHUNK")); err != nil {
 		return nil, err

@@ -277,7 +277,7 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
 		return err
 	}
-	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar, GDNReg: st.m.gdnReg}
 	if len(ids) == 1 && !st.noGraph {
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
