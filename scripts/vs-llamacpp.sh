@@ -190,7 +190,9 @@ for line in open(runs):
 label = {"ram-l4": "4 layers 4-bit, all in RAM", "ram-l12": "12 layers 4-bit, all in RAM",
          "ram-l40": "40 layers 4-bit, all in RAM", "disk8-l40": "40 layers 8-bit (34 GiB), 24 GiB machine",
          "mem16-l40": "40 layers 4-bit in a 16 GiB cgroup"}
-def fmt(v): return f"{st.median(v):.1f} [{min(v):.1f}–{max(v):.1f}]"
+def fmt(v):
+    d = 2 if st.median(v) < 10 else 1  # below 10 tok/s one decimal hides the ratio
+    return f"{st.median(v):.{d}f} [{min(v):.{d}f}–{max(v):.{d}f}]"
 version = next((r["version"] for v in g.values() for r in v if "version" in r), "?")
 print(f"Same token ids, {threads} threads, prompt {prompt} tokens, {tokens} generated greedily (EOS ignored), "
       f"warm-up {warmup} tokens in both; median [range] of {rounds} interleaved rounds; llama.cpp {version}, CPU, prebuilt.")
