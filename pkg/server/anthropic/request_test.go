@@ -146,8 +146,12 @@ func TestRequestToCoreToPrompt(t *testing.T) {
 			b.WriteString(prompt)
 			if c.qwen {
 				if qwen == nil {
+					// Load first: without the fixtures loadQwen35 skips this
+					// subtest, and a server left without an engine would fail
+					// the next one instead of skipping it.
+					r := loadQwen35(t)
 					qwen = server.New(server.Config{Log: func(server.RequestLog) {}})
-					qwen.SetEngine(&servertest.Engine{}, loadQwen35(t))
+					qwen.SetEngine(&servertest.Engine{}, r)
 				}
 				prompt, err := qwen.ApplyTemplate(creq)
 				if err != nil {
