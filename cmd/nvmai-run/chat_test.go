@@ -356,6 +356,17 @@ func containsRun(ids, run []int) bool {
 }
 
 // tinyInstall converts the embedded model at 16 bits once per test binary.
+// tinyEngine loads the tiny install on one thread, closed when the test ends.
+func tinyEngine(t *testing.T) *runtime.Engine {
+	t.Helper()
+	e, err := runtime.Load(tinyInstall(t), runtime.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
 func tinyInstall(t *testing.T) string {
 	t.Helper()
 	return fixinstall.Install(t, testfix.Embedded(t), 16)
@@ -382,12 +393,7 @@ func (s hookedSession) Generate(ctx context.Context, ids []int, opt runtime.Gene
 // whole conversation had been read at once: the next reply is the one a
 // fresh session gives for the same text.
 func TestChatStoppedReplyOnTheRealModel(t *testing.T) {
-	dir := tinyInstall(t)
-	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := tinyEngine(t)
 	in := &scriptedInput{lines: []string{"Once upon a", "The capital of France is"}}
 	var h *chatHarness
 	h = newChatHarness(t, in, nil)

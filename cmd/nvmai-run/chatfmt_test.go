@@ -98,12 +98,7 @@ func countID(ids []int, id int) int {
 // the chat, whose session read the conversation turn by turn, is the one
 // a fresh session gives for the whole rendered conversation.
 func TestChatQwen38TemplateOnTheRealModel(t *testing.T) {
-	dir := tinyInstall(t)
-	e, err := runtime.Load(dir, runtime.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := tinyEngine(t)
 	in := &scriptedInput{lines: []string{"Once upon a", "The capital of France is"}}
 	h := newChatHarness(t, in, nil)
 	h.ch.newSession = func() generator { return e.NewSession(runtime.SessionOptions{}) }
