@@ -167,26 +167,32 @@ func (f faultyNgramFile) ReadBlock(buf []byte, off int64) error {
 // TestQwen38NgramReadFaults: an I/O error or a short read of an n-gram row,
 // in a read ahead or a direct read, fails the Forward with an error that
 // names the table's file and the row.
+// ngramEngine loads a qwen38 install on one thread (closed when the test
+// ends) and hands back its n-gram tables, for tests that reach into them.
+func ngramEngine(t *testing.T, dir string) (*Engine, *ngramTables) {
+	t.Helper()
+	e, err := Load(dir, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, e.backend.(*q38Backend).tables
+}
+
 func TestQwen38NgramReadFaults(t *testing.T) {
 	prompt := loadRefs(t, "tiny-qwen38.refs.json")[0].IDs
 	for _, env := range []string{"1", "0"} {
 		t.Run("NVMAI_BOUNDED_IO="+env, func(t *testing.T) {
 			t.Setenv(expertcache.BoundedIOEnv, env)
 			t.Run("EIO", func(t *testing.T) {
-				dir := install(t, qwen38Layouts[0], 16)
-				e, err := Load(dir, Options{Threads: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close()
-				tables := e.backend.(*q38Backend).tables
+				e, tables := ngramEngine(t, install(t, qwen38Layouts[0], 16))
 				en := tables.entries[0]
 				base := tables.files[0]
 				row := int64(5000)
 				tables.files[0] = faultyNgramFile{ngramFile: base, err: unix.EIO,
 					failAt: row/en.RowsPerBlock*en.BlockBytes + row%en.RowsPerBlock*en.RowBytes}
 				dst := make([]float32, en.RowWidth)
-				err = tables.Rows(0, []int64{row}, dst)
+				err := tables.Rows(0, []int64{row}, dst)
 				checkNgramFault(t, err, en.File, fmt.Sprintf("row %d", row), unix.EIO)
 				tables.Prefetch(0, []int64{1, row})
 				err = tables.Rows(0, []int64{1, row}, make([]float32, 2*en.RowWidth))
@@ -198,19 +204,14 @@ func TestQwen38NgramReadFaults(t *testing.T) {
 			})
 			t.Run("short read", func(t *testing.T) {
 				dir := copyInstall(t, install(t, qwen38Layouts[0], 16))
-				e, err := Load(dir, Options{Threads: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close()
-				tables := e.backend.(*q38Backend).tables
+				_, tables := ngramEngine(t, dir)
 				en := tables.entries[0]
 				// The file shrinks after it was checked and opened.
 				if err := os.Truncate(filepath.Join(dir, filepath.FromSlash(en.File)), 8192); err != nil {
 					t.Fatal(err)
 				}
 				row := en.Rows - 1 // in the last block, past the cut
-				err = tables.Rows(0, []int64{0, row}, make([]float32, 2*en.RowWidth))
+				err := tables.Rows(0, []int64{0, row}, make([]float32, 2*en.RowWidth))
 				checkNgramFault(t, err, en.File, fmt.Sprintf("row %d", row), nil)
 				if !strings.Contains(fmt.Sprint(err), "unexpected EOF") {
 					t.Errorf("short read: %v does not say the file ended", err)
