@@ -183,15 +183,16 @@ func (c *Ctx) MemInfo() (free, total uint64, err error) {
 	return
 }
 
-// HtoD copies src to dst synchronously (after the stream's earlier work).
+// HtoD copies src to dst on the stream and waits for it, so src may be
+// reused on return and later work on the stream sees dst. (cuMemcpyHtoD
+// would copy on the legacy default stream, which the engine's non-blocking
+// stream does not wait for: from pageable memory it returns once src is
+// staged, and a kernel launched next could read dst before the copy lands.)
 func (c *Ctx) HtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	if err := c.Sync(); err != nil {
+	if err := c.HtoDAsync(dst, src); err != nil {
 		return err
 	}
-	err := c.dev.d.check("cuMemcpyHtoD", c.dev.d.cuMemcpyHtoD(dst, unsafe.Pointer(&src[0]), uint64(len(src))))
+	err := c.Sync()
 	runtime.KeepAlive(src)
 	return err
 }
@@ -364,6 +365,8 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, args ...any) error
 			vals[i] = uint64(v)
 		case float32:
 			vals[i] = uint64(math.Float32bits(v))
+		case float64:
+			vals[i] = math.Float64bits(v)
 		default:
 			return fmt.Errorf("cuda: launch %s: argument %d has unsupported type %T", f.Name, i, a)
 		}

@@ -55,7 +55,6 @@ type driver struct {
 	cuMemGetInfo                func(free, total *uint64) Result
 	cuMemAlloc                  func(p *DevicePtr, n uint64) Result
 	cuMemFree                   func(p DevicePtr) Result
-	cuMemcpyHtoD                func(dst DevicePtr, src unsafe.Pointer, n uint64) Result
 	cuMemcpyDtoH                func(dst unsafe.Pointer, src DevicePtr, n uint64) Result
 	cuMemcpyDtoDAsync           func(dst, src DevicePtr, n uint64, s handle) Result
 	cuMemcpyHtoDAsync           func(dst DevicePtr, src unsafe.Pointer, n uint64, s handle) Result
@@ -102,7 +101,7 @@ func (d *driver) symbols() map[string]any {
 		"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRelease,
 		"cuCtxSetCurrent": &d.cuCtxSetCurrent, "cuCtxSynchronize": &d.cuCtxSynchronize,
 		"cuMemGetInfo_v2": &d.cuMemGetInfo, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
-		"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH,
+		"cuMemcpyDtoH_v2":      &d.cuMemcpyDtoH,
 		"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync,
 		"cuMemsetD32Async": &d.cuMemsetD32Async,
 		"cuStreamCreate":   &d.cuStreamCreate, "cuStreamDestroy_v2": &d.cuStreamDestroy, "cuStreamSynchronize": &d.cuStreamSynchronize,
