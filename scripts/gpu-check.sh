@@ -72,10 +72,11 @@ run() { # name, binary, args…
 	[ $rc -eq 0 ] || { status=1; echo "$name: exit $rc (log $OUT/$name.log)"; tail -30 "$OUT/$name.log"; }
 }
 
-run cuda "$bin/cuda.test"
-run kernels "$bin/gpukernels.test"
-# Sampled: device top-k candidates vs the CPU sampler and the CPU engine.
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled'
+run cuda "$bin/cuda.test" -test.timeout 3m
+run kernels "$bin/gpukernels.test" -test.timeout 4m
+# Sampled: sampling on the device vs the CPU sampler, the CPU engine and
+# sample.Reference on random rows.
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
@@ -107,9 +108,9 @@ if [ ${#synth[@]} -gt 0 ]; then
 	[ "${BENCH_DIRS:-all}" = last ] && bdirs=${synth[${#synth[@]}-1]}
 	[ "${CHECK_SYNTH:-1}" = 1 ] && NVMAI_SYNTH_DIRS=$sdirs run synthetic "$bin/gpu.test" -test.run Synthetic -test.timeout 8m
 	NVMAI_GPU_BENCH_VARIANTS=${BENCH_VARIANTS:-group,pipe512,par512,reg512} NVMAI_GPU_BENCH=$bdirs NVMAI_GPU_BENCH_OUT=$OUT run bench "$bin/gpu.test" -test.run Bench -test.timeout 8m
-	# The CLI end to end on the largest install: greedy, sampled from the
-	# device's top-k candidates, and sampled without top-k (the row is
-	# copied to the CPU sampler).
+	# The CLI end to end on the largest install: greedy, sampled with the
+	# generation config, and sampled without top-k (the nucleus from the
+	# device's 1,024 most probable tokens), all picked on the device.
 	big=${synth[${#synth[@]}-1]}
 	want cli || synth=()
 fi
@@ -128,14 +129,14 @@ if [ ${#synth[@]} -gt 0 ]; then
 			echo "CLI earlier build, nvmai-run bench --engine gpu: $(grep -oE '"(prefill_tok_s|decode_tok_s|kernels_per_token|graph_ms_per_token)": ?[0-9.]+' "$OUT/old-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log" ||
 			tail -5 "$OUT/old-bench.err"
 	fi
-	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
+	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|sample_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
 for f in "$OUT"/*.log; do
 	case $f in
-	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's" ;;
+	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's, $(grep -c 'FIDELITY device sampling' "$f") settings sampled on the device equal to sample.Reference on random rows" ;;
 	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|sampled session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac

@@ -23,11 +23,14 @@ echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
-echo "== arm64 kernels under qemu"
+echo "== arm64 kernels and sampler under qemu"
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
   bin=$scratch/kernels.arm64
   GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
   (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
+  # arm64 fuses multiply-adds where amd64 does not: sample.Exp must not.
+  GOARCH=arm64 go test -c -o "$scratch/sample.arm64" ./pkg/runtime/sample/
+  (cd pkg/runtime/sample && qemu-aarch64-static "$scratch/sample.arm64" -test.count=1 -test.run 'Exp|Finish|Step')
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 fi

@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_draw", "samp_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -516,6 +516,57 @@ func (l *Launcher) TopKCand(out, logits cuda.DevicePtr, V, k, cap int) error {
 		return fmt.Errorf("gpukernels: topk_cand: k %d of %d logits (cap %d) is outside 1 ≤ k < V", k, V, cap)
 	}
 	return l.launch("topk_cand", cuda.D1(1), cuda.D1(TopKThreads), 0, out, logits, V, k, cap)
+}
+
+// SampBlock is kernels.cu's SAMP_BLOCK: sample.Block, the ids a blocked
+// sum adds in order (a test holds the two equal).
+const SampBlock = 512
+
+// SampBlocks is how many blocks a row of V logits has.
+func SampBlocks(V int) int { return blocks(V, SampBlock) }
+
+// SampCap is kernels.cu's SAMP_CAP, the most candidates SampCand takes.
+const SampCap = 1024
+
+// PExp writes sample.Exp of x [n] (float64) to out, for the tests.
+func (l *Launcher) PExp(out, x cuda.DevicePtr, n int) error {
+	return l.launch("pexp_eval", cuda.D1(blocks(n, 256)), cuda.D1(256), 0, out, x, n)
+}
+
+// SampCount adds the n tokens at ids to the penalty counts [V].
+func (l *Launcher) SampCount(counts, ids cuda.DevicePtr, n, V int) error {
+	return l.launch("samp_count", cuda.D1(1), cuda.D1(256), 0, counts, ids, n, V)
+}
+
+// SampPenalize writes logits [V] with the counts' penalties to out.
+func (l *Launcher) SampPenalize(out, logits, counts cuda.DevicePtr, V int, rep, pres, freq float64) error {
+	return l.launch("samp_pen", cuda.D1(blocks(V, 256)), cuda.D1(256), 0, out, logits, counts, V, rep, pres, freq)
+}
+
+// SampRows writes every token's weight to w [V] and the block sums to bsum
+// [ceil(V/SampBlock)] (thrBits: the top-k threshold, or 0 for none; minP:
+// apply min-p here); status[0] becomes 1 for a row the host must report.
+func (l *Launcher) SampRows(w, bsum, status, logits, maxID, thrBits cuda.DevicePtr, V int, T, logMinP float64, minP bool) error {
+	return l.launch("samp_rows", cuda.D1(blocks(V, SampBlock)), cuda.D1(SampBlock), 0,
+		w, bsum, status, logits, maxID, thrBits, V, T, logMinP, boolInt(minP))
+}
+
+// SampDraw draws from SampRows' row with the uniform u into out[0].
+func (l *Launcher) SampDraw(out, w, bsum, status cuda.DevicePtr, V int, u float64) error {
+	return l.launch("samp_draw", cuda.D1(1), cuda.D1(32), 0, out, w, bsum, status, V, u)
+}
+
+// SampCand finishes the step over TopKCand's list cand into out[0]
+// (complete: the list is every candidate; else bsum [nb] is SampRows').
+func (l *Launcher) SampCand(out, cand, bsum cuda.DevicePtr, nb int, complete bool, T, topP, logMinP, u float64) error {
+	return l.launch("samp_cand", cuda.D1(1), cuda.D1(SampCap), 0, out, cand, bsum, nb, boolInt(complete), T, topP, logMinP, u)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Advance adds T to the device position.

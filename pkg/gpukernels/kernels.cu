@@ -2113,6 +2113,266 @@ extern "C" __global__ void topk_cand(int* out, const float* logits, int V, int k
     }
 }
 
+// Sampling on the device: pkg/runtime/sample's Finish, bit for bit. Every
+// float64 operation is an explicit round-to-nearest intrinsic (the file is
+// compiled with --fmad=false too), the exponential is sample.Exp step for
+// step (pexp), and every sum is taken in Finish's order: a row's sums in
+// blocks of SAMP_BLOCK consecutive ids, each block in order, then the
+// blocks in order; removed tokens weigh 0, which changes no sum.
+#define SAMP_BLOCK 512
+#define SAMP_CAP 1024 // the most candidates samp_cand takes (gpu.MaxCandidates)
+
+__device__ __forceinline__ double pow2d(int k) { return __longlong_as_double((long long)(k + 1023) << 52); }
+
+// pexp is sample.Exp.
+__device__ double pexp(double x) {
+    if (x != x) return x;
+    if (x > 7.09782712893383973096e+02) return __longlong_as_double(0x7ff0000000000000LL);
+    if (x < -7.45133219101941108420e+02) return 0.0;
+    const double ln2Hi = 6.93147180369123816490e-01, ln2Lo = 1.90821492927058770002e-10,
+                 log2e = 1.44269504088896338700e+00;
+    const double p1 = 1.66666666666666657415e-01, p2 = -2.77777777770155933842e-03,
+                 p3 = 6.61375632143793436117e-05, p4 = -1.65339022054652515390e-06,
+                 p5 = 4.13813679705723846039e-08;
+    int k = x < 0 ? __double2int_rz(__dsub_rn(__dmul_rn(log2e, x), 0.5))
+                  : __double2int_rz(__dadd_rn(__dmul_rn(log2e, x), 0.5));
+    double hi = __dsub_rn(x, __dmul_rn((double)k, ln2Hi));
+    double lo = __dmul_rn((double)k, ln2Lo);
+    double r = __dsub_rn(hi, lo);
+    double t = __dmul_rn(r, r);
+    double c = __dmul_rn(t, p5);
+    c = __dmul_rn(t, __dadd_rn(p4, c));
+    c = __dmul_rn(t, __dadd_rn(p3, c));
+    c = __dmul_rn(t, __dadd_rn(p2, c));
+    c = __dsub_rn(r, __dmul_rn(t, __dadd_rn(p1, c)));
+    double y = __dsub_rn(1.0, __dsub_rn(__dsub_rn(lo, __ddiv_rn(__dmul_rn(r, c), __dsub_rn(2.0, c))), hi));
+    if (k < -1021) return __dmul_rn(__dmul_rn(y, pow2d(k + 54)), pow2d(-54));
+    if (k > 1023) return __dmul_rn(__dmul_rn(y, pow2d(k - 1)), 2.0);
+    return __dmul_rn(y, pow2d(k));
+}
+
+// pexp_eval: out[i] = pexp(x[i]), for the tests.
+extern "C" __global__ void pexp_eval(double* out, const double* x, int n) {
+    PDL_ENTRY();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = pexp(x[i]);
+}
+
+// samp_count: counts[ids[i]]++ for the n tokens a sampler accepted since
+// the last step (the penalties' history).
+extern "C" __global__ void samp_count(int* counts, const int* ids, int n, int V) {
+    PDL_ENTRY();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int id = ids[i];
+        if (id >= 0 && id < V) atomicAdd(&counts[id], 1);
+    }
+}
+
+// samp_pen: out = logits with the penalties of the counts (sample's
+// penalize): repetition (rep ≠ 0, 1) divides a positive logit and
+// multiplies a negative one, then presence + frequency·count is taken off.
+extern "C" __global__ void samp_pen(float* out, const float* logits, const int* counts, int V, double rep, double pres, double freq) {
+    PDL_ENTRY();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= V) return;
+    float l = logits[i];
+    int n = counts[i];
+    if (n > 0) {
+        double x = (double)l;
+        if (rep != 0.0 && rep != 1.0) x = x > 0.0 ? __ddiv_rn(x, rep) : __dmul_rn(x, rep);
+        x = __dsub_rn(x, __dadd_rn(pres, __dmul_rn(freq, (double)n)));
+        l = __double2float_rn(x);
+    }
+    out[i] = l;
+}
+
+// samp_rows: every token's weight over the whole row (0 for tokens top-k
+// or, with minp set, min-p removes) into w, and each block's sum, in order,
+// into bsum. The largest logit is logits[*maxid] (argmax); status[0] = 1
+// when the row is one the host must report (NaN, +Inf, every logit −Inf).
+// thrbits: the top-k threshold's bits (topk_cand's out[2]) or null.
+extern "C" __global__ void samp_rows(double* w, double* bsum, int* status, const float* logits, const int* maxid,
+                                     const int* thrbits, int V, double T, double logMinP, int minp) {
+    PDL_ENTRY();
+    __shared__ double sw[SAMP_BLOCK];
+    const float ninf = -__int_as_float(0x7f800000);
+    int mi = *maxid;
+    float lmax = mi >= 0 ? logits[mi] : ninf;
+    bool bad = mi < 0 || lmax == -ninf || lmax == ninf;
+    double m = __ddiv_rn((double)lmax, T);
+    float thr = thrbits ? __int_as_float(*thrbits) : ninf;
+    int i = blockIdx.x * SAMP_BLOCK + threadIdx.x;
+    double x = 0.0;
+    if (i < V && !bad) {
+        float l = logits[i];
+        double c = __ddiv_rn((double)l, T);
+        if (l >= thr && l != ninf && !(minp && c < __dadd_rn(m, logMinP))) x = pexp(__dsub_rn(c, m));
+        w[i] = x;
+    }
+    sw[threadIdx.x] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double part = 0.0;
+        int n = min(SAMP_BLOCK, V - blockIdx.x * SAMP_BLOCK);
+        for (int j = 0; j < n; j++) part = __dadd_rn(part, sw[j]);
+        bsum[blockIdx.x] = part;
+        if (bad && blockIdx.x == 0) status[0] = 1;
+    }
+}
+
+// samp_pick: the draw (sample's draw and pickInBlock) over the n entries
+// (ws, ids) in order, blocked by id (byid) or by position: the first whose
+// running weight passes u·total, else the last weighted one. One thread.
+__device__ int samp_pick(const double* ws, const int* ids, int n, bool byid, double u) {
+    double total = 0.0;
+    for (int lo = 0; lo < n;) {
+        int b = byid ? ids[lo] / SAMP_BLOCK : lo / SAMP_BLOCK, hi = lo;
+        double part = 0.0;
+        for (; hi < n && (byid ? ids[hi] / SAMP_BLOCK : hi / SAMP_BLOCK) == b; hi++) part = __dadd_rn(part, ws[hi]);
+        total = __dadd_rn(total, part);
+        lo = hi;
+    }
+    double t = __dmul_rn(u, total), done = 0.0;
+    int last = 0;
+    for (int lo = 0; lo < n;) {
+        int b = byid ? ids[lo] / SAMP_BLOCK : lo / SAMP_BLOCK, hi = lo;
+        double part = 0.0;
+        for (; hi < n && (byid ? ids[hi] / SAMP_BLOCK : hi / SAMP_BLOCK) == b; hi++) part = __dadd_rn(part, ws[hi]);
+        if (t < __dadd_rn(done, part)) {
+            double run = done;
+            int lastIn = lo;
+            for (int i = lo; i < hi; i++) {
+                if (ws[i] > 0.0) lastIn = i;
+                run = __dadd_rn(run, ws[i]);
+                if (t < run) return ids[i];
+            }
+            return ids[lastIn];
+        }
+        done = __dadd_rn(done, part);
+        for (int i = lo; i < hi; i++)
+            if (ws[i] > 0.0) last = i;
+        lo = hi;
+    }
+    return ids[last];
+}
+
+// samp_draw: the draw over samp_rows' whole row (no top-p): out[0] = the
+// token, or −1 when status says the host must see the row. One thread.
+extern "C" __global__ void samp_draw(int* out, const double* w, const double* bsum, const int* status, int V, double u) {
+    PDL_ENTRY();
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    if (status[0] != 0) { out[0] = -1; return; }
+    const int nb = (V + SAMP_BLOCK - 1) / SAMP_BLOCK;
+    double total = 0.0;
+    for (int b = 0; b < nb; b++) total = __dadd_rn(total, bsum[b]);
+    double t = __dmul_rn(u, total), done = 0.0;
+    for (int b = 0; b < nb; b++) {
+        double next = __dadd_rn(done, bsum[b]);
+        if (t < next) {
+            const int lo = b * SAMP_BLOCK, hi = min(V, lo + SAMP_BLOCK);
+            double run = done;
+            int lastIn = lo;
+            for (int i = lo; i < hi; i++) {
+                if (w[i] > 0.0) lastIn = i;
+                run = __dadd_rn(run, w[i]);
+                if (t < run) { out[0] = i; return; }
+            }
+            out[0] = lastIn;
+            return;
+        }
+        done = next;
+    }
+    int b = nb - 1; // rounding left the pick past the end: the last weighted token
+    while (b > 0 && !(bsum[b] > 0.0)) b--;
+    int i = min(V, b * SAMP_BLOCK + SAMP_BLOCK) - 1;
+    while (i > b * SAMP_BLOCK && !(w[i] > 0.0)) i--;
+    out[0] = i;
+}
+
+// samp_cand: Finish over topk_cand's list (cand: ids ascending with their
+// logits). complete: the list is every candidate (a top-k filter of at most
+// SAMP_CAP); otherwise it is the row's SAMP_CAP most probable (ties
+// included) and bsum holds samp_rows' block sums of the whole row (top-p's
+// total). Top-p (topP > 0) sorts the list, keeps its nucleus, then min-p
+// and the draw by position; without top-p, min-p and the draw by id.
+// out[0] = the token, or −1 when the host must decide: the row is one the
+// host reports, the list overflowed, or the nucleus may reach past it.
+// One block of SAMP_CAP threads.
+extern "C" __global__ void __launch_bounds__(SAMP_CAP) samp_cand(int* out, const int* cand, const double* bsum, int nb,
+        int complete, double T, double topP, double logMinP, double u) {
+    PDL_ENTRY();
+    __shared__ int ids[SAMP_CAP], order[SAMP_CAP], kid[SAMP_CAP];
+    __shared__ double c[SAMP_CAP], w[SAMP_CAP], kw[SAMP_CAP];
+    __shared__ double sm, stotal;
+    __shared__ int sfail;
+    const int tid = threadIdx.x, n = cand[0];
+    if (cand[1] != 0 || n < 1 || n > SAMP_CAP) {
+        if (tid == 0) out[0] = -1;
+        return;
+    }
+    if (tid < n) {
+        ids[tid] = cand[4 + 2 * tid];
+        c[tid] = __ddiv_rn((double)__int_as_float(cand[5 + 2 * tid]), T);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double m = c[0];
+        for (int j = 1; j < n; j++) m = fmax(m, c[j]);
+        sm = m;
+    }
+    __syncthreads();
+    if (tid < n) w[tid] = pexp(__dsub_rn(c[tid], sm));
+    __syncthreads();
+    const double minThr = __dadd_rn(sm, logMinP);
+    if (!(topP > 0.0)) {
+        if (tid == 0) {
+            int nk = 0;
+            for (int j = 0; j < n; j++)
+                if (c[j] >= minThr) { kw[nk] = w[j]; kid[nk] = ids[j]; nk++; }
+            out[0] = samp_pick(kw, kid, nk, true, u);
+        }
+        return;
+    }
+    if (tid < n) { // rank: most probable first, lower id first on ties
+        int r = 0;
+        const double cj = c[tid];
+        const int ij = ids[tid];
+        for (int i = 0; i < n; i++) r += (c[i] > cj || (c[i] == cj && ids[i] < ij)) ? 1 : 0;
+        order[r] = tid;
+    }
+    __syncthreads();
+    if (tid != 0) return;
+    double total = 0.0;
+    if (complete) {
+        double part = 0.0;
+        int cur = ids[0] / SAMP_BLOCK;
+        for (int j = 0; j < n; j++) {
+            if (ids[j] / SAMP_BLOCK != cur) { total = __dadd_rn(total, part); part = 0.0; cur = ids[j] / SAMP_BLOCK; }
+            part = __dadd_rn(part, w[j]);
+        }
+        total = __dadd_rn(total, part);
+    } else {
+        for (int b = 0; b < nb; b++) total = __dadd_rn(total, bsum[b]);
+    }
+    double above = 0.0;
+    int keep = 0;
+    for (int j = 0; j < n; j++) {
+        if (j > 0 && above >= topP) break;
+        keep = j + 1;
+        above = __dadd_rn(above, __ddiv_rn(w[order[j]], total));
+    }
+    if (!complete && (keep == n || c[order[keep - 1]] == c[order[n - 1]])) {
+        out[0] = -1; // tokens past the list could belong to the nucleus
+        return;
+    }
+    int nk = 0;
+    for (int j = 0; j < keep; j++) {
+        int o = order[j];
+        if (c[o] >= minThr) { kw[nk] = w[o]; kid[nk] = ids[o]; nk++; }
+    }
+    out[0] = samp_pick(kw, kid, nk, false, u);
+}
+
 // advance: *pos += T, at the end of a step (position lives on the device so
 // one captured graph serves every step).
 extern "C" __global__ void advance(int* pos, int T) {

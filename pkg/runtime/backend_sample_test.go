@@ -12,29 +12,28 @@ import (
 )
 
 // fakeBackend's states give pseudo-random logits (many ties) that depend on
-// the tokens fed so far; candidates says whether they implement
-// CandidateState.
+// the tokens fed so far; sampling says whether they implement SamplingState
+// (with sample.Reference, and a nucleus limit as a device has).
 type fakeBackend struct {
-	V          int
-	candidates bool
-	topK, rows *int // how many picks each path served
+	V              int
+	sampling       bool
+	onDevice, rows *int // how many picks each path served
 }
 
 type fakeState struct {
-	b    *fakeBackend
-	ids  []int
-	row  []float32
-	topK *int
+	b   *fakeBackend
+	ids []int
+	row []float32
 }
 
-type fakeCandState struct{ *fakeState }
+type fakeSamplingState struct{ *fakeState }
 
 func (b *fakeBackend) Name() string { return "fake" }
 func (b *fakeBackend) Close()       {}
 func (b *fakeBackend) NewState(SessionOptions) (BackendState, error) {
 	st := &fakeState{b: b, row: make([]float32, b.V)}
-	if b.candidates {
-		return fakeCandState{st}, nil
+	if b.sampling {
+		return fakeSamplingState{st}, nil
 	}
 	return st, nil
 }
@@ -59,23 +58,27 @@ func (s *fakeState) Forward(ids []int) error {
 }
 func (s *fakeState) Logits(dst []float32) error { *s.b.rows++; copy(dst, s.row); return nil }
 func (s *fakeState) Argmax() (int, error)       { return sample.Greedy(s.row) }
-func (s fakeCandState) TopK(k int, ids []int32, logits []float32) (int, bool, error) {
-	ci, cl := sample.TopKCandidates(s.row, k)
-	if len(ci) > len(ids) {
-		return 0, false, nil
+func (s fakeSamplingState) Sample(st sample.Step, history []int32) (int, bool, error) {
+	if st.TopP > 0 && st.TopK == 0 {
+		return 0, false, nil // as a device whose nucleus search is bounded
 	}
-	*s.b.topK++
-	return copy(ids, ci), true, func() error { copy(logits, cl); return nil }()
+	id, err := sample.Reference(st, history, s.row)
+	if err != nil {
+		return 0, false, nil // the host reports the broken row
+	}
+	*s.b.onDevice++
+	return id, true, nil
 }
 
-// A backend that lists its top-k candidates gives the sampled tokens of one
-// whose rows are copied to the CPU sampler, seed for seed; without a top-k
-// filter or with a penalty the session copies the row.
-func TestBackendCandidatesSampleAsTheRow(t *testing.T) {
+// A backend that samples where its logits are gives the tokens of one whose
+// rows are copied to the CPU sampler, seed for seed, penalties included; a
+// step it declines is sampled from the copied row with the same random
+// number.
+func TestBackendSamplingIsTheRow(t *testing.T) {
 	dir := install(t, "tiny-moe-fused", 4)
-	gen := func(candidates bool, p sample.Params) (ids []int, topK, rows int) {
+	gen := func(sampling bool, p sample.Params) (ids []int, onDevice, rows int) {
 		t.Helper()
-		fb := &fakeBackend{candidates: candidates, topK: &topK, rows: &rows}
+		fb := &fakeBackend{sampling: sampling, onDevice: &onDevice, rows: &rows}
 		e, err := Load(dir, Options{Threads: 1, Backend: func(in *Install, _ qwen35.Config) (Backend, error) {
 			fb.V = in.Manifest.Geometry.VocabSize
 			return fb, nil
@@ -90,25 +93,27 @@ func TestBackendCandidatesSampleAsTheRow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res.IDs, topK, rows
+		return res.IDs, onDevice, rows
 	}
 	for _, tc := range []struct {
-		p        sample.Params
-		wantTopK bool
+		p          sample.Params
+		wantDevice bool
 	}{
 		{sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, true},
 		{sample.Params{Temperature: 1.2, TopK: 3, Seed: 2}, true},
 		{sample.Params{Temperature: 0.9, TopK: 50, MinP: 0.1, Seed: 3}, true},
+		{sample.Params{Temperature: 1.1, Seed: 4}, true},
+		{sample.Params{Temperature: 0.7, TopK: 20, PresencePenalty: 1, RepetitionPenalty: 1.3, Seed: 7}, true},
+		{sample.Params{RepetitionPenalty: 1.5, FrequencyPenalty: 0.5}, true}, // greedy with penalties
 		{sample.Params{Temperature: 0.7, TopP: 0.95, Seed: 7}, false},
-		{sample.Params{Temperature: 0.7, TopK: 20, PresencePenalty: 1, Seed: 7}, false},
 	} {
 		want, _, _ := gen(false, tc.p)
-		got, topK, rows := gen(true, tc.p)
+		got, onDevice, rows := gen(true, tc.p)
 		if !slices.Equal(got, want) {
-			t.Errorf("%+v: candidates gave %v, rows %v", tc.p, got, want)
+			t.Errorf("%+v: the backend's picks %v, rows %v", tc.p, got, want)
 		}
-		if tc.wantTopK && (topK != len(got) || rows != 0) || !tc.wantTopK && (topK != 0 || rows != len(got)) {
-			t.Errorf("%+v: %d picks from candidates, %d rows copied, for %d tokens", tc.p, topK, rows, len(got))
+		if tc.wantDevice && (onDevice != len(got) || rows != 0) || !tc.wantDevice && (onDevice != 0 || rows != len(got)) {
+			t.Errorf("%+v: %d picks on the backend, %d rows copied, for %d tokens", tc.p, onDevice, rows, len(got))
 		}
 	}
 }

@@ -54,15 +54,13 @@ type BackendState interface {
 	Close()
 }
 
-// CandidateState is a BackendState that can narrow its logits to the top-k
-// candidates where they are (sample.TopKCandidates), so a sampled token
-// needs only those: the session then draws with Sampler.SampleCandidates,
-// the same token as from the whole row. TopK fills ids and logits (up to
-// their length) and returns how many it wrote; ok false means the row must
-// be copied whole instead (a NaN or +Inf in it, no candidate, or more
-// candidates than fit).
-type CandidateState interface {
-	TopK(k int, ids []int32, logits []float32) (n int, ok bool, err error)
+// SamplingState is a BackendState that samples where its logits are: Sample
+// picks st's token from the last logits exactly as sample.Sampler.Finish
+// would (history: the sampler's tokens so far, for its penalties), so only
+// the id comes back. ok false means the row must be copied instead (a NaN
+// or +Inf in it, or a nucleus longer than the backend takes).
+type SamplingState interface {
+	Sample(st sample.Step, history []int32) (id int, ok bool, err error)
 }
 
 // PassBackend is a Backend that names the prompt tokens it takes per pass
@@ -70,10 +68,6 @@ type CandidateState interface {
 type PassBackend interface {
 	PrefillChunk() int
 }
-
-// maxCandidates is the most top-k candidates a session takes from a
-// backend (ties with the k-th included) before it copies the row instead.
-const maxCandidates = 1024
 
 // Engine is a loaded model ready to generate.
 type Engine struct {
@@ -236,10 +230,7 @@ type Session struct {
 	err     error        // the backend could not start the session
 	pending []int        // sampled but not yet fed to the model (the last stop token)
 	logits  []float32
-	// candIDs, candLogits: the backend's top-k candidates (sampleCandidates)
-	candIDs    []int32
-	candLogits []float32
-	opt        SessionOptions // what the session was made with (a backend's Reset remakes its state)
+	opt     SessionOptions // what the session was made with (a backend's Reset remakes its state)
 }
 
 // SessionOptions sizes a session's KV cache.
@@ -532,27 +523,43 @@ func (s *Session) forward(ids []int) error {
 	return s.e.Model.Forward(s.state, ids, s.logits, false)
 }
 
-// next picks the next token. A backend picks greedy tokens itself, so only
-// the id comes back; otherwise its logits are copied here for the sampler.
+// next picks the next token. A backend picks it where its logits are when
+// it can, so only the id comes back; otherwise its logits are copied here
+// for the sampler (the same token: the backend computes Finish).
 func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
 	if opt.OnStep != nil {
 		if err := opt.OnStep(); err != nil {
 			return 0, err
 		}
 	}
-	if s.bs != nil {
-		if opt.OnLogits == nil && opt.Constraint == nil {
-			if sampler.Params().Temperature == 0 {
-				return s.bs.Argmax()
-			}
-			if id, ok, err := s.sampleCandidates(sampler); ok || err != nil {
-				return id, err
+	if s.bs == nil || opt.OnLogits != nil || opt.Constraint != nil {
+		if s.bs != nil {
+			if err := s.bs.Logits(s.logits); err != nil {
+				return 0, err
 			}
 		}
+		return s.sampleRow(sampler, opt)
+	}
+	st := sampler.Next()
+	id, ok, err := s.sampleOnBackend(st, sampler)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
 		if err := s.bs.Logits(s.logits); err != nil {
 			return 0, err
 		}
+		if id, err = sampler.Finish(st, s.logits); err != nil {
+			return 0, err
+		}
 	}
+	sampler.Accept(id)
+	return id, nil
+}
+
+// sampleRow picks from the logits copied here, after the constraint's mask
+// and the OnLogits hook.
+func (s *Session) sampleRow(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
 	if opt.Constraint != nil && opt.Constraint.Mask(s.logits) == 0 {
 		return 0, fmt.Errorf("runtime: %w", ErrConstraintDeadEnd)
 	}
@@ -564,24 +571,18 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 	return sampler.Sample(s.logits)
 }
 
-// sampleCandidates draws from the backend's top-k candidates when the
-// sampler allows it (a top-k filter, no penalty) and the backend can narrow
-// its row; ok false: the row is needed.
-func (s *Session) sampleCandidates(sampler *sample.Sampler) (id int, ok bool, err error) {
-	cs, can := s.bs.(CandidateState)
-	k := sampler.CandidateK(len(s.logits))
-	if !can || k == 0 || k > maxCandidates {
+// sampleOnBackend picks st's token on the backend: greedy by its argmax,
+// anything else when it is a SamplingState; ok false: the row is needed.
+func (s *Session) sampleOnBackend(st sample.Step, sampler *sample.Sampler) (id int, ok bool, err error) {
+	if st.Temperature == 0 && !st.Penalized() {
+		id, err = s.bs.Argmax()
+		return id, err == nil, err
+	}
+	ss, can := s.bs.(SamplingState)
+	if !can {
 		return 0, false, nil
 	}
-	if s.candIDs == nil {
-		s.candIDs, s.candLogits = make([]int32, maxCandidates), make([]float32, maxCandidates)
-	}
-	n, ok, err := cs.TopK(k, s.candIDs, s.candLogits)
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	id, err = sampler.SampleCandidates(s.candIDs[:n], s.candLogits[:n])
-	return id, true, err
+	return ss.Sample(st, sampler.History())
 }
 
 // advance moves c past the picked token (no constraint: nothing ends).

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpukernels"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 // Engines are the values of --engine.
@@ -80,9 +82,12 @@ type BenchInfo struct {
 	KernelsPerToken int     `json:"kernels_per_token"`
 	GraphMsPerToken float64 `json:"graph_ms_per_token"` // decode step replayed as a graph, device time
 	HostMsPerToken  float64 `json:"host_ms_per_token"`  // Forward + Argmax as a session calls them, wall time
-	// Sampling on the device: topk_cand (k = 20) alone, device time, and
-	// Forward + TopK as a sampled session calls them, wall time.
+	// Sampling on the device with the fixtures' generation config
+	// (temperature 0.7, top-k 20, top-p 0.95): topk_cand alone and the
+	// whole sampled pick, device time, and Forward + Sample as a sampled
+	// session calls them, wall time.
 	TopKMs                float64            `json:"topk_ms"`
+	SampleMs              float64            `json:"sample_ms"`
 	HostSampledMsPerToken float64            `json:"host_sampled_ms_per_token"`
 	EagerMsPerToken       float64            `json:"eager_ms_per_token"`   // the same launches one by one
 	EmptyGraphMs          float64            `json:"empty_graph_ms"`       // a graph of as many empty kernels
@@ -160,6 +165,15 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}); err != nil {
 			return err
 		}
+		b, err := st.sampAlloc(c)
+		if err != nil {
+			return err
+		}
+		if info.SampleMs, err = timeIt(c, steps, func() error {
+			return st.sampleRow(l, b, benchStep, st.s.logits, st.next)
+		}); err != nil {
+			return err
+		}
 		info.CopyBandwidth, err = copyBandwidth(c, 1<<30)
 		return err
 	})
@@ -177,13 +191,12 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}
 	}
 	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
-	cids, clog := make([]int32, MaxCandidates), make([]float32, MaxCandidates)
 	start = time.Now()
-	for range steps { // a sampled session: replay, then the top-20 candidates
+	for range steps { // a sampled session: replay, then the pick on the device
 		if err := st.Forward([]int{1}); err != nil {
 			return info, err
 		}
-		if _, _, err := st.TopK(min(20, m.geom.V-1), cids, clog); err != nil {
+		if _, _, err := st.Sample(benchStep, nil); err != nil {
 			return info, err
 		}
 	}
@@ -377,8 +390,8 @@ func (info *BenchInfo) Summary() []string {
 			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9),
 	}
 	if info.HostSampledMsPerToken > 0 {
-		lines = append(lines, fmt.Sprintf("gpu sampling: a sampled step %.3f ms as a session sees it (top-20 candidates chosen on the device: topk_cand %.3f ms)",
-			info.HostSampledMsPerToken, info.TopKMs))
+		lines = append(lines, fmt.Sprintf("gpu sampling (T 0.7, top-k 20, top-p 0.95, on the device, the token id comes back): a sampled step %.3f ms as a session sees it; the pick %.3f ms on the device, of which topk_cand %.3f ms",
+			info.HostSampledMsPerToken, info.SampleMs, info.TopKMs))
 	}
 	for _, ph := range []string{PhaseEmbed, PhaseGDN, PhaseAttention, PhaseMoE, PhaseMLP, PhaseHead} {
 		if ms, ok := info.PhaseMs[ph]; ok {
@@ -395,5 +408,9 @@ func (info *BenchInfo) Summary() []string {
 	return lines
 }
 
-// A GPU sequence narrows sampled rows to their top-k candidates on the device.
-var _ runtime.CandidateState = (*State)(nil)
+// benchStep is the sampled step the bench times: the fixtures' generation
+// config.
+var benchStep = sample.Step{Params: sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.95}, U: 0.5, LogMinP: math.Inf(-1)}
+
+// A GPU sequence samples on the device.
+var _ runtime.SamplingState = (*State)(nil)

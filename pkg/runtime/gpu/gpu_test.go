@@ -268,14 +268,14 @@ func TestSyntheticMatchesCPUEngine(t *testing.T) {
 			if rel > 1e-3 {
 				t.Errorf("logits relative error %.2e", rel)
 			}
-			// Sampled on the device's candidates, at the full vocabulary.
+			// Sampled on the device, at the full vocabulary.
 			p := sampleParams[0].p
 			sw, _ := sampledTokens(t, cpu, ids, 24, p, false)
 			sg, served := sampledTokens(t, gpu, ids, 24, p, false)
 			t.Logf("FIDELITY %s sampled (T=%v k=%d p=%v seed %d): GPU equals CPU engine %v; %d of %d picks from device candidates",
 				filepath.Base(dir), p.Temperature, p.TopK, p.TopP, p.Seed, slices.Equal(sg, sw), served, len(sg))
 			if !slices.Equal(sg, sw) || served != len(sg) {
-				t.Errorf("sampled: GPU %v, CPU %v (%d picks from device candidates)", sg, sw, served)
+				t.Errorf("sampled: GPU %v, CPU %v (%d picks on the device)", sg, sw, served)
 			}
 		})
 	}

@@ -3,17 +3,19 @@ package gpu
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpukernels"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 // sampledTokens generates n tokens with p; rows makes the session copy each
-// logits row to the CPU sampler (an OnLogits hook), as before device
-// candidates. It returns the tokens and, on the GPU, how many picks the
-// device's candidates served.
+// logits row to the CPU sampler (an OnLogits hook). It returns the tokens
+// and, on the GPU, how many picks the device decided.
 func sampledTokens(t testing.TB, e *runtime.Engine, ids []int, n int, p sample.Params, rows bool) ([]int, int) {
 	t.Helper()
 	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32})
@@ -28,29 +30,34 @@ func sampledTokens(t testing.TB, e *runtime.Engine, ids []int, n int, p sample.P
 	}
 	served := 0
 	if b, ok := e.Backend().(*Backend); ok && b.last != nil {
-		served = b.last.topKServed
+		served = b.last.sampled
 	}
 	return res.IDs, served
 }
 
 // sampleParams are the settings the sampled checks run: the fixture's
-// generation config, small and large k, min-p, and two that need the whole
-// row (no top-k; a penalty).
+// generation config, small and large k, min-p, no filter at all, penalties
+// (sampled and greedy), a top-k past the candidate list, and top-p without
+// top-k, whose nucleus the device takes only when it lies within its
+// 1,024 most probable tokens (all: every pick must be the device's).
 var sampleParams = []struct {
-	p      sample.Params
-	device bool // served by the device's candidates
+	p   sample.Params
+	all bool
 }{
 	{sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, true},
 	{sample.Params{Temperature: 1, TopK: 5, Seed: 1}, true},
 	{sample.Params{Temperature: 1.5, TopK: 200, TopP: 0.9, MinP: 0.01, Seed: 3}, true},
+	{sample.Params{Temperature: 1, Seed: 4}, true},
+	{sample.Params{Temperature: 0.7, TopK: 20, RepetitionPenalty: 1.3, PresencePenalty: 0.5, Seed: 7}, true},
+	{sample.Params{RepetitionPenalty: 1.3, FrequencyPenalty: 0.4}, true},
+	{sample.Params{Temperature: 0.8, TopK: 2000, MinP: 0.02, Seed: 5}, true},
+	{sample.Params{Temperature: 0.7, TopK: 2000, TopP: 0.9, Seed: 6}, false},
 	{sample.Params{Temperature: 0.7, TopP: 0.95, Seed: 7}, false},
-	{sample.Params{Temperature: 0.7, TopK: 20, RepetitionPenalty: 1.3, Seed: 7}, false},
 }
 
-// Sampling on the GPU (top-k candidates on the device, the draw on the
-// host) gives the tokens of the CPU sampler over the copied row and of the
-// CPU engine, seed for seed; and TopK lists sample.TopKCandidates of the
-// row exactly.
+// Sampling on the GPU gives the tokens of the CPU sampler over the copied
+// row and of the CPU engine, seed for seed; and TopK lists
+// sample.TopKCandidates of the row exactly.
 func TestSampledMatchesCPUSampler(t *testing.T) {
 	needGPU(t)
 	dir := install(t, "tiny-moe-fused", 4)
@@ -61,13 +68,14 @@ func TestSampledMatchesCPUSampler(t *testing.T) {
 			want, _ := sampledTokens(t, cpu, ids, 32, tc.p, false)
 			rows, _ := sampledTokens(t, gpu, ids, 32, tc.p, true)
 			dev, served := sampledTokens(t, gpu, ids, 32, tc.p, false)
-			t.Logf("FIDELITY sampled %q T=%v k=%d p=%v min_p=%v rep=%v seed=%d: GPU equals CPU engine %v, equals GPU rows %v; %d of %d picks from device candidates",
-				prompt, tc.p.Temperature, tc.p.TopK, tc.p.TopP, tc.p.MinP, tc.p.RepetitionPenalty, tc.p.Seed, slices.Equal(dev, want), slices.Equal(dev, rows), served, len(dev))
+			t.Logf("FIDELITY sampled %q T=%v k=%d p=%v min_p=%v rep=%v pres=%v freq=%v seed=%d: GPU equals CPU engine %v, equals GPU rows %v; %d of %d picks on the device",
+				prompt, tc.p.Temperature, tc.p.TopK, tc.p.TopP, tc.p.MinP, tc.p.RepetitionPenalty, tc.p.PresencePenalty, tc.p.FrequencyPenalty, tc.p.Seed,
+				slices.Equal(dev, want), slices.Equal(dev, rows), served, len(dev))
 			if !slices.Equal(dev, want) || !slices.Equal(rows, want) {
 				t.Errorf("%q %+v: GPU %v, GPU rows %v, CPU %v", prompt, tc.p, dev, rows, want)
 			}
-			if wantServed := map[bool]int{true: len(dev), false: 0}[tc.device]; served != wantServed {
-				t.Errorf("%q %+v: %d picks from device candidates, want %d", prompt, tc.p, served, wantServed)
+			if tc.all && served != len(dev) {
+				t.Errorf("%q %+v: %d of %d picks on the device", prompt, tc.p, served, len(dev))
 			}
 		}
 	}
@@ -97,4 +105,91 @@ func TestSampledMatchesCPUSampler(t *testing.T) {
 
 func bitsEqual(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
+
+// The device's pick is sample.Reference's, bit for bit, on rows written
+// straight into a state's logits: peaked and flat, with ties, ±0 and −Inf,
+// every setting of sampleParams with a growing penalty history; it declines
+// (ok false) exactly the rows the host must report (NaN, +Inf, all −Inf).
+func TestDeviceSampleIsTheReference(t *testing.T) {
+	needGPU(t)
+	gpu := loadEngine(t, install(t, "tiny-moe-fused", 4), true)
+	b := gpu.Backend().(*Backend)
+	st, err := b.Model.NewState(StateOptions{KVInitial: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	V := b.Model.geom.V
+	put := func(row []float32) {
+		t.Helper()
+		err := b.Model.dev.Do(func(c *cuda.Ctx) error {
+			if err := c.HtoD(st.s.logits, cuda.Bytes(row)); err != nil {
+				return err
+			}
+			return (&gpukernels.Launcher{C: c, K: b.Model.ks}).Argmax(st.next, st.s.logits, V)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	negInf := float32(math.Inf(-1))
+	for pi, tc := range sampleParams {
+		s, _ := sample.New(tc.p)
+		decided := 0
+		for step := range 60 {
+			scale := []float64{0.5, 3, 12}[step%3]
+			row := make([]float32, V)
+			for i := range row {
+				switch x := r.IntN(25); {
+				case x == 0:
+					row[i] = negInf
+				case x < 4:
+					row[i] = float32(r.IntN(5)) - 2
+				case x == 4:
+					row[i] = float32(math.Copysign(0, -1))
+				default:
+					row[i] = float32(r.NormFloat64() * scale)
+				}
+			}
+			put(row)
+			ns := s.Next()
+			want, err := sample.Reference(ns, s.History(), row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := st.Sample(ns, s.History())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				decided++
+				if got != want {
+					t.Fatalf("params %d step %d (%+v): the device picks %d, the reference %d", pi, step, tc.p, got, want)
+				}
+			}
+			s.Accept(want)
+		}
+		t.Logf("FIDELITY device sampling %+v: %d of 60 random rows decided on the device, all equal to the reference", tc.p, decided)
+		if tc.all && decided != 60 {
+			t.Errorf("%+v: the device decided %d of 60 rows", tc.p, decided)
+		}
+	}
+	for _, bad := range [][]float32{{float32(math.NaN())}, {float32(math.Inf(1))}, {negInf}} {
+		row := make([]float32, V)
+		for i := range row {
+			row[i] = bad[0]
+			if bad[0] != negInf && i != 77 {
+				row[i] = float32(i % 7)
+			}
+		}
+		put(row)
+		for _, p := range []sample.Params{sampleParams[0].p, sampleParams[3].p, sampleParams[8].p} {
+			s, _ := sample.New(p)
+			if _, ok, err := st.Sample(s.Next(), nil); ok || err != nil {
+				t.Errorf("row with %v, %+v: ok %v, err %v; want it handed to the host", bad[0], p, ok, err)
+			}
+		}
+	}
 }

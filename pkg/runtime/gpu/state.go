@@ -3,11 +3,13 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/gpukernels"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 func uintptrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
@@ -52,7 +54,8 @@ type State struct {
 	dpos, tokens, next cuda.DevicePtr
 	cand               cuda.DevicePtr // topk_cand's header and (id, logit) pairs
 	candBuf            []int32
-	topKServed         int              // TopK calls that listed the candidates (tests)
+	samp               *sampBuffers     // allocated by the first sampled step
+	sampled            int              // steps Sample decided on the device (tests)
 	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
 	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
 	s                  scratch
@@ -368,8 +371,150 @@ func (st *State) TopK(k int, ids []int32, logits []float32) (n int, ok bool, err
 	for i := range n {
 		ids[i], logits[i] = buf[4+2*i], math.Float32frombits(uint32(buf[5+2*i]))
 	}
-	st.topKServed++
 	return n, true, nil
+}
+
+// sampBuffers are the device buffers of sampling on the device.
+type sampBuffers struct {
+	row     cuda.DevicePtr // the logits after penalties [V]
+	counts  cuda.DevicePtr // the penalties' history as counts [V]
+	maxID   cuda.DevicePtr // argmax of row
+	w, bsum cuda.DevicePtr // samp_rows' weights [V] (float64) and block sums
+	out     cuda.DevicePtr // [0] the token, [1] samp_rows' status
+	ids     cuda.DevicePtr // history tokens to count, sampUpload at a time
+	synced  []int32        // the history counts holds
+}
+
+// sampUpload is how many history tokens one copy adds to the counts.
+const sampUpload = 4096
+
+func (st *State) sampAlloc(c *cuda.Ctx) (*sampBuffers, error) {
+	if st.samp != nil {
+		return st.samp, nil
+	}
+	V := st.m.geom.V
+	b := &sampBuffers{}
+	for _, a := range []struct {
+		p *cuda.DevicePtr
+		n int
+	}{{&b.row, 4 * V}, {&b.counts, 4 * V}, {&b.maxID, 4}, {&b.w, 8 * V},
+		{&b.bsum, 8 * gpukernels.SampBlocks(V)}, {&b.out, 16}, {&b.ids, 4 * sampUpload}} {
+		p, err := c.Alloc(uint64(a.n))
+		if err != nil {
+			return nil, err
+		}
+		st.allocs = append(st.allocs, p)
+		*a.p = p
+	}
+	if err := c.Memset32(b.counts, 0, uint64(V)); err != nil {
+		return nil, err
+	}
+	st.samp = b
+	return b, nil
+}
+
+// syncCounts makes the device's counts those of history: the new tokens
+// are added, or, for another sampler's history, counted afresh.
+func (b *sampBuffers) syncCounts(c *cuda.Ctx, l *gpukernels.Launcher, history []int32, V int) error {
+	if len(history) < len(b.synced) || !slices.Equal(history[:len(b.synced)], b.synced) {
+		if err := c.Memset32(b.counts, 0, uint64(V)); err != nil {
+			return err
+		}
+		b.synced = b.synced[:0]
+	}
+	for add := history[len(b.synced):]; len(add) > 0; {
+		n := min(len(add), sampUpload)
+		if err := c.HtoD(b.ids, cuda.Bytes(add[:n])); err != nil {
+			return err
+		}
+		if err := l.SampCount(b.counts, b.ids, n, V); err != nil {
+			return err
+		}
+		b.synced = append(b.synced, add[:n]...)
+		add = add[n:]
+	}
+	return nil
+}
+
+// Sample picks st's token from the last logits on the device, as
+// sample.Sampler.Finish does (docs/sampling.md), so only the id comes back.
+// ok is false when the host must take the row: it holds a NaN or +Inf or
+// no finite logit (the host reports those), more than MaxCandidates tie
+// for a top-k filter, or top-p without a top-k filter needs more than the
+// MaxCandidates most probable tokens.
+func (st *State) Sample(step sample.Step, history []int32) (id int, ok bool, err error) {
+	V := st.m.geom.V
+	var out [2]int32
+	err = st.m.dev.Do(func(c *cuda.Ctx) error {
+		b, err := st.sampAlloc(c)
+		if err != nil {
+			return err
+		}
+		l := &gpukernels.Launcher{C: c, K: st.m.ks}
+		row, maxID := st.s.logits, st.next
+		if step.Penalized() {
+			if err := b.syncCounts(c, l, history, V); err != nil {
+				return err
+			}
+			if err := l.SampPenalize(b.row, row, b.counts, V, step.RepetitionPenalty, step.PresencePenalty, step.FrequencyPenalty); err != nil {
+				return err
+			}
+			row, maxID = b.row, b.maxID
+			if err := l.Argmax(maxID, row, V); err != nil {
+				return err
+			}
+			if step.Temperature == 0 {
+				return c.DtoH(cuda.Bytes(out[:1]), maxID)
+			}
+		}
+		if err := c.Memset32(b.out, 0, 2); err != nil {
+			return err
+		}
+		if err := st.sampleRow(l, b, step, row, maxID); err != nil {
+			return err
+		}
+		return c.DtoH(cuda.Bytes(out[:]), b.out)
+	})
+	if err != nil || out[0] < 0 || out[1] != 0 {
+		return 0, false, err
+	}
+	st.sampled++
+	return int(out[0]), true, nil
+}
+
+// sampleRow enqueues the sampled step's kernels over row: a top-k filter
+// of at most MaxCandidates is finished over its list; otherwise the whole
+// row is weighed, then drawn from (no top-p) or its most probable
+// MaxCandidates give the nucleus.
+func (st *State) sampleRow(l *gpukernels.Launcher, b *sampBuffers, step sample.Step, row, maxID cuda.DevicePtr) error {
+	V := st.m.geom.V
+	k := step.TopK
+	if k >= V {
+		k = 0
+	}
+	if k > 0 && k <= MaxCandidates {
+		if err := l.TopKCand(st.cand, row, V, k, MaxCandidates); err != nil {
+			return err
+		}
+		return l.SampCand(b.out, st.cand, 0, 0, true, step.Temperature, step.TopP, step.LogMinP, step.U)
+	}
+	var thr cuda.DevicePtr
+	if k > 0 {
+		if err := l.TopKCand(st.cand, row, V, k, 1); err != nil {
+			return err
+		}
+		thr = st.cand + 8 // out[2], the threshold
+	}
+	if err := l.SampRows(b.w, b.bsum, b.out+4, row, maxID, thr, V, step.Temperature, step.LogMinP, step.TopP == 0); err != nil {
+		return err
+	}
+	if step.TopP == 0 {
+		return l.SampDraw(b.out, b.w, b.bsum, b.out+4, V, step.U)
+	}
+	if err := l.TopKCand(st.cand, row, V, min(MaxCandidates, V-1), MaxCandidates); err != nil {
+		return err
+	}
+	return l.SampCand(b.out, st.cand, b.bsum, gpukernels.SampBlocks(V), false, step.Temperature, step.TopP, step.LogMinP, step.U)
 }
 
 // forward enqueues the whole decoder for T tokens at the device position:

@@ -35,7 +35,7 @@ func TestPenaltiesOverHistory(t *testing.T) {
 			for _, id := range tc.history {
 				s.counts[id]++
 			}
-			got := s.applyPenalties(tc.logits)
+			got := s.applyPenalties(tc.p, tc.logits)
 			for i := range got {
 				if math.Abs(float64(got[i]-tc.want[i])) > 1e-6 {
 					t.Fatalf("logits %v, want %v", got, tc.want)

@@ -1,28 +1,6 @@
 package sample
 
-import (
-	"fmt"
-	"math"
-)
-
-// A backend that keeps the logits elsewhere (the GPU engine) can narrow a
-// row to its top-k candidates there and pass only those to the sampler:
-// with a top-k filter on and no penalty, every later step of Sample (the
-// temperature, top-p, min-p and the draw) reads only the tokens whose logit
-// is at least the K-th largest, in id order. So SampleCandidates over
-// TopKCandidates(row, k) returns the same token as Sample(row), from the
-// same random stream, bit for bit: it runs the same code on the same list.
-
-// CandidateK returns the k for which SampleCandidates may replace Sample on
-// a vocabulary of V logits, or 0 when the whole row is needed: greedy (the
-// backend's argmax serves it), no top-k filter or one that keeps the whole
-// row, or a penalty (it changes logits before the filter).
-func (s *Sampler) CandidateK(V int) int {
-	if s.p.Temperature == 0 || s.p.TopK <= 0 || s.p.TopK >= V || s.p.penalized() {
-		return 0
-	}
-	return s.p.TopK
-}
+import "math"
 
 // TopKCandidates is the reference of the backends' candidate selection: the
 // ids (ascending) and logits of the entries of logits that are at least its
@@ -41,25 +19,19 @@ func TopKCandidates(logits []float32, k int) (ids []int32, vals []float32) {
 	return ids, vals
 }
 
-// SampleCandidates picks the next token from the candidates a backend
-// selected as TopKCandidates(row, CandidateK(V)) does: ids ascending, none
-// −Inf, with their raw logits. It is Sample for that row.
-func (s *Sampler) SampleCandidates(ids []int32, logits []float32) (int, error) {
-	if len(ids) == 0 || len(ids) != len(logits) {
-		return 0, fmt.Errorf("sample: %d candidate ids for %d logits", len(ids), len(logits))
+// TopKThreshold is the k-th largest value of logits (1 ≤ k < len), the
+// least logit top-k keeps.
+func TopKThreshold(logits []float32, k int) float32 {
+	var s Sampler
+	return s.kthLargest(logits, k)
+}
+
+// Reference is what a backend's Sample must return for st over row, with
+// the penalties of history (the tokens a sampler accepted, in order).
+func Reference(st Step, history []int32, row []float32) (int, error) {
+	s := Sampler{p: st.Params}
+	for _, id := range history {
+		s.Accept(int(id))
 	}
-	if s.p.Temperature == 0 || s.p.penalized() {
-		return 0, fmt.Errorf("sample: candidates need a temperature and no penalty")
-	}
-	cand := s.cand[:0]
-	for i, l := range logits {
-		if l != l || math.IsInf(float64(l), 0) || (i > 0 && ids[i] <= ids[i-1]) {
-			return 0, fmt.Errorf("sample: candidate %d (id %d, logit %v) is not finite or out of order", i, ids[i], l)
-		}
-		cand = append(cand, candidate{id: int(ids[i]), logit: float64(l) / s.p.Temperature})
-	}
-	s.cand = cand
-	cand = s.topP(cand)
-	cand = s.minP(cand)
-	return s.draw(cand), nil
+	return s.Finish(st, row)
 }

@@ -76,19 +76,20 @@ type Sampler struct {
 	p   Params
 	rng *rand.Rand
 
-	cand  []candidate // scratch: surviving tokens
-	probs []float64
-	heap  []float32
+	cand []candidate // scratch: surviving tokens
+	heap []float32
 
 	counts    map[int]int // generated tokens so far, when a penalty is on
+	history   []int32     // the same tokens in order, for a backend's copy of counts
 	penalized []float32   // scratch: logits after penalties
 }
 
 func finiteIn(x, lo, hi float64) bool { return !math.IsNaN(x) && x >= lo && x <= hi }
 
 type candidate struct {
-	id    int
-	logit float64 // after temperature
+	id     int
+	logit  float64 // after temperature
+	weight float64 // Exp(logit − the largest logit)
 }
 
 // seedStream is the PCG stream selector; fixed so a seed alone determines
@@ -124,69 +125,123 @@ func Greedy(logits []float32) (int, error) {
 	return best, nil
 }
 
-// Sample picks the next token from logits [V].
-// With a penalty on, logits is left untouched and the token is recorded in
-// the history.
-func (s *Sampler) Sample(logits []float32) (int, error) {
-	if !s.p.penalized() {
-		return s.sample(logits)
+// Step is one token's sampling with its random number already drawn, so a
+// backend can pick the token where its logits are (Finish is the
+// reference) and, when it cannot, the host picks the same one.
+type Step struct {
+	Params
+	U       float64 // the draw's uniform number in [0, 1); 0 when greedy
+	LogMinP float64 // ln(MinP); −Inf when min-p is off
+}
+
+// Penalized reports whether the step changes logits by the history first.
+func (st Step) Penalized() bool { return st.Params.penalized() }
+
+// Next prepares the next token's Step, drawing its random number.
+func (s *Sampler) Next() Step {
+	st := Step{Params: s.p, LogMinP: math.Inf(-1)}
+	if st.TopP >= 1 {
+		st.TopP = 0
 	}
-	id, err := s.sample(s.applyPenalties(logits))
+	if st.MinP > 0 {
+		st.LogMinP = math.Log(st.MinP)
+	}
+	if st.Temperature > 0 {
+		st.U = s.rng.Float64()
+	}
+	return st
+}
+
+// Accept records id as generated: the penalties count it.
+func (s *Sampler) Accept(id int) {
+	if !s.p.penalized() {
+		return
+	}
+	if s.counts == nil {
+		s.counts = map[int]int{}
+	}
+	s.counts[id]++
+	s.history = append(s.history, int32(id))
+}
+
+// History is the tokens Accept recorded, in order (only with a penalty
+// on); the slice is the sampler's, read it before the next Accept.
+func (s *Sampler) History() []int32 { return s.history }
+
+// Sample picks the next token from logits [V] and records it.
+// With a penalty on, logits is left untouched.
+func (s *Sampler) Sample(logits []float32) (int, error) {
+	id, err := s.Finish(s.Next(), logits)
 	if err == nil {
-		if s.counts == nil {
-			s.counts = map[int]int{}
-		}
-		s.counts[id]++
+		s.Accept(id)
 	}
 	return id, err
 }
 
-func (s *Sampler) sample(logits []float32) (int, error) {
-	if s.p.Temperature == 0 {
-		return Greedy(logits)
+// Finish picks st's token from logits [V] (penalties, then temperature,
+// top-k, top-p, min-p and the draw; docs/sampling.md): the computation a
+// backend reproduces bit for bit. It does not record the token (Accept).
+func (s *Sampler) Finish(st Step, logits []float32) (int, error) {
+	row := logits
+	if st.Penalized() {
+		row = s.applyPenalties(st.Params, logits)
 	}
-	if err := checkLogits(logits); err != nil {
+	if st.Temperature == 0 {
+		return Greedy(row)
+	}
+	if err := checkLogits(row); err != nil {
 		return 0, err
 	}
-	cand := s.topK(logits)
-	cand = s.topP(cand)
-	cand = s.minP(cand)
-	return s.draw(cand), nil
+	cand := s.topK(st, row)
+	weigh(cand)
+	if st.TopP > 0 {
+		total := blockedSum(cand, blockOfID)
+		sortDescending(cand)
+		cand = cand[:nucleus(cand, total, st.TopP)]
+		return draw(minP(cand, st.LogMinP), blockOfPosition, st.U), nil
+	}
+	return draw(minP(cand, st.LogMinP), blockOfID, st.U), nil
 }
 
 // applyPenalties returns a copy of logits with the history's penalties.
-func (s *Sampler) applyPenalties(logits []float32) []float32 {
+// Each product rounds on its own (no fused multiply-add), as on a GPU.
+func (s *Sampler) applyPenalties(p Params, logits []float32) []float32 {
 	s.penalized = append(s.penalized[:0], logits...)
 	out := s.penalized
 	for id, n := range s.counts {
 		if id < 0 || id >= len(out) {
 			continue
 		}
-		l := float64(out[id])
-		if r := s.p.RepetitionPenalty; r != 0 && r != 1 {
-			if l > 0 {
-				l /= r
-			} else {
-				l *= r
-			}
-		}
-		l -= s.p.PresencePenalty + s.p.FrequencyPenalty*float64(n)
-		out[id] = float32(l)
+		out[id] = penalize(p, out[id], n)
 	}
 	return out
 }
 
+// penalize is one seen token's logit after the penalties (n > 0 times).
+func penalize(p Params, logit float32, n int) float32 {
+	l := float64(logit)
+	if r := p.RepetitionPenalty; r != 0 && r != 1 {
+		if l > 0 {
+			l /= r
+		} else {
+			l = float64(l * r)
+		}
+	}
+	l -= p.PresencePenalty + float64(p.FrequencyPenalty*float64(n))
+	return float32(l)
+}
+
 // minP keeps candidates with p ≥ MinP·p_max, i.e. logit ≥ max + ln(MinP),
-// which needs no softmax.
-func (s *Sampler) minP(cand []candidate) []candidate {
-	if s.p.MinP <= 0 || len(cand) == 0 {
+// which needs no softmax; order is kept.
+func minP(cand []candidate, logMinP float64) []candidate {
+	if math.IsInf(logMinP, -1) || len(cand) == 0 {
 		return cand
 	}
 	m := math.Inf(-1)
 	for _, c := range cand {
 		m = max(m, c.logit)
 	}
-	threshold := m + math.Log(s.p.MinP)
+	threshold := m + logMinP
 	kept := cand[:0]
 	for _, c := range cand {
 		if c.logit >= threshold {
@@ -221,15 +276,15 @@ func checkLogits(logits []float32) error {
 // the K-th largest (transformers removes those strictly below it, so ties
 // with the K-th all stay). −Inf logits never survive. The K-th value comes
 // from a size-K heap, so a 248k vocabulary is not sorted per token.
-func (s *Sampler) topK(logits []float32) []candidate {
+func (s *Sampler) topK(st Step, logits []float32) []candidate {
 	threshold := float32(math.Inf(-1))
-	if k := s.p.TopK; k > 0 && k < len(logits) {
+	if k := st.TopK; k > 0 && k < len(logits) {
 		threshold = s.kthLargest(logits, k)
 	}
 	cand := s.cand[:0]
 	for id, l := range logits {
 		if l >= threshold && !math.IsInf(float64(l), -1) {
-			cand = append(cand, candidate{id: id, logit: float64(l) / s.p.Temperature})
+			cand = append(cand, candidate{id: id, logit: float64(l) / st.Temperature})
 		}
 	}
 	s.cand = cand
@@ -277,62 +332,4 @@ func sortDescending(c []candidate) {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
-}
-
-// topP is transformers' TopPLogitsWarper: sort ascending, accumulate the
-// softmax from the least probable token, drop tokens while the cumulative
-// probability is ≤ 1−top_p, and always keep the most probable one.
-func (s *Sampler) topP(cand []candidate) []candidate {
-	if s.p.TopP >= 1 || s.p.TopP == 0 {
-		return cand
-	}
-	sortDescending(cand)
-	probs := softmax(cand, &s.probs)
-	// Walking from the least probable (the end): a token is removed while
-	// the mass accumulated up to and including it is ≤ 1−top_p.
-	var cum float64
-	keep := len(cand)
-	for i := len(cand) - 1; i >= 1; i-- {
-		cum += probs[i]
-		if cum > 1-s.p.TopP {
-			break
-		}
-		keep = i
-	}
-	return cand[:keep]
-}
-
-// softmax returns the probabilities of cand in float64.
-func softmax(cand []candidate, buf *[]float64) []float64 {
-	if cap(*buf) < len(cand) {
-		*buf = make([]float64, len(cand))
-	}
-	p := (*buf)[:len(cand)]
-	m := math.Inf(-1)
-	for _, c := range cand {
-		m = max(m, c.logit)
-	}
-	var sum float64
-	for i, c := range cand {
-		p[i] = math.Exp(c.logit - m)
-		sum += p[i]
-	}
-	for i := range p {
-		p[i] /= sum
-	}
-	return p
-}
-
-// draw samples one candidate in proportion to softmax of its logit.
-func (s *Sampler) draw(cand []candidate) int {
-	probs := softmax(cand, &s.probs)
-	u := s.rng.Float64()
-	var cum float64
-	for i, p := range probs {
-		cum += p
-		if u < cum {
-			return cand[i].id
-		}
-	}
-	return cand[len(cand)-1].id // u within rounding of 1
 }
