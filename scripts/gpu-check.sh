@@ -116,7 +116,7 @@ if [ ${#synth[@]} -gt 0 ]; then
 fi
 if [ ${#synth[@]} -gt 0 ]; then
 	stamp "nvmai-run --engine gpu"
-	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7" "--temperature 0.7 --top-k 0 --top-p 0.95 --seed 7"; do
+	for s in "--temperature 0" "--temperature 0.7 --top-k 20 --top-p 0.95 --seed 7" "--temperature 0.7 --top-k 0 --top-p 0.95 --seed 7" "--temperature 1 --top-k 0 --top-p 1 --seed 7"; do
 		"$bin/nvmai-run" --engine gpu -m "$big" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos $s --json >"$OUT/cli.json" 2>"$OUT/cli.err" &&
 			echo "CLI nvmai-run --engine gpu $s: $(grep -o '"decode_tok_s":[0-9.]*' "$OUT/cli.json")" | tee -a "$OUT/cli.log" ||
 			{ status=1; cat "$OUT/cli.err"; }

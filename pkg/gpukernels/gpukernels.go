@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_draw", "samp_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -544,11 +544,19 @@ func (l *Launcher) SampPenalize(out, logits, counts cuda.DevicePtr, V int, rep, 
 }
 
 // SampRows writes every token's weight to w [V] and the block sums to bsum
-// [ceil(V/SampBlock)] (thrBits: the top-k threshold, or 0 for none; minP:
-// apply min-p here); status[0] becomes 1 for a row the host must report.
-func (l *Launcher) SampRows(w, bsum, status, logits, maxID, thrBits cuda.DevicePtr, V int, T, logMinP float64, minP bool) error {
-	return l.launch("samp_rows", cuda.D1(blocks(V, SampBlock)), cuda.D1(SampBlock), 0,
-		w, bsum, status, logits, maxID, thrBits, V, T, logMinP, boolInt(minP))
+// [SampBlocks(V)] (thrBits: the top-k threshold, cut: top-p's, each 0 for
+// none; minP: apply min-p here); keys (or 0) gets each logit/T as an
+// order-preserving uint64; status[0] becomes 1 for a row the host must
+// report.
+func (l *Launcher) SampRows(w, bsum, keys, status, logits, maxID, thrBits, cut cuda.DevicePtr, V int, T, logMinP float64, minP bool) error {
+	return l.launch("samp_rows", cuda.D1(SampBlocks(V)), cuda.D1(SampBlock), 0,
+		w, bsum, keys, status, logits, maxID, thrBits, cut, V, T, logMinP, boolInt(minP))
+}
+
+// SampNucleus writes top-p's cut (a float64) over SampRows' weights and
+// keys [V] to cut.
+func (l *Launcher) SampNucleus(cut, keys, w cuda.DevicePtr, V int, topP float64) error {
+	return l.launch("samp_nucleus", cuda.D1(1), cuda.D1(1024), 0, cut, keys, w, V, topP)
 }
 
 // SampDraw draws from SampRows' row with the uniform u into out[0].
@@ -556,10 +564,10 @@ func (l *Launcher) SampDraw(out, w, bsum, status cuda.DevicePtr, V int, u float6
 	return l.launch("samp_draw", cuda.D1(1), cuda.D1(32), 0, out, w, bsum, status, V, u)
 }
 
-// SampCand finishes the step over TopKCand's list cand into out[0]
-// (complete: the list is every candidate; else bsum [nb] is SampRows').
-func (l *Launcher) SampCand(out, cand, bsum cuda.DevicePtr, nb int, complete bool, T, topP, logMinP, u float64) error {
-	return l.launch("samp_cand", cuda.D1(1), cuda.D1(SampCap), 0, out, cand, bsum, nb, boolInt(complete), T, topP, logMinP, u)
+// SampCand finishes the step over TopKCand's list cand (every candidate of
+// a top-k filter) into out[0].
+func (l *Launcher) SampCand(out, cand cuda.DevicePtr, T, topP, logMinP, u float64) error {
+	return l.launch("samp_cand", cuda.D1(1), cuda.D1(SampCap), 0, out, cand, T, topP, logMinP, u)
 }
 
 func boolInt(b bool) int {

@@ -2186,13 +2186,20 @@ extern "C" __global__ void samp_pen(float* out, const float* logits, const int* 
     out[i] = l;
 }
 
-// samp_rows: every token's weight over the whole row (0 for tokens top-k
-// or, with minp set, min-p removes) into w, and each block's sum, in order,
-// into bsum. The largest logit is logits[*maxid] (argmax); status[0] = 1
+// order_key64: a double's bits as an unsigned key in the double's order.
+__device__ __forceinline__ unsigned long long order_key64(double x) {
+    unsigned long long u = (unsigned long long)__double_as_longlong(x);
+    return (u >> 63) ? ~u : (u | 0x8000000000000000ULL);
+}
+
+// samp_rows: every token's weight over the whole row (0 for tokens top-k,
+// top-p's cut (cut: the least logit/T kept, or null) or, with minp set,
+// min-p removes) into w, and each block's sum, in order, into bsum; keys
+// (or null): each token's logit/T as an order-preserving key. The largest logit is logits[*maxid] (argmax); status[0] = 1
 // when the row is one the host must report (NaN, +Inf, every logit −Inf).
 // thrbits: the top-k threshold's bits (topk_cand's out[2]) or null.
-extern "C" __global__ void samp_rows(double* w, double* bsum, int* status, const float* logits, const int* maxid,
-                                     const int* thrbits, int V, double T, double logMinP, int minp) {
+extern "C" __global__ void samp_rows(double* w, double* bsum, unsigned long long* keys, int* status, const float* logits,
+                                     const int* maxid, const int* thrbits, const double* cut, int V, double T, double logMinP, int minp) {
     PDL_ENTRY();
     __shared__ double sw[SAMP_BLOCK];
     const float ninf = -__int_as_float(0x7f800000);
@@ -2201,13 +2208,15 @@ extern "C" __global__ void samp_rows(double* w, double* bsum, int* status, const
     bool bad = mi < 0 || lmax == -ninf || lmax == ninf;
     double m = __ddiv_rn((double)lmax, T);
     float thr = thrbits ? __int_as_float(*thrbits) : ninf;
+    const double lo = cut ? *cut : -__longlong_as_double(0x7ff0000000000000LL);
     int i = blockIdx.x * SAMP_BLOCK + threadIdx.x;
     double x = 0.0;
     if (i < V && !bad) {
         float l = logits[i];
         double c = __ddiv_rn((double)l, T);
-        if (l >= thr && l != ninf && !(minp && c < __dadd_rn(m, logMinP))) x = pexp(__dsub_rn(c, m));
+        if (l >= thr && l != ninf && c >= lo && !(minp && c < __dadd_rn(m, logMinP))) x = pexp(__dsub_rn(c, m));
         w[i] = x;
+        if (keys) keys[i] = order_key64(c);
     }
     sw[threadIdx.x] = x;
     __syncthreads();
@@ -2221,23 +2230,23 @@ extern "C" __global__ void samp_rows(double* w, double* bsum, int* status, const
 }
 
 // samp_pick: the draw (sample's draw and pickInBlock) over the n entries
-// (ws, ids) in order, blocked by id (byid) or by position: the first whose
-// running weight passes u·total, else the last weighted one. One thread.
-__device__ int samp_pick(const double* ws, const int* ids, int n, bool byid, double u) {
+// (ws, ids) in id order, blocked by id: the first whose running weight
+// passes u·total, else the last weighted one. One thread.
+__device__ int samp_pick(const double* ws, const int* ids, int n, double u) {
     double total = 0.0;
     for (int lo = 0; lo < n;) {
-        int b = byid ? ids[lo] / SAMP_BLOCK : lo / SAMP_BLOCK, hi = lo;
+        int b = ids[lo] / SAMP_BLOCK, hi = lo;
         double part = 0.0;
-        for (; hi < n && (byid ? ids[hi] / SAMP_BLOCK : hi / SAMP_BLOCK) == b; hi++) part = __dadd_rn(part, ws[hi]);
+        for (; hi < n && ids[hi] / SAMP_BLOCK == b; hi++) part = __dadd_rn(part, ws[hi]);
         total = __dadd_rn(total, part);
         lo = hi;
     }
     double t = __dmul_rn(u, total), done = 0.0;
     int last = 0;
     for (int lo = 0; lo < n;) {
-        int b = byid ? ids[lo] / SAMP_BLOCK : lo / SAMP_BLOCK, hi = lo;
+        int b = ids[lo] / SAMP_BLOCK, hi = lo;
         double part = 0.0;
-        for (; hi < n && (byid ? ids[hi] / SAMP_BLOCK : hi / SAMP_BLOCK) == b; hi++) part = __dadd_rn(part, ws[hi]);
+        for (; hi < n && ids[hi] / SAMP_BLOCK == b; hi++) part = __dadd_rn(part, ws[hi]);
         if (t < __dadd_rn(done, part)) {
             double run = done;
             int lastIn = lo;
@@ -2254,6 +2263,87 @@ __device__ int samp_pick(const double* ws, const int* ids, int n, bool byid, dou
         lo = hi;
     }
     return ids[last];
+}
+
+// samp_mass is sample.mass: a weight in top-p's fixed point (2^40).
+__device__ __forceinline__ long long samp_mass(double w) { return __double2ll_rz(__dmul_rn(w, 1099511627776.0)); }
+
+// samp_limit is top-p's mass limit, int64(float64(total)·topP).
+__device__ __forceinline__ long long samp_limit(long long total, double topP) {
+    return __double2ll_rz(__dmul_rn(__ll2double_rn(total), topP));
+}
+
+// samp_nucleus: top-p's cut over samp_rows' weights and keys of the row
+// (sample's nucleus): the least value v of logit/T such that the mass of
+// the tokens with a larger value is below the limit, found by a radix
+// select (8 passes of 8 bits over order-preserving keys) with each bin's
+// mass in exact integers, so no sort and no order of sums. *cut = v.
+// One block.
+extern "C" __global__ void samp_nucleus(double* cut, const unsigned long long* keys, const double* w, int V, double topP) {
+    PDL_ENTRY();
+    // NUC_SUB histograms, a few warps to each, so a pass's atomics meet
+    // few others on one address; summed before the scan.
+#define NUC_SUB 8
+    __shared__ unsigned long long hmass[NUC_SUB][256];
+    __shared__ unsigned int hcnt[NUC_SUB][256];
+    __shared__ unsigned long long stotal, sprefix, sabove;
+    const int tid = threadIdx.x, nt = blockDim.x, sub = (tid >> 5) % NUC_SUB;
+    if (tid == 0) { stotal = 0; sprefix = 0; sabove = 0; }
+    __syncthreads();
+    unsigned long long mine = 0;
+    for (int i = tid; i < V; i += nt) mine += (unsigned long long)samp_mass(w[i]);
+    atomicAdd(&stotal, mine);
+    __syncthreads();
+    const long long limit = samp_limit((long long)stotal, topP);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = tid; b < NUC_SUB * 256; b += nt) { (&hmass[0][0])[b] = 0; (&hcnt[0][0])[b] = 0; }
+        __syncthreads();
+        const unsigned long long prefix = sprefix;
+        const unsigned long long hmask = shift == 56 ? 0ULL : (~0ULL << (shift + 8));
+        // Runs of one bin are added once (neighbouring values share their
+        // high bits), so the histograms see few atomics in the first passes.
+        int cur = -1;
+        unsigned long long acc = 0;
+        unsigned int cnt = 0;
+        for (int i = tid; i < V; i += nt) {
+            unsigned long long key = keys[i];
+            if ((key & hmask) != prefix) continue;
+            int bin = (int)((key >> shift) & 255ULL);
+            if (bin != cur) {
+                if (cur >= 0) { atomicAdd(&hmass[sub][cur], acc); atomicAdd(&hcnt[sub][cur], cnt); }
+                cur = bin; acc = 0; cnt = 0;
+            }
+            acc += (unsigned long long)samp_mass(w[i]);
+            cnt++;
+        }
+        if (cur >= 0) { atomicAdd(&hmass[sub][cur], acc); atomicAdd(&hcnt[sub][cur], cnt); }
+        __syncthreads();
+        for (int b = tid; b < 256; b += nt) {
+            for (int j = 1; j < NUC_SUB; j++) { hmass[0][b] += hmass[j][b]; hcnt[0][b] += hcnt[j][b]; }
+        }
+        __syncthreads();
+        if (tid == 0) { // the lowest bin whose top value is kept (else the highest bin)
+            long long above = (long long)sabove;
+            int pick = -1, top = -1;
+            for (int b = 255; b >= 0; b--) {
+                if (hcnt[0][b] == 0) continue;
+                if (top < 0) top = b;
+                if (above >= limit) break;
+                pick = b;
+                sabove = (unsigned long long)above;
+                above += (long long)hmass[0][b];
+            }
+            if (pick < 0) pick = top;
+            sprefix = prefix | ((unsigned long long)pick << shift);
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        unsigned long long k = sprefix;
+        unsigned long long u = (k >> 63) ? (k & 0x7fffffffffffffffULL) : ~k;
+        *cut = __longlong_as_double((long long)u);
+    }
+#undef NUC_SUB
 }
 
 // samp_draw: the draw over samp_rows' whole row (no top-p): out[0] = the
@@ -2289,22 +2379,17 @@ extern "C" __global__ void samp_draw(int* out, const double* w, const double* bs
     out[0] = i;
 }
 
-// samp_cand: Finish over topk_cand's list (cand: ids ascending with their
-// logits). complete: the list is every candidate (a top-k filter of at most
-// SAMP_CAP); otherwise it is the row's SAMP_CAP most probable (ties
-// included) and bsum holds samp_rows' block sums of the whole row (top-p's
-// total). Top-p (topP > 0) sorts the list, keeps its nucleus, then min-p
-// and the draw by position; without top-p, min-p and the draw by id.
-// out[0] = the token, or −1 when the host must decide: the row is one the
-// host reports, the list overflowed, or the nucleus may reach past it.
-// One block of SAMP_CAP threads.
-extern "C" __global__ void __launch_bounds__(SAMP_CAP) samp_cand(int* out, const int* cand, const double* bsum, int nb,
-        int complete, double T, double topP, double logMinP, double u) {
+// samp_cand: Finish over topk_cand's list of a top-k filter (cand: every
+// candidate, ids ascending, with their logits): top-p's cut (the list
+// ranked by value, masses in exact integers as samp_nucleus), min-p, and
+// the draw by id. out[0] = the token, or −1 when the host must decide (the
+// row is one it reports, or the list overflowed). One block of SAMP_CAP
+// threads.
+extern "C" __global__ void __launch_bounds__(SAMP_CAP) samp_cand(int* out, const int* cand, double T, double topP, double logMinP, double u) {
     PDL_ENTRY();
     __shared__ int ids[SAMP_CAP], order[SAMP_CAP], kid[SAMP_CAP];
     __shared__ double c[SAMP_CAP], w[SAMP_CAP], kw[SAMP_CAP];
-    __shared__ double sm, stotal;
-    __shared__ int sfail;
+    __shared__ double sm;
     const int tid = threadIdx.x, n = cand[0];
     if (cand[1] != 0 || n < 1 || n > SAMP_CAP) {
         if (tid == 0) out[0] = -1;
@@ -2322,55 +2407,30 @@ extern "C" __global__ void __launch_bounds__(SAMP_CAP) samp_cand(int* out, const
     }
     __syncthreads();
     if (tid < n) w[tid] = pexp(__dsub_rn(c[tid], sm));
-    __syncthreads();
-    const double minThr = __dadd_rn(sm, logMinP);
-    if (!(topP > 0.0)) {
-        if (tid == 0) {
-            int nk = 0;
-            for (int j = 0; j < n; j++)
-                if (c[j] >= minThr) { kw[nk] = w[j]; kid[nk] = ids[j]; nk++; }
-            out[0] = samp_pick(kw, kid, nk, true, u);
-        }
-        return;
-    }
-    if (tid < n) { // rank: most probable first, lower id first on ties
+    if (topP > 0.0 && tid < n) { // rank by value, ties by position: a sort
         int r = 0;
         const double cj = c[tid];
-        const int ij = ids[tid];
-        for (int i = 0; i < n; i++) r += (c[i] > cj || (c[i] == cj && ids[i] < ij)) ? 1 : 0;
+        for (int i = 0; i < n; i++) r += (c[i] > cj || (c[i] == cj && i < tid)) ? 1 : 0;
         order[r] = tid;
     }
     __syncthreads();
     if (tid != 0) return;
-    double total = 0.0;
-    if (complete) {
-        double part = 0.0;
-        int cur = ids[0] / SAMP_BLOCK;
-        for (int j = 0; j < n; j++) {
-            if (ids[j] / SAMP_BLOCK != cur) { total = __dadd_rn(total, part); part = 0.0; cur = ids[j] / SAMP_BLOCK; }
-            part = __dadd_rn(part, w[j]);
+    double lo = -__longlong_as_double(0x7ff0000000000000LL);
+    if (topP > 0.0) {
+        long long total = 0, above = 0;
+        for (int j = 0; j < n; j++) total += samp_mass(w[j]);
+        const long long limit = samp_limit(total, topP);
+        lo = c[order[0]];
+        for (int r = 0; r < n && above < limit;) {
+            lo = c[order[r]];
+            for (; r < n && c[order[r]] == lo; r++) above += samp_mass(w[order[r]]);
         }
-        total = __dadd_rn(total, part);
-    } else {
-        for (int b = 0; b < nb; b++) total = __dadd_rn(total, bsum[b]);
     }
-    double above = 0.0;
-    int keep = 0;
-    for (int j = 0; j < n; j++) {
-        if (j > 0 && above >= topP) break;
-        keep = j + 1;
-        above = __dadd_rn(above, __ddiv_rn(w[order[j]], total));
-    }
-    if (!complete && (keep == n || c[order[keep - 1]] == c[order[n - 1]])) {
-        out[0] = -1; // tokens past the list could belong to the nucleus
-        return;
-    }
+    const double minThr = __dadd_rn(sm, logMinP);
     int nk = 0;
-    for (int j = 0; j < keep; j++) {
-        int o = order[j];
-        if (c[o] >= minThr) { kw[nk] = w[o]; kid[nk] = ids[o]; nk++; }
-    }
-    out[0] = samp_pick(kw, kid, nk, false, u);
+    for (int j = 0; j < n; j++)
+        if (c[j] >= lo && c[j] >= minThr) { kw[nk] = w[j]; kid[nk] = ids[j]; nk++; }
+    out[0] = samp_pick(kw, kid, nk, u);
 }
 
 // advance: *pos += T, at the end of a step (position lives on the device so

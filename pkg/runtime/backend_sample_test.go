@@ -13,7 +13,8 @@ import (
 
 // fakeBackend's states give pseudo-random logits (many ties) that depend on
 // the tokens fed so far; sampling says whether they implement SamplingState
-// (with sample.Reference, and a nucleus limit as a device has).
+// (with sample.Reference; it declines top-p without top-k, as a backend
+// may decline any step).
 type fakeBackend struct {
 	V              int
 	sampling       bool
@@ -60,7 +61,7 @@ func (s *fakeState) Logits(dst []float32) error { *s.b.rows++; copy(dst, s.row);
 func (s *fakeState) Argmax() (int, error)       { return sample.Greedy(s.row) }
 func (s fakeSamplingState) Sample(st sample.Step, history []int32) (int, bool, error) {
 	if st.TopP > 0 && st.TopK == 0 {
-		return 0, false, nil // as a device whose nucleus search is bounded
+		return 0, false, nil // declined: the session copies the row
 	}
 	id, err := sample.Reference(st, history, s.row)
 	if err != nil {

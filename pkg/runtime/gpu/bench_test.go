@@ -132,7 +132,7 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 		dlo, dhi := best(func(r *runtime.Result) float64 { return r.DecodeTokS })
 		t.Logf("BENCH %s: load %.1fs; prefill 512: %.0f–%.0f tok/s; decode 128: %.1f–%.1f tok/s (3 runs)", name, load.Seconds(), plo, phi, dlo, dhi)
 		t.Logf("BENCH %s: session step %.3f ms wall (upload id, replay, read the pick)", name, info.HostMsPerToken)
-		t.Logf("BENCH %s: sampled session step %.3f ms wall (upload id, replay, top-20 candidates); topk_cand %.3f ms on the device", name, info.HostSampledMsPerToken, info.TopKMs)
+		t.Logf("BENCH %s: sampled session step %.3f ms wall (upload id, replay, sample on the device: T 0.7, top-k 20, top-p 0.95); the pick %.3f ms on the device, topk_cand %.3f ms of it", name, info.HostSampledMsPerToken, info.SampleMs, info.TopKMs)
 		t.Logf("BENCH %s: graph %.3f ms/token (eager %.3f), %d kernels/token, empty graph of as many %.3f ms; weights %.0f MiB/token → %.0f GB/s = %.0f%% of copy %.0f GB/s",
 			name, info.GraphMsPerToken, info.EagerMsPerToken, info.KernelsPerToken, info.EmptyGraphMs,
 			float64(info.TokenBytes)/(1<<20), info.WeightBandwidth/1e9, 100*info.BandwidthShare, info.CopyBandwidth/1e9)

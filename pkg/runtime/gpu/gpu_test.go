@@ -14,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
 // The fixtures are read from $NVMAI_GPU_FIXTURES (a copy the GPU machine
@@ -268,14 +269,16 @@ func TestSyntheticMatchesCPUEngine(t *testing.T) {
 			if rel > 1e-3 {
 				t.Errorf("logits relative error %.2e", rel)
 			}
-			// Sampled on the device, at the full vocabulary.
-			p := sampleParams[0].p
-			sw, _ := sampledTokens(t, cpu, ids, 24, p, false)
-			sg, served := sampledTokens(t, gpu, ids, 24, p, false)
-			t.Logf("FIDELITY %s sampled (T=%v k=%d p=%v seed %d): GPU equals CPU engine %v; %d of %d picks from device candidates",
-				filepath.Base(dir), p.Temperature, p.TopK, p.TopP, p.Seed, slices.Equal(sg, sw), served, len(sg))
-			if !slices.Equal(sg, sw) || served != len(sg) {
-				t.Errorf("sampled: GPU %v, CPU %v (%d picks on the device)", sg, sw, served)
+			// Sampled on the device, at the full vocabulary: the generation
+			// config, no filter, and top-p alone (the radix-selected cut).
+			for _, p := range []sample.Params{sampleParams[0], sampleParams[3], sampleParams[8]} {
+				sw, _ := sampledTokens(t, cpu, ids, 24, p, false)
+				sg, served := sampledTokens(t, gpu, ids, 24, p, false)
+				t.Logf("FIDELITY %s sampled (T=%v k=%d p=%v seed %d): GPU equals CPU engine %v; %d of %d picks on the device",
+					filepath.Base(dir), p.Temperature, p.TopK, p.TopP, p.Seed, slices.Equal(sg, sw), served, len(sg))
+				if !slices.Equal(sg, sw) || served != len(sg) {
+					t.Errorf("sampled %+v: GPU %v, CPU %v (%d picks on the device)", p, sg, sw, served)
+				}
 			}
 		})
 	}

@@ -380,6 +380,8 @@ type sampBuffers struct {
 	counts  cuda.DevicePtr // the penalties' history as counts [V]
 	maxID   cuda.DevicePtr // argmax of row
 	w, bsum cuda.DevicePtr // samp_rows' weights [V] (float64) and block sums
+	keys    cuda.DevicePtr // samp_rows' order keys [V] (uint64), for top-p
+	cut     cuda.DevicePtr // top-p's cut (float64)
 	out     cuda.DevicePtr // [0] the token, [1] samp_rows' status
 	ids     cuda.DevicePtr // history tokens to count, sampUpload at a time
 	synced  []int32        // the history counts holds
@@ -397,7 +399,7 @@ func (st *State) sampAlloc(c *cuda.Ctx) (*sampBuffers, error) {
 	for _, a := range []struct {
 		p *cuda.DevicePtr
 		n int
-	}{{&b.row, 4 * V}, {&b.counts, 4 * V}, {&b.maxID, 4}, {&b.w, 8 * V},
+	}{{&b.row, 4 * V}, {&b.counts, 4 * V}, {&b.maxID, 4}, {&b.w, 8 * V}, {&b.keys, 8 * V}, {&b.cut, 8},
 		{&b.bsum, 8 * gpukernels.SampBlocks(V)}, {&b.out, 16}, {&b.ids, 4 * sampUpload}} {
 		p, err := c.Alloc(uint64(a.n))
 		if err != nil {
@@ -439,9 +441,8 @@ func (b *sampBuffers) syncCounts(c *cuda.Ctx, l *gpukernels.Launcher, history []
 // Sample picks st's token from the last logits on the device, as
 // sample.Sampler.Finish does (docs/sampling.md), so only the id comes back.
 // ok is false when the host must take the row: it holds a NaN or +Inf or
-// no finite logit (the host reports those), more than MaxCandidates tie
-// for a top-k filter, or top-p without a top-k filter needs more than the
-// MaxCandidates most probable tokens.
+// no finite logit (the host reports those), or more than MaxCandidates
+// tie for a top-k filter.
 func (st *State) Sample(step sample.Step, history []int32) (id int, ok bool, err error) {
 	V := st.m.geom.V
 	var out [2]int32
@@ -484,8 +485,8 @@ func (st *State) Sample(step sample.Step, history []int32) (id int, ok bool, err
 
 // sampleRow enqueues the sampled step's kernels over row: a top-k filter
 // of at most MaxCandidates is finished over its list; otherwise the whole
-// row is weighed, then drawn from (no top-p) or its most probable
-// MaxCandidates give the nucleus.
+// row is weighed (twice with top-p: for its cut, then within it) and drawn
+// from.
 func (st *State) sampleRow(l *gpukernels.Launcher, b *sampBuffers, step sample.Step, row, maxID cuda.DevicePtr) error {
 	V := st.m.geom.V
 	k := step.TopK
@@ -496,25 +497,29 @@ func (st *State) sampleRow(l *gpukernels.Launcher, b *sampBuffers, step sample.S
 		if err := l.TopKCand(st.cand, row, V, k, MaxCandidates); err != nil {
 			return err
 		}
-		return l.SampCand(b.out, st.cand, 0, 0, true, step.Temperature, step.TopP, step.LogMinP, step.U)
+		return l.SampCand(b.out, st.cand, step.Temperature, step.TopP, step.LogMinP, step.U)
 	}
-	var thr cuda.DevicePtr
+	var thr, cut cuda.DevicePtr
 	if k > 0 {
 		if err := l.TopKCand(st.cand, row, V, k, 1); err != nil {
 			return err
 		}
 		thr = st.cand + 8 // out[2], the threshold
 	}
-	if err := l.SampRows(b.w, b.bsum, b.out+4, row, maxID, thr, V, step.Temperature, step.LogMinP, step.TopP == 0); err != nil {
+	T, status := step.Temperature, b.out+4
+	if step.TopP > 0 {
+		if err := l.SampRows(b.w, b.bsum, b.keys, status, row, maxID, thr, 0, V, T, 0, false); err != nil {
+			return err
+		}
+		if err := l.SampNucleus(b.cut, b.keys, b.w, V, step.TopP); err != nil {
+			return err
+		}
+		cut = b.cut
+	}
+	if err := l.SampRows(b.w, b.bsum, 0, status, row, maxID, thr, cut, V, T, step.LogMinP, true); err != nil {
 		return err
 	}
-	if step.TopP == 0 {
-		return l.SampDraw(b.out, b.w, b.bsum, b.out+4, V, step.U)
-	}
-	if err := l.TopKCand(st.cand, row, V, min(MaxCandidates, V-1), MaxCandidates); err != nil {
-		return err
-	}
-	return l.SampCand(b.out, st.cand, b.bsum, gpukernels.SampBlocks(V), false, step.Temperature, step.TopP, step.LogMinP, step.U)
+	return l.SampDraw(b.out, b.w, b.bsum, status, V, step.U)
 }
 
 // forward enqueues the whole decoder for T tokens at the device position:

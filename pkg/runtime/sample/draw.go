@@ -1,5 +1,10 @@
 package sample
 
+import (
+	"cmp"
+	"slices"
+)
+
 // The probabilities are computed so that a GPU can compute the very same
 // numbers: one portable Exp (exp.go), every sum taken in a fixed order, and
 // sums over a row taken in blocks of Block consecutive ids (each block in
@@ -8,18 +13,9 @@ package sample
 // (tokens a filter removed) change no sum, so the host adds only the
 // candidates it kept and the device may add the whole row.
 
-// Block is the number of consecutive entries a blocked sum adds in order
-// before adding their sum to the running total (kernels.cu's SAMP_BLOCK).
+// Block is the number of consecutive ids a blocked sum adds in order before
+// adding their sum to the running total (kernels.cu's SAMP_BLOCK).
 const Block = 512
-
-// blockOf names the block of cand[i] in a blocked sum.
-type blockOf func(i int, c candidate) int
-
-// blockOfID blocks a list in id order by id (a row's consecutive ids).
-func blockOfID(_ int, c candidate) int { return c.id / Block }
-
-// blockOfPosition blocks a sorted list by position.
-func blockOfPosition(i int, _ candidate) int { return i / Block }
 
 // weigh sets each candidate's weight: Exp(logit − max), so the largest
 // weighs exactly 1.
@@ -33,11 +29,12 @@ func weigh(cand []candidate) {
 	}
 }
 
-// blockedSum is the sum of the weights, blocked as block says.
-func blockedSum(cand []candidate, block blockOf) float64 {
+// blockedSum is the sum of the weights of cand (in id order), blocked by
+// id.
+func blockedSum(cand []candidate) float64 {
 	var total float64
 	for lo := 0; lo < len(cand); {
-		part, hi := blockPart(cand, lo, block)
+		part, hi := blockPart(cand, lo)
 		total += part
 		lo = hi
 	}
@@ -46,44 +43,66 @@ func blockedSum(cand []candidate, block blockOf) float64 {
 
 // blockPart sums the weights of the block starting at cand[lo] (in order)
 // and returns where the next block starts.
-func blockPart(cand []candidate, lo int, block blockOf) (part float64, hi int) {
-	b := block(lo, cand[lo])
-	for hi = lo; hi < len(cand) && block(hi, cand[hi]) == b; hi++ {
+func blockPart(cand []candidate, lo int) (part float64, hi int) {
+	b := cand[lo].id / Block
+	for hi = lo; hi < len(cand) && cand[hi].id/Block == b; hi++ {
 		part += cand[hi].weight
 	}
 	return part, hi
 }
 
-// nucleus is how many of cand (sorted, most probable first) top-p keeps:
-// transformers drops a token when the probability of it and all less
-// probable ones is ≤ 1−topP, that is when the probability of the tokens
-// above it is ≥ topP; the most probable is always kept. Walking from the
-// top needs only the tokens kept (and total, the sum of all weights), so a
-// device may look at the few most probable rather than sort the row.
-func nucleus(cand []candidate, total, topP float64) int {
-	var above float64
-	keep := 0
-	for j, c := range cand {
-		if j > 0 && above >= topP {
-			break
-		}
-		keep = j + 1
-		above += c.weight / total
+// MassBits is the fixed point of top-p's masses: a weight w counts
+// floor(w·2**MassBits), so that masses add exactly, in any order (a row of
+// 2**23 weights of at most 1 stays below 2**63).
+const MassBits = 40
+
+func mass(w float64) int64 { return int64(w * (1 << MassBits)) }
+
+// nucleus keeps the candidates top-p keeps, in id order: transformers
+// drops a token when the probability of it and all less probable ones is
+// ≤ 1−topP, that is when the mass of the tokens above it reaches topP.
+// Here the mass above a token is that of the tokens with a strictly larger
+// logit, in integers (MassBits), so tokens of equal logit stay or go
+// together (as ties with top-k's K-th do) and the sums need no order: a
+// device finds the cut with a radix select rather than a sort. The most
+// probable tokens always stay.
+func (s *Sampler) nucleus(cand []candidate, topP float64) []candidate {
+	var total int64
+	for _, c := range cand {
+		total += mass(c.weight)
 	}
-	return keep
+	limit := int64(float64(total) * topP)
+	sorted := append(s.sorted[:0], cand...)
+	s.sorted = sorted
+	slices.SortFunc(sorted, func(a, b candidate) int { return cmp.Compare(b.logit, a.logit) })
+	cut := sorted[0].logit
+	var above int64
+	for i := 0; i < len(sorted) && above < limit; {
+		cut = sorted[i].logit
+		for ; i < len(sorted) && sorted[i].logit == cut; i++ {
+			above += mass(sorted[i].weight)
+		}
+	}
+	kept := cand[:0]
+	for _, c := range cand {
+		if c.logit >= cut {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
-// draw picks a candidate in proportion to its weight with the uniform u:
-// the first whose running weight passes u·total, the running weight taken
-// block by block as blockedSum takes it (the block, then its entries). A
-// pick that rounding leaves in no entry takes the last weighted entry of
-// the block (or of the list).
-func draw(cand []candidate, block blockOf, u float64) int {
-	t := u * blockedSum(cand, block)
+// draw picks a candidate (in id order) in proportion to its weight with
+// the uniform u: the first whose running weight passes u·total, the
+// running weight taken block by block as blockedSum takes it (the blocks
+// before, then the block's entries). A pick that rounding leaves in no
+// entry takes the last weighted entry of the block (or of the list).
+func draw(cand []candidate, u float64) int {
+	t := u * blockedSum(cand)
 	var done float64 // the blocks before this one
 	last := 0
 	for lo := 0; lo < len(cand); {
-		part, hi := blockPart(cand, lo, block)
+		part, hi := blockPart(cand, lo)
 		if t < done+part {
 			return cand[lo+pickInBlock(cand[lo:hi], done, t)].id
 		}

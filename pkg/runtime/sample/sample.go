@@ -7,11 +7,9 @@
 package sample
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // Params are the sampling settings. The zero value is greedy decoding.
@@ -76,8 +74,9 @@ type Sampler struct {
 	p   Params
 	rng *rand.Rand
 
-	cand []candidate // scratch: surviving tokens
-	heap []float32
+	cand   []candidate // scratch: surviving tokens
+	sorted []candidate // scratch: top-p's candidates by logit
+	heap   []float32
 
 	counts    map[int]int // generated tokens so far, when a penalty is on
 	history   []int32     // the same tokens in order, for a backend's copy of counts
@@ -195,12 +194,9 @@ func (s *Sampler) Finish(st Step, logits []float32) (int, error) {
 	cand := s.topK(st, row)
 	weigh(cand)
 	if st.TopP > 0 {
-		total := blockedSum(cand, blockOfID)
-		sortDescending(cand)
-		cand = cand[:nucleus(cand, total, st.TopP)]
-		return draw(minP(cand, st.LogMinP), blockOfPosition, st.U), nil
+		cand = s.nucleus(cand, st.TopP)
 	}
-	return draw(minP(cand, st.LogMinP), blockOfID, st.U), nil
+	return draw(minP(cand, st.LogMinP), st.U), nil
 }
 
 // applyPenalties returns a copy of logits with the history's penalties.
@@ -322,14 +318,4 @@ func siftDown(h []float32, i int) {
 		h[i], h[least] = h[least], h[i]
 		i = least
 	}
-}
-
-// sortDescending orders by logit, highest first, lower id first on ties.
-func sortDescending(c []candidate) {
-	slices.SortFunc(c, func(a, b candidate) int {
-		if r := cmp.Compare(b.logit, a.logit); r != 0 {
-			return r
-		}
-		return cmp.Compare(a.id, b.id)
-	})
 }
