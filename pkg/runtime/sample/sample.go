@@ -1,9 +1,11 @@
 // Package sample picks the next token from logits the way Hugging Face
 // transformers does with a generation_config.json: greedy when not
-// sampling, otherwise temperature, then top-k, then top-p, then a draw from
-// the remaining distribution. The draw uses math/rand/v2's PCG seeded from
-// Params.Seed, so a seed reproduces a generation exactly (transformers'
-// torch RNG stream itself cannot be reproduced).
+// sampling, otherwise penalties, temperature, top-k, top-p, min-p, then a
+// draw from the remaining distribution. The draw uses math/rand/v2's PCG
+// seeded from Params.Seed, so a seed reproduces a generation exactly
+// (transformers' torch RNG stream itself cannot be reproduced), and the
+// float64 math is defined so that every machine and the GPU engine compute
+// the same bits (docs/sampling.md).
 package sample
 
 import (
