@@ -12,6 +12,8 @@
 # tiny-dense and their refs JSON), since ../shared is not on GPU machines.
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
+# SYNTH_BITS=8 makes them 8-bit (40 layers: ~35 GiB of disk and VRAM) for
+# the 8-bit report, e.g. SYNTH=40 SYNTH_BITS=8 STEPS="bench cli".
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
 # BENCH_VARIANTS (default group,pipe512,par512,reg512) lists the launch strategies the bench
 # compares in one process (pkg/runtime/gpu/bench_test.go: all = the
@@ -91,12 +93,12 @@ NVMAI_GPU_GDNREG=0 run fidelity-par "$bin/gpu.test" -test.run "$fid" -test.timeo
 synth=()
 if [ "$SYNTH" != none ]; then
 	for n in ${SYNTH//,/ }; do
-		d=$WORK/synth-35b-a3b-4bit-$n
+		d=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-$n
 		if [ ! -f "$d/manifest.json" ]; then
 			stamp "nvmai-convert synth --layers $n"
 			args=(--layers "$n")
 			[ "$n" = 40 ] && args=()
-			"$bin/nvmai-convert" synth --geometry qwen3.5-35b-a3b --bits 4 "${args[@]}" --quiet --overwrite -o "$d" >"$OUT/synth-$n.log" 2>&1 || { status=1; tail -5 "$OUT/synth-$n.log"; continue; }
+			"$bin/nvmai-convert" synth --geometry qwen3.5-35b-a3b --bits "${SYNTH_BITS:-4}" "${args[@]}" --quiet --overwrite -o "$d" >"$OUT/synth-$n.log" 2>&1 || { status=1; tail -5 "$OUT/synth-$n.log"; continue; }
 		fi
 		synth+=("$d")
 	done
