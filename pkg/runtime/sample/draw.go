@@ -72,16 +72,9 @@ func (s *Sampler) nucleus(cand []candidate, topP float64) []candidate {
 		total += mass(c.weight)
 	}
 	limit := int64(float64(total) * topP)
-	sorted := append(s.sorted[:0], cand...)
-	s.sorted = sorted
-	slices.SortFunc(sorted, func(a, b candidate) int { return cmp.Compare(b.logit, a.logit) })
-	cut := sorted[0].logit
-	var above int64
-	for i := 0; i < len(sorted) && above < limit; {
-		cut = sorted[i].logit
-		for ; i < len(sorted) && sorted[i].logit == cut; i++ {
-			above += mass(sorted[i].weight)
-		}
+	cut, ok := 0.0, false
+	for m := nucleusFirst; !ok; m *= 4 {
+		cut, ok = s.cutAmong(cand, m, limit)
 	}
 	kept := cand[:0]
 	for _, c := range cand {
@@ -90,6 +83,47 @@ func (s *Sampler) nucleus(cand []candidate, topP float64) []candidate {
 		}
 	}
 	return kept
+}
+
+// nucleusFirst is how many of the most probable candidates nucleus sorts
+// first; a wider nucleus sorts 4× as many, up to all.
+const nucleusFirst = 64
+
+// cutAmong is top-p's cut (the least logit kept) found among the m most
+// probable candidates, ties included; ok is false when the nucleus may
+// reach past them.
+func (s *Sampler) cutAmong(cand []candidate, m int, limit int64) (cut float64, ok bool) {
+	top, complete := s.sorted[:0], m >= len(cand)
+	if complete {
+		top = append(top, cand...)
+	} else {
+		vals := s.vals[:0]
+		for _, c := range cand {
+			vals = append(vals, c.logit)
+		}
+		var thr float64
+		s.vals = vals
+		s.heap64, thr = kthLargest(s.heap64, vals, m)
+		for _, c := range cand {
+			if c.logit >= thr {
+				top = append(top, c) // whole groups: every tie with thr is in
+			}
+		}
+	}
+	s.sorted = top
+	slices.SortFunc(top, func(a, b candidate) int { return cmp.Compare(b.logit, a.logit) })
+	cut = top[0].logit
+	var above int64
+	for i := 0; i < len(top); {
+		if above >= limit {
+			return cut, true
+		}
+		cut = top[i].logit
+		for v := cut; i < len(top) && top[i].logit == v; i++ {
+			above += mass(top[i].weight)
+		}
+	}
+	return cut, complete || above >= limit
 }
 
 // draw picks a candidate (in id order) in proportion to its weight with

@@ -9,6 +9,7 @@
 package sample
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -77,8 +78,10 @@ type Sampler struct {
 	rng *rand.Rand
 
 	cand   []candidate // scratch: surviving tokens
-	sorted []candidate // scratch: top-p's candidates by logit
+	sorted []candidate // scratch: top-p's most probable candidates by logit
 	heap   []float32
+	vals   []float64 // scratch: candidates' logits, and a heap of them
+	heap64 []float64
 
 	counts    map[int]int // generated tokens so far, when a penalty is on
 	history   []int32     // the same tokens in order, for a backend's copy of counts
@@ -291,7 +294,16 @@ func (s *Sampler) topK(st Step, logits []float32) []candidate {
 
 // kthLargest returns the k-th largest value of x (1 ≤ k < len(x)).
 func (s *Sampler) kthLargest(x []float32, k int) float32 {
-	h := append(s.heap[:0], x[:k]...) // min-heap of the k largest so far
+	var v float32
+	s.heap, v = kthLargest(s.heap, x, k)
+	return v
+}
+
+// kthLargest returns the k-th largest value of x (1 ≤ k < len(x)) from a
+// size-k min-heap built in h (returned for reuse), so a 248k row is not
+// sorted.
+func kthLargest[T cmp.Ordered](h, x []T, k int) ([]T, T) {
+	h = append(h[:0], x[:k]...)
 	for i := k/2 - 1; i >= 0; i-- {
 		siftDown(h, i)
 	}
@@ -301,11 +313,10 @@ func (s *Sampler) kthLargest(x []float32, k int) float32 {
 			siftDown(h, 0)
 		}
 	}
-	s.heap = h
-	return h[0]
+	return h, h[0]
 }
 
-func siftDown(h []float32, i int) {
+func siftDown[T cmp.Ordered](h []T, i int) {
 	for {
 		least, l, r := i, 2*i+1, 2*i+2
 		if l < len(h) && h[l] < h[least] {

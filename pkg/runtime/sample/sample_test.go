@@ -234,3 +234,30 @@ func BenchmarkSampleFullVocab(b *testing.B) {
 		}
 	}
 }
+
+// Top-p without top-k over a 248k row: a flat row (the nucleus is most of
+// it, so every candidate is sorted) and a peaked one, as a trained model's
+// rows are (logits falling with the log of the rank: the nucleus is a few
+// dozen tokens, found among the 64 most probable).
+func BenchmarkSampleTopPOnly(b *testing.B) {
+	const V = 248320
+	flat, peaked := make([]float32, V), make([]float32, V)
+	for i := range flat {
+		flat[i] = float32(math.Sin(float64(i)*0.37)) * 8
+		rank := (i*7919 + 13) % V // a permutation of the ids
+		peaked[i] = float32(-2.5 * math.Log(float64(rank+1)))
+	}
+	for _, bc := range []struct {
+		name string
+		row  []float32
+	}{{"flat", flat}, {"peaked", peaked}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, _ := New(Params{Temperature: 0.7, TopP: 0.95, Seed: 1})
+			for b.Loop() {
+				if _, err := s.Sample(bc.row); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
