@@ -40,6 +40,14 @@ type qBatchLayout struct {
 	dsT []float32
 }
 
+// qBatchKernel is one batched kernel (qbatch_amd64.go) and the row multiple
+// it takes.
+type qBatchKernel struct {
+	name string
+	rows int // rows per call must be a multiple of this
+	fn   func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+}
+
 // qBatchScratch is one kernel caller's scratch: the unpacked Q4 rows of a
 // chunk, the kernel's work area and the tokens' dst offsets.
 type qBatchScratch struct {
@@ -51,10 +59,11 @@ type qBatchScratch struct {
 var qBatchPool = sync.Pool{New: func() any { return new(qBatchScratch) }}
 
 // qBatchWorkBytes is the kernel's work area for rows of groups groups: the
-// converted scales and biases of a row, the dots of 8 rows.
+// results of a block of rows, the converted scales and biases of a row, the
+// dots of the block.
 func qBatchWorkBytes(groups int) int {
 	gpad := (groups + blockGroups - 1) &^ (blockGroups - 1)
-	return 8*gpad + groups*8*qBatchLanes*4
+	return 16*qBatchLanes*4 + 8*gpad + groups*16*qBatchLanes*4 // results and dots of up to 16 rows
 }
 
 // batchLayout returns qa's tokens in the batched kernel's layout for enc,
@@ -125,54 +134,72 @@ func int8Words(q []int8) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&q[0])), len(q)/4)
 }
 
-// qMatMulBatched is qMatMulRows through the batched kernel: rows [lo, hi)
-// for every token of qa into dst (tokens×Rows), row chunk by row chunk, each
-// chunk against every block of 16 tokens while it sits in L2. Rows past the
-// last multiple of 8 go token by token.
+// qMatMulBatched is qMatMulRows through the batched kernels: rows [lo, hi)
+// for every token of qa into dst (tokens×Rows). The active kernel takes the
+// rows in its multiple (16 for AMX, 8 for AVX-512), the AVX-512 kernel a
+// remaining multiple of 8, and the last few rows go token by token.
 func qMatMulBatched(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 	groups := m.Cols / GroupSize
-	mid := lo + (hi-lo)&^7
-	if mid > lo {
-		l := qa.batchLayout(m.Enc)
-		sc := qBatchPool.Get().(*qBatchScratch)
-		sc.work = grow(sc.work, qBatchWorkBytes(groups))
-		for t := range qBatchLanes {
-			sc.idx[t] = int32(t * m.Rows * 4)
+	var l *qBatchLayout
+	var sc *qBatchScratch
+	for _, k := range qBatchSteps() {
+		mid := lo + (hi-lo)/k.rows*k.rows
+		if mid == lo {
+			continue
 		}
-		tail := 1<<(groups%blockGroups) - 1
-		if groups%blockGroups == 0 {
-			tail = 1<<blockGroups - 1
-		}
-		chunk := max(8, matMulChunkBytes/qRowBytes(m)&^7)
-		blocks := (qa.tokens + qBatchLanes - 1) / qBatchLanes
-		words := groups * 16 * qBatchLanes
-		for c := lo; c < mid; c += chunk {
-			end := min(c+chunk, mid)
-			var w []byte
-			if m.Enc == Q4 {
-				sc.unpacked = grow(sc.unpacked, (end-c)*m.Cols)
-				qUnpackQ4(sc.unpacked, m.Data[c*m.Cols/2:end*m.Cols/2], end-c, groups)
-				w = sc.unpacked
-			} else {
-				w = m.Data[c*m.Cols : end*m.Cols]
-			}
-			// The assembly trusts these bounds.
-			_ = m.Scales[end*groups*2-1]
-			_ = m.Biases[end*groups*2-1]
-			for b := range blocks {
-				n := min(qBatchLanes, qa.tokens-b*qBatchLanes)
-				_ = dst[(b*qBatchLanes+n-1)*m.Rows+end-1]
-				xqT := l.xqT[b*words : (b+1)*words]
-				dsT := l.dsT[b*groups*2*qBatchLanes : (b+1)*groups*2*qBatchLanes]
-				qBatchRows(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, &m.Scales[c*groups*2], &m.Biases[c*groups*2],
-					end-c, groups, (*int8)(unsafe.Pointer(&xqT[0])), &dsT[0], &sc.idx[0], 1<<n-1, &sc.work[0], tail)
+		if l == nil {
+			l = qa.batchLayout(m.Enc)
+			sc = qBatchPool.Get().(*qBatchScratch)
+			sc.work = grow(sc.work, qBatchWorkBytes(groups))
+			for t := range qBatchLanes {
+				sc.idx[t] = int32(t * m.Rows * 4)
 			}
 		}
+		qBatchRange(k, dst, m, qa, l, sc, lo, mid)
+		lo = mid
+	}
+	if sc != nil {
 		qBatchPool.Put(sc)
 	}
-	if mid < hi {
+	if lo < hi {
 		for tok := range qa.tokens {
-			qRows(dst[tok*m.Rows:(tok+1)*m.Rows], m, qa, tok, mid, hi)
+			qRows(dst[tok*m.Rows:(tok+1)*m.Rows], m, qa, tok, lo, hi)
+		}
+	}
+}
+
+// qBatchRange runs kernel k over rows [lo, hi) (a multiple of k.rows), row
+// chunk by row chunk, each chunk against every block of 16 tokens while it
+// sits in L2.
+func qBatchRange(k qBatchKernel, dst []float32, m *Matrix, qa *QActivation, l *qBatchLayout, sc *qBatchScratch, lo, hi int) {
+	groups := m.Cols / GroupSize
+	tail := 1<<(groups%blockGroups) - 1
+	if groups%blockGroups == 0 {
+		tail = 1<<blockGroups - 1
+	}
+	chunk := max(k.rows, matMulChunkBytes/qRowBytes(m)/k.rows*k.rows)
+	blocks := (qa.tokens + qBatchLanes - 1) / qBatchLanes
+	words := groups * 16 * qBatchLanes
+	for c := lo; c < hi; c += chunk {
+		end := min(c+chunk, hi)
+		var w []byte
+		if m.Enc == Q4 {
+			sc.unpacked = grow(sc.unpacked, (end-c)*m.Cols)
+			qUnpackQ4(sc.unpacked, m.Data[c*m.Cols/2:end*m.Cols/2], end-c, groups)
+			w = sc.unpacked
+		} else {
+			w = m.Data[c*m.Cols : end*m.Cols]
+		}
+		// The assembly trusts these bounds.
+		_ = m.Scales[end*groups*2-1]
+		_ = m.Biases[end*groups*2-1]
+		for b := range blocks {
+			n := min(qBatchLanes, qa.tokens-b*qBatchLanes)
+			_ = dst[(b*qBatchLanes+n-1)*m.Rows+end-1]
+			xqT := l.xqT[b*words : (b+1)*words]
+			dsT := l.dsT[b*groups*2*qBatchLanes : (b+1)*groups*2*qBatchLanes]
+			k.fn(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, &m.Scales[c*groups*2], &m.Biases[c*groups*2],
+				end-c, groups, (*int8)(unsafe.Pointer(&xqT[0])), &dsT[0], &sc.idx[0], 1<<n-1, &sc.work[0], tail)
 		}
 	}
 }

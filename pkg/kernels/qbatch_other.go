@@ -6,8 +6,6 @@ package kernels
 // token (qRows).
 const qBatchAvailable = false
 
-func qBatchRows(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int) {
-	panic("kernels: no batched kernel in this build")
-}
+func qBatchSteps() []qBatchKernel { return nil }
 
 func qUnpackQ4(dst, w []byte, rows, groups int) { panic("kernels: no batched kernel in this build") }

@@ -17,6 +17,10 @@ func TestQBatchBitwise(t *testing.T) {
 	if !qBatchAvailable {
 		t.Log("no batched kernel in this build or on this CPU: checking the token-by-token path")
 	}
+	withEachQBatchKernel(t, testQBatchBitwise)
+}
+
+func testQBatchBitwise(t *testing.T) {
 	defer func(c int) { matMulChunkBytes = c }(matMulChunkBytes)
 	rng := rand.New(rand.NewPCG(41, 42))
 	styles := []codeStyle{codesRandom, codesMax, codesZero, codesExtreme}
@@ -79,7 +83,9 @@ func TestQBatchBitwise(t *testing.T) {
 // TestQBatchReusedActivation quantizes a narrower batch into a QActivation
 // that held a wider one: the batched layout must be rebuilt, and the padding
 // past the last token and group must not leak into the results.
-func TestQBatchReusedActivation(t *testing.T) {
+func TestQBatchReusedActivation(t *testing.T) { withEachQBatchKernel(t, testQBatchReusedActivation) }
+
+func testQBatchReusedActivation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 44))
 	qa := new(QActivation)
 	for _, sh := range [][3]int{{16, 20, 37}, {16, 3, 5}, {24, 17, 16}, {8, 1, 4}} {
@@ -148,12 +154,10 @@ func BenchmarkQBatch(b *testing.B) {
 				qa := new(QActivation)
 				qa.Quantize(randomVector(rng, tokens*shape[1]), shape[1])
 				dst := make([]float32, tokens*shape[0])
-				for _, batched := range []bool{false, true} {
-					if batched && !qBatchAvailable {
-						continue
-					}
-					b.Run(fmt.Sprintf("%v/%dx%d/tokens=%d/batched=%v", enc, shape[0], shape[1], tokens, batched), func(b *testing.B) {
-						qBatchEnabled = batched
+				for _, kernel := range append([]string{"none"}, qBatchKernelNames()...) {
+					b.Run(fmt.Sprintf("%v/%dx%d/tokens=%d/batched=%s", enc, shape[0], shape[1], tokens, kernel), func(b *testing.B) {
+						qBatchEnabled = kernel != "none"
+						defer useQBatchKernel(kernel)()
 						for b.Loop() {
 							qa.batchValid = [2]bool{} // count building the layout, as a fresh batch does
 							qMatMulRows(dst, m, qa, 0, m.Rows)
@@ -161,6 +165,36 @@ func BenchmarkQBatch(b *testing.B) {
 						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens*m.Rows), "ns/token-row")
 					})
 				}
+			}
+		}
+	}
+}
+
+// TestQBatchPoolThreads runs batched products on a pool of 1–3 threads, which
+// share one QActivation and so its batched layout (built by the first
+// thread to need it; run under -race): every output bitwise the reference.
+func TestQBatchPoolThreads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	for _, enc := range quantEncodings {
+		gate := rawQMatrix(rng, enc, 96, 4*GroupSize, codesRandom)
+		up := rawQMatrix(rng, enc, 72, 4*GroupSize, codesExtreme)
+		const tokens = 21
+		x := edgyVector(rng, tokens*gate.Cols)
+		qa := new(QActivation)
+		qa.Quantize(x, gate.Cols)
+		want := [2][]float32{make([]float32, tokens*gate.Rows), make([]float32, tokens*up.Rows)}
+		for i, m := range []*Matrix{gate, up} {
+			for tok := range tokens {
+				qRowsGeneric(want[i][tok*m.Rows:(tok+1)*m.Rows], m, qa, tok, 0, m.Rows)
+			}
+		}
+		for threads := 1; threads <= 3; threads++ {
+			p := NewPool(threads)
+			got := [2][]float32{make([]float32, len(want[0])), make([]float32, len(want[1]))}
+			p.MatMulFastMulti(got[:], []*Matrix{gate, up}, x, tokens)
+			p.Close()
+			for i := range got {
+				assertSameFloats(t, fmt.Sprintf("%v, %d threads, matrix %d", enc, threads, i), got[i], want[i])
 			}
 		}
 	}
