@@ -104,7 +104,7 @@ func qBatchKernel(name string, amx bool) {
 }
 
 // amxPhase1 computes the dots of 16 rows × 16 tokens, group by group (one
-// TDPBUSD each, two groups in flight): R8 the rows' codes at group g, DX the
+// TDPBUSD each, four groups in flight): R8 the rows' codes at group g, DX the
 // row stride, R10 xqT at group g, R11 = 64, R9 the dots at group g, CX
 // groups left.
 func amxPhase1(name string) {
@@ -113,38 +113,47 @@ func amxPhase1(name string) {
 	emit("MOVQ xqT+56(FP), R10")
 	emit("MOVQ $64, R11")
 	dotsBase("R9")
+	// Four groups at a time: C tiles 0–3, A tiles 4–5 and B tiles 6–7 in
+	// turn, so that a product does not wait for the previous one's store.
 	emit("MOVQ groups+48(FP), CX")
-	emit("SHRQ $1, CX")
-	emit("JZ %s_amxodd", name)
-	label(name + "_amxpair")
-	tileLoad(2, 8, 2)   // tmm2 = codes of group g
-	tileLoad(4, 10, 11) // tmm4 = xqT of group g
-	amxBytes("TILEZERO tmm0", 0xC4, 0xE2, 0x7B, 0x49, 0xC0)
-	tdpbusd(0, 2, 4)
-	emit("ADDQ $64, R8")
-	emit("ADDQ $1024, R10")
-	tileLoad(3, 8, 2)
-	tileLoad(5, 10, 11)
-	amxBytes("TILEZERO tmm1", 0xC4, 0xE2, 0x7B, 0x49, 0xC8)
-	tdpbusd(1, 3, 5)
-	emit("ADDQ $64, R8")
-	emit("ADDQ $1024, R10")
+	emit("SHRQ $2, CX")
+	emit("JZ %s_amxrest", name)
+	label(name + "_amxquad")
+	for i := range 4 {
+		a, b := 4+i%2, 6+i%2
+		tileLoad(a, 8, 2)   // codes of group g+i
+		tileLoad(b, 10, 11) // xqT of group g+i
+		tileZero(i)
+		tdpbusd(i, a, b)
+		emit("ADDQ $64, R8")
+		emit("ADDQ $1024, R10")
+	}
+	for i := range 4 {
+		tileStore(9, 11, i)
+		emit("ADDQ $1024, R9")
+	}
+	emit("DECQ CX")
+	emit("JNZ %s_amxquad", name)
+	label(name + "_amxrest")
+	emit("MOVQ groups+48(FP), CX")
+	emit("ANDQ $3, CX")
+	emit("JZ %s_amxdone", name)
+	label(name + "_amxone")
+	tileLoad(4, 8, 2)
+	tileLoad(6, 10, 11)
+	tileZero(0)
+	tdpbusd(0, 4, 6)
 	tileStore(9, 11, 0)
-	emit("ADDQ $1024, R9")
-	tileStore(9, 11, 1)
+	emit("ADDQ $64, R8")
+	emit("ADDQ $1024, R10")
 	emit("ADDQ $1024, R9")
 	emit("DECQ CX")
-	emit("JNZ %s_amxpair", name)
-	label(name + "_amxodd")
-	emit("MOVQ groups+48(FP), CX")
-	emit("TESTQ $1, CX")
-	emit("JZ %s_amxdone", name)
-	tileLoad(2, 8, 2)
-	tileLoad(4, 10, 11)
-	amxBytes("TILEZERO tmm0", 0xC4, 0xE2, 0x7B, 0x49, 0xC0)
-	tdpbusd(0, 2, 4)
-	tileStore(9, 11, 0)
+	emit("JNZ %s_amxone", name)
 	label(name + "_amxdone")
+}
+
+func tileZero(t int) {
+	amxBytes(fmt.Sprintf("TILEZERO tmm%d", t), 0xC4, 0xE2, 0x7B, 0x49, byte(0xC0|t<<3))
 }
 
 // The Go assembler has no AMX mnemonics: the instructions are written as
