@@ -45,13 +45,18 @@ type qBatchLayout struct {
 type qBatchKernel struct {
 	name string
 	rows int // rows per call must be a multiple of this
-	fn   func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+	// convert: the kernel takes the rows' parameters converted by
+	// qConvertScales (scales: the converted block, tail: the biases' byte
+	// offset) instead of bf16 scales, biases and the tail mask.
+	convert bool
+	fn      func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 }
 
 // qBatchScratch is one kernel caller's scratch: the unpacked Q4 rows of a
 // chunk, the kernel's work area and the tokens' dst offsets.
 type qBatchScratch struct {
 	unpacked []byte
+	scalesT  []float32 // a chunk's converted parameters (qBatchKernel.convert)
 	work     []byte
 	idx      [qBatchLanes]int32
 }
@@ -63,7 +68,8 @@ var qBatchPool = sync.Pool{New: func() any { return new(qBatchScratch) }}
 // dots of the block.
 func qBatchWorkBytes(groups int) int {
 	gpad := (groups + blockGroups - 1) &^ (blockGroups - 1)
-	return 16*qBatchLanes*4 + 8*gpad + groups*16*qBatchLanes*4 // results and dots of up to 16 rows
+	return max(16*qBatchLanes*4+8*gpad+groups*16*qBatchLanes*4, // results and dots of up to 16 rows
+		(16+256+16)*qBatchLanes*4) // qBatchAMXFused: results, accumulators, one group's dots
 }
 
 // batchLayout returns qa's tokens in the batched kernel's layout for enc,
@@ -142,7 +148,7 @@ func qMatMulBatched(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 	groups := m.Cols / GroupSize
 	var l *qBatchLayout
 	var sc *qBatchScratch
-	for _, k := range qBatchSteps() {
+	for _, k := range qBatchSteps(groups) {
 		mid := lo + (hi-lo)/k.rows*k.rows
 		if mid == lo {
 			continue
@@ -193,13 +199,19 @@ func qBatchRange(k qBatchKernel, dst []float32, m *Matrix, qa *QActivation, l *q
 		// The assembly trusts these bounds.
 		_ = m.Scales[end*groups*2-1]
 		_ = m.Biases[end*groups*2-1]
+		scales, biases, tailArg := &m.Scales[c*groups*2], &m.Biases[c*groups*2], tail
+		if k.convert {
+			var off int
+			sc.scalesT, off = qConvertScales(sc.scalesT, m, c, end)
+			scales, biases, tailArg = (*byte)(unsafe.Pointer(&sc.scalesT[0])), nil, off
+		}
 		for b := range blocks {
 			n := min(qBatchLanes, qa.tokens-b*qBatchLanes)
 			_ = dst[(b*qBatchLanes+n-1)*m.Rows+end-1]
 			xqT := l.xqT[b*words : (b+1)*words]
 			dsT := l.dsT[b*groups*2*qBatchLanes : (b+1)*groups*2*qBatchLanes]
-			k.fn(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, &m.Scales[c*groups*2], &m.Biases[c*groups*2],
-				end-c, groups, (*int8)(unsafe.Pointer(&xqT[0])), &dsT[0], &sc.idx[0], 1<<n-1, &sc.work[0], tail)
+			k.fn(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, scales, biases,
+				end-c, groups, (*int8)(unsafe.Pointer(&xqT[0])), &dsT[0], &sc.idx[0], 1<<n-1, &sc.work[0], tailArg)
 		}
 	}
 }

@@ -30,6 +30,20 @@ func qBatchAVX512(dst *float32, w *byte, stride int, scales, biases *byte, rows,
 //go:noescape
 func qBatchAMX(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 
+// qBatchAMXFused is qBatchAMX consuming each group's dots at once from L1;
+// scales points at the rows' parameters converted by qScalesT, and tail is
+// the byte offset of the converted biases from it (biases is unused).
+//
+//go:noescape
+func qBatchAMXFused(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+
+// qScalesT converts rows (a multiple of 16) rows' bf16 scales and biases
+// for qBatchAMXFused: per block of 16 rows and group (groups rounded up to
+// 16), the rows' float32 values; the biases after the scales.
+//
+//go:noescape
+func qScalesT(dst *float32, scales, biases *byte, rows, groups, tail int)
+
 // qUnpackQ4AVX512 unpacks rows of Q4 codes (groups·32 bytes each) to a byte
 // per code (groups·64 bytes each), each group as its even elements then its
 // odd ones.
@@ -56,10 +70,11 @@ func requestAMX() bool {
 var qBatchKernels = func() []qBatchKernel {
 	var k []qBatchKernel
 	if hasAMX {
-		k = append(k, qBatchKernel{"AMX", 16, qBatchAMX})
+		k = append(k, qBatchKernel{name: "AMX-fused", rows: 16, fn: qBatchAMXFused, convert: true})
+		k = append(k, qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX})
 	}
 	if hasAVX512VNNI {
-		k = append(k, qBatchKernel{"AVX512VNNI", 8, qBatchAVX512})
+		k = append(k, qBatchKernel{name: "AVX512VNNI", rows: 8, fn: qBatchAVX512})
 	}
 	return k
 }()
@@ -71,13 +86,25 @@ var qBatchActive = func() qBatchKernel {
 	return qBatchKernels[0]
 }()
 
-// qBatchSteps is the active kernel, then, if it takes 16 rows at a time, the
+// qBatchFusedMinGroups is the fewest groups per row for which the fused AMX
+// kernel beats the plain one (BenchmarkQBatch: 32 groups, 20% faster at 64
+// tokens; 8 groups, up to 40% slower at 8–16 tokens, its per-block fold and
+// parameter conversion then weighing more than its saved traffic). The
+// tests set it to 0 to run the fused kernel on every shape.
+var qBatchFusedMinGroups = 16
+
+// qBatchSteps is the active kernel (the plain AMX one instead of the fused
+// one below qBatchFusedMinGroups), then, if it takes 16 rows at a time, the
 // AVX-512 one for a remaining multiple of 8 rows.
-func qBatchSteps() []qBatchKernel {
-	if qBatchActive.rows > 8 && hasAVX512VNNI {
-		return []qBatchKernel{qBatchActive, {"AVX512VNNI", 8, qBatchAVX512}}
+func qBatchSteps(groups int) []qBatchKernel {
+	k := qBatchActive
+	if k.convert && groups < qBatchFusedMinGroups {
+		k = qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX}
 	}
-	return []qBatchKernel{qBatchActive}
+	if k.rows > 8 && hasAVX512VNNI {
+		return []qBatchKernel{k, {name: "AVX512VNNI", rows: 8, fn: qBatchAVX512}}
+	}
+	return []qBatchKernel{k}
 }
 
 // qUnpackQ4 unpacks Q4 rows for qBatchRows.
@@ -85,4 +112,22 @@ func qUnpackQ4(dst, w []byte, rows, groups int) {
 	_ = dst[rows*groups*GroupSize-1]
 	_ = w[rows*groups*GroupSize/2-1]
 	qUnpackQ4AVX512(&dst[0], &w[0], rows, groups)
+}
+
+// qConvertScales converts the parameters of rows [lo, hi) of m for a kernel
+// that takes them converted (qScalesT), into buf; it returns the converted
+// scales and the biases' byte offset from them.
+func qConvertScales(buf []float32, m *Matrix, lo, hi int) ([]float32, int) {
+	groups := m.Cols / GroupSize
+	gpad := (groups + blockGroups - 1) &^ (blockGroups - 1)
+	n := (hi - lo) / 16 * gpad * 16
+	buf = grow(buf, 2*n)
+	_ = m.Scales[hi*groups*2-1]
+	_ = m.Biases[hi*groups*2-1]
+	tail := 1<<(groups%blockGroups) - 1
+	if groups%blockGroups == 0 {
+		tail = 1<<blockGroups - 1
+	}
+	qScalesT(&buf[0], &m.Scales[lo*groups*2], &m.Biases[lo*groups*2], hi-lo, groups, tail)
+	return buf, 4 * n
 }

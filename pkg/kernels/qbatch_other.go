@@ -6,6 +6,10 @@ package kernels
 // token (qRows).
 const qBatchAvailable = false
 
-func qBatchSteps() []qBatchKernel { return nil }
+func qBatchSteps(groups int) []qBatchKernel { return nil }
 
 func qUnpackQ4(dst, w []byte, rows, groups int) { panic("kernels: no batched kernel in this build") }
+
+func qConvertScales(buf []float32, m *Matrix, lo, hi int) ([]float32, int) {
+	panic("kernels: no batched kernel in this build")
+}

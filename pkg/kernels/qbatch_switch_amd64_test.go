@@ -11,8 +11,9 @@ func withEachQBatchKernel(t *testing.T, f func(t *testing.T)) {
 		f(t)
 		return
 	}
-	saved := qBatchActive
-	defer func() { qBatchActive = saved }()
+	saved, savedMin := qBatchActive, qBatchFusedMinGroups
+	defer func() { qBatchActive, qBatchFusedMinGroups = saved, savedMin }()
+	qBatchFusedMinGroups = 0 // each kernel on every shape
 	for _, k := range qBatchKernels {
 		qBatchActive = k
 		t.Run(k.name, f)
@@ -30,11 +31,12 @@ func qBatchKernelNames() []string {
 // useQBatchKernel makes the named kernel the active one (none: unchanged) and
 // returns what restores the choice.
 func useQBatchKernel(name string) func() {
-	saved := qBatchActive
+	saved, savedMin := qBatchActive, qBatchFusedMinGroups
 	for _, k := range qBatchKernels {
 		if k.name == name {
 			qBatchActive = k
+			qBatchFusedMinGroups = 0
 		}
 	}
-	return func() { qBatchActive = saved }
+	return func() { qBatchActive, qBatchFusedMinGroups = saved, savedMin }
 }

@@ -35,6 +35,8 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 `)
 	qBatchKernel("qBatchAVX512", false)
 	qBatchKernel("qBatchAMX", true)
+	qBatchAMXFused()
+	qScalesT()
 	qUnpackQ4AVX512()
 }
 
@@ -337,12 +339,33 @@ func transposeStore(name string, rb int) {
 			emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
 		}
 	}
+	emit("MOVQ mask+80(FP), R9")
+	emit("MOVQ idx+72(FP), R10")
+	transpose16(func(t, reg int) {
+		skip := fmt.Sprintf("%s_skip%d", name, t)
+		emit("BTQ $%d, R9", t)
+		emit("JCC %s", skip)
+		emit("MOVLQSX %d(R10), R11", 4*t)
+		if rb == 16 {
+			emit("VMOVUPS Z%d, (DI)(R11*1)", reg)
+		} else {
+			emit("VMOVUPS Y%d, (DI)(R11*1)", reg)
+		}
+		label(skip)
+	})
+	emit("ADDQ $%d, DI", 4*rb)
+}
+
+// transpose16 transposes the 16×16 float32 matrix in Z0–Z15 (row i in Zi)
+// and hands out each column t (the 16 rows' lane t, row i in lane i) in a
+// register for out; it clobbers Z0–Z23.
+func transpose16(out func(t, reg int)) {
 	// Stage 1: pairs of rows interleaved per 128-bit lane.
 	for i := range 8 {
 		emit("VUNPCKLPS Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i)
 		emit("VUNPCKHPS Z%d, Z%d, Z%d", 2*i+1, 2*i, 17+2*i)
 	}
-	// Stage 2: u[4i+j] holds rows 4i..4i+3 of tokens j, 4+j, 8+j, 12+j.
+	// Stage 2: u[4i+j] holds rows 4i..4i+3 of columns j, 4+j, 8+j, 12+j.
 	for i := range 4 {
 		a, b, c, d := 16+4*i, 17+4*i, 18+4*i, 19+4*i
 		emit("VUNPCKLPD Z%d, Z%d, Z%d", c, a, 4*i)
@@ -350,9 +373,7 @@ func transposeStore(name string, rb int) {
 		emit("VUNPCKLPD Z%d, Z%d, Z%d", d, b, 4*i+2)
 		emit("VUNPCKHPD Z%d, Z%d, Z%d", d, b, 4*i+3)
 	}
-	emit("MOVQ mask+80(FP), R9")
-	emit("MOVQ idx+72(FP), R10")
-	// Stages 3 and 4, per j: token 4L+j = lane L of u[j], u[4+j], u[8+j], u[12+j].
+	// Stages 3 and 4, per j: column 4L+j = lane L of u[j], u[4+j], u[8+j], u[12+j].
 	for j := range 4 {
 		emit("VSHUFF32X4 $0x88, Z%d, Z%d, Z16", 4+j, j)
 		emit("VSHUFF32X4 $0xDD, Z%d, Z%d, Z17", 4+j, j)
@@ -363,20 +384,9 @@ func transposeStore(name string, rb int) {
 		emit("VSHUFF32X4 $0xDD, Z18, Z16, Z22") // L = 2
 		emit("VSHUFF32X4 $0xDD, Z19, Z17, Z23") // L = 3
 		for L := range 4 {
-			t := 4*L + j
-			skip := fmt.Sprintf("%s_skip%d", name, t)
-			emit("BTQ $%d, R9", t)
-			emit("JCC %s", skip)
-			emit("MOVLQSX %d(R10), R11", 4*t)
-			if rb == 16 {
-				emit("VMOVUPS Z%d, (DI)(R11*1)", 20+L)
-			} else {
-				emit("VMOVUPS Y%d, (DI)(R11*1)", 20+L)
-			}
-			label(skip)
+			out(4*L+j, 20+L)
 		}
 	}
-	emit("ADDQ $%d, DI", 4*rb)
 }
 
 // laneStep adds group 16b+l of the current block to accumulator l: R9 dsT
