@@ -98,7 +98,7 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 		if !ls.kv.f32() {
 			tile = blocks.Grow(&sc.tile, kernels.AttendScratch(heads, Dh))
 		}
-		batch := attnBatch(heads, pos0+T)
+		batch := min(attnBatch(heads, pos0+T), T) // a decode step: 1, as before
 		if ls.kv.f32() {
 			batch = 1 // nothing is widened: one token at a time reads as well
 		}
