@@ -13,7 +13,13 @@
 #          too with --tokens 64
 #
 #   scripts/prefill-ab.sh --model DIR [--ram-budget 2G] [--prompt-tokens 1024] [--rounds 2] [--threads 2]
-#                         [--arms chunk|warm|bin] [--base-bin PATH] [--tokens 2]
+#                         [--arms chunk|warm|bin] [--base-bin PATH] [--tokens 2] [--prefill-chunk N]
+#                         [--warmup N]
+#
+# --prefill-chunk N (arms warm and bin) gives both arms passes of N tokens, e.g. long passes on an
+# install that fits its budget, to compare compute alone; --warmup N (bench --warmup) first
+# prefills N tokens in a throwaway session, so that on such an install the measured prefill
+# reads nothing and touches no fresh memory.
 #
 # The install must not fit its budget (otherwise both arms prefill in 256-token passes), e.g. the
 # 12-layer 4-bit synthetic 35B-A3B install under 2G:
@@ -24,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 
-model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2
+model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2 chunk="" warmup=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -35,10 +41,13 @@ while [ $# -gt 0 ]; do
     --arms) arms=$2; shift 2 ;;
     --base-bin) base=$2; shift 2 ;;
     --tokens) gen=$2; shift 2 ;;
+    --prefill-chunk) chunk=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
     *) echo "prefill-ab.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 [ -n "$model" ] || { echo "prefill-ab.sh: --model DIR is required" >&2; exit 2; }
+[ -z "$chunk" ] || [ "$arms" != chunk ] || { echo "prefill-ab.sh: --prefill-chunk fixes both arms' passes; use it with --arms warm or bin" >&2; exit 2; }
 case $arms in
   chunk) names=(256 long) ;;
   warm) names=(nowarm warm) ;;
@@ -53,12 +62,13 @@ sum_a=0 sum_b=0 dec_a=0 dec_b=0
 for r in $(seq "$rounds"); do
   for arm in "${names[@]}"; do
     bin=bin/nvmai-run flag=()
+    [ -z "$chunk" ] || flag=(--prefill-chunk "$chunk")
     case $arm in
       256) flag=(--prefill-chunk 256) ;;
-      nowarm) flag=(--warm-reads=false) ;;
+      nowarm) flag+=(--warm-reads=false) ;;
       base) bin=$base ;;
     esac
-    line=$("$bin" bench --model "$model" --ram-budget "$budget" --threads "$threads" --tokens "$gen" \
+    line=$("$bin" bench --model "$model" --ram-budget "$budget" --threads "$threads" --tokens "$gen" --warmup "$warmup" \
       --prompt-ids "$ids" --quiet --kv "${flag[@]}")
     p=$(kv prefill_tok_s "$line") d=$(kv decode_tok_s "$line")
     printf 'round %d  %-6s (passes of %5s) prefill %6.2f tok/s  read %6s GiB (%5s MiB/token, warm %4s GiB, %4s used)  I/O wait %6ss  disk-bound %7s tok/s  compute-bound %6s tok/s  binds: %s  decode %6.2f tok/s\n' \

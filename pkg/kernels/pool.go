@@ -540,7 +540,8 @@ func (p *Pool) split(serial bool) {
 // chunkRows is how many rows a thread claims at a time: a 1/chunksPerThread
 // share of a thread's range, but at least chunkBytes and at most
 // maxChunkBytes of weights (a multiple of 8 rows); batched products claim
-// whole L2 row chunks of qMatMulRows.
+// whole L2 row chunks of qMatMulRows, a multiple of 16 rows (the AMX
+// batched kernel's block).
 // A Parallel loop claims whole ranges (its indices are heads, each much
 // work, and a span of heads may share reads).
 func (p *Pool) chunkRows(threads int) int {
@@ -555,6 +556,7 @@ func (p *Pool) chunkRows(threads int) int {
 	rows := max(chunkBytes/rowBytes, min(j.total/(threads*chunksPerThread), maxChunkBytes/rowBytes))
 	if j.n > 1 || (j.qa != nil && j.qa.tokens > 1) {
 		rows = max(rows, matMulChunkBytes/rowBytes)
+		return (rows + 15) &^ 15
 	}
 	return (rows + 7) &^ 7
 }

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 )
 
@@ -34,6 +35,12 @@ type QActivation struct {
 	sumQ   []int32
 
 	q4Buf, q8Buf []int8 // backing arrays of q4 and q8, with alignment slack
+
+	// The batched kernel's layout of the tokens, Q4 and Q8 order, built on
+	// first use after each Quantize (batchLayout).
+	batchMu    sync.Mutex
+	batch      [2]qBatchLayout
+	batchValid [2]bool
 }
 
 // blockGroups is the number of groups the kernels combine in one vector of
@@ -73,6 +80,7 @@ func (qa *QActivation) Cols() int { return qa.cols }
 
 func (qa *QActivation) resize(tokens, cols int) {
 	qa.tokens, qa.cols = tokens, cols
+	qa.batchValid = [2]bool{}
 	qa.groups = cols / GroupSize
 	qa.blocks = (qa.groups + blockGroups - 1) / blockGroups
 	n := tokens * qa.blocks * blockBytes

@@ -83,6 +83,10 @@ func qMatMulRows(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 		qRows(dst, m, qa, 0, lo, hi)
 		return
 	}
+	if qBatchEnabled && qa.tokens >= qBatchMinTokens(m.Enc) {
+		qMatMulBatched(dst, m, qa, lo, hi)
+		return
+	}
 	chunk := max(1, matMulChunkBytes/qRowBytes(m))
 	for c := lo; c < hi; c += chunk {
 		end := min(c+chunk, hi)

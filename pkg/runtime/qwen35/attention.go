@@ -21,10 +21,11 @@ type attnScratch struct {
 
 // attnWorker is one thread's scratch for the per-head attention.
 type attnWorker struct {
-	q      []float32 // the normed, rotated queries of one head group [heads, Dh]
-	scores []float32 // their scores, then weights [heads, positions attended]
-	qi     []float32 // the queries interleaved for kernels.AttendScores [heads, Dh]
+	q      []float32 // the normed, rotated queries of one head group, per token of a batch [tokens, heads, Dh]
+	scores []float32 // their scores, then weights, per token [heads, positions attended]
+	qi     []float32 // the queries interleaved for kernels.AttendScores [tokens, heads, Dh]
 	tile   []float32 // kernels.AttendScratch for a cache below float32
+	sets   attnSets  // a batch of tokens (attendGroupMulti)
 }
 
 // attnMixer is docs/qwen35-architecture.md §3.4 for T tokens at positions
@@ -79,41 +80,110 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 // attnHeads computes the gated attention output of query heads [lo, hi)
 // for the chunk's T tokens, whose keys and values are already cached. Heads
 // of the span that share a KV head attend together, so each cached key and
-// value row is read once per group rather than once per head; every head's
-// own arithmetic is the same whatever the grouping.
+// value row is read once per group rather than once per head, and up to
+// attnBatch tokens attend together (attendGroupMulti), so a cache below
+// float32 is widened once per batch rather than once per token; every
+// head's own arithmetic is the same whatever the grouping.
 func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
 	c := &m.cfg
 	Hq, Dh := c.NumHeads, c.HeadDim
 	half := c.RotaryDim / 2
 	group := Hq / c.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(Dh)))
-	for t := range T {
-		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
-		n := pos0 + t + 1 // causal: the cache up to and including this token
-		for h := lo; h < hi; {
-			g := h / group
-			end := min(hi, (g+1)*group) // heads [h, end) read KV head g
-			heads := end - h
-			qs := blocks.Grow(&sc.q, heads*Dh)
-			for j := range heads {
-				base := t*2*Hq*Dh + (h+j)*2*Dh
-				q := qs[j*Dh : (j+1)*Dh]
-				blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
-				blocks.Rotate(q, cos, sin)
+	for h := lo; h < hi; {
+		g := h / group
+		end := min(hi, (g+1)*group) // heads [h, end) read KV head g
+		heads := end - h
+		var tile []float32
+		if !ls.kv.f32() {
+			tile = blocks.Grow(&sc.tile, kernels.AttendScratch(heads, Dh))
+		}
+		batch := min(attnBatch(heads, pos0+T), T) // a decode step: 1, as before
+		if ls.kv.f32() {
+			batch = 1 // nothing is widened: one token at a time reads as well
+		}
+		// Sized for the chunk's last batch once: growing per batch would
+		// allocate afresh (and touch fresh pages) for nearly every batch.
+		blocks.Grow(&sc.scores, batch*heads*(pos0+T))
+		for t0 := 0; t0 < T; t0 += batch {
+			nb := min(batch, T-t0)
+			qs := blocks.Grow(&sc.q, nb*heads*Dh)
+			qi := blocks.Grow(&sc.qi, nb*heads*Dh)
+			scores := blocks.Grow(&sc.scores, nb*heads*(pos0+t0+nb))
+			sets := sc.sets.reset(nb)
+			off := 0
+			for b := range nb {
+				t := t0 + b
+				cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
+				n := pos0 + t + 1 // causal: the cache up to and including this token
+				qb := qs[b*heads*Dh : (b+1)*heads*Dh]
+				for j := range heads {
+					base := t*2*Hq*Dh + (h+j)*2*Dh
+					q := qb[j*Dh : (j+1)*Dh]
+					blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
+					blocks.Rotate(q, cos, sin)
+				}
+				sets.o[b] = o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
+				sets.q[b] = qb
+				sets.qi[b] = qi[b*heads*Dh : (b+1)*heads*Dh]
+				sets.scores[b] = scores[off : off+heads*n]
+				sets.n[b] = n
+				off += heads * n
 			}
-			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			var tile []float32
-			if !ls.kv.f32() {
-				tile = blocks.Grow(&sc.tile, kernels.AttendScratch(heads, Dh))
+			if nb == 1 {
+				attendGroup(sets.o[0], sets.q[0], ls.kv, g, sets.n[0], scale, sets.scores[0], sets.qi[0], tile)
+			} else {
+				attendGroupMulti(sets, ls.kv, g, scale, tile)
 			}
-			attendGroup(og, qs, ls.kv, g, n, scale, blocks.Grow(&sc.scores, heads*n), blocks.Grow(&sc.qi, heads*Dh), tile)
-			for j := range heads {
-				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
-				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
+			for b := range nb {
+				t := t0 + b
+				for j := range heads {
+					gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
+					kernels.MulSigmoid(sets.o[b][j*Dh:(j+1)*Dh], gate)
+				}
 			}
-			h = end
+		}
+		h = end
+	}
+}
+
+// attnBatch is how many tokens attend together for heads query heads over
+// up to n cached positions: at most 8, and their scores within
+// attnScoresBudget bytes.
+func attnBatch(heads, n int) int {
+	return max(1, min(8, attnScoresBudget/(4*heads*max(n, 1))))
+}
+
+// attnScoresBudget bounds a worker's scores scratch for a batch of tokens.
+const attnScoresBudget = 2 << 20
+
+// attnSets is a batch of tokens' slices for attendGroupMulti, reused.
+type attnSets struct {
+	o, q, qi, scores [][]float32
+	n                []int
+}
+
+func (s *attnSets) reset(nb int) *attnSets {
+	if cap(s.n) < nb {
+		*s = attnSets{o: make([][]float32, nb), q: make([][]float32, nb), qi: make([][]float32, nb),
+			scores: make([][]float32, nb), n: make([]int, nb)}
+	}
+	s.o, s.q, s.qi, s.scores, s.n = s.o[:nb], s.q[:nb], s.qi[:nb], s.scores[:nb], s.n[:nb]
+	return s
+}
+
+// attendGroupMulti is attendGroup for each token of the batch (its queries,
+// length, scores, qi and output in sets), bitwise what attendGroup gives it:
+// the cache's tiles are widened once for the batch.
+func attendGroupMulti(sets *attnSets, kv *kvCache, g int, scale float32, tile []float32) {
+	kv.scoresMulti(sets.scores, sets.q, g, sets.n, scale, sets.qi, tile)
+	for b, sb := range sets.scores {
+		n := sets.n[b]
+		for j := range len(sb) / n {
+			blocks.SoftmaxInPlace(sb[j*n : (j+1)*n])
 		}
 	}
+	kv.valuesMulti(sets.o, sets.scores, g, sets.n, tile)
 }
 
 // attendGroup writes softmax(q·Kᵀ·scale)·V for each query of qs [heads, Dh]

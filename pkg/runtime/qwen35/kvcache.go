@@ -168,6 +168,41 @@ func (c *kvCache) values(o, w []float32, g, c0, cw, n int, scratch []float32) {
 	}
 }
 
+// scoresMulti is scores for each of several query sets over KV head g's
+// first ns[i] cached keys (from position 0), each bitwise what scores gives
+// it; a cache below float32 widens each tile once for all of them.
+func (c *kvCache) scoresMulti(scores, qs [][]float32, g int, ns []int, scale float32, qis [][]float32, scratch []float32) {
+	off := g * c.dh
+	switch {
+	case c.k.f32 != nil:
+		for i := range qs {
+			kernels.AttendScores(scores[i], qs[i], c.dh, c.k.f32[off:], c.row, ns[i], scale, qis[i])
+		}
+	case c.k.b16 != nil:
+		kernels.AttendScoresBF16Multi(scores, qs, ns, c.dh, kernels.BF16Rows{Values: c.k.b16[off:], Stride: c.row}, scale, qis, scratch)
+	default:
+		gr := kvGroup(c.dh)
+		kernels.AttendScoresQ8Multi(scores, qs, ns, c.dh, kernels.Q8Rows{Values: c.k.q8[off:], Scales: c.k.scales[off/gr:], Stride: c.row, Group: gr}, scale, qis, scratch)
+	}
+}
+
+// valuesMulti is values (all columns of the head) for each of several
+// weight sets, as scoresMulti.
+func (c *kvCache) valuesMulti(os, ws [][]float32, g int, ns []int, scratch []float32) {
+	off := g * c.dh
+	switch {
+	case c.v.f32 != nil:
+		for i := range os {
+			kernels.AttendValues(os[i], ws[i], c.dh, c.v.f32[off:], c.row, ns[i])
+		}
+	case c.v.b16 != nil:
+		kernels.AttendValuesBF16Multi(os, ws, ns, c.dh, kernels.BF16Rows{Values: c.v.b16[off:], Stride: c.row}, scratch)
+	default:
+		gr := kvGroup(c.dh)
+		kernels.AttendValuesQ8Multi(os, ws, ns, c.dh, kernels.Q8Rows{Values: c.v.q8[off:], Scales: c.v.scales[off/gr:], Stride: c.row, Group: gr}, scratch)
+	}
+}
+
 // columnBlock is the width the split attention hands each thread's values:
 // the int8 scale group (64, or the whole head).
 func (c *kvCache) columnBlock() int { return kvGroup(c.dh) }

@@ -1,0 +1,247 @@
+package main
+
+import "fmt"
+
+// qBatchAMXFused is qBatchAMX with each group's dots consumed while they sit
+// in L1: per block of 16 rows, group by group, one TDPBUSD, its 16×16 dots
+// stored to a 1 KiB buffer and at once combined into the block's
+// accumulators (16 rows × 16 lanes × 16 tokens, 16 KiB in work), where
+// qBatchAMX wrote all of a block's dots (groups KiB) before combining any.
+// Each accumulator still receives its groups in ascending order, starting
+// from +0 (the first 16 groups add to +0 in a register), so the results are
+// bitwise qBatchAMX's. scales and biases are not the rows' bf16 parameters
+// but their float32 conversion by qScalesT: per block of 16 rows, per group
+// (gpad of them), the 16 rows' values; biases at tail bytes after scales.
+//
+// Registers: DI dst, BX blocks left, SI weights of the block (the group
+// counter inside the group loop), DX row stride, R8 codes at group g, R10
+// xqT at group g, R11 = 64, R9 the dots buffer, AX dsT at group g, CX the
+// block's converted scales at group g, R12 the biases' offset from them, R13
+// the accumulators of lane g mod 16 (row r at +1024·r), R15 lanes left before
+// the lane wraps.
+//
+// work: results (1 KiB), accumulators (16 KiB), the dots buffer (1 KiB).
+func qBatchAMXFused() {
+	const name = "qBatchAMXFused"
+	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
+	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	emit("LEAQ amxTiles<>(SB), AX")
+	amxBytes("LDTILECFG (AX)", 0xC4, 0xE2, 0x78, 0x49, 0x00)
+	emit("MOVQ dst+0(FP), DI")
+	emit("MOVQ w+8(FP), SI")
+	emit("MOVQ stride+16(FP), DX")
+	emit("MOVQ scales+24(FP), CX")
+	emit("MOVQ rows+40(FP), BX")
+	emit("SHRQ $4, BX")
+	emit("TESTQ BX, BX")
+	emit("JZ %s_done", name)
+	emit("VPXORD Z31, Z31, Z31")
+	label(name + "_block")
+	emit("MOVQ SI, R8")
+	emit("MOVQ xqT+56(FP), R10")
+	emit("MOVQ $64, R11")
+	emit("MOVQ work+88(FP), R9")
+	emit("ADDQ $%d, R9", 1024+16384)
+	emit("MOVQ dsT+64(FP), AX")
+	emit("MOVQ tail+96(FP), R12")
+	emit("MOVQ work+88(FP), R13")
+	emit("ADDQ $1024, R13")
+
+	comment("the first 16 groups (or all, if fewer): accumulators = +0 + v")
+	emit("MOVQ groups+48(FP), SI")
+	emit("CMPQ SI, $16")
+	emit("JLE %s_firstn", name)
+	emit("MOVQ $16, SI")
+	label(name + "_firstn")
+	label(name + "_first")
+	fusedGroup(true)
+	emit("ADDQ $64, R13")
+	emit("DECQ SI")
+	emit("JNZ %s_first", name)
+
+	comment("fewer than 16 groups: the lanes past the last stay +0")
+	emit("MOVQ groups+48(FP), SI")
+	emit("CMPQ SI, $16")
+	emit("JGE %s_rest", name)
+	emit("NEGQ SI")
+	emit("ADDQ $16, SI")
+	label(name + "_zero")
+	for r := range 16 {
+		emit("VMOVUPS Z31, %d(R13)", 1024*r)
+	}
+	emit("ADDQ $64, R13")
+	emit("DECQ SI")
+	emit("JNZ %s_zero", name)
+	emit("JMP %s_fold", name)
+
+	comment("the other groups: accumulators += v, lane g mod 16")
+	label(name + "_rest")
+	emit("SUBQ $16, SI")
+	emit("JZ %s_fold", name)
+	emit("MOVQ work+88(FP), R13")
+	emit("ADDQ $1024, R13")
+	emit("MOVQ $16, R15")
+	label(name + "_group")
+	fusedGroup(false)
+	emit("ADDQ $64, R13")
+	emit("DECQ R15")
+	emit("JNZ %s_nowrap", name)
+	emit("SUBQ $1024, R13")
+	emit("MOVQ $16, R15")
+	label(name + "_nowrap")
+	emit("DECQ SI")
+	emit("JNZ %s_group", name)
+
+	label(name + "_fold")
+	comment("per row: fold its 16 accumulators (reduce16) into the results")
+	emit("MOVQ work+88(FP), R13")
+	emit("ADDQ $1024, R13")
+	emit("MOVQ work+88(FP), R14")
+	emit("MOVQ $16, R15")
+	label(name + "_row")
+	for l := range 16 {
+		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
+	}
+	for _, h := range []int{8, 4, 2, 1} {
+		for i := range h {
+			emit("VADDPS Z%d, Z%d, Z%d", i+h, i, i)
+		}
+	}
+	emit("VMOVUPS Z0, (R14)")
+	emit("ADDQ $1024, R13")
+	emit("ADDQ $64, R14")
+	emit("DECQ R15")
+	emit("JNZ %s_row", name)
+	transposeStore(name, 16)
+	emit("VPXORD Z31, Z31, Z31")
+
+	comment("next block: weights 16 rows on, converted scales gpad groups on")
+	emit("MOVQ groups+48(FP), SI")
+	emit("SHLQ $6, SI")
+	emit("NEGQ SI")
+	emit("ADDQ R8, SI")
+	emit("LEAQ (SI)(DX*8), SI")
+	emit("LEAQ (SI)(DX*8), SI")
+	// CX moved on by groups·64; the block's scales span gpad·64.
+	emit("MOVQ groups+48(FP), R11")
+	emit("MOVQ R11, R12")
+	emit("ADDQ $15, R12")
+	emit("ANDQ $-16, R12")
+	emit("SUBQ R11, R12")
+	emit("SHLQ $6, R12")
+	emit("ADDQ R12, CX")
+	emit("DECQ BX")
+	emit("JNZ %s_block", name)
+	label(name + "_done")
+	amxBytes("TILERELEASE", 0xC4, 0xE2, 0x78, 0x49, 0xC0)
+	emit("VZEROUPPER")
+	emit("RET")
+}
+
+// fusedGroup is one group of qBatchAMXFused: its dots by AMX, then per row
+// v = (s·dx)·float(d) + b·Σx added to the row's accumulator of this lane
+// (first: to +0 instead of the stored accumulator).
+func fusedGroup(first bool) {
+	tileLoad(4, 8, 2)   // codes of group g, 16 rows
+	tileLoad(6, 10, 11) // xqT of group g
+	tileZero(0)
+	tdpbusd(0, 4, 6)
+	tileStore(9, 11, 0)
+	emit("VMOVUPS (AX), Z20")   // dx of the 16 tokens
+	emit("VMOVUPS 64(AX), Z21") // Σx
+	for r := range 16 {
+		emit("VCVTDQ2PS %d(R9), Z16", 64*r)
+		emit("VMULPS.BCST %d(CX), Z20, Z17", 4*r)
+		emit("VMULPS Z16, Z17, Z17")
+		emit("VMULPS.BCST %d(CX)(R12*1), Z21, Z18", 4*r)
+		emit("VADDPS Z18, Z17, Z17")
+		if first {
+			emit("VADDPS Z31, Z17, Z17")
+		} else {
+			emit("VADDPS %d(R13), Z17, Z17", 1024*r)
+		}
+		emit("VMOVUPS Z17, %d(R13)", 1024*r)
+	}
+	emit("ADDQ $64, R8")
+	emit("ADDQ $1024, R10")
+	emit("ADDQ $128, AX")
+	emit("ADDQ $64, CX")
+}
+
+// qScalesT converts the bf16 scales and biases of rows (a multiple of 16)
+// rows of groups groups to float32 for qBatchAMXFused: per block of 16 rows,
+// per group g < gpad (groups rounded up to 16; the padding is 0), the 16
+// rows' values (64 bytes); the biases follow the scales after
+// rows/16·gpad·64 bytes. tail masks the last block of 16 groups.
+func qScalesT() {
+	const name = "qScalesT"
+	fmt.Fprintf(&out, "\n// func %s(dst *float32, scales, biases *byte, rows, groups, tail int)\n", name)
+	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
+	emit("MOVQ tail+40(FP), AX")
+	emit("KMOVW AX, K2")
+	emit("MOVQ groups+32(FP), R12")
+	emit("SHLQ $1, R12") // a row's parameters in bytes
+	// R13 = the biases' offset: rows/16 · gpad · 64.
+	emit("MOVQ groups+32(FP), R13")
+	emit("ADDQ $15, R13")
+	emit("ANDQ $-16, R13")
+	emit("MOVQ rows+24(FP), AX")
+	emit("SHRQ $4, AX")
+	emit("IMULQ AX, R13")
+	emit("SHLQ $6, R13")
+	for pass, src := range []string{"scales+8(FP)", "biases+16(FP)"} {
+		p := fmt.Sprintf("%s_%d", name, pass)
+		emit("MOVQ dst+0(FP), DI")
+		if pass == 1 {
+			emit("ADDQ R13, DI")
+		}
+		emit("MOVQ %s, SI", src)
+		emit("MOVQ rows+24(FP), BX")
+		emit("SHRQ $4, BX")
+		emit("TESTQ BX, BX")
+		emit("JZ %s_done", p)
+		label(p + "_block")
+		emit("MOVQ SI, R8") // row 0 of the block at group block 0
+		emit("MOVQ groups+32(FP), CX")
+		emit("ADDQ $15, CX")
+		emit("SHRQ $4, CX")
+		label(p + "_gb")
+		emit("MOVQ R8, R9")
+		emit("CMPQ CX, $1")
+		emit("JEQ %s_last", p)
+		for r := range 16 {
+			emit("VPMOVZXWD (R9), Z%d", r)
+			if r < 15 {
+				emit("ADDQ R12, R9")
+			}
+		}
+		emit("JMP %s_have", p)
+		label(p + "_last")
+		for r := range 16 {
+			emit("VPMOVZXWD.Z (R9), K2, Z%d", r)
+			if r < 15 {
+				emit("ADDQ R12, R9")
+			}
+		}
+		label(p + "_have")
+		for r := range 16 {
+			emit("VPSLLD $16, Z%d, Z%d", r, r)
+		}
+		transpose16(func(t, reg int) {
+			emit("VMOVUPS Z%d, %d(DI)", reg, 64*t)
+		})
+		emit("ADDQ $1024, DI")
+		emit("ADDQ $32, R8")
+		emit("DECQ CX")
+		emit("JNZ %s_gb", p)
+		// Next block of rows: 16 rows of parameters on.
+		emit("MOVQ R12, AX")
+		emit("SHLQ $4, AX")
+		emit("ADDQ AX, SI")
+		emit("DECQ BX")
+		emit("JNZ %s_block", p)
+		label(p + "_done")
+	}
+	emit("VZEROUPPER")
+	emit("RET")
+}
