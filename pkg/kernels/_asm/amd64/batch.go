@@ -311,11 +311,7 @@ func phase2(name string, rb int) {
 	}
 	label(name + "_reduce")
 	comment("fold the 16 accumulators by halving (reduce16)")
-	for _, h := range []int{8, 4, 2, 1} {
-		for i := range h {
-			emit("VADDPS Z%d, Z%d, Z%d", i+h, i, i)
-		}
-	}
+	fold16()
 	emit("VMOVUPS Z0, (R14)")
 	emit("ADDQ $64, R14")
 	emit("ADDQ $64, R13")
@@ -471,4 +467,14 @@ func qUnpackQ4AVX512() {
 	label(name + "_done")
 	emit("VZEROUPPER")
 	emit("RET")
+}
+
+// fold16 adds Z0–Z15 into Z0 by halving (8, 4, 2, 1), the reference's
+// reduce16 order.
+func fold16() {
+	for _, h := range []int{8, 4, 2, 1} {
+		for i := range h {
+			emit("VADDPS Z%d, Z%d, Z%d", i+h, i, i)
+		}
+	}
 }

@@ -102,11 +102,7 @@ func qBatchAMXFused() {
 	for l := range 16 {
 		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
 	}
-	for _, h := range []int{8, 4, 2, 1} {
-		for i := range h {
-			emit("VADDPS Z%d, Z%d, Z%d", i+h, i, i)
-		}
-	}
+	fold16()
 	emit("VMOVUPS Z0, (R14)")
 	emit("ADDQ $1024, R13")
 	emit("ADDQ $64, R14")
