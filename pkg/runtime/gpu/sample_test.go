@@ -53,8 +53,8 @@ var sampleParams = []sample.Params{
 }
 
 // Sampling on the GPU gives the tokens of the CPU sampler over the copied
-// row and of the CPU engine, seed for seed; and TopK lists
-// sample.TopKCandidates of the row exactly.
+// row and of the CPU engine, seed for seed; and topk_cand lists
+// sample.TopKCandidates of a real row exactly.
 func TestSampledMatchesCPUSampler(t *testing.T) {
 	needGPU(t)
 	dir := install(t, "tiny-moe-fused", 4)
@@ -92,12 +92,33 @@ func TestSampledMatchesCPUSampler(t *testing.T) {
 	}
 	for _, k := range []int{1, 20, 1000} {
 		wi, wl := sample.TopKCandidates(row, k)
-		ids, logits := make([]int32, MaxCandidates), make([]float32, MaxCandidates)
-		n, ok, err := st.TopK(k, ids, logits)
-		if err != nil || !ok || !slices.Equal(ids[:n], wi) || !bitsEqual(logits[:n], wl) {
-			t.Fatalf("TopK(%d) = %d candidates, ok %v, err %v; want %d equal to the reference", k, n, ok, err, len(wi))
+		ids, logits, ok, err := topKOnDevice(st, k)
+		if err != nil || !ok || !slices.Equal(ids, wi) || !bitsEqual(logits, wl) {
+			t.Fatalf("topk_cand(%d) = %d candidates, ok %v, err %v; want %d equal to the reference", k, len(ids), ok, err, len(wi))
 		}
 	}
+}
+
+// topKOnDevice lists the last token's top-k candidates as topk_cand
+// computes them on the device (ids ascending, raw logits); ok is false for
+// a row with a NaN or +Inf, or more candidates than MaxCandidates.
+func topKOnDevice(st *State, k int) (ids []int32, logits []float32, ok bool, err error) {
+	buf := make([]int32, 4+2*MaxCandidates)
+	err = st.m.dev.Do(func(c *cuda.Ctx) error {
+		l := &gpukernels.Launcher{C: c, K: st.m.ks}
+		if err := l.TopKCand(st.cand, st.s.logits, st.m.geom.V, k, MaxCandidates); err != nil {
+			return err
+		}
+		return c.DtoH(cuda.Bytes(buf), st.cand)
+	})
+	n := int(buf[0])
+	if err != nil || buf[1] != 0 || n < 1 || n > MaxCandidates {
+		return nil, nil, false, err
+	}
+	for i := range n {
+		ids, logits = append(ids, buf[4+2*i]), append(logits, math.Float32frombits(uint32(buf[5+2*i])))
+	}
+	return ids, logits, true, nil
 }
 
 func bitsEqual(a, b []float32) bool {

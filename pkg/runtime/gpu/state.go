@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"unsafe"
 
@@ -52,8 +51,7 @@ type State struct {
 	noGraph      bool
 
 	dpos, tokens, next cuda.DevicePtr
-	cand               cuda.DevicePtr // topk_cand's header and (id, logit) pairs
-	candBuf            []int32
+	cand               cuda.DevicePtr   // topk_cand's header and (id, logit) pairs
 	samp               *sampBuffers     // allocated by the first sampled step
 	sampled            int              // steps Sample decided on the device (tests)
 	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
@@ -327,52 +325,9 @@ func (st *State) Argmax() (int, error) {
 	return int(id[0]), nil
 }
 
-// MaxCandidates is the most top-k candidates TopK lists (ties with the
-// k-th included); a row with more is sampled on the host.
+// MaxCandidates is the most top-k candidates samp_cand takes (ties with
+// the k-th included); a row with more is sampled on the host.
 const MaxCandidates = 1024
-
-// TopK lists the last token's top-k candidates (sample.TopKCandidates:
-// ids ascending, raw logits) into ids and logits, computed on the device,
-// so a sampled token copies a few hundred bytes rather than the row. ok is
-// false when the row must be sampled whole instead: it holds a NaN or +Inf
-// (the CPU sampler reports those), no candidate is finite, or there are
-// more candidates than fit.
-func (st *State) TopK(k int, ids []int32, logits []float32) (n int, ok bool, err error) {
-	V := st.m.geom.V
-	limit := min(len(ids), len(logits), MaxCandidates)
-	if k < 1 || k >= V || limit < 1 {
-		return 0, false, nil
-	}
-	if st.candBuf == nil {
-		st.candBuf = make([]int32, 4+2*MaxCandidates)
-	}
-	buf := st.candBuf
-	err = st.m.dev.Do(func(c *cuda.Ctx) error {
-		l := &gpukernels.Launcher{C: c, K: st.m.ks}
-		if err := l.TopKCand(st.cand, st.s.logits, V, k, limit); err != nil {
-			return err
-		}
-		first := min(limit, k+64) // ties past the k-th are rare: one copy
-		if err := c.DtoH(cuda.Bytes(buf[:4+2*first]), st.cand); err != nil {
-			return err
-		}
-		if cnt := int(buf[0]); cnt > first && cnt <= limit {
-			return c.DtoH(cuda.Bytes(buf[4+2*first:4+2*cnt]), st.cand+cuda.DevicePtr(4*(4+2*first)))
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	n = int(buf[0])
-	if buf[1] != 0 || n < 1 || n > limit {
-		return 0, false, nil
-	}
-	for i := range n {
-		ids[i], logits[i] = buf[4+2*i], math.Float32frombits(uint32(buf[5+2*i]))
-	}
-	return n, true, nil
-}
 
 // sampBuffers are the device buffers of sampling on the device.
 type sampBuffers struct {
