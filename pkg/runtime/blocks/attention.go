@@ -1,8 +1,6 @@
 package blocks
 
 import (
-	"math"
-
 	"github.com/nvmai/nvmai/pkg/kernels"
 )
 
@@ -20,17 +18,10 @@ func Rotate(x, cos, sin []float32) {
 // SoftmaxInPlace replaces x by softmax(x). The denominator is summed in
 // float64: over a long context a float32 running sum would lose small terms.
 func SoftmaxInPlace(x []float32) {
-	maxV := float32(math.Inf(-1))
-	for _, v := range x {
-		maxV = max(maxV, v)
-	}
-	kernels.Exp(x, x, maxV)
+	kernels.Exp(x, x, kernels.Max(x))
 	var sum float64
 	for _, e := range x {
 		sum += float64(e)
 	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
+	kernels.Scale(x, float32(1/sum))
 }
