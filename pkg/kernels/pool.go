@@ -439,7 +439,7 @@ func (p *Pool) MatVecFast(dst []float32, m *Matrix, x []float32) {
 	checkShapes("Pool.MatVecFast", dst, m, x, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.qaBuf.Quantize(x, m.Cols)
+	p.quantize(&p.qaBuf, x, m.Cols, []*Matrix{m})
 	p.runQ(dst, m, &p.qaBuf)
 }
 
@@ -459,7 +459,7 @@ func (p *Pool) MatMulFast(dst []float32, m *Matrix, x []float32, n int) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.qaBuf.Quantize(x, m.Cols)
+	p.quantize(&p.qaBuf, x, m.Cols, []*Matrix{m})
 	p.runQ(dst, m, &p.qaBuf)
 }
 

@@ -28,15 +28,71 @@ func (p *Pool) MatMulFastMulti(dsts [][]float32, ms []*Matrix, x []float32, n in
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.setParts(ms, dsts)
-	p.job.x, p.job.n = x, n
 	minWork := p.minWork
 	if quantized {
-		p.qaBuf.Quantize(x, ms[0].Cols)
-		p.job.qa = &p.qaBuf
+		p.quantize(&p.qaBuf, x, ms[0].Cols, ms)
 		minWork = p.minWorkQ
 	}
+	p.setParts(ms, dsts)
+	p.job.x, p.job.n = x, n
+	if quantized {
+		p.job.qa = &p.qaBuf
+	}
 	p.split(work < minWork)
+}
+
+// parallelQuantizeTokens is the fewest tokens whose quantization the pool
+// splits across its threads (a prefill pass's products; one expert's share
+// of a long pass is some 64 tokens): below, waking the helpers costs about
+// what the split saves.
+const parallelQuantizeTokens = 32
+
+// quantize is qa.Quantize(x, cols) split across the pool's threads by
+// blocks of 16 tokens when there are enough tokens. Each thread also builds
+// its blocks of the batched layouts that products with ms will read, which
+// the first thread to need one would otherwise build whole while the others
+// waited. Every value is the one Quantize and the layout's build give.
+// Called under mu.
+func (p *Pool) quantize(qa *QActivation, x []float32, cols int, ms []*Matrix) {
+	tokens := 0
+	if cols > 0 {
+		tokens = len(x) / cols
+	}
+	if len(p.helpers) == 0 || tokens < parallelQuantizeTokens || cols%GroupSize != 0 || len(x)%cols != 0 {
+		qa.Quantize(x, cols) // and its checks
+		return
+	}
+	qa.resize(tokens, cols)
+	var layouts [2]bool // Q4, Q8: batchLayout's indices
+	for _, m := range ms {
+		if m.Enc.quantized() && qBatchEnabled && tokens >= qBatchMinTokens(m.Enc) {
+			layouts[boolIndex(m.Enc == Q8)] = true
+		}
+	}
+	for i, want := range layouts {
+		if want {
+			qa.batch[i].size(qa)
+		}
+	}
+	p.job.loop, p.job.total = func(_, lo, hi int) {
+		for tok := lo * qBatchLanes; tok < min(hi*qBatchLanes, tokens); tok++ {
+			qa.quantizeToken(tok, x[tok*cols:(tok+1)*cols])
+		}
+		for i, want := range layouts {
+			if want {
+				qa.batch[i].buildBlocks(qa, [2]Encoding{Q4, Q8}[i], lo, hi)
+			}
+		}
+	}, qBatchBlocks(tokens)
+	p.split(false)
+	qa.batchValid = layouts
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Parallel calls fn over the indices [0, n), split across the pool's

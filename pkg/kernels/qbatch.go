@@ -89,12 +89,27 @@ func (qa *QActivation) batchLayout(enc Encoding) *qBatchLayout {
 }
 
 func (l *qBatchLayout) build(qa *QActivation, enc Encoding) {
+	l.size(qa)
+	l.buildBlocks(qa, enc, 0, qBatchBlocks(qa.tokens))
+}
+
+// qBatchBlocks is the blocks of 16 tokens that hold tokens.
+func qBatchBlocks(tokens int) int { return (tokens + qBatchLanes - 1) / qBatchLanes }
+
+// size sizes l for qa's tokens.
+func (l *qBatchLayout) size(qa *QActivation) {
+	blocks := qBatchBlocks(qa.tokens)
+	l.xqT = grow(l.xqT, blocks*qa.groups*16*qBatchLanes)
+	l.dsT = grow(l.dsT, blocks*qa.groups*2*qBatchLanes)
+}
+
+// buildBlocks writes blocks [b0, b1) of l (sized) from qa's tokens, which
+// must be quantized; blocks are independent, so threads may build disjoint
+// spans at once.
+func (l *qBatchLayout) buildBlocks(qa *QActivation, enc Encoding, b0, b1 int) {
 	groups := qa.groups
-	blocks := (qa.tokens + qBatchLanes - 1) / qBatchLanes
 	words := groups * 16 * qBatchLanes // one block's xqT
-	l.xqT = grow(l.xqT, blocks*words)
-	l.dsT = grow(l.dsT, blocks*groups*2*qBatchLanes)
-	for b := range blocks {
+	for b := b0; b < b1; b++ {
 		xT := l.xqT[b*words : (b+1)*words]
 		dT := l.dsT[b*groups*2*qBatchLanes : (b+1)*groups*2*qBatchLanes]
 		for t := range qBatchLanes {

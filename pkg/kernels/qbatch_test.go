@@ -172,29 +172,32 @@ func BenchmarkQBatch(b *testing.B) {
 
 // TestQBatchPoolThreads runs batched products on a pool of 1–3 threads, which
 // share one QActivation and so its batched layout (built by the first
-// thread to need it; run under -race): every output bitwise the reference.
+// thread to need it, or by every thread a span of blocks when the pass is
+// long enough to quantize in parallel; run under -race): every output
+// bitwise the reference.
 func TestQBatchPoolThreads(t *testing.T) {
 	rng := rand.New(rand.NewPCG(47, 48))
 	for _, enc := range quantEncodings {
 		gate := rawQMatrix(rng, enc, 96, 4*GroupSize, codesRandom)
 		up := rawQMatrix(rng, enc, 72, 4*GroupSize, codesExtreme)
-		const tokens = 21
-		x := edgyVector(rng, tokens*gate.Cols)
-		qa := new(QActivation)
-		qa.Quantize(x, gate.Cols)
-		want := [2][]float32{make([]float32, tokens*gate.Rows), make([]float32, tokens*up.Rows)}
-		for i, m := range []*Matrix{gate, up} {
-			for tok := range tokens {
-				qRowsGeneric(want[i][tok*m.Rows:(tok+1)*m.Rows], m, qa, tok, 0, m.Rows)
+		for _, tokens := range []int{21, parallelQuantizeTokens + 18} {
+			x := edgyVector(rng, tokens*gate.Cols)
+			qa := new(QActivation)
+			qa.Quantize(x, gate.Cols)
+			want := [2][]float32{make([]float32, tokens*gate.Rows), make([]float32, tokens*up.Rows)}
+			for i, m := range []*Matrix{gate, up} {
+				for tok := range tokens {
+					qRowsGeneric(want[i][tok*m.Rows:(tok+1)*m.Rows], m, qa, tok, 0, m.Rows)
+				}
 			}
-		}
-		for threads := 1; threads <= 3; threads++ {
-			p := NewPool(threads)
-			got := [2][]float32{make([]float32, len(want[0])), make([]float32, len(want[1]))}
-			p.MatMulFastMulti(got[:], []*Matrix{gate, up}, x, tokens)
-			p.Close()
-			for i := range got {
-				assertSameFloats(t, fmt.Sprintf("%v, %d threads, matrix %d", enc, threads, i), got[i], want[i])
+			for threads := 1; threads <= 3; threads++ {
+				p := NewPool(threads)
+				got := [2][]float32{make([]float32, len(want[0])), make([]float32, len(want[1]))}
+				p.MatMulFastMulti(got[:], []*Matrix{gate, up}, x, tokens)
+				p.Close()
+				for i := range got {
+					assertSameFloats(t, fmt.Sprintf("%v, %d tokens, %d threads, matrix %d", enc, tokens, threads, i), got[i], want[i])
+				}
 			}
 		}
 	}
