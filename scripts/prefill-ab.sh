@@ -10,10 +10,12 @@
 #   chunk  A: --prefill-chunk 256 (the old passes)  B: the default (long passes when experts stream)
 #   warm   A: --warm-reads=false                    B: the default (warm reads on)
 #   bin    A: the binary --base-bin PATH (e.g. built from main)  B: this tree's; compare decode
-#          too with --tokens 64
+#          too with --tokens 64. --base-model DIR gives arm A its own install, for a binary whose
+#          install format differs (the build from before issue #17 needs an install made by its
+#          own nvmai-convert)
 #
 #   scripts/prefill-ab.sh --model DIR [--ram-budget 2G] [--prompt-tokens 1024] [--rounds 2] [--threads 2]
-#                         [--arms chunk|warm|bin] [--base-bin PATH] [--tokens 2] [--prefill-chunk N]
+#                         [--arms chunk|warm|bin] [--base-bin PATH] [--base-model DIR] [--tokens 2] [--prefill-chunk N]
 #                         [--warmup N]
 #
 # --prefill-chunk N (arms warm and bin) gives both arms passes of N tokens, e.g. long passes on an
@@ -30,7 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 
-model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2 chunk="" warmup=0
+model="" base_model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2 chunk="" warmup=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --arms) arms=$2; shift 2 ;;
     --base-bin) base=$2; shift 2 ;;
+    --base-model) base_model=$2; shift 2 ;;
     --tokens) gen=$2; shift 2 ;;
     --prefill-chunk) chunk=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
@@ -61,14 +64,14 @@ kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 sum_a=0 sum_b=0 dec_a=0 dec_b=0
 for r in $(seq "$rounds"); do
   for arm in "${names[@]}"; do
-    bin=bin/nvmai-run flag=()
+    bin=bin/nvmai-run flag=() dir=$model
     [ -z "$chunk" ] || flag=(--prefill-chunk "$chunk")
     case $arm in
       256) flag=(--prefill-chunk 256) ;;
       nowarm) flag+=(--warm-reads=false) ;;
-      base) bin=$base ;;
+      base) bin=$base dir=${base_model:-$model} ;;
     esac
-    line=$("$bin" bench --model "$model" --ram-budget "$budget" --threads "$threads" --tokens "$gen" --warmup "$warmup" \
+    line=$("$bin" bench --model "$dir" --ram-budget "$budget" --threads "$threads" --tokens "$gen" --warmup "$warmup" \
       --prompt-ids "$ids" --quiet --kv "${flag[@]}")
     p=$(kv prefill_tok_s "$line") d=$(kv decode_tok_s "$line")
     printf 'round %d  %-6s (passes of %5s) prefill %6.2f tok/s  read %6s GiB (%5s MiB/token, warm %4s GiB, %4s used)  I/O wait %6ss  disk-bound %7s tok/s  compute-bound %6s tok/s  binds: %s  decode %6.2f tok/s\n' \
