@@ -74,7 +74,7 @@ func (p *Pool) quantize(qa *QActivation, x []float32, cols int, ms []*Matrix) {
 			qa.batch[i].size(qa)
 		}
 	}
-	p.job.loop, p.job.total = func(_, lo, hi int) {
+	p.parallelLocked(qBatchBlocks(tokens), func(_, lo, hi int) {
 		for tok := lo * qBatchLanes; tok < min(hi*qBatchLanes, tokens); tok++ {
 			qa.quantizeToken(tok, x[tok*cols:(tok+1)*cols])
 		}
@@ -83,8 +83,7 @@ func (p *Pool) quantize(qa *QActivation, x []float32, cols int, ms []*Matrix) {
 				qa.batch[i].buildBlocks(qa, [2]Encoding{Q4, Q8}[i], lo, hi)
 			}
 		}
-	}, qBatchBlocks(tokens)
-	p.split(false)
+	})
 	qa.batchValid = layouts
 }
 
@@ -110,6 +109,11 @@ func (p *Pool) Parallel(n int, fn func(worker, lo, hi int)) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.parallelLocked(n, fn)
+}
+
+// parallelLocked is Parallel for a caller that holds mu.
+func (p *Pool) parallelLocked(n int, fn func(worker, lo, hi int)) {
 	p.job.loop, p.job.total = fn, n
 	p.split(false)
 }
