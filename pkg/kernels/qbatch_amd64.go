@@ -24,6 +24,13 @@ import (
 //go:noescape
 func qBatchAVX512(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 
+// qBatchAVX512x16 is qBatchAVX512 over 16 rows at a time (sixteen
+// accumulator chains instead of eight, which a VPDPBUSD's latency needs to
+// keep the units busy); rows must be a multiple of 16.
+//
+//go:noescape
+func qBatchAVX512x16(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+
 // qBatchAMX is qBatchAVX512 with the integer dots on the AMX tile unit
 // (TDPBUSD, exact like VPDPBUSD); rows must be a multiple of 16.
 //
@@ -74,6 +81,7 @@ var qBatchKernels = func() []qBatchKernel {
 		k = append(k, qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX})
 	}
 	if hasAVX512VNNI {
+		k = append(k, qBatchKernel{name: "AVX512VNNIx16", rows: 16, fn: qBatchAVX512x16})
 		k = append(k, qBatchKernel{name: "AVX512VNNI", rows: 8, fn: qBatchAVX512})
 	}
 	return k

@@ -33,8 +33,9 @@ DATA amxTiles<>+48(SB)/8, $0x1010101010101010
 DATA amxTiles<>+56(SB)/8, $0
 GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 `)
-	qBatchKernel("qBatchAVX512", false)
-	qBatchKernel("qBatchAMX", true)
+	qBatchKernel("qBatchAVX512", phase1VNNI8)
+	qBatchKernel("qBatchAVX512x16", phase1VNNI16)
+	qBatchKernel("qBatchAMX", phase1AMX)
 	qBatchAMXFused()
 	qScalesT()
 	qUnpackQ4AVX512()
@@ -56,13 +57,24 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 // work: a block's results (16 rows × 16 tokens float32), converted scales (gpad float32, gpad = groups rounded up to 16), then
 // converted biases (gpad), then the dots, [groups][rb rows][16 tokens] int32.
 //
-// With amx, phase 1 is one AMX TDPBUSD per group and block of 16 rows (tiles:
-// A = 16 rows × the group's 64 code bytes, B = the group's xqT, 16 dwords ×
-// 16 tokens; C = the 16×16 int32 dots, exact), and rows must be a multiple
-// of 16; without, eight rows at a time with AVX-512 VNNI, rows a multiple of 8.
-func qBatchKernel(name string, amx bool) {
+// With phase1AMX, phase 1 is one AMX TDPBUSD per group and block of 16 rows
+// (tiles: A = 16 rows × the group's 64 code bytes, B = the group's xqT, 16
+// dwords × 16 tokens; C = the 16×16 int32 dots, exact); with phase1VNNI16,
+// 16 rows at a time with AVX-512 VNNI; both take rows in multiples of 16.
+// With phase1VNNI8, eight rows at a time with AVX-512 VNNI, rows a multiple
+// of 8.
+type phase1Kind int
+
+const (
+	phase1VNNI8 phase1Kind = iota
+	phase1VNNI16
+	phase1AMX
+)
+
+func qBatchKernel(name string, p1 phase1Kind) {
+	amx := p1 == phase1AMX
 	rb := 8
-	if amx {
+	if p1 != phase1VNNI8 {
 		rb = 16
 	}
 	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
@@ -77,7 +89,7 @@ func qBatchKernel(name string, amx bool) {
 	emit("MOVQ scales+24(FP), R12")
 	emit("MOVQ biases+32(FP), R15")
 	emit("MOVQ rows+40(FP), BX")
-	if amx {
+	if rb == 16 {
 		emit("SHRQ $4, BX")
 	} else {
 		emit("SHRQ $3, BX")
@@ -85,13 +97,16 @@ func qBatchKernel(name string, amx bool) {
 	emit("TESTQ BX, BX")
 	emit("JZ %s_done", name)
 	label(name + "_block")
-	if amx {
+	switch p1 {
+	case phase1AMX:
 		amxPhase1(name)
-	} else {
+	case phase1VNNI16:
+		vnniPhase1x16(name)
+	default:
 		vnniPhase1(name)
 	}
 	phase2(name, rb)
-	if amx {
+	if rb == 16 {
 		emit("LEAQ (SI)(DX*8), SI")
 	}
 	emit("LEAQ (SI)(DX*8), SI")
@@ -231,6 +246,55 @@ func vnniPhase1(name string) {
 	emit("ADDQ $64, R9")
 	emit("ADDQ $1024, R10")
 	emit("ADDQ $512, R13")
+	emit("DECQ CX")
+	emit("JNZ %s_group", name)
+}
+
+// vnniPhase1x16 computes the dots of 16 rows × 16 tokens, group by group,
+// in the layout amxPhase1 leaves ([group][16 rows][16 tokens]). Sixteen
+// accumulators, one per row, where vnniPhase1 has eight: a VPDPBUSD's
+// latency is several cycles, and eight independent chains leave the units
+// idle (about 1.3 of 2 per cycle on Zen 5, measured); sixteen keep them
+// busy. The group's 16 activation dwords no longer fit in registers beside
+// them, so they load in two halves of eight: Z0–Z15 accumulate, Z16–Z23
+// hold a half's activations, Z24–Z31 the broadcast weight words.
+// R8, R9, AX, R11: rows 0, 4, 8 and 12 of the block at group g.
+func vnniPhase1x16(name string) {
+	comment("phase 1: the dots of 16 rows × 16 tokens, group by group")
+	emit("LEAQ (DX)(DX*2), R14")
+	emit("MOVQ SI, R8")
+	emit("LEAQ (SI)(DX*4), R9")
+	emit("LEAQ (R9)(DX*4), AX")
+	emit("LEAQ (AX)(DX*4), R11")
+	emit("MOVQ xqT+56(FP), R10")
+	dotsBase("R13")
+	emit("MOVQ groups+48(FP), CX")
+	label(name + "_group")
+	for r := range 16 {
+		emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	bases := []string{"R8", "R9", "AX", "R11"}
+	offs := []string{"", "(DX*1)", "(DX*2)", "(R14*1)"}
+	for half := range 2 {
+		for k := range 8 {
+			emit("VMOVDQU32 %d(R10), Z%d", 64*(8*half+k), 16+k)
+		}
+		for k := range 8 {
+			kk := 8*half + k
+			for r := range 16 {
+				emit("VPBROADCASTD %d(%s)%s, Z%d", 4*kk, bases[r/4], offs[r%4], 24+r%8)
+				emit("VPDPBUSD Z%d, Z%d, Z%d", 16+k, 24+r%8, r)
+			}
+		}
+	}
+	for r := range 16 {
+		emit("VMOVDQU32 Z%d, %d(R13)", r, 64*r)
+	}
+	for _, b := range bases {
+		emit("ADDQ $64, %s", b)
+	}
+	emit("ADDQ $1024, R10")
+	emit("ADDQ $1024, R13")
 	emit("DECQ CX")
 	emit("JNZ %s_group", name)
 }
