@@ -49,6 +49,9 @@ type qBatchKernel struct {
 	// qConvertScales (scales: the converted block, tail: the biases' byte
 	// offset) instead of bf16 scales, biases and the tail mask.
 	convert bool
+	// unfused is the plain kernel a fused one gives way to on short rows
+	// (qBatchFusedMinGroups).
+	unfused *qBatchKernel
 	fn      func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 }
 
@@ -69,7 +72,8 @@ var qBatchPool = sync.Pool{New: func() any { return new(qBatchScratch) }}
 func qBatchWorkBytes(groups int) int {
 	gpad := (groups + blockGroups - 1) &^ (blockGroups - 1)
 	return max(16*qBatchLanes*4+8*gpad+groups*16*qBatchLanes*4, // results and dots of up to 16 rows
-		(16+256+16)*qBatchLanes*4) // qBatchAMXFused: results, accumulators, one group's dots
+		(16+256+16)*qBatchLanes*4, // qBatchAMXFused: results, accumulators, one group's dots
+		(16+16+256)*qBatchLanes*4) // qBatchAVX512Fused: results, alignment slack, accumulators
 }
 
 // batchLayout returns qa's tokens in the batched kernel's layout for enc,

@@ -31,6 +31,12 @@ func qBatchAVX512(dst *float32, w *byte, stride int, scales, biases *byte, rows,
 //go:noescape
 func qBatchAVX512x16(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 
+// qBatchAVX512Fused is qBatchAVX512x16 combining each group's dots while
+// they are in registers; scales and tail are as for qBatchAMXFused.
+//
+//go:noescape
+func qBatchAVX512Fused(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+
 // qBatchAMX is qBatchAVX512 with the integer dots on the AMX tile unit
 // (TDPBUSD, exact like VPDPBUSD); rows must be a multiple of 16.
 //
@@ -77,11 +83,12 @@ func requestAMX() bool {
 var qBatchKernels = func() []qBatchKernel {
 	var k []qBatchKernel
 	if hasAMX {
-		k = append(k, qBatchKernel{name: "AMX-fused", rows: 16, fn: qBatchAMXFused, convert: true})
-		k = append(k, qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX})
+		plain := &qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX}
+		k = append(k, qBatchKernel{name: "AMX-fused", rows: 16, fn: qBatchAMXFused, convert: true, unfused: plain}, *plain)
 	}
 	if hasAVX512VNNI {
-		k = append(k, qBatchKernel{name: "AVX512VNNIx16", rows: 16, fn: qBatchAVX512x16})
+		plain := &qBatchKernel{name: "AVX512VNNIx16", rows: 16, fn: qBatchAVX512x16}
+		k = append(k, qBatchKernel{name: "AVX512VNNI-fused", rows: 16, fn: qBatchAVX512Fused, convert: true, unfused: plain}, *plain)
 		k = append(k, qBatchKernel{name: "AVX512VNNI", rows: 8, fn: qBatchAVX512})
 	}
 	return k
@@ -94,20 +101,21 @@ var qBatchActive = func() qBatchKernel {
 	return qBatchKernels[0]
 }()
 
-// qBatchFusedMinGroups is the fewest groups per row for which the fused AMX
-// kernel beats the plain one (BenchmarkQBatch: 32 groups, 20% faster at 64
-// tokens; 8 groups, up to 40% slower at 8–16 tokens, its per-block fold and
-// parameter conversion then weighing more than its saved traffic). The
-// tests set it to 0 to run the fused kernel on every shape.
+// qBatchFusedMinGroups is the fewest groups per row for which a fused
+// kernel beats its plain one (BenchmarkQBatch, AMX: 32 groups, 20% faster at
+// 64 tokens; 8 groups, up to 40% slower at 8–16 tokens, its per-block fold
+// and parameter conversion then weighing more than its saved traffic;
+// AVX-512 VNNI on a Zen 5: 4-bit, 512×2048, 4–10% faster at 16–64 tokens).
+// The tests set it to 0 to run the fused kernels on every shape.
 var qBatchFusedMinGroups = 16
 
-// qBatchSteps is the active kernel (the plain AMX one instead of the fused
-// one below qBatchFusedMinGroups), then, if it takes 16 rows at a time, the
+// qBatchSteps is the active kernel (a fused kernel's plain one below
+// qBatchFusedMinGroups), then, if it takes 16 rows at a time, the
 // AVX-512 one for a remaining multiple of 8 rows.
 func qBatchSteps(groups int) []qBatchKernel {
 	k := qBatchActive
-	if k.convert && groups < qBatchFusedMinGroups {
-		k = qBatchKernel{name: "AMX", rows: 16, fn: qBatchAMX}
+	if k.unfused != nil && groups < qBatchFusedMinGroups {
+		k = *k.unfused
 	}
 	if k.rows > 8 && hasAVX512VNNI {
 		return []qBatchKernel{k, {name: "AVX512VNNI", rows: 8, fn: qBatchAVX512}}

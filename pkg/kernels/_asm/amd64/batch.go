@@ -37,6 +37,7 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 	qBatchKernel("qBatchAVX512x16", phase1VNNI16)
 	qBatchKernel("qBatchAMX", phase1AMX)
 	qBatchAMXFused()
+	qBatchAVX512Fused()
 	qScalesT()
 	qUnpackQ4AVX512()
 }

@@ -241,3 +241,183 @@ func qScalesT() {
 	emit("VZEROUPPER")
 	emit("RET")
 }
+
+// qBatchAVX512Fused is qBatchAVX512x16 with each group's dots combined
+// while they are still in registers, the way qBatchAMXFused combines its
+// tile's: per block of 16 rows, group by group, the 16×16 dots of
+// vnniPhase1x16 are left in Z0–Z15 and at once converted, scaled and added
+// to the block's accumulators (16 rows × 16 lanes × 16 tokens, 16 KiB in
+// work, aligned to 1 KiB so the lane wraps on a bit test), instead of being
+// stored for a second pass that reloads them and each row's dx and Σx. Each
+// accumulator receives its groups in ascending order from +0, so the
+// results are bitwise qBatchAVX512x16's. scales is the rows' parameters
+// converted by qScalesT, the biases tail bytes after the scales.
+//
+// Registers: DI dst, BX blocks left, R8, R9, AX, R11 rows 0, 4, 8 and 12 of
+// the block at group g, DX row stride, R14 3·stride, R10 xqT at group g, SI
+// dsT at group g, CX the block's converted scales at group g, R12 the
+// biases' offset from them, R13 the accumulators of lane g mod 16 (row r at
+// +1024·r), R15 groups left.
+//
+// work: results (1 KiB), then the accumulators at the next 1 KiB boundary.
+func qBatchAVX512Fused() {
+	const name = "qBatchAVX512Fused"
+	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
+	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	emit("MOVQ dst+0(FP), DI")
+	emit("MOVQ w+8(FP), R8")
+	emit("MOVQ stride+16(FP), DX")
+	emit("MOVQ scales+24(FP), CX")
+	emit("MOVQ rows+40(FP), BX")
+	emit("SHRQ $4, BX")
+	emit("TESTQ BX, BX")
+	emit("JZ %s_done", name)
+	label(name + "_block")
+	emit("LEAQ (DX)(DX*2), R14")
+	emit("LEAQ (R8)(DX*4), R9")
+	emit("LEAQ (R9)(DX*4), AX")
+	emit("LEAQ (AX)(DX*4), R11")
+	emit("MOVQ xqT+56(FP), R10")
+	emit("MOVQ dsT+64(FP), SI")
+	emit("MOVQ tail+96(FP), R12")
+	accBase("R13")
+
+	comment("the first 16 groups (or all, if fewer): accumulators = +0 + v")
+	emit("MOVQ groups+48(FP), R15")
+	emit("CMPQ R15, $16")
+	emit("JLE %s_firstn", name)
+	emit("MOVQ $16, R15")
+	label(name + "_firstn")
+	label(name + "_first")
+	fusedGroupVNNI(true)
+	emit("ADDQ $64, R13")
+	emit("DECQ R15")
+	emit("JNZ %s_first", name)
+
+	comment("fewer than 16 groups: the lanes past the last stay +0")
+	emit("MOVQ groups+48(FP), R15")
+	emit("CMPQ R15, $16")
+	emit("JGE %s_rest", name)
+	emit("NEGQ R15")
+	emit("ADDQ $16, R15")
+	emit("VPXORD Z22, Z22, Z22")
+	label(name + "_zero")
+	for r := range 16 {
+		emit("VMOVUPS Z22, %d(R13)", 1024*r)
+	}
+	emit("ADDQ $64, R13")
+	emit("DECQ R15")
+	emit("JNZ %s_zero", name)
+	emit("JMP %s_fold", name)
+
+	comment("the other groups: accumulators += v, lane g mod 16")
+	label(name + "_rest")
+	emit("SUBQ $16, R15")
+	emit("JZ %s_fold", name)
+	accBase("R13")
+	label(name + "_group")
+	fusedGroupVNNI(false)
+	emit("ADDQ $64, R13")
+	emit("TESTQ $1023, R13")
+	emit("JNZ %s_nowrap", name)
+	emit("SUBQ $1024, R13")
+	label(name + "_nowrap")
+	emit("DECQ R15")
+	emit("JNZ %s_group", name)
+
+	label(name + "_fold")
+	comment("per row: fold its 16 accumulators (reduce16) into the results")
+	accBase("R13")
+	emit("MOVQ work+88(FP), R14")
+	emit("MOVQ $16, R15")
+	label(name + "_row")
+	for l := range 16 {
+		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
+	}
+	fold16()
+	emit("VMOVUPS Z0, (R14)")
+	emit("ADDQ $1024, R13")
+	emit("ADDQ $64, R14")
+	emit("DECQ R15")
+	emit("JNZ %s_row", name)
+	transposeStore(name, 16)
+
+	comment("next block: weights 16 rows on, converted scales gpad groups on")
+	emit("MOVQ groups+48(FP), R11")
+	emit("MOVQ R11, R12")
+	emit("SHLQ $6, R12")
+	emit("SUBQ R12, R8")
+	emit("LEAQ (R8)(DX*8), R8")
+	emit("LEAQ (R8)(DX*8), R8")
+	// CX moved on by groups·64; the block's scales span gpad·64.
+	emit("MOVQ R11, R12")
+	emit("ADDQ $15, R12")
+	emit("ANDQ $-16, R12")
+	emit("SUBQ R11, R12")
+	emit("SHLQ $6, R12")
+	emit("ADDQ R12, CX")
+	emit("DECQ BX")
+	emit("JNZ %s_block", name)
+	label(name + "_done")
+	emit("VZEROUPPER")
+	emit("RET")
+}
+
+// accBase sets reg to qBatchAVX512Fused's accumulators: the first 1 KiB
+// boundary at or past work + 1 KiB.
+func accBase(reg string) {
+	emit("MOVQ work+88(FP), %s", reg)
+	emit("ADDQ $2047, %s", reg)
+	emit("ANDQ $-1024, %s", reg)
+}
+
+// fusedGroupVNNI is one group of qBatchAVX512Fused: the dots of 16 rows ×
+// 16 tokens into Z0–Z15 as vnniPhase1x16 computes them, then per row v =
+// (s·dx)·float(d) + b·Σx added to the row's accumulator of this lane (first:
+// to +0 instead of the stored accumulator). Z16–Z23 hold a half's
+// activations, then dx, Σx and +0; Z24–Z31 the broadcast weights, then four
+// rows' temporaries.
+func fusedGroupVNNI(first bool) {
+	for r := range 16 {
+		emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	bases := []string{"R8", "R9", "AX", "R11"}
+	offs := []string{"", "(DX*1)", "(DX*2)", "(R14*1)"}
+	for half := range 2 {
+		for k := range 8 {
+			emit("VMOVDQU32 %d(R10), Z%d", 64*(8*half+k), 16+k)
+		}
+		for k := range 8 {
+			kk := 8*half + k
+			for r := range 16 {
+				emit("VPBROADCASTD %d(%s)%s, Z%d", 4*kk, bases[r/4], offs[r%4], 24+r%8)
+				emit("VPDPBUSD Z%d, Z%d, Z%d", 16+k, 24+r%8, r)
+			}
+		}
+	}
+	emit("VMOVUPS (SI), Z20")   // dx of the 16 tokens
+	emit("VMOVUPS 64(SI), Z21") // Σx
+	if first {
+		emit("VPXORD Z22, Z22, Z22")
+	}
+	for r := range 16 {
+		t, u := 24+2*(r%4), 25+2*(r%4)
+		emit("VCVTDQ2PS Z%d, Z%d", r, r)
+		emit("VMULPS.BCST %d(CX), Z20, Z%d", 4*r, t)
+		emit("VMULPS Z%d, Z%d, Z%d", r, t, t)
+		emit("VMULPS.BCST %d(CX)(R12*1), Z21, Z%d", 4*r, u)
+		emit("VADDPS Z%d, Z%d, Z%d", u, t, t)
+		if first {
+			emit("VADDPS Z22, Z%d, Z%d", t, t)
+		} else {
+			emit("VADDPS %d(R13), Z%d, Z%d", 1024*r, t, t)
+		}
+		emit("VMOVUPS Z%d, %d(R13)", t, 1024*r)
+	}
+	for _, b := range bases {
+		emit("ADDQ $64, %s", b)
+	}
+	emit("ADDQ $1024, R10")
+	emit("ADDQ $128, SI")
+	emit("ADDQ $64, CX")
+}
