@@ -16,18 +16,27 @@ func checkRows(fn string, S []float32, rows, cols int) {
 }
 
 // bf16RowsAsm is matMulRows for BF16 through the assembly dot, four rows at
-// a time, reporting false (nothing computed) where there is none. Each
-// output is bitwise dotBF16's.
+// a time (and four tokens, with AVX-512), reporting false (nothing computed)
+// where there is none. Each output is bitwise dotBF16's.
 func bf16RowsAsm(dst []float32, m *Matrix, x []float32, n, lo, hi int) bool {
 	c := m.Cols
 	var four [4]float32
 	if hi-lo < 4 || !dotBF16x4Asm(&four, m.Data[lo*2*c:(lo+4)*2*c], 2*c, x[:c]) {
 		return false
 	}
+	var sixteen [16]float32
 	r := lo
 	for ; r+4 <= hi; r += 4 {
 		w := m.Data[r*2*c : (r+4)*2*c]
-		for j := range n {
+		j := 0
+		// Four tokens at a time where the CPU has the kernel: each widened
+		// weight vector then serves four tokens.
+		for ; j+4 <= n && dotBF16x4x4Asm(&sixteen, w, 2*c, x[j*c:(j+4)*c]); j += 4 {
+			for t := range 4 {
+				copy(dst[(j+t)*m.Rows+r:(j+t)*m.Rows+r+4], sixteen[4*t:4*t+4])
+			}
+		}
+		for ; j < n; j++ {
 			dotBF16x4Asm(&four, w, 2*c, x[j*c:(j+1)*c])
 			copy(dst[j*m.Rows+r:j*m.Rows+r+4], four[:])
 		}

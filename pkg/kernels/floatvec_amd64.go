@@ -12,6 +12,9 @@ func dotBF16AVX2(w *byte, x *float32, n int) float32
 //go:noescape
 func dotBF16x4AVX2(dst *[4]float32, w *byte, stride int, x *float32, n int)
 
+//go:noescape
+func dotBF16x4x4AVX512(dst *[16]float32, w *byte, stride int, x *float32, xstride int, n int)
+
 // useFloatAVX512 and useBF16AVX2 select the assembly; the tests turn them
 // off to compare with the references.
 var (
@@ -42,6 +45,19 @@ func dotBF16x4Asm(dst *[4]float32, w []byte, stride int, x []float32) bool {
 	}
 	_ = w[3*stride+2*n-1]
 	dotBF16x4AVX2(dst, &w[0], stride, &x[0], n)
+	return true
+}
+
+// dotBF16x4x4Asm is dotBF16x4Asm for four tokens, xs[t·len(x0)...] being
+// token t's x (len(xs) = 4·n): dst[4t+r] is row r with token t.
+func dotBF16x4x4Asm(dst *[16]float32, w []byte, stride int, xs []float32) bool {
+	n := len(xs) / 4
+	if !useBF16AVX2 || !useFloatAVX512 || n == 0 || n%8 != 0 {
+		return false
+	}
+	_ = w[3*stride+2*n-1]
+	_ = xs[4*n-1]
+	dotBF16x4x4AVX512(dst, &w[0], stride, &xs[0], 4*n, n)
 	return true
 }
 

@@ -206,3 +206,114 @@ axLoop:
 	JNZ  axRow
 	VZEROUPPER
 	RET
+
+// B44ROW widens 8 bfloat16 of a row at addr into both halves of Z.
+#define B44ROW(addr, Y, Z) \
+	VPMOVZXWD addr, Y \
+	VPSLLD $16, Y, Y \
+	VINSERTF32X8 $1, Y, Z, Z
+
+// B44STEP adds 8 columns of the four rows at SI, R9, R10, R11 (byte offset
+// W) times the four tokens' x at DI, DI+R12, DI+2·R12, DI+R13 (byte offset
+// X) to the accumulators: Z(2r+p) holds row r against token 2p in its low
+// half and token 2p+1 in its high half.
+#define B44STEP(W, X) \
+	VMOVUPS X(DI), Y12 \
+	VINSERTF32X8 $1, X(DI)(R12*1), Z12, Z12 \
+	VMOVUPS X(DI)(R12*2), Y13 \
+	VINSERTF32X8 $1, X(DI)(R13*1), Z13, Z13 \
+	B44ROW(W(SI), Y8, Z8) \
+	B44ROW(W(R9), Y9, Z9) \
+	B44ROW(W(R10), Y10, Z10) \
+	B44ROW(W(R11), Y11, Z11) \
+	VMULPS Z12, Z8, Z16 \
+	VMULPS Z13, Z8, Z17 \
+	VMULPS Z12, Z9, Z18 \
+	VMULPS Z13, Z9, Z19 \
+	VMULPS Z12, Z10, Z20 \
+	VMULPS Z13, Z10, Z21 \
+	VMULPS Z12, Z11, Z22 \
+	VMULPS Z13, Z11, Z23 \
+	VADDPS Z16, Z0, Z0 \
+	VADDPS Z17, Z1, Z1 \
+	VADDPS Z18, Z2, Z2 \
+	VADDPS Z19, Z3, Z3 \
+	VADDPS Z20, Z4, Z4 \
+	VADDPS Z21, Z5, Z5 \
+	VADDPS Z22, Z6, Z6 \
+	VADDPS Z23, Z7, Z7
+
+// B44OUT reduces accumulator Z (row r, tokens 2p and 2p+1) into dst (R8)
+// at byte offsets LO (token 2p) and HI (token 2p+1).
+#define B44OUT(Z, Y, X, LO, HI) \
+	VEXTRACTF32X8 $1, Z, Y14 \
+	REDUCE8(Y, X, Y15, X15) \
+	VMOVSS X, LO(R8) \
+	REDUCE8(Y14, X14, Y15, X15) \
+	VMOVSS X14, HI(R8)
+
+// func dotBF16x4x4AVX512(dst *[16]float32, w *byte, stride int, x *float32, xstride int, n int)
+//
+// dotBF16x4AVX2 for four tokens at once: dst[4t+r] is row r (stride bytes
+// apart from w) with token t's x (xstride bytes apart), each lane chain the
+// reference's. Two tokens share a 16-lane register, so each widened weight
+// vector serves four tokens and eight independent chains hide the add
+// latency that bounds the one-token kernel. n is a positive multiple of 8.
+TEXT ·dotBF16x4x4AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R8
+	MOVQ w+8(FP), SI
+	MOVQ stride+16(FP), DX
+	MOVQ x+24(FP), DI
+	MOVQ xstride+32(FP), R12
+	MOVQ n+40(FP), CX
+	LEAQ (SI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	LEAQ (R12)(R12*2), R13
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+b44Block:
+	CMPQ CX, $32
+	JLT  b44Tail
+	B44STEP(0, 0)
+	B44STEP(16, 32)
+	B44STEP(32, 64)
+	B44STEP(48, 96)
+	ADDQ $64, SI
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  b44Block
+
+b44Tail:
+	TESTQ CX, CX
+	JZ    b44Done
+	B44STEP(0, 0)
+	ADDQ $16, SI
+	ADDQ $16, R9
+	ADDQ $16, R10
+	ADDQ $16, R11
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  b44Tail
+
+b44Done:
+	B44OUT(Z0, Y0, X0, 0, 16)
+	B44OUT(Z1, Y1, X1, 32, 48)
+	B44OUT(Z2, Y2, X2, 4, 20)
+	B44OUT(Z3, Y3, X3, 36, 52)
+	B44OUT(Z4, Y4, X4, 8, 24)
+	B44OUT(Z5, Y5, X5, 40, 56)
+	B44OUT(Z6, Y6, X6, 12, 28)
+	B44OUT(Z7, Y7, X7, 44, 60)
+	VZEROUPPER
+	RET

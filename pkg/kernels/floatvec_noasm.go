@@ -6,6 +6,8 @@ func dotBF16Asm(w []byte, x []float32) (float32, bool) { return 0, false }
 
 func dotBF16x4Asm(dst *[4]float32, w []byte, stride int, x []float32) bool { return false }
 
+func dotBF16x4x4Asm(dst *[16]float32, w []byte, stride int, xs []float32) bool { return false }
+
 func dotRowsAsm(dst, a, b []float32) int { return 0 }
 
 func axpyRowsAsm(dst, alpha, x []float32) int { return 0 }

@@ -90,12 +90,15 @@ func TestBF16AsmBitwise(t *testing.T) {
 	for _, cols := range colsFor(BF16) {
 		for rows := 1; rows <= 9; rows++ {
 			m := randomMatrix(t, rng, BF16, rows, cols)
-			x := floatEdgeVector(rng, 3*cols)
-			got := make([]float32, 3*rows)
-			MatMul(got, m, x, 3)
+			// 3 tokens take the one-token kernel, 9 the four-token one twice
+			// and then the one-token kernel.
+			tokens := 3 + rows%2*6
+			x := floatEdgeVector(rng, tokens*cols)
+			got := make([]float32, tokens*rows)
+			MatMul(got, m, x, tokens)
 			want := withoutBF16Asm(func() []float32 {
-				w := make([]float32, 3*rows)
-				MatMul(w, m, x, 3)
+				w := make([]float32, tokens*rows)
+				MatMul(w, m, x, tokens)
 				return w
 			})
 			assertSameFloats(t, fmt.Sprintf("BF16 %d×%d", rows, cols), got, want)
@@ -144,5 +147,25 @@ func TestDotRowsAndAxpyRowsBitwise(t *testing.T) {
 			}
 			assertSameFloats(t, fmt.Sprintf("AxpyRows %d×%d", rows, n), gotA, wantA)
 		}
+	}
+}
+
+// BenchmarkRouterBF16 is a router's product in a long pass: 256 experts ×
+// 2048 hidden at BF16 against 64 tokens, with the four-token kernel
+// (x4x4) and with the one-token kernel alone (x4).
+func BenchmarkRouterBF16(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols, tokens = 256, 2048, 64
+	m := randomMatrix(b, rng, BF16, rows, cols)
+	x := floatEdgeVector(rng, tokens*cols)
+	dst := make([]float32, tokens*rows)
+	for _, four := range []bool{true, false} {
+		b.Run(map[bool]string{true: "x4x4", false: "x4"}[four], func(b *testing.B) {
+			defer func(f bool) { useFloatAVX512Flag(f) }(useFloatAVX512Flag(four))
+			for b.Loop() {
+				MatMul(dst, m, x, tokens)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens), "ns/token")
+		})
 	}
 }
