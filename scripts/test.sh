@@ -19,6 +19,9 @@ go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
+# The race run takes a subset of the long bitwise matrices (the concurrent cases); this runs them whole.
+echo "== the long bitwise tests without the race detector"
+go test -count=1 -run 'BitwiseInvisible' ./pkg/runtime/ ./pkg/runtime/qwen35/
 echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/

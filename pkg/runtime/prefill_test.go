@@ -36,14 +36,17 @@ func prefillRun(t *testing.T, dir string, opt Options, prompt []int, chunk int) 
 func TestLongPrefillPassesAreBitwiseInvisible(t *testing.T) {
 	refs := loadRefs(t, "tiny-moe.refs.json")
 	prompt := refs[len(refs)-1].IDs // 960 tokens
+	type budget struct{ slots, threads, readers int }
+	widths, budgets, chunks := []int{4, 16}, []budget{{4, 1, 1}, {5, 2, 4}, {9, 3, 8}, {15, 2, 2}, {16, 2, 4}}, []int{0, 256, 300, 7}
 	if testing.Short() || raceEnabled {
+		// The race detector needs the concurrent cases only; scripts/test.sh
+		// runs the whole matrix again without it.
 		prompt = prompt[:600]
+		widths, budgets, chunks = []int{4}, []budget{{5, 2, 4}, {9, 3, 8}, {16, 2, 4}}, []int{0, 7}
 	}
-	for _, bits := range []int{4, 16} {
+	for _, bits := range widths {
 		dir := install(t, "tiny-moe-fused", bits)
-		for _, tc := range []struct {
-			slots, threads, readers int
-		}{{4, 1, 1}, {5, 2, 4}, {9, 3, 8}, {15, 2, 2}, {16, 2, 4}} {
+		for _, tc := range budgets {
 			t.Run(fmt.Sprintf("%dbit/%d-slots/%d-threads/%d-readers", bits, tc.slots, tc.threads, tc.readers), func(t *testing.T) {
 				opt := Options{Threads: tc.threads, Experts: ExpertOptions{Slots: tc.slots, IOThreads: tc.readers, NoWarm: true}}
 				want, old := prefillRun(t, dir, opt, prompt, 256)
@@ -64,7 +67,7 @@ func TestLongPrefillPassesAreBitwiseInvisible(t *testing.T) {
 					t.Errorf("one long pass read %d expert bytes, 256-token passes %d", res.Experts.BytesRead, old.Experts.BytesRead)
 				}
 				opt.Experts.NoWarm = false
-				for _, chunk := range []int{0, 256, 300, 7} {
+				for _, chunk := range chunks {
 					got, res := prefillRun(t, dir, opt, prompt, chunk)
 					if !sameBits(got, want) {
 						t.Errorf("warm reads, passes of %d: logits differ from 256-token passes without them", res.PrefillChunk)
@@ -117,7 +120,11 @@ func TestQwen38WarmReadsAreBitwiseInvisible(t *testing.T) {
 	}
 	x := e.Install.Manifest.Experts
 	e.Close()
-	for _, tc := range []struct{ slots, threads, readers int }{{x.TopK + 3, 1, 1}, {x.Count / 2, 2, 4}, {x.Count - 1, 3, 8}} {
+	budgets := []struct{ slots, threads, readers int }{{x.TopK + 3, 1, 1}, {x.Count / 2, 2, 4}, {x.Count - 1, 3, 8}}
+	if testing.Short() || raceEnabled {
+		budgets = budgets[1:] // the one-thread case races nothing; scripts/test.sh runs it without the detector
+	}
+	for _, tc := range budgets {
 		t.Run(fmt.Sprintf("%d-slots/%d-threads/%d-readers", tc.slots, tc.threads, tc.readers), func(t *testing.T) {
 			opt := Options{Threads: tc.threads, Experts: ExpertOptions{Slots: tc.slots, IOThreads: tc.readers, NoWarm: true}}
 			want, _ := prefillRun(t, dir, opt, prompt, 0)
