@@ -37,23 +37,25 @@ type MoEScratch struct {
 	router     []float32     // router logits [T, E]
 	sel        []int         // selected experts per token, ascending [T, k]
 	weight     []float32     // their renormalised weights [T, k]
-	probs      []float32     // one token's softmax [E]
+	probs      []float32     // one token's softmax [E] per thread
 	users      [][]tokenSlot // per expert: the (token, slot) pairs routed to it
 	ids        []int         // distinct experts of the chunk, ascending
+	firstRow   []int         // per index of ids: the expert's first row of routed
+	rowOf      []int32       // per (token, slot): its row of routed
 	visited    []bool        // per index of ids: handed over by Visit
-	xs, ys     []float32     // gathered inputs [n, H] and outputs [n, H] of one expert
-	routed     []float32     // every routed expert output [T, k, H], weighted later
+	xs         []float32     // gathered inputs [n, H] of one expert
+	routed     []float32     // every routed expert output [T·k, H], expert by expert, weighted later
 	sharedGate []float32     // [T]
 
-	// runExpertGroup's scratch: gate, up and down outputs of the group's
+	// runExpertGroup's scratch: gate and up outputs of the group's
 	// experts back to back, and the job's operand lists.
-	groupGate, groupUp, groupY []float32
-	groupDsts, groupIns        [][]float32
-	groupMats                  []*kernels.Matrix
+	groupGate, groupUp  []float32
+	groupDsts, groupIns [][]float32
+	groupMats           []*kernels.Matrix
 
 	shared   pendingProduct // the shared expert's down product, until it has run
-	combined []float32      // one token's combined expert output [H]
-	sigma    [1]float32     // one token's shared-expert gate
+	combined []float32      // one token's combined expert output [H] per thread
+	sigma    []float32      // one token's shared-expert gate per thread
 	Prof     *StepProfile   // the state's profile during a decode step, else nil
 }
 
@@ -87,12 +89,13 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 	}
 	sel := sc.sel[:T*k]
 	weight := Grow(&sc.weight, T*k)
-	if cap(sc.probs) < E {
-		sc.probs = make([]float32, E)
-	}
-	for t := range T {
-		Route(logits[t*E:(t+1)*E], sc.probs[:E], sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
-	}
+	probs := Grow(&sc.probs, m.Pool.Threads()*E)
+	// Tokens route independently: the pool's threads split them.
+	m.Pool.Parallel(T, func(worker, lo, hi int) {
+		for t := lo; t < hi; t++ {
+			Route(logits[t*E:(t+1)*E], probs[worker*E:(worker+1)*E], sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
+		}
+	})
 
 	routed := Grow(&sc.routed, T*k*H)
 	SwiGLU(sg, su)
@@ -110,7 +113,7 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 		sc.Prof.MarkProducts(PhaseSharedDown, sc.shared.m)
 		sc.shared = pendingProduct{}
 	}
-	m.combineExperts(sc, gates, weight, routed, out, T)
+	m.combineExperts(sc, gates, weight, routed, sc.rowOf[:T*k], out, T)
 	sc.Prof.Mark(PhaseCombine, 0)
 	return nil
 }
@@ -126,22 +129,27 @@ func (m *MoE) BeginPass(T int) {
 }
 
 // combineExperts sets each token's out = Σ_s weight_s·routed_s + σ(gate)·out,
-// the routed experts summed in ascending id order from zero, each product
-// rounded to float32 before its add (kernels.AxpyRows), the gated shared
-// expert output added last.
-func (m *MoE) combineExperts(sc *MoEScratch, gates, weight, routed, out []float32, T int) {
+// routed_s the row rowOf[t·k+s] of routed, the routed experts summed in
+// ascending id order from zero, each product rounded to float32 before its
+// add (kernels.AxpyRows), the gated shared expert output added last. The
+// pool's threads split the tokens.
+func (m *MoE) combineExperts(sc *MoEScratch, gates, weight, routed []float32, rowOf []int32, out []float32, T int) {
 	k, H := m.TopK, m.Hidden
-	acc := Grow(&sc.combined, H)
-	for t := range T {
-		clear(acc)
-		for s := range k {
-			kernels.AxpyRows(acc, weight[t*k+s:t*k+s+1], routed[(t*k+s)*H:(t*k+s+1)*H])
+	accs, sigmas := Grow(&sc.combined, m.Pool.Threads()*H), Grow(&sc.sigma, m.Pool.Threads())
+	m.Pool.Parallel(T, func(worker, lo, hi int) {
+		acc, sigma := accs[worker*H:(worker+1)*H], sigmas[worker:worker+1]
+		for t := lo; t < hi; t++ {
+			clear(acc)
+			for s := range k {
+				r := int(rowOf[t*k+s])
+				kernels.AxpyRows(acc, weight[t*k+s:t*k+s+1], routed[r*H:(r+1)*H])
+			}
+			o := out[t*H : (t+1)*H]
+			sigma[0] = Sigmoid32(gates[t])
+			kernels.AxpyRows(acc, sigma, o)
+			copy(o, acc)
 		}
-		o := out[t*H : (t+1)*H]
-		sc.sigma[0] = Sigmoid32(gates[t])
-		kernels.AxpyRows(acc, sc.sigma[:], o)
-		copy(o, acc)
-	}
+	})
 }
 
 // Route computes the router softmax in float64 rounded to float32 (the
@@ -180,10 +188,11 @@ func Route(logits []float32, probs []float32, sel []int, weight []float32) {
 }
 
 // runExperts computes every selected expert's output for its tokens into
-// routed [T, k, H] (unweighted). Each output lands in its own (token, slot)
-// row and is summed later in ascending expert order, so the order experts
-// are computed in — Visit's arrival order, or ascending Acquire batches —
-// never changes the result.
+// routed [T·k, H] (unweighted): expert ids[i]'s rows from firstRow[i] on,
+// in its users' order, so a product writes them in place; rowOf maps each
+// (token, slot) to its row. Each output is summed later in ascending expert
+// order, so the order experts are computed in — Visit's arrival order, or
+// ascending Acquire batches — never changes the result.
 func (m *MoE) runExperts(layer int, sc *MoEScratch, u []float32, sel []int, routed []float32, T int) error {
 	E, k := m.NumExperts, m.TopK
 	if len(sc.users) < E {
@@ -198,13 +207,22 @@ func (m *MoE) runExperts(layer int, sc *MoEScratch, u []float32, sel []int, rout
 			users[e] = append(users[e], tokenSlot{token: t, slot: s})
 		}
 	}
-	ids := sc.ids[:0]
+	ids, firstRow := sc.ids[:0], sc.firstRow[:0]
+	if cap(sc.rowOf) < T*k {
+		sc.rowOf = make([]int32, T*k)
+	}
+	rowOf, row := sc.rowOf[:T*k], 0
 	for e := range users {
-		if len(users[e]) > 0 {
-			ids = append(ids, e)
+		if len(users[e]) == 0 {
+			continue
+		}
+		ids, firstRow = append(ids, e), append(firstRow, row)
+		for _, r := range users[e] {
+			rowOf[r.token*k+r.slot] = int32(row)
+			row++
 		}
 	}
-	sc.ids = ids
+	sc.ids, sc.firstRow = ids, firstRow
 	if v, ok := m.Experts.(moe.ExpertGroupVisitor); ok {
 		return m.visitExpertGroups(v, layer, sc, u, ids, routed, T)
 	}
@@ -218,15 +236,15 @@ func (m *MoE) runExperts(layer int, sc *MoEScratch, u []float32, sel []int, rout
 		}
 	}
 	for start := 0; start < len(ids); start += batch {
-		part := ids[start:min(start+batch, len(ids))]
-		if err := m.acquireBatch(layer, sc, u, part, routed); err != nil {
+		end := min(start+batch, len(ids))
+		if err := m.acquireBatch(layer, sc, u, ids[start:end], sc.firstRow[start:end], routed); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (m *MoE) acquireBatch(layer int, sc *MoEScratch, u []float32, ids []int, routed []float32) error {
+func (m *MoE) acquireBatch(layer int, sc *MoEScratch, u []float32, ids, firstRow []int, routed []float32) error {
 	mats, release, err := m.Experts.Acquire(layer, ids)
 	if err != nil {
 		return fmt.Errorf(m.Name+": layer %d: acquiring experts %v: %w", layer, ids, err)
@@ -236,7 +254,7 @@ func (m *MoE) acquireBatch(layer int, sc *MoEScratch, u []float32, ids []int, ro
 		return fmt.Errorf(m.Name+": layer %d: Experts.Acquire returned %d experts for %d ids", layer, len(mats), len(ids))
 	}
 	for i, e := range ids {
-		if err := m.runExpert(layer, e, mats[i], sc, u, routed); err != nil {
+		if err := m.runExpert(layer, e, mats[i], sc, u, routed, firstRow[i]); err != nil {
 			return err
 		}
 	}
@@ -282,7 +300,7 @@ func (m *MoE) visitExpertGroups(v moe.ExpertGroupVisitor, layer int, sc *MoEScra
 			return m.runExpertGroup(layer, idx, mats, sc, u, routed)
 		}
 		for j, i := range idx {
-			if err := m.runExpert(layer, ids[i], mats[j], sc, u, routed); err != nil {
+			if err := m.runExpert(layer, ids[i], mats[j], sc, u, routed, sc.firstRow[i]); err != nil {
 				return err
 			}
 		}
@@ -305,7 +323,7 @@ func (m *MoE) visitExpertGroups(v moe.ExpertGroupVisitor, layer int, sc *MoEScra
 // bitwise what runExpert gives.
 func (m *MoE) runExpertGroup(layer int, idx []int, mats []moe.ExpertMats, sc *MoEScratch, u, routed []float32) error {
 	H, I, n := m.Hidden, m.Intermediate, len(idx)
-	gate, up, ys := Grow(&sc.groupGate, n*I), Grow(&sc.groupUp, n*I), Grow(&sc.groupY, n*H)
+	gate, up := Grow(&sc.groupGate, n*I), Grow(&sc.groupUp, n*I)
 	sc.groupDsts, sc.groupMats = sc.groupDsts[:0], sc.groupMats[:0]
 	for j, em := range mats {
 		if err := checkExpert(em, I, H); err != nil {
@@ -320,7 +338,8 @@ func (m *MoE) runExpertGroup(layer int, idx []int, mats []moe.ExpertMats, sc *Mo
 	SwiGLU(gate, up)
 	sc.groupDsts, sc.groupMats, sc.groupIns = sc.groupDsts[:0], sc.groupMats[:0], sc.groupIns[:0]
 	for j, em := range mats {
-		sc.groupDsts = append(sc.groupDsts, ys[j*H:(j+1)*H])
+		r := sc.firstRow[idx[j]] // the chunk's one token
+		sc.groupDsts = append(sc.groupDsts, routed[r*H:(r+1)*H])
 		sc.groupMats = append(sc.groupMats, em.Down)
 		sc.groupIns = append(sc.groupIns, gate[j*I:(j+1)*I])
 	}
@@ -332,27 +351,32 @@ func (m *MoE) runExpertGroup(layer int, idx []int, mats []moe.ExpertMats, sc *Mo
 	}
 	m.Pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
 	sc.Prof.MarkProducts(PhaseExpertDown, sc.groupMats...)
-	k := m.TopK
-	for j, i := range idx {
-		r := sc.users[sc.ids[i]][0] // the chunk's one token
-		slot := r.token*k + r.slot
-		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])
-	}
 	return nil
 }
 
+// gatherMinTokens is the fewest tokens whose gather runs on the pool's
+// threads; below, the hand-off costs about what it saves.
+const gatherMinTokens = 16
+
 // runExpert computes expert e for the tokens routed to it, as one batched
-// product per matrix, and scatters the rows to their (token, slot) places.
-func (m *MoE) runExpert(layer, e int, em moe.ExpertMats, sc *MoEScratch, u, routed []float32) error {
-	H, I, k := m.Hidden, m.Intermediate, m.TopK
+// product per matrix, its down product writing routed's rows from first on.
+func (m *MoE) runExpert(layer, e int, em moe.ExpertMats, sc *MoEScratch, u, routed []float32, first int) error {
+	H, I := m.Hidden, m.Intermediate
 	if err := checkExpert(em, I, H); err != nil {
 		return fmt.Errorf(m.Name+": layer %d expert %d: %w", layer, e, err)
 	}
 	rs := sc.users[e]
 	n := len(rs)
 	xs := Grow(&sc.xs, n*H)
-	for j, r := range rs {
-		copy(xs[j*H:(j+1)*H], u[r.token*H:(r.token+1)*H])
+	gather := func(_, lo, hi int) {
+		for j, r := range rs[lo:hi] {
+			copy(xs[(lo+j)*H:(lo+j+1)*H], u[r.token*H:(r.token+1)*H])
+		}
+	}
+	if n >= gatherMinTokens {
+		m.Pool.Parallel(n, gather)
+	} else {
+		gather(0, 0, n)
 	}
 	g := Grow(&sc.gate, n*I)
 	up := Grow(&sc.up, n*I)
@@ -360,13 +384,8 @@ func (m *MoE) runExpert(layer, e int, em moe.ExpertMats, sc *MoEScratch, u, rout
 	MatMulMulti(m.Pool, [][]float32{g, up}, []*kernels.Matrix{em.Gate, em.Up}, xs, n)
 	sc.Prof.MarkProducts(PhaseExpertGateUp, em.Gate, em.Up)
 	SwiGLU(g, up)
-	ys := Grow(&sc.ys, n*H)
-	MatMul(m.Pool, ys, em.Down, g, n)
+	MatMul(m.Pool, routed[first*H:(first+n)*H], em.Down, g, n)
 	sc.Prof.MarkProducts(PhaseExpertDown, em.Down)
-	for j, r := range rs {
-		slot := r.token*k + r.slot
-		copy(routed[slot*H:(slot+1)*H], ys[j*H:(j+1)*H])
-	}
 	return nil
 }
 
@@ -407,7 +426,7 @@ func TopIndices(scores []float32, n int, dst []int) []int {
 func (sc *MoEScratch) GrowingBytes() int64 {
 	var n int
 	for _, b := range [][]float32{sc.gate, sc.up, sc.sharedG, sc.sharedU, sc.router, sc.weight,
-		sc.xs, sc.ys, sc.routed, sc.sharedGate} {
+		sc.xs, sc.routed, sc.sharedGate} {
 		n += 4 * cap(b)
 	}
 	n += 8 * cap(sc.sel)

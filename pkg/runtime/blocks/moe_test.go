@@ -37,8 +37,15 @@ func TestCombineExperts(t *testing.T) {
 					want[tok*H+i] = acc + float32(sigma*out[tok*H+i])
 				}
 			}
+			// routed's rows in reverse: combineExperts must read each (token,
+			// slot)'s row where rowOf says.
+			rowOf, rows := make([]int32, T*k), make([]float32, T*k*H)
+			for r := range T * k {
+				rowOf[r] = int32(T*k - 1 - r)
+				copy(rows[int(rowOf[r])*H:], routed[r*H:(r+1)*H])
+			}
 			m := &MoE{TopK: k, Hidden: H}
-			m.combineExperts(new(MoEScratch), gates, weight, routed, out, T)
+			m.combineExperts(new(MoEScratch), gates, weight, rows, rowOf, out, T)
 			if i := bitwiseDiff(out, want); i >= 0 {
 				t.Fatalf("token %d column %d: got %v, want %v", i/H, i%H, out[i], want[i])
 			}
