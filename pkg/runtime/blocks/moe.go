@@ -429,7 +429,7 @@ func (sc *MoEScratch) GrowingBytes() int64 {
 		sc.xs, sc.routed, sc.sharedGate} {
 		n += 4 * cap(b)
 	}
-	n += 8 * cap(sc.sel)
+	n += 8*cap(sc.sel) + 4*cap(sc.rowOf)
 	for _, u := range sc.users {
 		n += 16 * cap(u)
 	}

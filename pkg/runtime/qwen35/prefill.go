@@ -36,7 +36,9 @@ func (c Config) ScratchBytesPerToken() int64 {
 		k := c.ExpertsPerToken
 		// gate and up (one expert's rows, at most T), shared gate and up,
 		// router logits, weights and sharedGate, routed, an expert's
-		// gathered inputs and outputs, sel (ints) and users (pairs of ints).
+		// gathered inputs, rowOf (int32s, within the 2·H kept from when an
+		// expert's outputs had their own buffer), sel (ints) and users
+		// (pairs of ints).
 		floats += 2*c.ExpertIntermediate + 2*c.SharedIntermediate + c.NumExperts + k + 1 + k*H + 2*H + 2*k + 4*k
 		widest = max(widest, c.ExpertIntermediate, c.SharedIntermediate)
 	case ArchDense:
