@@ -16,7 +16,12 @@
 #
 #   scripts/prefill-ab.sh --model DIR [--ram-budget 2G] [--prompt-tokens 1024] [--rounds 2] [--threads 2]
 #                         [--arms chunk|warm|bin] [--base-bin PATH] [--base-model DIR] [--tokens 2] [--prefill-chunk N]
-#                         [--warmup N]
+#                         [--warmup N] [--drop-caches]
+#
+# Rounds alternate the arms' order (A B, then B A, ...), so neither arm always runs right after
+# the other. --drop-caches (root only) syncs and drops the page cache before every run: a run
+# that follows one which read hundreds of GiB otherwise inherits its page cache and disk state,
+# which on the dev VM halved the decode after an 8-bit prefill (docs/prefill.md).
 #
 # --prefill-chunk N (arms warm and bin) gives both arms passes of N tokens, e.g. long passes on an
 # install that fits its budget, to compare compute alone; --warmup N (bench --warmup) first
@@ -32,7 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 
-model="" base_model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2 chunk="" warmup=0
+model="" base_model="" budget=2G tokens=1024 rounds=2 threads=2 arms=chunk base="" gen=2 chunk="" warmup=0 drop=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -46,6 +51,7 @@ while [ $# -gt 0 ]; do
     --tokens) gen=$2; shift 2 ;;
     --prefill-chunk) chunk=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --drop-caches) drop=1; shift ;;
     *) echo "prefill-ab.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -57,13 +63,17 @@ case $arms in
   bin) names=(base this); [ -x "$base" ] || { echo "prefill-ab.sh: --arms bin needs --base-bin PATH, an nvmai-run binary" >&2; exit 2; } ;;
   *) echo "prefill-ab.sh: --arms $arms: use chunk, warm or bin" >&2; exit 2 ;;
 esac
+[ "$drop" = 0 ] || [ -w /proc/sys/vm/drop_caches ] || { echo "prefill-ab.sh: --drop-caches needs root (it writes /proc/sys/vm/drop_caches)" >&2; exit 2; }
 go build -o bin/ ./cmd/nvmai-run
 
 ids=$(awk -v n="$tokens" 'BEGIN { srand(1); for (i = 0; i < n; i++) printf "%s%d", (i ? "," : ""), 10 + int(rand() * 3990) }')
 kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
 sum_a=0 sum_b=0 dec_a=0 dec_b=0
 for r in $(seq "$rounds"); do
-  for arm in "${names[@]}"; do
+  order=("${names[@]}")
+  [ $((r % 2)) = 1 ] || order=("${names[1]}" "${names[0]}")
+  for arm in "${order[@]}"; do
+    if [ "$drop" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
     bin=bin/nvmai-run flag=() dir=$model
     [ -z "$chunk" ] || flag=(--prefill-chunk "$chunk")
     case $arm in
