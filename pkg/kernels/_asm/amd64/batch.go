@@ -271,23 +271,8 @@ func vnniPhase1x16(name string) {
 	dotsBase("R13")
 	emit("MOVQ groups+48(FP), CX")
 	label(name + "_group")
-	for r := range 16 {
-		emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
-	}
-	bases := []string{"R8", "R9", "AX", "R11"}
-	offs := []string{"", "(DX*1)", "(DX*2)", "(R14*1)"}
-	for half := range 2 {
-		for k := range 8 {
-			emit("VMOVDQU32 %d(R10), Z%d", 64*(8*half+k), 16+k)
-		}
-		for k := range 8 {
-			kk := 8*half + k
-			for r := range 16 {
-				emit("VPBROADCASTD %d(%s)%s, Z%d", 4*kk, bases[r/4], offs[r%4], 24+r%8)
-				emit("VPDPBUSD Z%d, Z%d, Z%d", 16+k, 24+r%8, r)
-			}
-		}
-	}
+	vnniDots16()
+	bases := vnniRowBases
 	for r := range 16 {
 		emit("VMOVDQU32 Z%d, %d(R13)", r, 64*r)
 	}
@@ -540,6 +525,32 @@ func fold16() {
 	for _, h := range []int{8, 4, 2, 1} {
 		for i := range h {
 			emit("VADDPS Z%d, Z%d, Z%d", i+h, i, i)
+		}
+	}
+}
+
+// vnniRowBases hold rows 0, 4, 8 and 12 of a 16-row block; rows r+1..r+3
+// are at stride DX, 2·DX and R14 = 3·DX from them.
+var vnniRowBases = []string{"R8", "R9", "AX", "R11"}
+
+// vnniDots16 sets Z0–Z15 to one group's dots of 16 rows × 16 tokens: each
+// row's 4-byte weights broadcast (Z24–Z31) against the tokens' activations
+// at R10 (Z16–Z23, half a group at a time).
+func vnniDots16() {
+	for r := range 16 {
+		emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	offs := []string{"", "(DX*1)", "(DX*2)", "(R14*1)"}
+	for half := range 2 {
+		for k := range 8 {
+			emit("VMOVDQU32 %d(R10), Z%d", 64*(8*half+k), 16+k)
+		}
+		for k := range 8 {
+			kk := 8*half + k
+			for r := range 16 {
+				emit("VPBROADCASTD %d(%s)%s, Z%d", 4*kk, vnniRowBases[r/4], offs[r%4], 24+r%8)
+				emit("VPDPBUSD Z%d, Z%d, Z%d", 16+k, 24+r%8, r)
+			}
 		}
 	}
 }

@@ -92,23 +92,10 @@ func qBatchAMXFused() {
 	emit("DECQ SI")
 	emit("JNZ %s_group", name)
 
-	label(name + "_fold")
-	comment("per row: fold its 16 accumulators (reduce16) into the results")
-	emit("MOVQ work+88(FP), R13")
-	emit("ADDQ $1024, R13")
-	emit("MOVQ work+88(FP), R14")
-	emit("MOVQ $16, R15")
-	label(name + "_row")
-	for l := range 16 {
-		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
-	}
-	fold16()
-	emit("VMOVUPS Z0, (R14)")
-	emit("ADDQ $1024, R13")
-	emit("ADDQ $64, R14")
-	emit("DECQ R15")
-	emit("JNZ %s_row", name)
-	transposeStore(name, 16)
+	foldAccumulators(name, func() {
+		emit("MOVQ work+88(FP), R13")
+		emit("ADDQ $1024, R13")
+	})
 	emit("VPXORD Z31, Z31, Z31")
 
 	comment("next block: weights 16 rows on, converted scales gpad groups on")
@@ -325,22 +312,7 @@ func qBatchAVX512Fused() {
 	emit("DECQ R15")
 	emit("JNZ %s_group", name)
 
-	label(name + "_fold")
-	comment("per row: fold its 16 accumulators (reduce16) into the results")
-	accBase("R13")
-	emit("MOVQ work+88(FP), R14")
-	emit("MOVQ $16, R15")
-	label(name + "_row")
-	for l := range 16 {
-		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
-	}
-	fold16()
-	emit("VMOVUPS Z0, (R14)")
-	emit("ADDQ $1024, R13")
-	emit("ADDQ $64, R14")
-	emit("DECQ R15")
-	emit("JNZ %s_row", name)
-	transposeStore(name, 16)
+	foldAccumulators(name, func() { accBase("R13") })
 
 	comment("next block: weights 16 rows on, converted scales gpad groups on")
 	emit("MOVQ groups+48(FP), R11")
@@ -378,23 +350,8 @@ func accBase(reg string) {
 // activations, then dx, Σx and +0; Z24–Z31 the broadcast weights, then four
 // rows' temporaries.
 func fusedGroupVNNI(first bool) {
-	for r := range 16 {
-		emit("VPXORD Z%d, Z%d, Z%d", r, r, r)
-	}
-	bases := []string{"R8", "R9", "AX", "R11"}
-	offs := []string{"", "(DX*1)", "(DX*2)", "(R14*1)"}
-	for half := range 2 {
-		for k := range 8 {
-			emit("VMOVDQU32 %d(R10), Z%d", 64*(8*half+k), 16+k)
-		}
-		for k := range 8 {
-			kk := 8*half + k
-			for r := range 16 {
-				emit("VPBROADCASTD %d(%s)%s, Z%d", 4*kk, bases[r/4], offs[r%4], 24+r%8)
-				emit("VPDPBUSD Z%d, Z%d, Z%d", 16+k, 24+r%8, r)
-			}
-		}
-	}
+	vnniDots16()
+	bases := vnniRowBases
 	emit("VMOVUPS (SI), Z20")   // dx of the 16 tokens
 	emit("VMOVUPS 64(SI), Z21") // Σx
 	if first {
@@ -420,4 +377,26 @@ func fusedGroupVNNI(first bool) {
 	emit("ADDQ $1024, R10")
 	emit("ADDQ $128, SI")
 	emit("ADDQ $64, CX")
+}
+
+// foldAccumulators folds each of a block's 16 rows' 16 accumulators
+// (1 KiB apart, the first at R13 as setBase sets it) into the results and
+// stores them transposed to dst.
+func foldAccumulators(name string, setBase func()) {
+	label(name + "_fold")
+	comment("per row: fold its 16 accumulators (reduce16) into the results")
+	setBase()
+	emit("MOVQ work+88(FP), R14")
+	emit("MOVQ $16, R15")
+	label(name + "_row")
+	for l := range 16 {
+		emit("VMOVUPS %d(R13), Z%d", 64*l, l)
+	}
+	fold16()
+	emit("VMOVUPS Z0, (R14)")
+	emit("ADDQ $1024, R13")
+	emit("ADDQ $64, R14")
+	emit("DECQ R15")
+	emit("JNZ %s_row", name)
+	transposeStore(name, 16)
 }
