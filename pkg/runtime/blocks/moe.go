@@ -90,12 +90,14 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 	sel := sc.sel[:T*k]
 	weight := Grow(&sc.weight, T*k)
 	probs := Grow(&sc.probs, m.Pool.Threads()*E)
-	// Tokens route independently: the pool's threads split them.
-	m.Pool.Parallel(T, func(worker, lo, hi int) {
-		for t := lo; t < hi; t++ {
-			Route(logits[t*E:(t+1)*E], probs[worker*E:(worker+1)*E], sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
-		}
-	})
+	// Tokens route independently: the pool's threads split a pass's.
+	if T >= parallelMinTokens {
+		m.Pool.Parallel(T, func(worker, lo, hi int) {
+			routeTokens(logits, probs[worker*E:(worker+1)*E], sel, weight, k, lo, hi)
+		})
+	} else {
+		routeTokens(logits, probs[:E], sel, weight, k, 0, T)
+	}
 
 	routed := Grow(&sc.routed, T*k*H)
 	SwiGLU(sg, su)
@@ -132,24 +134,43 @@ func (m *MoE) BeginPass(T int) {
 // routed_s the row rowOf[t·k+s] of routed, the routed experts summed in
 // ascending id order from zero, each product rounded to float32 before its
 // add (kernels.AxpyRows), the gated shared expert output added last. The
-// pool's threads split the tokens.
+// pool's threads split a pass's tokens.
 func (m *MoE) combineExperts(sc *MoEScratch, gates, weight, routed []float32, rowOf []int32, out []float32, T int) {
-	k, H := m.TopK, m.Hidden
+	H := m.Hidden
 	accs, sigmas := Grow(&sc.combined, m.Pool.Threads()*H), Grow(&sc.sigma, m.Pool.Threads())
+	if T < parallelMinTokens {
+		m.combineTokens(accs[:H], sigmas[:1], gates, weight, routed, rowOf, out, 0, T)
+		return
+	}
 	m.Pool.Parallel(T, func(worker, lo, hi int) {
-		acc, sigma := accs[worker*H:(worker+1)*H], sigmas[worker:worker+1]
-		for t := lo; t < hi; t++ {
-			clear(acc)
-			for s := range k {
-				r := int(rowOf[t*k+s])
-				kernels.AxpyRows(acc, weight[t*k+s:t*k+s+1], routed[r*H:(r+1)*H])
-			}
-			o := out[t*H : (t+1)*H]
-			sigma[0] = Sigmoid32(gates[t])
-			kernels.AxpyRows(acc, sigma, o)
-			copy(o, acc)
-		}
+		m.combineTokens(accs[worker*H:(worker+1)*H], sigmas[worker:worker+1], gates, weight, routed, rowOf, out, lo, hi)
 	})
+}
+
+// combineTokens is combineExperts for tokens [lo, hi), acc [H] and sigma
+// [1] its scratch.
+func (m *MoE) combineTokens(acc, sigma, gates, weight, routed []float32, rowOf []int32, out []float32, lo, hi int) {
+	k, H := m.TopK, m.Hidden
+	for t := lo; t < hi; t++ {
+		clear(acc)
+		for s := range k {
+			r := int(rowOf[t*k+s])
+			kernels.AxpyRows(acc, weight[t*k+s:t*k+s+1], routed[r*H:(r+1)*H])
+		}
+		o := out[t*H : (t+1)*H]
+		sigma[0] = Sigmoid32(gates[t])
+		kernels.AxpyRows(acc, sigma, o)
+		copy(o, acc)
+	}
+}
+
+// routeTokens routes tokens [lo, hi) of logits [T, E] into sel and weight
+// [T, k], probs [E] its scratch.
+func routeTokens(logits, probs []float32, sel []int, weight []float32, k, lo, hi int) {
+	E := len(probs)
+	for t := lo; t < hi; t++ {
+		Route(logits[t*E:(t+1)*E], probs, sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
+	}
 }
 
 // Route computes the router softmax in float64 rounded to float32 (the
@@ -354,9 +375,11 @@ func (m *MoE) runExpertGroup(layer int, idx []int, mats []moe.ExpertMats, sc *Mo
 	return nil
 }
 
-// gatherMinTokens is the fewest tokens whose gather runs on the pool's
-// threads; below, the hand-off costs about what it saves.
-const gatherMinTokens = 16
+// parallelMinTokens is the fewest tokens whose routing, combination or
+// gather the pool's threads split; a decode step's single token (and a few
+// more, by a choice not measured) stays on the caller, so a step takes no
+// pool hand-off for them.
+const parallelMinTokens = 16
 
 // runExpert computes expert e for the tokens routed to it, as one batched
 // product per matrix, its down product writing routed's rows from first on.
@@ -368,15 +391,10 @@ func (m *MoE) runExpert(layer, e int, em moe.ExpertMats, sc *MoEScratch, u, rout
 	rs := sc.users[e]
 	n := len(rs)
 	xs := Grow(&sc.xs, n*H)
-	gather := func(_, lo, hi int) {
-		for j, r := range rs[lo:hi] {
-			copy(xs[(lo+j)*H:(lo+j+1)*H], u[r.token*H:(r.token+1)*H])
-		}
-	}
-	if n >= gatherMinTokens {
-		m.Pool.Parallel(n, gather)
+	if n >= parallelMinTokens {
+		m.Pool.Parallel(n, func(_, lo, hi int) { gatherRows(xs, u, rs, H, lo, hi) })
 	} else {
-		gather(0, 0, n)
+		gatherRows(xs, u, rs, H, 0, n)
 	}
 	g := Grow(&sc.gate, n*I)
 	up := Grow(&sc.up, n*I)
@@ -387,6 +405,15 @@ func (m *MoE) runExpert(layer, e int, em moe.ExpertMats, sc *MoEScratch, u, rout
 	MatMul(m.Pool, routed[first*H:(first+n)*H], em.Down, g, n)
 	sc.Prof.MarkProducts(PhaseExpertDown, em.Down)
 	return nil
+}
+
+// gatherRows copies the rows of u [T, H] that users [lo, hi) name into
+// xs [n, H].
+func gatherRows(xs, u []float32, users []tokenSlot, H, lo, hi int) {
+	for j := lo; j < hi; j++ {
+		t := users[j].token
+		copy(xs[j*H:(j+1)*H], u[t*H:(t+1)*H])
+	}
 }
 
 func checkExpert(em moe.ExpertMats, I, H int) error {

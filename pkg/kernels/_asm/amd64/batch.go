@@ -272,11 +272,10 @@ func vnniPhase1x16(name string) {
 	emit("MOVQ groups+48(FP), CX")
 	label(name + "_group")
 	vnniDots16()
-	bases := vnniRowBases
 	for r := range 16 {
 		emit("VMOVDQU32 Z%d, %d(R13)", r, 64*r)
 	}
-	for _, b := range bases {
+	for _, b := range vnniRowBases {
 		emit("ADDQ $64, %s", b)
 	}
 	emit("ADDQ $1024, R10")

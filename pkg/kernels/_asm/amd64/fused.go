@@ -351,7 +351,6 @@ func accBase(reg string) {
 // rows' temporaries.
 func fusedGroupVNNI(first bool) {
 	vnniDots16()
-	bases := vnniRowBases
 	emit("VMOVUPS (SI), Z20")   // dx of the 16 tokens
 	emit("VMOVUPS 64(SI), Z21") // Σx
 	if first {
@@ -371,7 +370,7 @@ func fusedGroupVNNI(first bool) {
 		}
 		emit("VMOVUPS Z%d, %d(R13)", t, 1024*r)
 	}
-	for _, b := range bases {
+	for _, b := range vnniRowBases {
 		emit("ADDQ $64, %s", b)
 	}
 	emit("ADDQ $1024, R10")
