@@ -39,12 +39,20 @@ func attendOracle(q []float32, d int, keys, values []float32, stride, n int, sca
 // tile of 64, and key rows wider than the head (a KV head inside a row of
 // several).
 func TestAttendBitwise(t *testing.T) {
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
+		checkAttendLevel(t, level.name)
+		restore()
+	}
+}
+
+func checkAttendLevel(t *testing.T, level string) {
 	rng := rand.New(rand.NewPCG(71, 72))
-	for _, heads := range []int{1, 3, 4, 8, 12} {
-		for _, d := range []int{4, 6, 64, 128, 256} {
+	for _, heads := range []int{1, 2, 3, 4, 6, 8, 12} {
+		for _, d := range []int{4, 6, 32, 64, 96, 128, 256} {
 			for _, n := range []int{1, 3, 4, 5, 8, 63, 64, 65, 130} {
 				for _, extra := range []int{0, 2 * d} {
-					name := fmt.Sprintf("heads=%d/d=%d/n=%d/stride=%d", heads, d, n, d+extra)
+					name := fmt.Sprintf("%s/heads=%d/d=%d/n=%d/stride=%d", level, heads, d, n, d+extra)
 					stride := d + extra
 					q := floatEdgeVector(rng, heads*d)
 					keys, values := floatEdgeVector(rng, n*stride), floatEdgeVector(rng, n*stride)
@@ -121,4 +129,12 @@ func BenchmarkAttend(b *testing.B) {
 			}
 		})
 	}
+}
+
+// floatAsmLevel is one implementation of the float kernels (the flags it
+// sets); floatAsmLevels lists those this CPU runs, so bitwise tests cover
+// the AVX2 kernels on AVX-512 machines too.
+type floatAsmLevel struct {
+	name         string
+	avx512, avx2 bool
 }

@@ -2,5 +2,6 @@
 
 package kernels
 
-func floatAVX512Flag() bool { return false }
-func setFloatAVX512(bool)   {}
+func floatAsmLevels() []floatAsmLevel { return []floatAsmLevel{{"reference", false, false}} }
+
+func (floatAsmLevel) set() (restore func()) { return func() {} }

@@ -36,33 +36,33 @@ func widenedBF16(v []uint16) []float32 {
 }
 
 // TestAttendKVBitwise: the Q8 and BF16 kernels give attendOracle's bits
-// over the widened cache, with and without the assembly, for head counts in
-// and out of fours, widths in and out of the assembly's 16- and 64-column
-// steps, position counts around the tile of 64, KV heads inside wider rows
-// (offset into the row) and groups of 16, 32, 64 and the whole head.
+// over the widened cache, with and without each assembly, for head counts
+// in and out of twos and fours, widths in and out of the assembly's 16- and
+// 64-column steps (8 and 32 for AVX2), position counts around the tile of
+// 64, KV heads inside wider rows (offset into the row) and groups of 8, 16,
+// 32, 64 and the whole head.
 func TestAttendKVBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(81, 82))
-	for _, asm := range []bool{true, false} {
-		saved := floatAVX512Flag()
-		setFloatAVX512(saved && asm)
-		for _, heads := range []int{1, 3, 4, 8} {
-			for _, d := range []int{16, 32, 48, 64, 256} {
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
+		for _, heads := range []int{1, 2, 3, 4, 6, 8} {
+			for _, d := range []int{8, 16, 24, 32, 48, 64, 96, 256} {
 				for _, n := range []int{1, 3, 63, 64, 65, 130} {
 					for _, kvHeads := range []int{1, 2} {
-						for _, group := range []int{16, 32, 64, d} {
+						for _, group := range []int{8, 16, 32, 64, d} {
 							if d%group != 0 {
 								continue
 							}
 							stride := kvHeads * d
 							off := (kvHeads - 1) * d // the last KV head of the row
-							name := fmt.Sprintf("asm=%v/heads=%d/d=%d/n=%d/stride=%d/group=%d", asm, heads, d, n, stride, group)
+							name := fmt.Sprintf("%s/heads=%d/d=%d/n=%d/stride=%d/group=%d", level.name, heads, d, n, stride, group)
 							checkAttendKV(t, rng, name, heads, d, n, stride, off, group)
 						}
 					}
 				}
 			}
 		}
-		setFloatAVX512(saved)
+		restore()
 	}
 }
 

@@ -13,18 +13,17 @@ import (
 // of fours and widths in and out of the assembly's steps.
 func TestAttendMultiBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(83, 84))
-	saved := floatAVX512Flag()
-	defer setFloatAVX512(saved)
-	for _, asm := range []bool{true, false} {
-		setFloatAVX512(saved && asm)
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
 		for _, heads := range []int{1, 3, 8} {
 			for _, d := range []int{16, 48, 256} {
 				for _, ns := range [][]int{{1}, {63, 64, 65}, {130, 1, 64, 129}, {200, 200}, {5, 70, 3, 66, 140, 2, 64, 1}} {
-					name := fmt.Sprintf("asm=%v/heads=%d/d=%d/ns=%v", asm, heads, d, ns)
+					name := fmt.Sprintf("%s/heads=%d/d=%d/ns=%v", level.name, heads, d, ns)
 					checkAttendMulti(t, rng, name, heads, d, ns)
 				}
 			}
 		}
+		restore()
 	}
 }
 

@@ -5,15 +5,24 @@ package kernels
 //go:noescape
 func deltaRuleAVX512(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32)
 
-// deltaRuleAsm is deltaRuleGeneric for a multiple of 16 columns.
+//go:noescape
+func deltaRuleAVX2(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32)
+
+// deltaRuleAsm is deltaRuleGeneric for a multiple of 16 columns (AVX-512) or
+// of 8 (AVX2).
 func deltaRuleAsm(S []float32, decay, beta float32, k, v, q, o []float32) bool {
 	rows, cols := len(k), len(v)
-	if !useFloatAVX512 || cols%floatBlock != 0 {
+	wide := useFloatAVX512 && cols%floatBlock == 0
+	if !wide && !(useFloatAVX2 && cols%floatBlockAVX2 == 0) {
 		return false
 	}
 	_ = S[rows*cols-1]
 	_ = q[rows-1]
 	_ = o[cols-1]
-	deltaRuleAVX512(&S[0], rows, cols, decay, beta, &k[0], &v[0], &q[0], &o[0])
+	if wide {
+		deltaRuleAVX512(&S[0], rows, cols, decay, beta, &k[0], &v[0], &q[0], &o[0])
+	} else {
+		deltaRuleAVX2(&S[0], rows, cols, decay, beta, &k[0], &v[0], &q[0], &o[0])
+	}
 	return true
 }

@@ -48,10 +48,20 @@ func twoPassDeltaRule(S []float32, decay, beta float32, k, v, q, o []float32) {
 }
 
 func TestDeltaRuleMatchesTwoPass(t *testing.T) {
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
+		checkDeltaRule(t, level.name)
+		restore()
+	}
+}
+
+// checkDeltaRule compares DeltaRule and the reference with the two passes
+// at widths in and out of the kernels' 8-, 16-, 32- and 64-column blocks.
+func checkDeltaRule(t *testing.T, level string) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, rows := range []int{1, 3, 16, 128} {
-		for _, cols := range []int{1, 5, 16, 32, 48, 64, 80, 128, 144, 320} {
-			t.Run(fmt.Sprintf("%dx%d", rows, cols), func(t *testing.T) {
+		for _, cols := range []int{1, 5, 8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 136, 144, 320} {
+			t.Run(fmt.Sprintf("%s/%dx%d", level, rows, cols), func(t *testing.T) {
 				S := randomVector(rng, rows*cols)
 				k, q := randomVector(rng, rows), randomVector(rng, rows)
 				v := randomVector(rng, cols)

@@ -15,10 +15,12 @@ func dotBF16x4AVX2(dst *[4]float32, w *byte, stride int, x *float32, n int)
 //go:noescape
 func dotBF16x4x4AVX512(dst *[16]float32, w *byte, stride int, x *float32, xstride int, n int)
 
-// useFloatAVX512 and useBF16AVX2 select the assembly; the tests turn them
-// off to compare with the references.
+// useFloatAVX512, useFloatAVX2 and useBF16AVX2 select the assembly (the
+// AVX-512 kernels first, where both apply); the tests turn them off to
+// compare with the references.
 var (
 	useFloatAVX512 = hasAVX512
+	useFloatAVX2   = hasAVX2
 	useBF16AVX2    = hasAVX2
 )
 
@@ -26,6 +28,10 @@ var (
 // 16-lane register; they take 64 columns per pass where they can); other
 // widths take the reference.
 const floatBlock = 16
+
+// floatBlockAVX2 is the column granularity of the AVX2 float kernels (one
+// 8-lane register).
+const floatBlockAVX2 = 8
 
 // dotBF16Asm is dotBF16 for len(x) a positive multiple of 8.
 func dotBF16Asm(w []byte, x []float32) (float32, bool) {
