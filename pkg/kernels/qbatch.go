@@ -14,11 +14,12 @@ import (
 
 // qBatchMinTokens is the fewest tokens the batched path takes, Q8 and Q4:
 // with fewer, most of its 16 lanes idle and the token-by-token kernels are
-// faster (BenchmarkQBatch: Q8 wins from ~6 tokens, Q4, which also unpacks
-// its codes per call, from ~10).
+// faster (BenchmarkQBatch: with AVX-512 Q8 wins from ~6 tokens, with AVX2
+// from ~8; Q4, which also unpacks its codes per call, from ~10 with
+// either).
 func qBatchMinTokens(enc Encoding) int {
 	if enc == Q8 {
-		return 6
+		return qBatchMinTokensQ8
 	}
 	return 10
 }
@@ -49,6 +50,12 @@ type qBatchKernel struct {
 	// qConvertScales (scales: the converted block, tail: the biases' byte
 	// offset) instead of bf16 scales, biases and the tail mask.
 	convert bool
+	// widen: the kernel takes the rows widened to a uint16 per code
+	// (qWidenRows), for Q8 and Q4 alike; unpackAVX2: Q4 rows unpacked by
+	// qUnpackQ4AVX2 instead of the AVX-512 unpacking.
+	widen, unpackAVX2 bool
+	// q4, when set, is the kernel that takes this one's Q4 products.
+	q4 *qBatchKernel
 	// unfused is the plain kernel a fused one gives way to on short rows
 	// (qBatchFusedMinGroups).
 	unfused *qBatchKernel
@@ -161,8 +168,8 @@ func int8Words(q []int8) []uint32 {
 
 // qMatMulBatched is qMatMulRows through the batched kernels: rows [lo, hi)
 // for every token of qa into dst (tokens×Rows). The active kernel takes the
-// rows in its multiple (16 for AMX, 8 for AVX-512), the AVX-512 kernel a
-// remaining multiple of 8, and the last few rows go token by token.
+// rows in its multiple (16 for AMX, 8 for AVX-512, 2 for AVX2), the AVX-512
+// kernel a remaining multiple of 8, and the last few rows go token by token.
 func qMatMulBatched(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 	groups := m.Cols / GroupSize
 	var l *qBatchLayout
@@ -197,20 +204,30 @@ func qMatMulBatched(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 // chunk by row chunk, each chunk against every block of 16 tokens while it
 // sits in L2.
 func qBatchRange(k qBatchKernel, dst []float32, m *Matrix, qa *QActivation, l *qBatchLayout, sc *qBatchScratch, lo, hi int) {
+	if m.Enc == Q4 && k.q4 != nil {
+		k = *k.q4
+	}
 	groups := m.Cols / GroupSize
 	tail := 1<<(groups%blockGroups) - 1
 	if groups%blockGroups == 0 {
 		tail = 1<<blockGroups - 1
 	}
-	chunk := max(k.rows, matMulChunkBytes/qRowBytes(m)/k.rows*k.rows)
+	rowBytes := qRowBytes(m)
+	if k.widen {
+		rowBytes = 2 * m.Cols
+	}
+	chunk := max(k.rows, matMulChunkBytes/rowBytes/k.rows*k.rows)
 	blocks := (qa.tokens + qBatchLanes - 1) / qBatchLanes
 	words := groups * 16 * qBatchLanes
 	for c := lo; c < hi; c += chunk {
 		end := min(c+chunk, hi)
 		var w []byte
-		if m.Enc == Q4 {
+		if k.widen {
+			sc.unpacked = qWidenRows(sc.unpacked, m, c, end)
+			w = sc.unpacked
+		} else if m.Enc == Q4 {
 			sc.unpacked = grow(sc.unpacked, (end-c)*m.Cols)
-			qUnpackQ4(sc.unpacked, m.Data[c*m.Cols/2:end*m.Cols/2], end-c, groups)
+			qUnpackQ4(sc.unpacked, m.Data[c*m.Cols/2:end*m.Cols/2], end-c, groups, k.unpackAVX2)
 			w = sc.unpacked
 		} else {
 			w = m.Data[c*m.Cols : end*m.Cols]

@@ -40,3 +40,16 @@ func useQBatchKernel(name string) func() {
 	}
 	return func() { qBatchActive, qBatchFusedMinGroups = saved, savedMin }
 }
+
+// qUnpackQ4Variants lists qUnpackQ4's kernels this CPU runs (its avx2
+// argument).
+func qUnpackQ4Variants() []bool {
+	var v []bool
+	if hasAVX512VNNI {
+		v = append(v, false)
+	}
+	if hasAVX2 {
+		v = append(v, true)
+	}
+	return v
+}

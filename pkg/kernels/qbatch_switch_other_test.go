@@ -9,3 +9,5 @@ func withEachQBatchKernel(t *testing.T, f func(t *testing.T)) { f(t) }
 func qBatchKernelNames() []string { return nil }
 
 func useQBatchKernel(string) func() { return func() {} }
+
+func qUnpackQ4Variants() []bool { return nil }

@@ -11,7 +11,7 @@ import (
 // past a multiple of 8 and several row chunks), groups 1..33 (every tail of a
 // block of 16, odd groups for Q4's pairs), tokens 1..33 (every tail of a block
 // of 16), random and extreme codes and activations, and row ranges that
-// leave other rows alone. Under -tags purego or without AVX-512 VNNI there is
+// leave other rows alone. Under -tags purego or without AVX-512 VNNI or AVX2 there is
 // no batched kernel, and the test checks the path it falls back to.
 func TestQBatchBitwise(t *testing.T) {
 	if !qBatchAvailable {
@@ -103,12 +103,20 @@ func testQBatchReusedActivation(t *testing.T) {
 	}
 }
 
-// TestQUnpackQ4 checks the Q4 unpacking kernel against its definition: each
-// group's 32 low nibbles (even elements) then its 32 high ones.
+// TestQUnpackQ4 checks the Q4 unpacking kernels (AVX-512, AVX2) against
+// their definition: each group's 32 low nibbles (even elements) then its 32
+// high ones.
 func TestQUnpackQ4(t *testing.T) {
-	if !qBatchAvailable {
+	variants := qUnpackQ4Variants()
+	if len(variants) == 0 {
 		t.Skip("no batched kernel in this build or on this CPU")
 	}
+	for _, avx2 := range variants {
+		checkQUnpackQ4(t, avx2)
+	}
+}
+
+func checkQUnpackQ4(t *testing.T, avx2 bool) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	for rows := 1; rows <= 3; rows++ {
 		for groups := 1; groups <= 9; groups++ {
@@ -120,14 +128,14 @@ func TestQUnpackQ4(t *testing.T) {
 			for i := range got {
 				got[i] = 0xAA
 			}
-			qUnpackQ4(got, w, rows, groups)
+			qUnpackQ4(got, w, rows, groups, avx2)
 			for r := range rows {
 				for g := range groups {
 					src := w[(r*groups+g)*GroupSize/2:]
 					dst := got[(r*groups+g)*GroupSize:]
 					for k := range GroupSize / 2 {
 						if dst[k] != src[k]&15 || dst[GroupSize/2+k] != src[k]>>4 {
-							t.Fatalf("rows %d groups %d: row %d group %d byte %d: got %#x %#x from %#x", rows, groups, r, g, k, dst[k], dst[GroupSize/2+k], src[k])
+							t.Fatalf("avx2 %v, rows %d groups %d: row %d group %d byte %d: got %#x %#x from %#x", avx2, rows, groups, r, g, k, dst[k], dst[GroupSize/2+k], src[k])
 						}
 					}
 				}

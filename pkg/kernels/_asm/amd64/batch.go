@@ -40,6 +40,11 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 	qBatchAVX512Fused()
 	qScalesT()
 	qUnpackQ4AVX512()
+	qBatchAVX2()
+	qBatchAVX2Q4()
+	qWidenQ8AVX2()
+	qWidenQ4AVX2()
+	qUnpackQ4AVX2()
 }
 
 // qBatchAVX512 registers:
