@@ -36,9 +36,18 @@ func sameBits(a, b float32) bool {
 }
 
 // TestActivationsMatchReference runs every mode at every length through
-// 70 (all tails of the 16-lane assembly, several blocks) and checks the
-// result against activateGeneric bit for bit.
+// 70 (all tails of the 16- and 8-lane assembly, several blocks) with each
+// implementation this CPU has, and checks the result against
+// activateGeneric bit for bit.
 func TestActivationsMatchReference(t *testing.T) {
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
+		checkActivations(t, level.name)
+		restore()
+	}
+}
+
+func checkActivations(t *testing.T, level string) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	modes := []struct {
 		name string
@@ -64,7 +73,7 @@ func TestActivationsMatchReference(t *testing.T) {
 			activateGeneric(want, x, ry, m.mode)
 			for i := range want {
 				if !sameBits(got[i], want[i]) {
-					t.Fatalf("%s n=%d [%d]: x=%g y=%g: got %g (%#x), reference %g (%#x)", m.name, n, i, x[i], y[i],
+					t.Fatalf("%s %s n=%d [%d]: x=%g y=%g: got %g (%#x), reference %g (%#x)", level, m.name, n, i, x[i], y[i],
 						got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 				}
 			}
@@ -76,6 +85,14 @@ func TestActivationsMatchReference(t *testing.T) {
 // TestExpMatchesReference: Exp gives expGeneric's bits at every length
 // through 70, for shifts inside and at the edges of the clamp, in place too.
 func TestExpMatchesReference(t *testing.T) {
+	for _, level := range floatAsmLevels() {
+		restore := level.set()
+		checkExp(t, level.name)
+		restore()
+	}
+}
+
+func checkExp(t *testing.T, level string) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, shift := range []float32{0, 1.5, -3, 40, 100, float32(math.Copysign(0, -1))} {
 		for n := 0; n <= 70; n++ {
@@ -85,13 +102,13 @@ func TestExpMatchesReference(t *testing.T) {
 			expGeneric(want, x, shift)
 			for i := range want {
 				if !sameBits(got[i], want[i]) {
-					t.Fatalf("shift %g, n %d: Exp(%g)[%d] = %g, want %g", shift, n, x[i], i, got[i], want[i])
+					t.Fatalf("%s: shift %g, n %d: Exp(%g)[%d] = %g, want %g", level, shift, n, x[i], i, got[i], want[i])
 				}
 			}
 			Exp(x, x, shift)
 			for i := range want {
 				if !sameBits(x[i], want[i]) {
-					t.Fatalf("shift %g, n %d, in place: [%d] = %g, want %g", shift, n, i, x[i], want[i])
+					t.Fatalf("%s: shift %g, n %d, in place: [%d] = %g, want %g", level, shift, n, i, x[i], want[i])
 				}
 			}
 		}

@@ -129,11 +129,15 @@ func TestQuantizeGroupEdges(t *testing.T) {
 	}
 }
 
-// TestQuantizeImplementationsBitwise checks the assembly quantizer (where
-// there is one) against quantizeGroupsGeneric on random and special values:
-// zero and negative-zero groups, NaN, ±Inf, subnormals, a tiny maximum that
-// makes the Go code divide, ties.
+// TestQuantizeImplementationsBitwise checks each assembly quantizer this
+// CPU has (AVX-512, AVX2) against quantizeGroupsGeneric on random and
+// special values: zero and negative-zero groups, NaN, ±Inf, subnormals, a
+// tiny maximum that makes the Go code divide, ties.
 func TestQuantizeImplementationsBitwise(t *testing.T) {
+	forEachQuantizer(t, testQuantizeImplementationsBitwise)
+}
+
+func testQuantizeImplementationsBitwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
 		0x1p-149, -0x1p-140, 0x1p-126, 3e38, -3e38, 63.5, -0.5, 1}

@@ -53,3 +53,21 @@ func qUnpackQ4Variants() []bool {
 	}
 	return v
 }
+
+// forEachQuantizer runs f with each activation quantizer this CPU has (and
+// the Go one), restoring the choice.
+func forEachQuantizer(t *testing.T, f func(t *testing.T)) {
+	saved512, saved2 := useQuantizeAVX512, useQuantizeAVX2
+	defer func() { useQuantizeAVX512, useQuantizeAVX2 = saved512, saved2 }()
+	levels := []struct {
+		name         string
+		avx512, avx2 bool
+	}{{"Go", false, false}, {"AVX2", false, hasAVX2}, {"AVX-512", hasAVX512, hasAVX2}}
+	for _, l := range levels {
+		if l.name == "AVX2" && !hasAVX2 || l.name == "AVX-512" && !hasAVX512 {
+			continue
+		}
+		useQuantizeAVX512, useQuantizeAVX2 = l.avx512, l.avx2
+		t.Run(l.name, f)
+	}
+}

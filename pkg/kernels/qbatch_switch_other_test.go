@@ -11,3 +11,5 @@ func qBatchKernelNames() []string { return nil }
 func useQBatchKernel(string) func() { return func() {} }
 
 func qUnpackQ4Variants() []bool { return nil }
+
+func forEachQuantizer(t *testing.T, f func(t *testing.T)) { t.Run("Go", f) }

@@ -43,6 +43,9 @@ func q8PairsAVX512(dst *float32, w, scales, biases *byte, rows, groups int, xq *
 //go:noescape
 func quantizeAVX512(x *float32, groups int, q8, q4 *int8, ds *float32, sumQ *int32) bool
 
+//go:noescape
+func quantizeAVX2(x *float32, groups int, q8, q4 *int8, ds *float32, sumQ *int32) bool
+
 type asmRowsFunc func(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)
 
 var (
@@ -52,15 +55,19 @@ var (
 	hasAVX2       = cpu.X86.HasAVX2
 )
 
-// useQuantizeAVX512 selects the assembly activation quantizer;
-// GODEBUG=cpu.avx512f=off turns it (and the AVX-512 kernels) off.
-var useQuantizeAVX512 = hasAVX512
+// useQuantizeAVX512 and useQuantizeAVX2 select the assembly activation
+// quantizer (AVX-512 first); GODEBUG=cpu.avx512f=off turns the AVX-512 one
+// (and the AVX-512 kernels) off, cpu.avx2=off both.
+var (
+	useQuantizeAVX512 = hasAVX512
+	useQuantizeAVX2   = hasAVX2
+)
 
 // quantizeTokenAsm quantizes groups [0, groups) of one token as
 // quantizeGroupsGeneric does, reporting false when it could not (no
-// AVX-512, or a group so small that the Go code must divide).
+// AVX-512 or AVX2, or a group so small that the Go code must divide).
 func quantizeTokenAsm(x []float32, groups int, q8, q4 []int8, ds []float32, sumQ []int32) bool {
-	if !useQuantizeAVX512 {
+	if !useQuantizeAVX512 && !useQuantizeAVX2 {
 		return false
 	}
 	_ = x[groups*GroupSize-1]
@@ -68,7 +75,10 @@ func quantizeTokenAsm(x []float32, groups int, q8, q4 []int8, ds []float32, sumQ
 	_ = q4[(groups+1)/2*2*GroupSize-1]
 	_ = ds[dsIndex(groups-1)+blockGroups]
 	_ = sumQ[groups-1]
-	return quantizeAVX512(&x[0], groups, &q8[0], &q4[0], &ds[0], &sumQ[0])
+	if useQuantizeAVX512 {
+		return quantizeAVX512(&x[0], groups, &q8[0], &q4[0], &ds[0], &sumQ[0])
+	}
+	return quantizeAVX2(&x[0], groups, &q8[0], &q4[0], &ds[0], &sumQ[0])
 }
 
 // qImplementations lists the kernels this CPU runs, best first.

@@ -110,6 +110,7 @@ GLOBL lowsThenHighs<>(SB), RODATA|NOPTR, $64
 	avx2Kernel(4)
 	avx2Kernel(8)
 	quantizeAVX512()
+	quantizeAVX2()
 	batchKernels()
 	os.Stdout.WriteString(out.String())
 }
