@@ -175,8 +175,12 @@ for regime in ${regimes//,/ }; do
   [ -z "$cg" ] || rmdir "$cg" 2>/dev/null || true
 done
 
-table=$(python3 - "$runs" "$threads" "$tokens" "$prompt" "$warmup" "$rounds" "${skipped[@]+"${skipped[@]}"}" <<'EOF'
-import collections, json, statistics as st, sys
+# The CPU the table was measured on (its SIMD level decides which kernels either engine runs).
+cpu=$(awk -F': ' '/^model name/ { m = $2 } /^flags/ { f = " " $2 " " } END {
+  isa = (f ~ / avx512_vnni /) ? "AVX-512 VNNI" : (f ~ / avx512f /) ? "AVX-512" : (f ~ / avx2 /) ? "AVX2, no AVX-512" : "no AVX2"
+  printf "%s (%s)", m, isa }' /proc/cpuinfo)
+table=$(VS_CPU="$cpu, $(nproc) CPUs" python3 - "$runs" "$threads" "$tokens" "$prompt" "$warmup" "$rounds" "${skipped[@]+"${skipped[@]}"}" <<'EOF'
+import collections, json, os, statistics as st, sys
 runs, threads, tokens, prompt, warmup, rounds = sys.argv[1:7]
 skipped = sys.argv[7:]
 g = collections.defaultdict(list)
@@ -195,7 +199,8 @@ def fmt(v):
     return f"{st.median(v):.{d}f} [{min(v):.{d}f}–{max(v):.{d}f}]"
 version = next((r["version"] for v in g.values() for r in v if "version" in r), "?")
 print(f"Same token ids, {threads} threads, prompt {prompt} tokens, {tokens} generated greedily (EOS ignored), "
-      f"warm-up {warmup} tokens in both; median [range] of {rounds} interleaved rounds; llama.cpp {version}, CPU, prebuilt.")
+      f"warm-up {warmup} tokens in both; median [range] of {rounds} interleaved rounds; llama.cpp {version}, CPU, prebuilt; "
+      f"measured on {os.environ.get('VS_CPU', 'an unnamed CPU')}.")
 print()
 print("| regime | phase | nvmai tok/s | llama.cpp tok/s | ratio | nvmai peak RSS | llama.cpp peak RSS |")
 print("|---|---|---|---|---|---|---|")
