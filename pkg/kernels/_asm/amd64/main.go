@@ -638,12 +638,7 @@ func quantizeAVX512() {
 	emit("TESTL R11, R11")
 	emit("JNZ quantize_tiny")
 	label("quantize_scale")
-	emit("MOVQ DX, R11")
-	emit("MOVQ DX, R12")
-	emit("SHRQ $4, R11")
-	emit("SHLQ $7, R11") // block · 128 bytes
-	emit("ANDQ $15, R12")
-	emit("LEAQ (R11)(R12*4), R11") // + lane · 4
+	quantizeDsSlot()
 	emit("VMOVSS X7, (R9)(R11*1)")
 	comment("codes: t = x·inv, NaN → 0, round half to even")
 	emit("VBROADCASTSS X8, Z9")
@@ -676,14 +671,38 @@ func quantizeAVX512() {
 	comment("Q4 pair layout: evens at 128·(g/2) + 32·(g%2), odds 64 further")
 	emit("VPSHUFB Z29, Z1, Z1")
 	emit("VPERMQ Z1, Z28, Z1")
+	quantizeQ4Offset()
+	emit("VMOVDQU Y1, (R8)(R12*1)")
+	emit("VEXTRACTI64X4 $1, Z1, 64(R8)(R12*1)")
+	quantizeSumXAndLoop("quantize_group", "quantize_tiny")
+}
+
+// quantizeDsSlot sets R11 to group DX's byte offset in ds: block · 128 +
+// lane · 4.
+func quantizeDsSlot() {
+	emit("MOVQ DX, R11")
+	emit("MOVQ DX, R12")
+	emit("SHRQ $4, R11")
+	emit("SHLQ $7, R11") // block · 128 bytes
+	emit("ANDQ $15, R12")
+	emit("LEAQ (R11)(R12*4), R11") // + lane · 4
+}
+
+// quantizeQ4Offset sets R12 to group DX's evens' offset in q4:
+// 128·(g/2) + 32·(g%2) (its odds are 64 further).
+func quantizeQ4Offset() {
 	emit("MOVQ DX, R12")
 	emit("SHLQ $6, R12")
 	emit("MOVQ DX, R13")
 	emit("ANDQ $1, R13")
 	emit("SHLQ $5, R13")
 	emit("SUBQ R13, R12")
-	emit("VMOVDQU Y1, (R8)(R12*1)")
-	emit("VEXTRACTI64X4 $1, Z1, 64(R8)(R12*1)")
+}
+
+// quantizeSumXAndLoop stores group DX's Σx (sum8's order, at ds+R11+64),
+// moves on to the next group (back to label loop while groups remain) and
+// returns true, or false from label tiny.
+func quantizeSumXAndLoop(loop, tiny string) {
 	comment("Σx: lane l adds x[l], x[l+8], … from +0, then reduce8's order")
 	emit("VXORPS Y10, Y10, Y10")
 	for j := range 8 {
@@ -700,11 +719,11 @@ func quantizeAVX512() {
 	emit("ADDQ $64, DI")
 	emit("INCQ DX")
 	emit("CMPQ DX, CX")
-	emit("JLT quantize_group")
+	emit("JLT %s", loop)
 	emit("VZEROUPPER")
 	emit("MOVB $1, ret+48(FP)")
 	emit("RET")
-	label("quantize_tiny")
+	label(tiny)
 	emit("VZEROUPPER")
 	emit("MOVB $0, ret+48(FP)")
 	emit("RET")
