@@ -50,9 +50,9 @@ type qBatchKernel struct {
 	// qConvertScales (scales: the converted block, tail: the biases' byte
 	// offset) instead of bf16 scales, biases and the tail mask.
 	convert bool
-	// widen: the kernel takes the rows widened to a uint16 per code
-	// (qWidenRows), for Q8 and Q4 alike; unpackAVX2: Q4 rows unpacked by
-	// qUnpackQ4AVX2 instead of the AVX-512 unpacking.
+	// widen: the kernel takes Q8 rows widened to a uint16 per code
+	// (qWidenRows; its Q4 products go to q4); unpackAVX2: Q4 rows unpacked
+	// by qUnpackQ4AVX2 instead of the AVX-512 unpacking.
 	widen, unpackAVX2 bool
 	// q4, when set, is the kernel that takes this one's Q4 products.
 	q4 *qBatchKernel

@@ -68,7 +68,7 @@ func qUnpackQ4AVX512(dst, w *byte, rows, groups int)
 
 // qBatchAVX2 computes rows (a multiple of 2) rows against the 16 tokens of
 // one block as qBatchAVX512 does, with AVX2 only: w holds the rows widened
-// to a uint16 per code (qWidenQ8AVX2, qWidenQ4AVX2), 2·stride bytes apart;
+// to a uint16 per code (qWidenQ8AVX2), 2·stride bytes apart;
 // scales and biases are the rows' bf16 parameters; tail is unused.
 //
 //go:noescape
@@ -89,12 +89,6 @@ func qUnpackQ4AVX2(dst, w *byte, groups int)
 //
 //go:noescape
 func qWidenQ8AVX2(dst *uint16, w *byte, n int)
-
-// qWidenQ4AVX2 unpacks groups groups of Q4 codes (32 bytes each) to a
-// uint16 per code, each group's even elements then its odd ones.
-//
-//go:noescape
-func qWidenQ4AVX2(dst *uint16, w *byte, groups int)
 
 // qBatchAvailable selects the batched path: it needs AVX-512 VNNI (BW, VL)
 // or AVX2.
@@ -168,19 +162,13 @@ func qBatchSteps(groups int) []qBatchKernel {
 	return []qBatchKernel{k}
 }
 
-// qWidenRows widens rows [lo, hi) of m to a uint16 per code for a kernel
-// that takes them so (qBatchKernel.widen), into buf.
+// qWidenRows widens Q8 rows [lo, hi) of m to a uint16 per code for a
+// kernel that takes them so (qBatchKernel.widen), into buf.
 func qWidenRows(buf []byte, m *Matrix, lo, hi int) []byte {
 	n := (hi - lo) * m.Cols
 	buf = grow(buf, 2*n)
-	dst := (*uint16)(unsafe.Pointer(&buf[0]))
-	if m.Enc == Q4 {
-		_ = m.Data[hi*m.Cols/2-1]
-		qWidenQ4AVX2(dst, &m.Data[lo*m.Cols/2], n/GroupSize)
-	} else {
-		_ = m.Data[hi*m.Cols-1]
-		qWidenQ8AVX2(dst, &m.Data[lo*m.Cols], n)
-	}
+	_ = m.Data[hi*m.Cols-1]
+	qWidenQ8AVX2((*uint16)(unsafe.Pointer(&buf[0])), &m.Data[lo*m.Cols], n)
 	return buf
 }
 

@@ -43,7 +43,6 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 	qBatchAVX2()
 	qBatchAVX2Q4()
 	qWidenQ8AVX2()
-	qWidenQ4AVX2()
 	qUnpackQ4AVX2()
 }
 

@@ -7,9 +7,8 @@ import "fmt"
 // AVX2 has no byte dot product that cannot saturate on Q8's codes
 // (VPMADDUBSW's pairs reach 2·255·127 > 32767), so both operands go to
 // int16 and VPMADDWD makes exact int32 sums of pairs: the weights widened
-// once per row chunk (qWidenQ8AVX2, qWidenQ4AVX2: a uint16 per code, in the
-// batched kernels' code order), the activations per dword of the block as
-// they are loaded (VPMOVSXBW of four tokens' 4 bytes). A register then holds
+// once per row chunk (qWidenQ8AVX2: a uint16 per code), the activations per
+// dword of the block as they are loaded (VPMOVSXBW of four tokens' 4 bytes). A register then holds
 // four tokens × two pair sums; two rows run at once, each with its four
 // such registers, and per group the pair sums of a token are added
 // (VPHADDD, then VPERMQ back to token order): exact int32 dots, as any
@@ -315,43 +314,6 @@ func qUnpackQ4AVX2() {
 	emit("VMOVDQU Y2, 32(DI)")
 	emit("ADDQ $32, SI")
 	emit("ADDQ $64, DI")
-	emit("DECQ CX")
-	emit("JNZ %s_loop", name)
-	label(name + "_done")
-	emit("VZEROUPPER")
-	emit("RET")
-}
-
-// qWidenQ4AVX2 unpacks groups (n of them, 32 bytes each) of Q4 codes to a
-// uint16 per code, each group as its 32 even elements then its 32 odd ones
-// (the order qUnpackQ4AVX512 leaves the bytes in), for qBatchAVX2.
-func qWidenQ4AVX2() {
-	const name = "qWidenQ4AVX2"
-	fmt.Fprintf(&out, "\n// func %s(dst *uint16, w *byte, groups int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-24\n", name)
-	emit("MOVQ dst+0(FP), DI")
-	emit("MOVQ w+8(FP), SI")
-	emit("MOVQ groups+16(FP), CX")
-	emit("MOVL $0x0F0F0F0F, AX")
-	emit("MOVQ AX, X15")
-	emit("VPBROADCASTD X15, Y15")
-	emit("TESTQ CX, CX")
-	emit("JZ %s_done", name)
-	label(name + "_loop")
-	emit("VMOVDQU (SI), Y0")
-	emit("VPAND Y15, Y0, Y1")
-	emit("VPSRLW $4, Y0, Y2")
-	emit("VPAND Y15, Y2, Y2")
-	for i, src := range []string{"Y1", "Y2"} {
-		x := "X" + src[1:]
-		emit("VPMOVZXBW %s, Y3", x)
-		emit("VEXTRACTI128 $1, %s, X4", src)
-		emit("VPMOVZXBW X4, Y4")
-		emit("VMOVDQU Y3, %d(DI)", 64*i)
-		emit("VMOVDQU Y4, %d(DI)", 64*i+32)
-	}
-	emit("ADDQ $32, SI")
-	emit("ADDQ $128, DI")
 	emit("DECQ CX")
 	emit("JNZ %s_loop", name)
 	label(name + "_done")
