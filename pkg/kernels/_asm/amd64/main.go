@@ -622,22 +622,7 @@ func quantizeAVX512() {
 	}
 	emit("VEXTRACTF64X4 $1, Z5, Y6")
 	emit("VMAXPS Y6, Y5, Y5")
-	emit("VEXTRACTF128 $1, Y5, X6")
-	emit("VMAXPS X6, X5, X5")
-	emit("VMOVHLPS X5, X5, X6")
-	emit("VMAXPS X6, X5, X5")
-	emit("VMOVSHDUP X5, X6")
-	emit("VMAXSS X6, X5, X5")
-	comment("dx = amax/127, inv = 127/amax; give up on a tiny nonzero amax")
-	emit("VDIVSS X15, X5, X7")
-	emit("VDIVSS X5, X15, X8")
-	emit("VMOVD X8, R11")
-	emit("CMPL R11, $0x7F800000")
-	emit("JNE quantize_scale")
-	emit("VMOVD X5, R11")
-	emit("TESTL R11, R11")
-	emit("JNZ quantize_tiny")
-	label("quantize_scale")
+	quantizeScale(5, 6, 7, 8, "quantize_scale", "quantize_tiny")
 	quantizeDsSlot()
 	emit("VMOVSS X7, (R9)(R11*1)")
 	comment("codes: t = x·inv, NaN → 0, round half to even")
@@ -675,6 +660,29 @@ func quantizeAVX512() {
 	emit("VMOVDQU Y1, (R8)(R12*1)")
 	emit("VEXTRACTI64X4 $1, Z1, 64(R8)(R12*1)")
 	quantizeSumXAndLoop("quantize_group", "quantize_tiny")
+}
+
+// quantizeScale folds the maximum in Y(a) (X(t) scratch) to its lane 0,
+// sets X(dx) = amax/127 and X(inv) = 127/amax (X15 holds 127), and goes on
+// at label scale, or to label tiny when 127/amax overflows for a nonzero
+// amax (the Go code must divide).
+func quantizeScale(a, t, dx, inv int, scale, tiny string) {
+	emit("VEXTRACTF128 $1, Y%d, X%d", a, t)
+	emit("VMAXPS X%d, X%d, X%d", t, a, a)
+	emit("VMOVHLPS X%d, X%d, X%d", a, a, t)
+	emit("VMAXPS X%d, X%d, X%d", t, a, a)
+	emit("VMOVSHDUP X%d, X%d", a, t)
+	emit("VMAXSS X%d, X%d, X%d", t, a, a)
+	comment("dx = amax/127, inv = 127/amax; give up on a tiny nonzero amax")
+	emit("VDIVSS X15, X%d, X%d", a, dx)
+	emit("VDIVSS X%d, X15, X%d", a, inv)
+	emit("VMOVD X%d, R11", inv)
+	emit("CMPL R11, $0x7F800000")
+	emit("JNE %s", scale)
+	emit("VMOVD X%d, R11", a)
+	emit("TESTL R11, R11")
+	emit("JNZ %s", tiny)
+	label(scale)
 }
 
 // quantizeDsSlot sets R11 to group DX's byte offset in ds: block · 128 +
