@@ -437,8 +437,11 @@ func (e *Engine) PrefillChunk(tokens int) int {
 		return 256 // a backend splits its own passes
 	}
 	st := e.ExpertStats()
-	streaming := e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts
-	return e.Model.Config().PrefillChunk(tokens, streaming)
+	var scratch int64 // 0: every expert resident, 256-token passes
+	if e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts {
+		scratch = qwen35.PassScratchBudget(st.BudgetBytes)
+	}
+	return e.Model.Config().PrefillChunk(tokens, scratch)
 }
 
 func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt GenerateOptions, res *Result) error {

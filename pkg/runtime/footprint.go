@@ -39,6 +39,10 @@ type Footprint struct {
 	MaxContext  int
 	Recurrent   int64 // Gated DeltaNet conv windows and recurrent matrices (float32)
 	Scratch     int64 // attention scores of every thread at MaxContext, plus FootprintOverhead
+	// PassScratch bounds a long prefill pass's activations
+	// (qwen35.PassScratchBudget), counted only when experts stream: with
+	// every expert resident passes stay 256 tokens long.
+	PassScratch int64
 	// NgramBuffers is what the n-gram table reader holds (qwen4_exp
 	// installs): one pass's rows read ahead per PLE layer and the readers'
 	// aligned page buffers. The rows come from SSD, never from memory.
@@ -73,6 +77,10 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 		}
 		f.ExpertSlots = int64(f.Slots) * x.Stride * int64(len(x.Layers))
 	}
+	if f.Slots > 0 && f.Slots < in.Manifest.Geometry.NumExperts {
+		// a pass is never longer than the context
+		f.PassScratch = min(qwen35.PassScratchBudget(f.ExpertSlots), cfg.MixerScratchBytes()+cfg.ScratchBytesPerToken()*int64(ctx))
+	}
 	full := 0
 	for _, k := range cfg.Layers {
 		if k == qwen35.FullAttention {
@@ -93,7 +101,7 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 		threads = goruntime.NumCPU()
 	}
 	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
-	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch + f.NgramBuffers
+	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch + f.PassScratch + f.NgramBuffers
 	return f, nil
 }
 
@@ -132,6 +140,9 @@ func (f Footprint) String() string {
 	s := func(b int64) string { return expertcache.FormatSize(b) }
 	line := fmt.Sprintf("footprint %s: resident %s + experts %s (%d slots/layer) + KV %s (%d-bit × %d tokens, +%s while growing) + recurrent %s + scratch %s",
 		s(f.Total), s(f.Resident), s(f.ExpertSlots), f.Slots, s(f.KV), f.KVBits, f.MaxContext, s(f.KVGrowth), s(f.Recurrent), s(f.Scratch))
+	if f.PassScratch > 0 {
+		line += " + long prefill passes " + s(f.PassScratch)
+	}
 	if f.NgramBuffers > 0 {
 		line += " + n-gram read buffers " + s(f.NgramBuffers)
 	}

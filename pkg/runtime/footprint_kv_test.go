@@ -32,8 +32,8 @@ func TestComputeFootprint(t *testing.T) {
 		if f.Slots != 8 || f.ExpertSlots != 8*x.Stride*int64(len(x.Layers)) || f.MaxContext != native {
 			t.Errorf("kv%d: %+v", bits, f)
 		}
-		sum := f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch
-		if f.Total != sum || f.Resident == 0 || f.Recurrent == 0 {
+		sum := f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch + f.PassScratch
+		if f.Total != sum || f.Resident == 0 || f.Recurrent == 0 || f.PassScratch == 0 {
 			t.Errorf("kv%d: total %d, parts add up to %d: %+v", bits, f.Total, sum, f)
 		}
 		t.Log(f)

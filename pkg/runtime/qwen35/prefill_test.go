@@ -47,25 +47,33 @@ func TestPrefillChunk(t *testing.T) {
 		LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128,
 		NumExperts: 256, ExpertsPerToken: 8, ExpertIntermediate: 512, SharedIntermediate: 512,
 		Layers: []LayerKind{LinearAttention, FullAttention}}
-	longest := int((PrefillScratchBudget - cfg.MixerScratchBytes()) / cfg.ScratchBytesPerToken())
+	const budget = PrefillScratchBudget
+	longest := int((budget - cfg.MixerScratchBytes()) / cfg.ScratchBytesPerToken())
 	for _, tc := range []struct {
-		tokens    int
-		streaming bool
-		want      int
+		tokens  int
+		scratch int64
+		want    int
 	}{
-		{4096, false, 256},
-		{100, true, 256},
-		{256, true, 256},
-		{longest, true, longest},
-		{longest + 1, true, (longest + 2) / 2},
-		{4096, true, (4096 + (4096+longest-1)/longest - 1) / ((4096 + longest - 1) / longest)},
+		{4096, 0, 256},
+		{100, budget, 256},
+		{256, budget, 256},
+		{longest, budget, longest},
+		{longest + 1, budget, (longest + 2) / 2},
+		{4096, budget, (4096 + (4096+longest-1)/longest - 1) / ((4096 + longest - 1) / longest)},
 	} {
-		if got := cfg.PrefillChunk(tc.tokens, tc.streaming); got != tc.want {
-			t.Errorf("PrefillChunk(%d, %v) = %d, want %d", tc.tokens, tc.streaming, got, tc.want)
+		if got := cfg.PrefillChunk(tc.tokens, tc.scratch); got != tc.want {
+			t.Errorf("PrefillChunk(%d, %d) = %d, want %d", tc.tokens, tc.scratch, got, tc.want)
 		}
 	}
 	if longest < 2048 || longest > 4096 {
-		t.Errorf("a 35B-A3B layer's scratch allows %d-token passes; the budget is meant to allow 2 passes for 4096 tokens", longest)
+		t.Errorf("a 35B-A3B layer's scratch allows %d-token passes at the least budget; it is meant to allow 2 passes for 4096 tokens", longest)
+	}
+	// Beside an 8 GiB expert cache a 4096-token prompt is one pass.
+	if got := cfg.PrefillChunk(4096, PassScratchBudget(8<<30)); got != 4096 {
+		t.Errorf("PrefillChunk(4096, PassScratchBudget(8 GiB)) = %d, want 4096 (one pass)", got)
+	}
+	if got := PassScratchBudget(1 << 30); got != budget {
+		t.Errorf("PassScratchBudget(1 GiB) = %d, want the floor %d", got, budget)
 	}
 }
 
