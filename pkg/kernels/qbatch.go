@@ -6,8 +6,9 @@ import (
 )
 
 // The batched integer path (qbatch_amd64.go): a product of a Q4/Q8 matrix
-// with qBatchMinTokens or more tokens runs 16 tokens per kernel call, the
-// token in the vector lane, instead of one token at a time. It gives every
+// with qBatchMinTokens or more tokens runs 16 tokens per kernel call (32,
+// two blocks, for a kernel with a single form), the token in the vector
+// lane, instead of one token at a time. It gives every
 // output bitwise what qRowsGeneric gives (TestQBatchBitwise): the integer
 // dots are exact in any order and the float combination of each (row,
 // token) is the reference's, operation for operation.
@@ -59,7 +60,11 @@ type qBatchKernel struct {
 	// unfused is the plain kernel a fused one gives way to on short rows
 	// (qBatchFusedMinGroups).
 	unfused *qBatchKernel
-	fn      func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+	// single, when set, marks a kernel that takes two blocks of 16 tokens
+	// per call (idx's 32 entries, mask's 32 bits); single computes a last
+	// odd block.
+	single *qBatchKernel
+	fn     func(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 }
 
 // qBatchScratch is one kernel caller's scratch: the unpacked Q4 rows of a
@@ -68,7 +73,7 @@ type qBatchScratch struct {
 	unpacked []byte
 	scalesT  []float32 // a chunk's converted parameters (qBatchKernel.convert)
 	work     []byte
-	idx      [qBatchLanes]int32
+	idx      [2 * qBatchLanes]int32 // two blocks' worth (qBatchKernel.single)
 }
 
 var qBatchPool = sync.Pool{New: func() any { return new(qBatchScratch) }}
@@ -183,7 +188,7 @@ func qMatMulBatched(dst []float32, m *Matrix, qa *QActivation, lo, hi int) {
 			l = qa.batchLayout(m.Enc)
 			sc = qBatchPool.Get().(*qBatchScratch)
 			sc.work = grow(sc.work, qBatchWorkBytes(groups))
-			for t := range qBatchLanes {
+			for t := range sc.idx {
 				sc.idx[t] = int32(t * m.Rows * 4)
 			}
 		}
@@ -241,13 +246,20 @@ func qBatchRange(k qBatchKernel, dst []float32, m *Matrix, qa *QActivation, l *q
 			sc.scalesT, off = qConvertScales(sc.scalesT, m, c, end)
 			scales, biases, tailArg = (*byte)(unsafe.Pointer(&sc.scalesT[0])), nil, off
 		}
-		for b := range blocks {
-			n := min(qBatchLanes, qa.tokens-b*qBatchLanes)
+		for b := 0; b < blocks; {
+			fn, span := k.fn, 1
+			if k.single != nil {
+				if span = 2; b+1 == blocks {
+					fn, span = k.single.fn, 1
+				}
+			}
+			n := min(span*qBatchLanes, qa.tokens-b*qBatchLanes) // tokens of the call
 			_ = dst[(b*qBatchLanes+n-1)*m.Rows+end-1]
-			xqT := l.xqT[b*words : (b+1)*words]
-			dsT := l.dsT[b*groups*2*qBatchLanes : (b+1)*groups*2*qBatchLanes]
-			k.fn(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, scales, biases,
+			xqT := l.xqT[b*words : (b+span)*words]
+			dsT := l.dsT[b*groups*2*qBatchLanes : (b+span)*groups*2*qBatchLanes]
+			fn(&dst[b*qBatchLanes*m.Rows+c], &w[0], m.Cols, scales, biases,
 				end-c, groups, (*int8)(unsafe.Pointer(&xqT[0])), &dsT[0], &sc.idx[0], 1<<n-1, &sc.work[0], tailArg)
+			b += span
 		}
 	}
 }

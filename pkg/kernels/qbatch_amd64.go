@@ -39,6 +39,14 @@ func qBatchAVX512x16(dst *float32, w *byte, stride int, scales, biases *byte, ro
 //go:noescape
 func qBatchAVX512Fused(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
 
+// qBatchAVX512Fused2 is qBatchAVX512Fused over two blocks of 16 tokens
+// (32 idx entries, a 32-bit mask; the second block's xqT and dsT follow the
+// first's), 8 rows at a time, so that each broadcast weight feeds two
+// VPDPBUSD; rows must be a multiple of 16.
+//
+//go:noescape
+func qBatchAVX512Fused2(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)
+
 // qBatchAMX is qBatchAVX512 with the integer dots on the AMX tile unit
 // (TDPBUSD, exact like VPDPBUSD); rows must be a multiple of 16.
 //
@@ -115,7 +123,9 @@ var qBatchKernels = func() []qBatchKernel {
 	}
 	if hasAVX512VNNI {
 		plain := &qBatchKernel{name: "AVX512VNNIx16", rows: 16, fn: qBatchAVX512x16}
-		k = append(k, qBatchKernel{name: "AVX512VNNI-fused", rows: 16, fn: qBatchAVX512Fused, convert: true, unfused: plain}, *plain)
+		fused := &qBatchKernel{name: "AVX512VNNI-fused", rows: 16, fn: qBatchAVX512Fused, convert: true, unfused: plain}
+		k = append(k, qBatchKernel{name: "AVX512VNNI-fused2", rows: 16, fn: qBatchAVX512Fused2, convert: true, unfused: plain, single: fused},
+			*fused, *plain)
 		k = append(k, qBatchKernel{name: "AVX512VNNI", rows: 8, fn: qBatchAVX512})
 	}
 	if hasAVX2 {

@@ -38,6 +38,7 @@ GLOBL amxTiles<>(SB), RODATA|NOPTR, $64
 	qBatchKernel("qBatchAMX", phase1AMX)
 	qBatchAMXFused()
 	qBatchAVX512Fused()
+	qBatchAVX512Fused2()
 	qScalesT()
 	qUnpackQ4AVX512()
 	qBatchAVX2()
