@@ -14,7 +14,22 @@ import "fmt"
 // columns is finished (p, δ, the update, o) while its rows are still in L1.
 // The state is 2 MiB per Gated DeltaNet layer of Qwen3.5-35B-A3B, read and
 // written every token, so this halves the recurrence's memory traffic.
+//
+// DeltaRule expects the next call to be the next head's, whose state
+// follows S in memory, and prefetches it; DeltaRuleSameHead is for calls
+// that run one head over many tokens.
 func DeltaRule(S []float32, decay, beta float32, k, v, q, o []float32) {
+	deltaRule(S, decay, beta, k, v, q, o, 4*len(S))
+}
+
+// DeltaRuleSameHead is DeltaRule without prefetching the next head's state,
+// for a caller that runs the same head (S stays in cache) over a chunk's
+// tokens. The results are the same.
+func DeltaRuleSameHead(S []float32, decay, beta float32, k, v, q, o []float32) {
+	deltaRule(S, decay, beta, k, v, q, o, 0)
+}
+
+func deltaRule(S []float32, decay, beta float32, k, v, q, o []float32, next int) {
 	rows, cols := len(k), len(v)
 	checkRows("DeltaRule", S, rows, cols)
 	if len(q) != rows || len(o) != cols {
@@ -25,7 +40,7 @@ func DeltaRule(S []float32, decay, beta float32, k, v, q, o []float32) {
 		clear(o)
 		return
 	}
-	if deltaRuleAsm(S, decay, beta, k, v, q, o) {
+	if deltaRuleAsm(S, decay, beta, k, v, q, o, next) {
 		return
 	}
 	deltaRuleGeneric(S, decay, beta, k, v, q, o)

@@ -2,14 +2,17 @@
 
 #include "textflag.h"
 
-// func deltaRuleAVX512(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32)
+// func deltaRuleAVX512(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32, next int)
 //
-// deltaRuleGeneric, per block of 64 columns (then of 16): pass 1 over the rows sums
-// p += (S·decay)·k[i] in Z0–Z3 without storing; δ = (v − p)·β goes to Z8–Z11; pass 2
-// over the rows (now in L1) stores S = S·decay + k[i]·δ and sums o += S·q[i] in Z0–Z3.
-// Pass 1 also prefetches the memory right after S at the same offset: the callers
-// run the value heads of a layer in order, and each head's state follows the last.
-TEXT ·deltaRuleAVX512(SB), NOSPLIT, $0-64
+// deltaRuleGeneric, per block of 64 columns (then of 16): pass 1 over the rows stores
+// S·decay back to S and sums p += (S·decay)·k[i] in Z0–Z3; δ = (v − p)·β goes to
+// Z8–Z11; pass 2 over the rows (now in L1) stores S = (S·decay) + k[i]·δ, reading the
+// decayed S pass 1 left instead of multiplying again (the same rounded value: the
+// multiplies, not the loads, bound this loop), and sums o += S·q[i] in Z0–Z3.
+// Pass 1 also prefetches the memory next bytes after S at the same offset when next is
+// not 0: a decode step runs the value heads of a layer in order, and each head's state
+// follows the last; a prefill chunk runs one head over its tokens (next 0).
+TEXT ·deltaRuleAVX512(SB), NOSPLIT, $0-72
 	MOVQ s+0(FP), SI
 	MOVQ rows+8(FP), CX
 	MOVQ cols+16(FP), R9
@@ -21,8 +24,7 @@ TEXT ·deltaRuleAVX512(SB), NOSPLIT, $0-64
 	MOVQ o+56(FP), DI
 	SHLQ $2, R9              // row stride in bytes
 	XORQ R10, R10            // byte offset of the column block
-	MOVQ CX, R15
-	IMULQ R9, R15            // bytes of S: the distance to the next head's state
+	MOVQ next+64(FP), R15    // bytes from S to what to prefetch (0: nothing)
 
 drBlock:
 	MOVQ R9, AX
@@ -40,6 +42,8 @@ drWide:
 	LEAQ (SI)(R10*1), R11    // &S[0, block]
 	MOVQ R8, R12             // &k[0]
 	MOVQ CX, R13             // rows left
+	TESTQ R15, R15
+	JZ   drWidePN
 drWideP:
 	PREFETCHT0 0(R11)(R15*1)
 	PREFETCHT0 64(R11)(R15*1)
@@ -50,6 +54,10 @@ drWideP:
 	VMULPS 64(R11), Z31, Z5
 	VMULPS 128(R11), Z31, Z6
 	VMULPS 192(R11), Z31, Z7
+	VMOVUPS Z4, 0(R11)
+	VMOVUPS Z5, 64(R11)
+	VMOVUPS Z6, 128(R11)
+	VMOVUPS Z7, 192(R11)
 	VMULPS Z30, Z4, Z4
 	VMULPS Z30, Z5, Z5
 	VMULPS Z30, Z6, Z6
@@ -62,6 +70,30 @@ drWideP:
 	ADDQ $4, R12
 	DECQ R13
 	JNZ  drWideP
+	JMP  drWideD
+drWidePN:
+	VBROADCASTSS (R12), Z30
+	VMULPS 0(R11), Z31, Z4
+	VMULPS 64(R11), Z31, Z5
+	VMULPS 128(R11), Z31, Z6
+	VMULPS 192(R11), Z31, Z7
+	VMOVUPS Z4, 0(R11)
+	VMOVUPS Z5, 64(R11)
+	VMOVUPS Z6, 128(R11)
+	VMOVUPS Z7, 192(R11)
+	VMULPS Z30, Z4, Z4
+	VMULPS Z30, Z5, Z5
+	VMULPS Z30, Z6, Z6
+	VMULPS Z30, Z7, Z7
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VADDPS Z6, Z2, Z2
+	VADDPS Z7, Z3, Z3
+	ADDQ R9, R11
+	ADDQ $4, R12
+	DECQ R13
+	JNZ  drWidePN
+drWideD:
 	// δ = (v − p)·β; o starts at zero
 	VMOVUPS 0(DX)(R10*1), Z8
 	VSUBPS Z0, Z8, Z8
@@ -86,18 +118,14 @@ drWideP:
 drWideU:
 	VBROADCASTSS (R12), Z30
 	VBROADCASTSS (R14), Z29
-	VMULPS 0(R11), Z31, Z4
-	VMULPS 64(R11), Z31, Z5
-	VMULPS 128(R11), Z31, Z6
-	VMULPS 192(R11), Z31, Z7
 	VMULPS Z8, Z30, Z12
 	VMULPS Z9, Z30, Z13
 	VMULPS Z10, Z30, Z14
 	VMULPS Z11, Z30, Z15
-	VADDPS Z12, Z4, Z4
-	VADDPS Z13, Z5, Z5
-	VADDPS Z14, Z6, Z6
-	VADDPS Z15, Z7, Z7
+	VADDPS 0(R11), Z12, Z4
+	VADDPS 64(R11), Z13, Z5
+	VADDPS 128(R11), Z14, Z6
+	VADDPS 192(R11), Z15, Z7
 	VMOVUPS Z4, 0(R11)
 	VMOVUPS Z5, 64(R11)
 	VMOVUPS Z6, 128(R11)
@@ -127,16 +155,31 @@ drNarrow:
 	LEAQ (SI)(R10*1), R11    // &S[0, block]
 	MOVQ R8, R12             // &k[0]
 	MOVQ CX, R13             // rows left
+	TESTQ R15, R15
+	JZ   drNarrowPN
 drNarrowP:
 	PREFETCHT0 0(R11)(R15*1)
 	VBROADCASTSS (R12), Z30
 	VMULPS 0(R11), Z31, Z4
+	VMOVUPS Z4, 0(R11)
 	VMULPS Z30, Z4, Z4
 	VADDPS Z4, Z0, Z0
 	ADDQ R9, R11
 	ADDQ $4, R12
 	DECQ R13
 	JNZ  drNarrowP
+	JMP  drNarrowD
+drNarrowPN:
+	VBROADCASTSS (R12), Z30
+	VMULPS 0(R11), Z31, Z4
+	VMOVUPS Z4, 0(R11)
+	VMULPS Z30, Z4, Z4
+	VADDPS Z4, Z0, Z0
+	ADDQ R9, R11
+	ADDQ $4, R12
+	DECQ R13
+	JNZ  drNarrowPN
+drNarrowD:
 	// δ = (v − p)·β; o starts at zero
 	VMOVUPS 0(DX)(R10*1), Z8
 	VSUBPS Z0, Z8, Z8
@@ -149,9 +192,8 @@ drNarrowP:
 drNarrowU:
 	VBROADCASTSS (R12), Z30
 	VBROADCASTSS (R14), Z29
-	VMULPS 0(R11), Z31, Z4
 	VMULPS Z8, Z30, Z12
-	VADDPS Z12, Z4, Z4
+	VADDPS 0(R11), Z12, Z4
 	VMOVUPS Z4, 0(R11)
 	VMULPS Z29, Z4, Z4
 	VADDPS Z4, Z0, Z0

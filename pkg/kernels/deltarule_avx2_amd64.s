@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func deltaRuleAVX2(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32)
+// func deltaRuleAVX2(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32, next int)
 //
 // deltaRuleAVX512 with 8-lane registers: per block of 32 columns (then of 8),
 // pass 1 over the rows sums p += (S·decay)·k[i] in Y0–Y3; δ = (v − p)·β goes
@@ -10,7 +10,7 @@
 // Y0–Y3. Every column's operations are the reference's, in its order, so the
 // register width does not change a bit. Pass 1 prefetches the next head's
 // state at the same offset, as the AVX-512 kernel does.
-TEXT ·deltaRuleAVX2(SB), NOSPLIT, $0-64
+TEXT ·deltaRuleAVX2(SB), NOSPLIT, $0-72
 	MOVQ s+0(FP), SI
 	MOVQ rows+8(FP), CX
 	MOVQ cols+16(FP), R9
@@ -21,8 +21,7 @@ TEXT ·deltaRuleAVX2(SB), NOSPLIT, $0-64
 	MOVQ o+56(FP), DI
 	SHLQ $2, R9              // row stride in bytes
 	XORQ R10, R10            // byte offset of the column block
-	MOVQ CX, R15
-	IMULQ R9, R15            // bytes of S: the distance to the next head's state
+	MOVQ next+64(FP), R15    // bytes from S to what to prefetch (0: nothing)
 
 d2Block:
 	MOVQ R9, AX

@@ -2,4 +2,6 @@
 
 package kernels
 
-func deltaRuleAsm(S []float32, decay, beta float32, k, v, q, o []float32) bool { return false }
+func deltaRuleAsm(S []float32, decay, beta float32, k, v, q, o []float32, next int) bool {
+	return false
+}

@@ -73,6 +73,7 @@ func checkDeltaRule(t *testing.T, level string) {
 					run  func(S, o []float32)
 				}{
 					{"DeltaRule", func(S, o []float32) { DeltaRule(S, decay, beta, k, v, q, o) }},
+					{"DeltaRuleSameHead", func(S, o []float32) { DeltaRuleSameHead(S, decay, beta, k, v, q, o) }},
 					{"generic", func(S, o []float32) { deltaRuleGeneric(S, decay, beta, k, v, q, o) }},
 				} {
 					gotS, got := slices.Clone(S), make([]float32, cols)
@@ -103,6 +104,25 @@ func TestDeltaRuleShapePanics(t *testing.T) {
 		}
 	}()
 	DeltaRule(make([]float32, 8), 1, 1, make([]float32, 4), make([]float32, 2), make([]float32, 3), make([]float32, 2))
+}
+
+// BenchmarkDeltaRuleHeadMajor is BenchmarkDeltaRule's layer over 64 tokens
+// in a prefill chunk's order: one head over every token, then the next, so
+// each head's state stays in cache.
+func BenchmarkDeltaRuleHeadMajor(b *testing.B) {
+	const heads, dk, dv, tokens = 32, 128, 128, 64
+	rng := rand.New(rand.NewPCG(1, 2))
+	S := randomVector(rng, heads*dk*dv)
+	k, q, v := randomVector(rng, dk), randomVector(rng, dk), randomVector(rng, dv)
+	o := make([]float32, dv)
+	b.SetBytes(int64(4 * len(S) * tokens))
+	for b.Loop() {
+		for h := range heads {
+			for range tokens {
+				DeltaRuleSameHead(S[h*dk*dv:(h+1)*dk*dv], 0.99, 0.5, k, v, q, o)
+			}
+		}
+	}
 }
 
 // BenchmarkDeltaRule is one Qwen3.5-35B-A3B GDN layer's recurrence for one

@@ -88,6 +88,12 @@ func (d *DeltaStep) Run(o []float32) {
 	kernels.DeltaRule(d.S, d.Decay, d.Beta, d.K, d.V, d.Q, o[:len(d.V)])
 }
 
+// RunAgain is Run for a step whose next step is the same head's (the state
+// stays in cache: nothing to prefetch); the results are Run's.
+func (d *DeltaStep) RunAgain(o []float32) {
+	kernels.DeltaRuleSameHead(d.S, d.Decay, d.Beta, d.K, d.V, d.Q, o[:len(d.V)])
+}
+
 // GatedNorm is the GDN output norm over one head: x / rms(x) · w · silu(z),
 // with a plain w (not 1+w), in place; z (scratch) is overwritten by silu(z).
 func GatedNorm(x, z, w []float32, eps float32) {

@@ -92,9 +92,14 @@ func (g *GDN) heads(w *GDNWeights, rec []float32, sc *gdnWorker, conv, z, a, b, 
 	q := Grow(&sc.q, Dk)
 	k := Grow(&sc.k, Dk)
 	step := DeltaStep{Q: q, K: k}
-	for t := range T {
-		row := conv[t*C : (t+1)*C]
-		for h := lo; h < hi; h++ {
+	// Head by head, each over every token: a head's state (Dk·Dv floats,
+	// 64 KiB for Qwen3.5-35B-A3B) then stays in L2 for the whole chunk,
+	// where token by token over the heads every token streamed all of the
+	// thread's heads' states (1 MiB) through the caches. The heads are
+	// independent, so the order between them changes no result.
+	for h := lo; h < hi; h++ {
+		for t := range T {
+			row := conv[t*C : (t+1)*C]
 			kh := h / ratio // repeat-interleave: value heads 0…r−1 share key head 0
 			L2NormScaled(q, row[kh*Dk:(kh+1)*Dk], qScale)
 			L2NormScaled(k, row[kd+kh*Dk:kd+(kh+1)*Dk], 1)
@@ -104,7 +109,11 @@ func (g *GDN) heads(w *GDNWeights, rec []float32, sc *gdnWorker, conv, z, a, b, 
 			step.Decay = Exp32(gh)
 			step.Beta = Sigmoid32(b[t*Hv+h])
 			oh := o[t*vd+h*Dv : t*vd+(h+1)*Dv]
-			step.Run(oh)
+			if t+1 < T {
+				step.RunAgain(oh)
+			} else {
+				step.Run(oh) // the next head's state follows
+			}
 			if g.SigmoidGate {
 				GatedNormSigmoid(oh, z[t*vd+h*Dv:t*vd+(h+1)*Dv], w.Norm, g.Eps)
 			} else {
