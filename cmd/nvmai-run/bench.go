@@ -34,7 +34,7 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 			cliutil.IntRange(&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt (N tokens are N-1 decode steps: the first comes from the prefill)"}, 2, maxContextCeiling, "2 = one decode step"),
 			cliutil.IntRange(&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"}, 0, maxContextCeiling, ""),
 			&cli.StringFlag{Name: "prompt-ids", Usage: "one prompt of comma-separated token `IDS` instead of the fixed prompts (scripts/vs-llamacpp.sh gives both engines the same ids)"},
-			cliutil.IntRange(&cli.IntFlag{Name: "prefill-chunk", Usage: "prefill in passes of `N` tokens", DefaultText: "256, or longer passes when the experts do not all fit (docs/prefill.md)"}, 0, maxContextCeiling, ""),
+			cliutil.IntRange(&cli.IntFlag{Name: "prefill-chunk", Usage: "prefill in passes of `N` tokens", DefaultText: "as long as the pass scratch allows: up to ~2,800 tokens with every expert resident, longer beside a streaming cache (docs/prefill.md)"}, 0, maxContextCeiling, ""),
 			cliutil.IntRange(&cli.IntFlag{Name: "warmup", Usage: "first prefill `N` tokens in a throwaway session, so the expert cache starts warm"}, 0, maxContextCeiling, ""),
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.BoolFlag{Name: "kv", Usage: "print one line of key=value pairs (labels and medians), for scripts"},

@@ -425,10 +425,10 @@ func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
 }
 
 // PrefillChunk is the pass length Generate prefills a prompt of tokens
-// tokens in: qwen35.DefaultPrefillChunk while every expert fits in the
-// cache, else passes as long as the scratch budget allows, so each
+// tokens in: passes as long as the scratch budget allows, so each
 // streamed expert is read once per long pass instead of once per 256
-// tokens (docs/prefill.md).
+// tokens, and the batched kernels reuse each weight over more tokens
+// even when every expert is resident (docs/prefill.md).
 func (e *Engine) PrefillChunk(tokens int) int {
 	if e.backend != nil {
 		if c, ok := e.backend.(PassBackend); ok {
@@ -436,9 +436,8 @@ func (e *Engine) PrefillChunk(tokens int) int {
 		}
 		return 256 // a backend splits its own passes
 	}
-	st := e.ExpertStats()
-	var scratch int64 // 0: every expert resident, 256-token passes
-	if e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts {
+	scratch := int64(qwen35.PrefillScratchBudget)
+	if st := e.ExpertStats(); e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts {
 		scratch = qwen35.PassScratchBudget(st.BudgetBytes)
 	}
 	return e.Model.Config().PrefillChunk(tokens, scratch)

@@ -39,9 +39,9 @@ type Footprint struct {
 	MaxContext  int
 	Recurrent   int64 // Gated DeltaNet conv windows and recurrent matrices (float32)
 	Scratch     int64 // attention scores of every thread at MaxContext, plus FootprintOverhead
-	// PassScratch bounds a long prefill pass's activations
-	// (qwen35.PassScratchBudget), counted only when experts stream: with
-	// every expert resident passes stay 256 tokens long.
+	// PassScratch bounds a long prefill pass's activations:
+	// qwen35.PassScratchBudget when experts stream, else
+	// qwen35.PrefillScratchBudget, never more than a pass of MaxContext.
 	PassScratch int64
 	// NgramBuffers is what the n-gram table reader holds (qwen4_exp
 	// installs): one pass's rows read ahead per PLE layer and the readers'
@@ -77,10 +77,12 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 		}
 		f.ExpertSlots = int64(f.Slots) * x.Stride * int64(len(x.Layers))
 	}
+	pass := int64(qwen35.PrefillScratchBudget)
 	if f.Slots > 0 && f.Slots < in.Manifest.Geometry.NumExperts {
-		// a pass is never longer than the context
-		f.PassScratch = min(qwen35.PassScratchBudget(f.ExpertSlots), cfg.MixerScratchBytes()+cfg.ScratchBytesPerToken()*int64(ctx))
+		pass = qwen35.PassScratchBudget(f.ExpertSlots)
 	}
+	// a pass is never longer than the context
+	f.PassScratch = min(pass, cfg.MixerScratchBytes()+cfg.ScratchBytesPerToken()*int64(ctx))
 	full := 0
 	for _, k := range cfg.Layers {
 		if k == qwen35.FullAttention {

@@ -12,8 +12,8 @@ import "slices"
 // logits and state (TestChunkingIsBitwiseInvisible), so the pass length is
 // free to choose.
 
-// DefaultPrefillChunk is the pass length when the experts all fit in
-// memory: longer passes then buy nothing, and it keeps scratch small.
+// DefaultPrefillChunk is the pass length without a scratch budget, and
+// the shortest PrefillChunk picks.
 const DefaultPrefillChunk = 256
 
 // PrefillScratchBudget is the least activation scratch of one long pass
@@ -76,12 +76,12 @@ func (c Config) MixerScratchBytes() int64 {
 	return mixRows * (4*int64(floats) + 2*int64(widest))
 }
 
-// PrefillChunk is the pass length for prefilling tokens prompt tokens.
-// While every expert stays resident (scratch 0) it is DefaultPrefillChunk.
-// When experts stream from disk it is as long as scratch bytes of pass
-// scratch allow (PassScratchBudget; never below DefaultPrefillChunk), and the
-// prompt is then split into passes of equal length (the last may be one
-// shorter), so no short tail pass re-reads every expert for a few tokens.
+// PrefillChunk is the pass length for prefilling tokens prompt tokens: as
+// long as scratch bytes of pass scratch allow (PrefillScratchBudget with
+// every expert resident, PassScratchBudget when experts stream; never below
+// DefaultPrefillChunk, which scratch 0 also gives), the prompt split into
+// passes of equal length (the last may be one shorter), so no short tail
+// pass re-reads every expert for a few tokens.
 func (c Config) PrefillChunk(tokens int, scratch int64) int {
 	if scratch <= 0 || tokens <= DefaultPrefillChunk {
 		return DefaultPrefillChunk
