@@ -9,13 +9,17 @@
 #
 #   chunk  A: --prefill-chunk 256 (the old passes)  B: the default (long passes when experts stream)
 #   warm   A: --warm-reads=false                    B: the default (warm reads on)
+#   kv     A: --kv-bits 32 --force (float32 KV)     B: the default (8-bit KV); --force because a
+#          float32 KV of the native context does not fit a 24 GiB machine's footprint check (the
+#          cache grows with use, so a 4,096-token prompt fits); with --tokens 32, whether the
+#          KV width moves decode after a long prompt
 #   bin    A: the binary --base-bin PATH (e.g. built from main)  B: this tree's; compare decode
 #          too with --tokens 64. --base-model DIR gives arm A its own install, for a binary whose
 #          install format differs (the build from before issue #17 needs an install made by its
 #          own nvmai-convert)
 #
 #   scripts/prefill-ab.sh --model DIR [--ram-budget 2G] [--prompt-tokens 1024] [--rounds 2] [--threads 2]
-#                         [--arms chunk|warm|bin] [--base-bin PATH] [--base-model DIR] [--tokens 2] [--prefill-chunk N]
+#                         [--arms chunk|warm|kv|bin] [--base-bin PATH] [--base-model DIR] [--tokens 2] [--prefill-chunk N]
 #                         [--warmup N] [--drop-caches]
 #
 # Rounds alternate the arms' order (A B, then B A, ...), so neither arm always runs right after
@@ -23,7 +27,7 @@
 # that follows one which read hundreds of GiB otherwise inherits its page cache and disk state,
 # which on the dev VM halved the decode after an 8-bit prefill (docs/prefill.md).
 #
-# --prefill-chunk N (arms warm and bin) gives both arms passes of N tokens, e.g. long passes on an
+# --prefill-chunk N (arms warm, kv and bin) gives both arms passes of N tokens, e.g. long passes on an
 # install that fits its budget, to compare compute alone; --warmup N (bench --warmup) first
 # prefills N tokens in a throwaway session, so that on such an install the measured prefill
 # reads nothing and touches no fresh memory.
@@ -56,12 +60,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$model" ] || { echo "prefill-ab.sh: --model DIR is required" >&2; exit 2; }
-[ -z "$chunk" ] || [ "$arms" != chunk ] || { echo "prefill-ab.sh: --prefill-chunk fixes both arms' passes; use it with --arms warm or bin" >&2; exit 2; }
+[ -z "$chunk" ] || [ "$arms" != chunk ] || { echo "prefill-ab.sh: --prefill-chunk fixes both arms' passes; use it with --arms warm, kv or bin" >&2; exit 2; }
 case $arms in
   chunk) names=(256 long) ;;
   warm) names=(nowarm warm) ;;
+  kv) names=(kv32 kv8) ;;
   bin) names=(base this); [ -x "$base" ] || { echo "prefill-ab.sh: --arms bin needs --base-bin PATH, an nvmai-run binary" >&2; exit 2; } ;;
-  *) echo "prefill-ab.sh: --arms $arms: use chunk, warm or bin" >&2; exit 2 ;;
+  *) echo "prefill-ab.sh: --arms $arms: use chunk, warm, kv or bin" >&2; exit 2 ;;
 esac
 [ "$drop" = 0 ] || [ -w /proc/sys/vm/drop_caches ] || { echo "prefill-ab.sh: --drop-caches needs root (it writes /proc/sys/vm/drop_caches)" >&2; exit 2; }
 go build -o bin/ ./cmd/nvmai-run
@@ -79,6 +84,7 @@ for r in $(seq "$rounds"); do
     case $arm in
       256) flag=(--prefill-chunk 256) ;;
       nowarm) flag+=(--warm-reads=false) ;;
+      kv32) flag+=(--kv-bits 32 --force) ;;
       base) bin=$base dir=${base_model:-$model} ;;
     esac
     line=$("$bin" bench --model "$dir" --ram-budget "$budget" --threads "$threads" --tokens "$gen" --warmup "$warmup" \
