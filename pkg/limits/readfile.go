@@ -3,7 +3,6 @@ package limits
 import (
 	"fmt"
 	"io"
-	"os"
 )
 
 // TooLargeError reports a file over the ceiling its format allows.
@@ -20,20 +19,14 @@ func (e *TooLargeError) Error() string {
 // ReadFile reads a whole regular file of at most limit bytes. The size is
 // checked before anything is allocated and again while reading, in case the
 // file grows underneath us, so a hostile file cannot make a reader allocate
-// more than its format allows. Links are followed.
+// more than its format allows. Links are followed; a FIFO or device is
+// refused without blocking (see OpenRegular).
 func ReadFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, st, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (mode %v)", path, st.Mode())
-	}
 	if st.Size() > limit {
 		return nil, &TooLargeError{path, st.Size(), limit}
 	}
