@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -133,7 +134,7 @@ type readChunk struct {
 // readAheadChunks bounds the memory read ahead: chunks × blockBytes.
 const readAheadChunks = 2
 
-func newShardReader(ctx context.Context, c *converter, f *os.File) *shardReader {
+func newShardReader(ctx context.Context, c *converter, f io.Reader) *shardReader {
 	chunks := make(chan readChunk, readAheadChunks)
 	s := &shardReader{chunks: chunks, c: c, ctx: ctx, stop: make(chan struct{}), sum: make(chan []byte, 1)}
 	go func() {
@@ -187,20 +188,28 @@ func (s *shardReader) Read(p []byte) (int, error) {
 // close stops the read-ahead goroutine early (on an error).
 func (s *shardReader) close() { close(s.stop) }
 
+// testHookShardOpened, when set, runs after a shard's header is validated
+// and before its data is read: tests replace the file there.
+var testHookShardOpened func(path string)
+
+// streamShard reads one shard through the descriptor whose header was
+// validated (against the snapshot's, by OpenShard), so a file replaced by
+// path mid-conversion cannot feed its bytes in at the old offsets. After
+// the last read the file must still be that one, unmodified and of the size
+// its header implies; otherwise the bytes converted (and hashed into the
+// receipt's source list) may not be what was validated.
 func (c *converter) streamShard(ctx context.Context, name string, tensors []*hf.SourceTensor) error {
 	path := filepath.Join(c.snap.Dir, filepath.FromSlash(name))
-	sf, err := safetensors.Open(path)
+	sf, err := c.snap.OpenShard(name)
 	if err != nil {
 		return err
+	}
+	defer sf.Close()
+	if testHookShardOpened != nil {
+		testHookShardOpened(path)
 	}
 	dataOff := sf.Header().DataOffset
-	sf.Close()
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sr := newShardReader(ctx, c, f)
+	sr := newShardReader(ctx, c, sf.Stream())
 	defer sr.close()
 	if _, err := io.CopyN(io.Discard, sr, dataOff); err != nil {
 		return fmt.Errorf("%s: reading header: %w", path, err)
@@ -218,8 +227,21 @@ func (c *converter) streamShard(ctx context.Context, name string, tensors []*hf.
 	if _, err := io.Copy(io.Discard, sr); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	if sr.pos != sf.Size() {
+		return changedWhileConverting(path, fmt.Sprintf("read %d bytes, but its header's data region ends at byte %d", sr.pos, sf.Size()))
+	}
+	var changed *safetensors.ChangedError
+	if err := sf.CheckUnchanged(); errors.As(err, &changed) {
+		return changedWhileConverting(path, changed.What)
+	} else if err != nil {
+		return err
+	}
 	c.sources = append(c.sources, packexperts.SourceFile{Name: name, Size: sr.pos, SHA256: hex.EncodeToString(<-sr.sum)})
 	return nil
+}
+
+func changedWhileConverting(path, what string) error {
+	return fmt.Errorf("%s changed while it was being converted (%s); rerun when it is no longer being written", path, what)
 }
 
 func (c *converter) tensor(st *hf.SourceTensor, r io.Reader) error {
