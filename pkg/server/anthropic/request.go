@@ -462,7 +462,11 @@ func (c *converter) sampling(r *messagesRequest, req *server.ChatRequest) error 
 		p.TopP = *r.TopP
 	}
 	if r.TopK != nil {
-		p.TopK = max(*r.TopK, 0)
+		k, err := server.TopK(*r.TopK, "top_k")
+		if err != nil {
+			return err
+		}
+		p.TopK = k
 	}
 	p.Seed = rand.Uint64() // Anthropic has no seed
 	if err := p.Validate(); err != nil {

@@ -207,6 +207,7 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 		{"tool_choice unknown", `{"max_tokens":9,"tool_choice":{"type":"required"},"messages":[{"role":"user","content":"x"}]}`, `tool_choice.type "required"`},
 		{"thinking unknown", `{"max_tokens":9,"thinking":{"type":"on"},"messages":[{"role":"user","content":"x"}]}`, `thinking.type "on"`},
 		{"temperature out of range", `{"max_tokens":9,"temperature":-1,"messages":[{"role":"user","content":"x"}]}`, "temperature"},
+		{"top_k below -1", `{"max_tokens":9,"top_k":-5,"messages":[{"role":"user","content":"x"}]}`, "top_k -5 must be ≥ 0"},
 		{"too many stop sequences", `{"max_tokens":9,"stop_sequences":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"],"messages":[{"role":"user","content":"x"}]}`, "at most 16"},
 		{"output_format type", `{"max_tokens":9,"output_format":{"type":"json_object"},"messages":[{"role":"user","content":"x"}]}`, `output_format.type "json_object"`},
 		{"output_format schema missing", `{"max_tokens":9,"output_format":{"type":"json_schema"},"messages":[{"role":"user","content":"x"}]}`, "output_format.schema is missing"},

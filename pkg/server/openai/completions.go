@@ -38,8 +38,8 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if creq.Prompt, err = decodePrompt(req.Prompt); err != nil {
 		return err
 	}
-	if req.Echo {
-		return badRequest("echo", "echo is not supported")
+	if err := req.unsupported(); err != nil {
+		return err
 	}
 	if creq.Sampling, err = req.sampling(h.defaults(req.Model)); err != nil {
 		return err

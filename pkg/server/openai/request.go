@@ -40,6 +40,11 @@ type samplingFields struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	MaxTokens *int `json:"max_tokens"`
+	// Fields this server cannot honour: refused when set to anything but
+	// their default (unsupported), so that no request is silently
+	// answered as if they had been applied.
+	LogitBias   map[string]json.RawMessage `json:"logit_bias"`
+	TopLogprobs *int                       `json:"top_logprobs"`
 }
 
 type chatRequest struct {
@@ -55,6 +60,10 @@ type chatRequest struct {
 	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
 	ReasoningEffort     *string           `json:"reasoning_effort"`
 	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
+	Functions           json.RawMessage   `json:"functions"`
+	FunctionCall        json.RawMessage   `json:"function_call"`
+	Audio               json.RawMessage   `json:"audio"`
+	Modalities          []string          `json:"modalities"`
 }
 
 type message struct {
@@ -83,6 +92,60 @@ type completionRequest struct {
 	Stop           json.RawMessage `json:"stop"`
 	Echo           bool            `json:"echo"`
 	ResponseFormat json.RawMessage `json:"response_format"`
+	BestOf         *int            `json:"best_of"`
+	Suffix         *string         `json:"suffix"`
+}
+
+// unsupported refuses the fields of /v1/completions this server cannot
+// honour, naming the field (#44 S16); their defaults pass.
+func (r *completionRequest) unsupported() error {
+	switch {
+	case r.Echo:
+		return badRequest("echo", "echo is not supported")
+	case r.BestOf != nil && *r.BestOf != 1:
+		return badRequest("best_of", "best_of %d is not supported: this server generates one completion per request (send best_of 1 or leave it out)", *r.BestOf)
+	case r.Suffix != nil && *r.Suffix != "":
+		return badRequest("suffix", "suffix is not supported (fill-in-the-middle needs a model trained for it); leave it out")
+	}
+	return r.samplingFields.unsupported()
+}
+
+// unsupported refuses the fields of /v1/chat/completions this server
+// cannot honour (#44 S16); their defaults pass.
+func (r *chatRequest) unsupported() error {
+	switch {
+	case !isEmpty(r.Functions):
+		return badRequest("functions", "functions (the legacy function-calling API) is not supported; send tools with {\"type\":\"function\",\"function\":{…}} instead")
+	case strings.HasPrefix(strings.TrimSpace(string(r.FunctionCall)), "{"): // "none" and "auto" name no function
+		return badRequest("function_call", "function_call (the legacy function-calling API) is not supported; send tool_choice instead")
+	case !isEmpty(r.Audio):
+		return badRequest("audio", "audio output is not supported: this server runs a text-only model")
+	}
+	for i, m := range r.Modalities {
+		if m != "text" {
+			return badRequest(fmt.Sprintf("modalities[%d]", i), "modalities[%d] %q is not supported: this server generates text only", i, m)
+		}
+	}
+	return r.samplingFields.unsupported()
+}
+
+func (f *samplingFields) unsupported() error {
+	if len(f.LogitBias) > 0 {
+		return badRequest("logit_bias", "logit_bias is not supported (it would be ignored); leave it out or send {}")
+	}
+	if f.TopLogprobs != nil && *f.TopLogprobs != 0 {
+		return badRequest("top_logprobs", "top_logprobs is not supported (logprobs are not returned)")
+	}
+	return nil
+}
+
+// isEmpty reports an absent, null, empty array or empty object value.
+func isEmpty(raw json.RawMessage) bool {
+	switch strings.TrimSpace(string(raw)) {
+	case "", "null", "[]", "{}":
+		return true
+	}
+	return false
 }
 
 // apiError is an error with its HTTP status, encoded as OpenAI's envelope.
@@ -178,7 +241,11 @@ func (f *samplingFields) sampling(defaults sample.Params) (sample.Params, error)
 		p.TopP = *f.TopP
 	}
 	if f.TopK != nil {
-		p.TopK = max(*f.TopK, 0) // -1 is a common "off"
+		k, err := server.TopK(*f.TopK, "top_k")
+		if err != nil {
+			return p, err
+		}
+		p.TopK = k
 	}
 	if f.MinP != nil {
 		p.MinP = *f.MinP
@@ -190,6 +257,11 @@ func (f *samplingFields) sampling(defaults sample.Params) (sample.Params, error)
 		p.FrequencyPenalty = *f.FrequencyPenalty
 	}
 	if f.RepetitionPenalty != nil {
+		// 0 means "unset" in sample.Params, so an explicit 0 is refused
+		// here rather than silently turned off.
+		if *f.RepetitionPenalty == 0 {
+			return p, badRequest("repetition_penalty", "repetition_penalty 0 must be a finite number > 0 (1 = disabled)")
+		}
 		p.RepetitionPenalty = *f.RepetitionPenalty
 	}
 	if f.Seed != nil {
@@ -252,6 +324,9 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 	}
 	if len(r.Messages) > maxMessages || len(r.Tools) > maxTools {
 		return nil, badRequest("messages", "too many messages (at most %d) or tools (at most %d)", maxMessages, maxTools)
+	}
+	if err := r.unsupported(); err != nil {
+		return nil, err
 	}
 	msgs, err := convertMessages(r.Messages)
 	if err != nil {
