@@ -3,7 +3,8 @@
 #   1. lint gates: scripts/lint.sh (gofmt, go vet, the converter's expert-order probe) and staticcheck
 #   2. the full test suite: scripts/test.sh
 #   3. a clean build (fresh build cache, CGO_ENABLED=0, -trimpath) of every command for linux/amd64
-#      and linux/arm64
+#      and linux/arm64; NOTICE must be current and name exactly the modules and Go toolchain those
+#      binaries link (`go version -m`; regenerate it with `go run ./scripts/internal/notice -w`)
 #   4. the golden gate: scripts/demo.sh builds the embedded model's installs into a temporary models
 #      directory, then `nvmai-verify golden` checks every declared target (with --models-dir DIR,
 #      also over that directory of real installs, which it never writes)
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --publish) publish=1; shift ;;
     --check-notes) notes=${2:?--check-notes needs a file}; check_only=1; shift 2 ;;
     --skip-tests) skip_tests=${2:?--skip-tests needs a reason}; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "release: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +64,8 @@ echo "== preconditions"
 for f in LICENSE NOTICE README.md benchmark/golden/targets.json; do
   [ -s "$f" ] || die "$f is missing or empty; a release ships it (LICENSE, NOTICE) or needs it (targets)"
 done
+go run ./scripts/internal/notice -check ||
+  die "NOTICE is stale: run go run ./scripts/internal/notice -w, review and commit it"
 if [ "$publish" = 1 ]; then
   [ -n "$notes" ] || die "--publish needs --notes FILE (release notes that name every target not checked)"
   [ -s "$notes" ] || die "release notes $notes are missing or empty"
@@ -104,6 +107,9 @@ for arch in "${ARCHES[@]}"; do
       -o "$work/bin-$arch/" ./cmd/...
   ls "$work/bin-$arch"
 done
+echo "== NOTICE names what the binaries link"
+go run ./scripts/internal/notice -check -bin "$work"/bin-*/* ||
+  die "NOTICE is stale: run go run ./scripts/internal/notice -w, review and commit it"
 
 echo "== golden gate"
 gate_models="$work/models"
