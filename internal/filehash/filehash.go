@@ -8,7 +8,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // SHA256 returns the size and the lowercase hex sha256 of the file at path.
@@ -17,9 +18,10 @@ func SHA256(path string) (size int64, sum string, err error) {
 }
 
 // SHA256Context is SHA256, checking ctx between blocks so that hashing a
-// large file stops promptly on Ctrl-C; it then returns ctx's error.
+// large file stops promptly on Ctrl-C; it then returns ctx's error. Only a
+// regular file is hashed: a FIFO or device is refused without blocking.
 func SHA256Context(ctx context.Context, path string) (size int64, sum string, err error) {
-	f, err := os.Open(path)
+	f, _, err := limits.OpenRegular(path)
 	if err != nil {
 		return 0, "", err
 	}
