@@ -20,6 +20,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,8 +44,10 @@ type Options struct {
 	Runtime server.RuntimeOptions // each engine's options; ModelID and MaxContext are set per model
 	// MaxContext caps each model's context (0: each model's own).
 	MaxContext int
-	// Notice receives one line per install left out, and the footprint of
-	// each model loaded; nil discards them.
+	// Notice receives one line per install left out (and per entry of Dir
+	// not searched: a link outside Dir, a second path to a directory, a
+	// manifest.json that is not a regular file), and the footprint of each
+	// model loaded; nil discards them.
 	Notice func(string)
 	// Renderer picks a loaded model's chat template (default
 	// server.InstallRenderer).
@@ -72,11 +75,11 @@ func Open(opt Options) (*Set, error) {
 	if opt.Renderer == nil {
 		opt.Renderer = server.InstallRenderer
 	}
-	rels, err := findInstalls(opt.Dir)
+	s := &Set{opt: opt, dirs: map[string]string{}, loaded: map[string]loadedModel{}, verified: map[string]string{}}
+	rels, err := findInstalls(opt.Dir, s.note)
 	if err != nil {
 		return nil, fmt.Errorf("--models-dir %s: %w", opt.Dir, err)
 	}
-	s := &Set{opt: opt, dirs: map[string]string{}, loaded: map[string]loadedModel{}, verified: map[string]string{}}
 	for _, rel := range rels {
 		dir := filepath.Join(opt.Dir, filepath.FromSlash(rel))
 		info, err := s.describe(rel, dir)
@@ -254,7 +257,16 @@ func (s *Set) note(format string, args ...any) {
 // every directory holding a manifest.json: those are the model ids.
 // Hidden entries (a converter's staging folder) are skipped, and an
 // install's own subfolders are not searched.
-func findInstalls(root string) ([]string, error) {
+//
+// A symbolic link to a directory is followed only where it resolves inside
+// root, and a directory is searched once whatever the number of paths to
+// it (by device and inode): a link to "/" would otherwise serve installs
+// from anywhere, and a link loop would list one install under endless ids.
+// Real directories are searched before links, so an install reached both
+// ways keeps its real path as its id. Every entry passed over for one of
+// these reasons, a manifest.json that is not a regular file (a FIFO) and a
+// subdirectory that cannot be read go to note, so none is lost silently.
+func findInstalls(root string, note func(format string, args ...any)) ([]string, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, err
@@ -262,12 +274,39 @@ func findInstalls(root string) ([]string, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("not a directory")
 	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, err
+	}
+	if realRoot, err = filepath.Abs(realRoot); err != nil {
+		return nil, err
+	}
+	type link struct {
+		rel   string
+		depth int
+	}
 	var out []string
-	var walk func(rel string, depth int) error
-	walk = func(rel string, depth int) error {
+	var links []link               // symbolic links to search once every real directory was
+	visited := map[string]string{} // directory identity → the first rel it was searched as
+	var walk func(rel string, depth int, fi os.FileInfo) error
+	walk = func(rel string, depth int, fi os.FileInfo) error {
 		dir := filepath.Join(root, filepath.FromSlash(rel))
-		if fi, err := os.Stat(filepath.Join(dir, packexperts.ManifestFile)); err == nil && fi.Mode().IsRegular() && rel != "." {
-			out = append(out, rel)
+		key := dirKey(dir, fi)
+		if first, ok := visited[key]; ok {
+			note("%s is the same directory as %s (a second link or a link loop); it is searched once", dir, filepath.Join(root, filepath.FromSlash(first)))
+			return nil
+		}
+		visited[key] = rel
+		manifest := filepath.Join(dir, packexperts.ManifestFile)
+		if mfi, err := os.Stat(manifest); err == nil && rel != "." {
+			if mfi.Mode().IsRegular() {
+				out = append(out, rel)
+			} else {
+				note("%s is not served: %s is not a regular file (%s)", dir, packexperts.ManifestFile, mfi.Mode().Type())
+			}
+			return nil
+		} else if err != nil && !os.IsNotExist(err) && rel != "." {
+			note("%s is not served: %v", dir, err)
 			return nil
 		}
 		if depth >= maxDepth || len(out) > maxInstalls {
@@ -275,26 +314,78 @@ func findInstalls(root string) ([]string, error) {
 		}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return err
+			if rel == "." {
+				return err
+			}
+			note("%s is not searched: %v", dir, err)
+			return nil
 		}
 		for _, e := range entries {
 			if e.Name()[0] == '.' {
 				continue
 			}
-			if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && fi.IsDir() {
-				if err := walk(path.Join(rel, e.Name()), depth+1); err != nil {
-					return err
-				}
+			child := path.Join(rel, e.Name())
+			if e.Type()&os.ModeSymlink != 0 {
+				links = append(links, link{child, depth + 1})
+				continue
+			}
+			if !e.IsDir() {
+				continue
+			}
+			cfi, err := e.Info()
+			if err != nil {
+				note("%s is not searched: %v", filepath.Join(dir, e.Name()), err)
+				continue
+			}
+			if err := walk(child, depth+1, cfi); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
-	if err := walk(".", 0); err != nil {
+	if err := walk(".", 0, fi); err != nil {
 		return nil, err
+	}
+	for len(links) > 0 && len(out) <= maxInstalls {
+		l := links[0]
+		links = links[1:]
+		p := filepath.Join(root, filepath.FromSlash(l.rel))
+		target, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			note("%s is not searched: a symbolic link that does not resolve (%v)", p, err)
+			continue
+		}
+		if target, err = filepath.Abs(target); err != nil {
+			note("%s is not searched: %v", p, err)
+			continue
+		}
+		tfi, err := os.Stat(target)
+		if err != nil || !tfi.IsDir() {
+			continue // a link to a file is no install, as a file is not
+		}
+		if r, err := filepath.Rel(realRoot, target); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+			note("%s is not searched: it is a symbolic link to %s, outside %s; move or copy the install into the models directory", p, target, root)
+			continue
+		}
+		if err := walk(l.rel, l.depth, tfi); err != nil {
+			return nil, err
+		}
 	}
 	if len(out) > maxInstalls {
 		return nil, fmt.Errorf("more than %d installs; point --models-dir at a directory holding fewer", maxInstalls)
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// dirKey names a directory by device and inode, so two paths to it (links,
+// loops) compare equal.
+func dirKey(dir string, fi os.FileInfo) string {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return dir
 }
