@@ -373,7 +373,7 @@ func TestErrorsUseAnthropicsEnvelope(t *testing.T) {
 		{"loading", nil, harnessOptions{noEngine: true}, "POST", "/v1/messages", ok, nil, 503, "overloaded_error", "loading"},
 		{"context overflow", &servertest.Engine{Context: 20}, harnessOptions{}, "POST", "/v1/messages", ok, nil, 400, "invalid_request_error", "context"},
 		{"tool_choice any without tools", &servertest.Engine{}, harnessOptions{}, "POST", "/v1/messages", strings.Replace(ok, `"model"`, `"tool_choice":{"type":"any"},"model"`, 1), nil, 400, "invalid_request_error", "needs tools"},
-		{"template refuses", &servertest.Engine{}, harnessOptions{}, "POST", "/v1/messages/count_tokens", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[1]}]}]}`, nil, 400, "invalid_request_error", "mapping"},
+		{"tool_use input not an object", &servertest.Engine{}, harnessOptions{}, "POST", "/v1/messages/count_tokens", `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[1]}]}]}`, nil, 400, "invalid_request_error", "messages[1].content[0].input is not a JSON object"},
 		{"engine panics", &servertest.Engine{Script: func(string) []string { panic("boom") }}, harnessOptions{}, "POST", "/v1/messages", ok, nil, 500, "api_error", "internal error"},
 		{"engine fails", failingEngine{&servertest.Engine{}}, harnessOptions{}, "POST", "/v1/messages", ok, nil, 500, "api_error", "the disk went away"},
 	}

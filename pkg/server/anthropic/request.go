@@ -334,9 +334,9 @@ func (c *converter) assistantMessage(raw json.RawMessage, param string) (chattem
 			if b.Name == "" {
 				return m, badRequest(bp+".name", "%s.name is missing", bp)
 			}
-			args := json.RawMessage(bytes.TrimSpace(b.Input))
-			if isNull(args) {
-				args = json.RawMessage("{}")
+			args, err := server.ToolArguments(b.Input, bp+".input")
+			if err != nil {
+				return m, err
 			}
 			m.ToolCalls = append(m.ToolCalls, chattemplate.ToolCall{ID: b.ID, Name: b.Name, Arguments: args})
 		default:

@@ -460,7 +460,7 @@ func convertMessages(in []message) ([]chattemplate.Message, error) {
 			cm.ReasoningContent = m.Reasoning
 		}
 		for j, tc := range m.ToolCalls {
-			args, err := decodeArguments(tc.Function.Arguments, fmt.Sprintf("%s.tool_calls[%d].function.arguments", param, j))
+			args, err := server.ToolArguments(tc.Function.Arguments, fmt.Sprintf("%s.tool_calls[%d].function.arguments", param, j))
 			if err != nil {
 				return nil, err
 			}
@@ -510,27 +510,6 @@ func decodeContent(raw json.RawMessage, param string) (string, []chattemplate.Pa
 		out = append(out, chattemplate.Part{Type: "text", Text: *p.Text})
 	}
 	return "", out, nil
-}
-
-// decodeArguments returns the call's arguments as the JSON object the
-// template iterates: a JSON string holding an object is decoded (key order
-// kept, as the raw bytes are); anything else passes through as it came.
-func decodeArguments(raw json.RawMessage, param string) (json.RawMessage, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return json.RawMessage("{}"), nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return raw, nil // already an object (or another JSON value)
-	}
-	if strings.TrimSpace(s) == "" {
-		return json.RawMessage("{}"), nil
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal([]byte(s), &obj) == nil {
-		return json.RawMessage(strings.TrimSpace(s)), nil
-	}
-	return raw, nil
 }
 
 func decodePrompt(raw json.RawMessage) (string, error) {

@@ -351,7 +351,7 @@ func (b *builder) call(it *item, param string) error {
 	if it.CallID == "" {
 		return badRequest(param+".call_id", "%s (function_call) has no call_id", param)
 	}
-	args, err := arguments(it.Arguments, param+".arguments")
+	args, err := server.ToolArguments(it.Arguments, param+".arguments")
 	if err != nil {
 		return err
 	}
@@ -458,27 +458,6 @@ func isTextPart(t string) bool {
 		return true
 	}
 	return false
-}
-
-// arguments returns a call's arguments as the object the template
-// iterates: Responses sends them as a JSON string; a string holding an
-// object is decoded (key order kept), anything else passes as it came.
-func arguments(raw json.RawMessage, param string) (json.RawMessage, error) {
-	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
-		return json.RawMessage("{}"), nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return raw, nil
-	}
-	if strings.TrimSpace(s) == "" {
-		return json.RawMessage("{}"), nil
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal([]byte(s), &obj) == nil {
-		return json.RawMessage(strings.TrimSpace(s)), nil
-	}
-	return raw, nil
 }
 
 // convertTools maps Responses' flat function tools
