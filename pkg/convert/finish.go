@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -169,34 +170,80 @@ func EncodeManifest(m *packexperts.Manifest) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// testHookAfterExchange, when set, runs once publish has swapped the new
+// install in and before it removes the old one: a test's stand-in for a
+// kill at that point.
+var testHookAfterExchange func() error
+
+// exchangeDirs is exchange; tests replace it to take the fallback path.
+var exchangeDirs = exchange
+
 // publish renames a sealed staging directory to final. An existing final
 // directory (allowed only with overwrite, and only when it is an nvmai
 // install: checked again here, as it may have changed during the
-// conversion) is moved aside first and removed only after the new one is in
-// place.
+// conversion) is swapped with the staging directory in one atomic
+// renameat2(RENAME_EXCHANGE), so at every instant final holds either the
+// old install or the new one; the old one, now under the staging name, is
+// removed afterwards (by the sweep of dead writers' staging, if this
+// process dies first). Where the filesystem or system cannot exchange, the
+// old install is renamed aside to .NAME.old-PID first; a kill between that
+// rename and the next leaves final missing, and the old install there for
+// nvmai-install to point at until a later conversion to final succeeds.
 func publish(staging, final string, overwrite bool) error {
 	if err := checkTarget(final, overwrite); err != nil {
 		return err
 	}
-	var old string
-	if _, err := os.Lstat(final); err == nil {
-		old = filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".old-"+strconv.Itoa(os.Getpid()))
-		if err := os.Rename(final, old); err != nil {
-			return fmt.Errorf("moving the existing %s aside: %w", final, err)
+	parent := filepath.Dir(final)
+	if _, err := os.Lstat(final); err != nil {
+		if err := os.Rename(staging, final); err != nil {
+			return err
+		}
+		if err := syncDir(parent); err != nil {
+			return err
+		}
+		removeReplaced(final)
+		return nil
+	}
+	err := exchangeDirs(staging, final)
+	if errors.Is(err, errExchangeUnsupported) {
+		return publishByTwoRenames(staging, final)
+	}
+	if err != nil {
+		return fmt.Errorf("swapping the new install into %s: %w", final, err)
+	}
+	if err := syncDir(parent); err != nil {
+		return err
+	}
+	if testHookAfterExchange != nil {
+		if err := testHookAfterExchange(); err != nil {
+			return err
 		}
 	}
+	if err := os.RemoveAll(staging); err != nil {
+		return fmt.Errorf("%s is in place; removing the install it replaced (now %s): %w", final, staging, err)
+	}
+	removeReplaced(final)
+	return nil
+}
+
+// publishByTwoRenames is publish where renameat2(RENAME_EXCHANGE) is not
+// available.
+func publishByTwoRenames(staging, final string) error {
+	old := filepath.Join(filepath.Dir(final), replacedPrefix(final)+strconv.Itoa(os.Getpid()))
+	if err := os.Rename(final, old); err != nil {
+		return fmt.Errorf("moving the existing %s aside: %w", final, err)
+	}
 	if err := os.Rename(staging, final); err != nil {
-		if old != "" {
-			os.Rename(old, final)
-		}
+		os.Rename(old, final)
 		return err
 	}
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		return err
 	}
-	if old != "" {
-		return os.RemoveAll(old)
+	if err := os.RemoveAll(old); err != nil {
+		return fmt.Errorf("%s is in place; removing the install it replaced (now %s): %w", final, old, err)
 	}
+	removeReplaced(final)
 	return nil
 }
 

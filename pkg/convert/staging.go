@@ -25,6 +25,10 @@ func stagingDir(final string) string {
 
 func stagingPrefix(final string) string { return "." + filepath.Base(final) + ".partial-" }
 
+// replacedPrefix names where publish, when it cannot swap atomically, moves
+// the install it replaces: .NAME.old-PID.
+func replacedPrefix(final string) string { return "." + filepath.Base(final) + ".old-" }
+
 // createStaging makes this process's staging directory for final and locks
 // it; the caller closes the returned file once done with the directory.
 func createStaging(final string) (string, *os.File, error) {
@@ -74,6 +78,29 @@ func removeStaleStaging(final string) {
 		os.RemoveAll(dir)
 		lock.Close()
 	}
+	removeReplaced(final)
+}
+
+// removeReplaced deletes the .NAME.old-PID directories of writers that died
+// after moving the install at final aside (or while deleting it), once
+// final holds an install again: what they held was replaced. While final
+// is missing, such a directory is the only copy of the previous install,
+// and is left for its owner (nvmai-install lists it).
+func removeReplaced(final string) {
+	if fi, err := os.Lstat(final); err != nil || !fi.IsDir() {
+		return
+	}
+	prefix := replacedPrefix(final)
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(final), prefix+"*"))
+	for _, dir := range matches {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), prefix))
+		if err != nil || pid <= 0 || pid != os.Getpid() && processAlive(pid) {
+			continue // not ours to judge, or its writer runs
+		}
+		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+			os.RemoveAll(dir)
+		}
+	}
 }
 
 // processAlive reports whether a process with this PID exists (EPERM means
@@ -85,3 +112,7 @@ func processAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
 }
+
+// errExchangeUnsupported means the system cannot swap two directory entries
+// atomically.
+var errExchangeUnsupported = errors.New("atomic exchange of two directories is not supported here")

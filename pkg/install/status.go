@@ -32,12 +32,20 @@ type Found struct {
 	Bits    int
 }
 
-// Staging is a hidden staging directory (.NAME.partial-PID) whose converter
-// process is gone: an interrupted conversion's leftovers.
+// Staging is a hidden directory a converter process that is gone left
+// next to an install: its unfinished staging (.NAME.partial-PID), or the
+// install it was replacing (.NAME.old-PID, left by a kill during publish).
 type Staging struct {
 	Dir   string
 	PID   int
 	Bytes int64
+	// Replaced marks a .NAME.old-PID: the previous install of Final.
+	Replaced bool
+	// Final is the install directory it belongs to (NAME's path).
+	Final string
+	// FinalMissing: Final does not exist, so a Replaced directory is the
+	// only copy of that install.
+	FinalMissing bool
 }
 
 // Sizes are a model's download and install sizes, estimated from its
@@ -194,22 +202,27 @@ func readFound(dir string) (Found, bool) {
 	return f, true
 }
 
-// stagingName is the converter's staging directory, .FINAL.partial-PID.
-var stagingName = regexp.MustCompile(`^\..+\.partial-([0-9]{1,10})$`)
+// stagingName is the converter's staging directory, .FINAL.partial-PID, or
+// the install it replaces set aside, .FINAL.old-PID.
+var stagingName = regexp.MustCompile(`^\.(.+)\.(partial|old)-([0-9]{1,10})$`)
 
 func staleStaging(path, name string) (Staging, bool) {
 	m := stagingName.FindStringSubmatch(name)
 	if m == nil {
 		return Staging{}, false
 	}
-	pid, err := strconv.Atoi(m[1])
+	pid, err := strconv.Atoi(m[3])
 	if err != nil || pid <= 0 || processAlive(pid) {
 		return Staging{}, false
 	}
 	if fi, err := os.Lstat(path); err != nil || !fi.IsDir() {
 		return Staging{}, false
 	}
-	return Staging{Dir: path, PID: pid, Bytes: treeBytes(path)}, true
+	st := Staging{Dir: path, PID: pid, Bytes: treeBytes(path), Replaced: m[2] == "old", Final: filepath.Join(filepath.Dir(path), m[1])}
+	if _, err := os.Lstat(st.Final); os.IsNotExist(err) {
+		st.FinalMissing = true
+	}
+	return st, true
 }
 
 func treeBytes(dir string) int64 {
@@ -266,9 +279,22 @@ func (r *StatusReport) writeStale(w io.Writer) {
 	if len(r.Stale) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nstale staging directories of interrupted conversions (their process is gone; nothing removes them for you):")
+	var n int64
 	for _, s := range r.Stale {
-		fmt.Fprintf(w, "  %s  %s, left by process %d; remove with: rm -rf %s\n", s.Dir, gib(s.Bytes), s.PID, shellQuote(s.Dir))
+		n += s.Bytes
+	}
+	fmt.Fprintf(w, "\nleft by interrupted conversions (their process is gone), %s in all; the next successful conversion to the same output removes them:\n", gib(n))
+	for _, s := range r.Stale {
+		switch {
+		case s.Replaced && s.FinalMissing:
+			fmt.Fprintf(w, "  %s  %s, the previous install of %s, which is missing (process %d died while replacing it); restore it with: mv %s %s\n",
+				s.Dir, gib(s.Bytes), s.Final, s.PID, shellQuote(s.Dir), shellQuote(s.Final))
+		case s.Replaced:
+			fmt.Fprintf(w, "  %s  %s, an install that %s replaced, not yet deleted (process %d); remove with: rm -rf %s\n",
+				s.Dir, gib(s.Bytes), s.Final, s.PID, shellQuote(s.Dir))
+		default:
+			fmt.Fprintf(w, "  %s  %s, an unfinished install left by process %d; remove with: rm -rf %s\n", s.Dir, gib(s.Bytes), s.PID, shellQuote(s.Dir))
+		}
 	}
 }
 
