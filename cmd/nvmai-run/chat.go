@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -155,6 +156,9 @@ func (ch *chat) run(ctx context.Context) error {
 			return nil
 		case errors.Is(err, errPromptInterrupt):
 			return errQuitByInterrupt
+		case errors.As(err, new(*lineTooLongError)):
+			fmt.Fprintf(ch.info, "(%v)\n", err)
+			continue
 		case err != nil:
 			return err
 		}
@@ -241,6 +245,7 @@ func (ch *chat) readMessage(ctx context.Context) (msg string, block bool, err er
 		return strings.TrimSpace(body), true, nil
 	}
 	lines := []string{first}
+	var tooLong *lineTooLongError // a line of the block was dropped: the block is read to its end, not sent
 	for {
 		l, err := ch.readLine(ctx, "… ")
 		if errors.Is(err, errPromptInterrupt) {
@@ -251,14 +256,24 @@ func (ch *chat) readMessage(ctx context.Context) (msg string, block bool, err er
 			fmt.Fprintln(ch.info, `(the input ended inside a """ message; it was not sent)`)
 			return "", true, io.EOF
 		}
+		if errors.As(err, &tooLong) {
+			lines = nil
+			continue
+		}
 		if err != nil {
 			return "", true, err
 		}
 		ch.in.AddHistory(l)
 		if body, closed := strings.CutSuffix(strings.TrimRight(l, " \t"), `"""`); closed {
+			if tooLong != nil {
+				fmt.Fprintf(ch.info, "(line %d is longer than %s; the multi-line message holding it was not sent)\n", tooLong.line, cliutil.Bytes(int64(tooLong.limit)))
+				return "", true, nil
+			}
 			return strings.TrimSpace(strings.Join(append(lines, body), "\n")), true, nil
 		}
-		lines = append(lines, l)
+		if tooLong == nil {
+			lines = append(lines, l)
+		}
 	}
 }
 
@@ -508,23 +523,59 @@ func (r *termReader) AddHistory(line string) { r.l.AppendHistory(line) }
 func (r *termReader) Close() error           { return r.l.Close() }
 
 // pipeReader reads piped input: no prompt, no editing, lines of any length
-// up to 64 MiB.
-type pipeReader struct{ s *bufio.Scanner }
+// up to limit bytes (maxPromptFile, the same as --prompt-file). A longer
+// line is read to its end and dropped with a *lineTooLongError, so the
+// conversation goes on with the next line.
+type pipeReader struct {
+	r     *bufio.Reader
+	limit int
+	lines int64 // lines read so far, for the line number a notice gives
+}
 
-func newPipeReader(r io.Reader) *pipeReader {
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 64<<10), 64<<20)
-	return &pipeReader{s}
+// lineTooLongError is a piped line over the reader's limit; it was not sent.
+type lineTooLongError struct {
+	line  int64
+	limit int
+}
+
+func (e *lineTooLongError) Error() string {
+	return fmt.Sprintf("line %d is longer than %s; it was not sent", e.line, cliutil.Bytes(int64(e.limit)))
+}
+
+func newPipeReader(r io.Reader) *pipeReader { return newPipeReaderLimit(r, maxPromptFile) }
+
+func newPipeReaderLimit(r io.Reader, limit int) *pipeReader {
+	return &pipeReader{r: bufio.NewReaderSize(r, 64<<10), limit: limit}
 }
 
 func (r *pipeReader) ReadLine(string) (string, error) {
-	if r.s.Scan() {
-		return r.s.Text(), nil
+	var line []byte
+	read, tooLong := false, false
+	for {
+		chunk, err := r.r.ReadSlice('\n')
+		read = read || len(chunk) > 0
+		content := bytes.TrimSuffix(chunk, []byte("\n"))
+		if !tooLong && len(line)+len(content) > r.limit+1 {
+			tooLong, line = true, nil // beyond the limit even if the last byte is a \r
+		}
+		if !tooLong {
+			line = append(line, content...)
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err != nil && !errors.Is(err, io.EOF):
+			return "", err
+		case !read:
+			return "", io.EOF
+		}
+		r.lines++
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if tooLong || len(line) > r.limit {
+			return "", &lineTooLongError{line: r.lines, limit: r.limit}
+		}
+		return string(line), nil
 	}
-	if err := r.s.Err(); err != nil {
-		return "", err
-	}
-	return "", io.EOF
 }
 
 func (r *pipeReader) AddHistory(string) {}
