@@ -1,14 +1,22 @@
 package download
 
 import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // ErrOffline is wrapped by every refusal to touch the network in offline
@@ -96,11 +104,15 @@ func LocalCommit(cacheDir, repo, rev string) (string, error) {
 }
 
 // LocalSnapshot is Snapshot from the cache alone, for offline installs: it
-// resolves rev with LocalCommit and lists the included files of the
-// snapshot, which must all be readable (a link to a missing blob is an
-// incomplete download). Files carry sizes, not hashes: the cache verified
-// them when they were downloaded.
-func LocalSnapshot(cacheDir, repo, rev string, include func(string) bool) (*Snapshot, error) {
+// resolves rev with LocalCommit, lists the included files of the snapshot,
+// which must all be readable (a link to a missing blob is an incomplete
+// download), and hashes each against the name of the blob it links to
+// (sha256 for LFS files, the git blob sha1 for the others), as the online
+// path re-verifies what it reuses: a blob damaged since its download is
+// refused (*CachedBlobError) before anything is converted from it. notice
+// (nil for none) gets a line before the hashing and one per large file, so
+// a long check shows progress. ctx stops the hashing.
+func LocalSnapshot(ctx context.Context, cacheDir, repo, rev string, include func(string) bool, notice func(string)) (*Snapshot, error) {
 	commit, err := LocalCommit(cacheDir, repo, rev)
 	if err != nil {
 		return nil, err
@@ -110,7 +122,104 @@ func LocalSnapshot(cacheDir, repo, rev string, include func(string) bool) (*Snap
 	if err != nil {
 		return nil, &OfflineError{Repo: repo, Revision: rev, RepoDir: RepoCacheDir(cacheDir, repo), Missing: err.Error()}
 	}
+	if notice == nil {
+		notice = func(string) {}
+	}
+	if err := verifyCached(ctx, dir, files, notice); err != nil {
+		return nil, err
+	}
 	return &Snapshot{Repo: repo, Commit: commit, Dir: dir, Files: files}, nil
+}
+
+// CachedBlobError reports a cached file whose bytes no longer hash to the
+// name of its blob: the cache copy was damaged after it was downloaded.
+type CachedBlobError struct {
+	Path string // in the repository
+	Blob string // the blob file in the cache
+	What string // "sha256" or "git blob sha1"
+	Want string // the blob's name
+	Got  string
+}
+
+func (e *CachedBlobError) Error() string {
+	return fmt.Sprintf("offline: %s in the Hugging Face cache is damaged: its blob %s should have %s %s, its bytes have %s; "+
+		"delete %s and rerun without --offline (and without HF_HUB_OFFLINE) to download it again",
+		e.Path, e.Blob, e.What, e.Want, e.Got, e.Blob)
+}
+
+// bigCachedFile is the size from which verifyCached announces a file.
+const bigCachedFile = 64 << 20
+
+func verifyCached(ctx context.Context, dir string, files []RemoteFile, notice func(string)) error {
+	var total int64
+	n := 0
+	for _, f := range files {
+		if f.SHA256 != "" || f.GitOID != "" {
+			total += f.Size
+			n++
+		}
+	}
+	if total >= bigCachedFile {
+		notice(fmt.Sprintf("offline: checking %d cached files (%s) against their hashes", n, humanBytes(uint64(total))))
+	}
+	for _, f := range files {
+		if f.SHA256 == "" && f.GitOID == "" {
+			notice(fmt.Sprintf("offline: %s is not a link to a named blob of the cache; its bytes are not checked", f.Path))
+			continue
+		}
+		if f.Size >= bigCachedFile {
+			notice(fmt.Sprintf("offline: checking %s (%s)", f.Path, humanBytes(uint64(f.Size))))
+		}
+		if err := verifyCachedFile(ctx, filepath.Join(dir, filepath.FromSlash(f.Path)), f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func verifyCachedFile(ctx context.Context, path string, f RemoteFile) error {
+	blob, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	file, st, err := limits.OpenRegular(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	var h hash.Hash
+	what, want := "sha256", f.SHA256
+	if f.IsLFS() {
+		h = sha256.New()
+	} else {
+		h = sha1.New()
+		fmt.Fprintf(h, "blob %d\x00", st.Size())
+		what, want = "git blob sha1", f.GitOID
+	}
+	if _, err := io.CopyBuffer(h, ctxReader{ctx, file}, make([]byte, 1<<20)); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("hashing %s: %w", blob, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return &CachedBlobError{Path: f.Path, Blob: blob, What: what, Want: want, Got: got}
+	}
+	return nil
+}
+
+// ctxReader fails its next Read once ctx is done, so hashing a large file
+// stops promptly on Ctrl-C.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func localFiles(dir string, include func(string) bool) ([]RemoteFile, error) {
@@ -131,7 +240,18 @@ func localFiles(dir string, include func(string) bool) ([]RemoteFile, error) {
 		if err != nil {
 			return fmt.Errorf("%s in %s points at a missing blob (an incomplete download)", rel, dir)
 		}
-		files = append(files, RemoteFile{Path: rel, Size: fi.Size()})
+		f := RemoteFile{Path: rel, Size: fi.Size()}
+		// The cache names each blob by its content hash (the Hub's etag):
+		// the file's own record of what its bytes must hash to.
+		if target, err := os.Readlink(p); err == nil {
+			switch blob := path.Base(filepath.ToSlash(target)); {
+			case isHex(blob, 64):
+				f.SHA256 = blob
+			case isHex(blob, 40):
+				f.GitOID = blob
+			}
+		}
+		files = append(files, f)
 		return nil
 	})
 	if err != nil {
@@ -141,6 +261,18 @@ func localFiles(dir string, include func(string) bool) ([]RemoteFile, error) {
 		return nil, fmt.Errorf("%s has no config.json", dir)
 	}
 	return files, nil
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func cachedCommits(cache repoCache) []string {
@@ -155,7 +287,7 @@ func cachedCommits(cache repoCache) []string {
 }
 
 func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := limits.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

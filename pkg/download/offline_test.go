@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/download/fakehub"
 )
 
 func TestOfflineFromEnvironment(t *testing.T) {
@@ -126,5 +128,73 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// probe C11: an offline snapshot whose cached blob no longer hashes to its
+// own name was converted and reported "installed and verified". Each file
+// is now hashed against its blob's name (sha256 for LFS, the git blob sha1
+// for the others), and a damaged one is refused, naming the file, the blob,
+// both hashes and what to do.
+func TestOfflineSnapshotRefusesADamagedBlob(t *testing.T) {
+	cases := []struct {
+		name, path, what string
+		want             func(content []byte) string
+	}{
+		{"LFS shard", bigFile, "sha256", sha256Hex},
+		{"small git file", "config.json", "git blob sha1", fakehub.GitBlobSHA1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, commit, files := newTestHub(t)
+			c := testClient(t, h)
+			cache := t.TempDir()
+			if _, err := snapshot(t, c, cache, nil); err != nil {
+				t.Fatal(err)
+			}
+			snapDir := SnapshotDir(cache, testRepo, commit)
+			if _, err := LocalSnapshot(context.Background(), cache, testRepo, "main", nil, nil); err != nil {
+				t.Fatalf("a sound cache: %v", err)
+			}
+			blob, err := filepath.EvalSymlinks(filepath.Join(snapDir, tc.path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			damaged := append([]byte(nil), files[tc.path]...)
+			damaged[len(damaged)/2] ^= 0x01
+			if err := os.WriteFile(blob, damaged, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var notices []string
+			_, err = LocalSnapshot(context.Background(), cache, testRepo, "main", nil, func(s string) { notices = append(notices, s) })
+			var be *CachedBlobError
+			if !errors.As(err, &be) {
+				t.Fatalf("damaged %s: %v, want a *CachedBlobError", tc.path, err)
+			}
+			for _, w := range []string{tc.path, blob, tc.what, tc.want(files[tc.path]), tc.want(damaged), "delete " + blob, "without --offline"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			c.Offline = true
+			if _, err := c.Snapshot(context.Background(), testRepo, "main", SnapshotOptions{CacheDir: cache}); !errors.As(err, &be) {
+				t.Errorf("offline Client.Snapshot over a damaged blob: %v", err)
+			}
+		})
+	}
+}
+
+// Hashing the cache stops on Ctrl-C (a cancelled context).
+func TestOfflineSnapshotCheckIsInterruptible(t *testing.T) {
+	h, _, _ := newTestHub(t)
+	c := testClient(t, h)
+	cache := t.TempDir()
+	if _, err := snapshot(t, c, cache, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := LocalSnapshot(ctx, cache, testRepo, "main", nil, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("LocalSnapshot with a cancelled context: %v", err)
 	}
 }

@@ -72,7 +72,7 @@ func (c *Client) Snapshot(ctx context.Context, repo, rev string, opts SnapshotOp
 		cacheDir = d
 	}
 	if c.Offline {
-		return LocalSnapshot(cacheDir, repo, rev, opts.Include)
+		return LocalSnapshot(ctx, cacheDir, repo, rev, opts.Include, nil)
 	}
 	commit, err := c.ResolveRevision(ctx, repo, rev)
 	if err != nil {

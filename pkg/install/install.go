@@ -276,7 +276,7 @@ func fetchAndConvert(ctx context.Context, e registry.Entry, widths []int, commit
 // missing, unless offline) after checking the models directory has room.
 func fetch(ctx context.Context, e registry.Entry, widths []int, commit string, opt Options) (*download.Snapshot, error) {
 	if opt.Offline {
-		snap, err := download.LocalSnapshot(opt.CacheDir, e.Repo, e.Revision, Wanted)
+		snap, err := download.LocalSnapshot(ctx, opt.CacheDir, e.Repo, e.Revision, Wanted, opt.Notice)
 		if err != nil {
 			return nil, err
 		}
