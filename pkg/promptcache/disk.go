@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -25,16 +26,25 @@ import (
 // entry or temporary name (entryName, tempName) whose header starts with
 // the entry magic. It is safe for concurrent use.
 type Disk struct {
-	dir    string
-	budget int64
-	log    func(format string, args ...any)
-	now    func() time.Time
+	dir       string
+	budget    int64
+	log       func(format string, args ...any)
+	now       func() time.Time
+	freeSpace FreeSpaceFunc
+	// create opens a new temporary entry file (a test injects failures).
+	create func(path string) (entryFile, error)
 
 	mu      sync.Mutex
 	entries map[string]*diskEntry // by file name
 	used    int64
 	pending map[string]bool // names queued or being written
 	stats   DiskStats
+	// tooLarge remembers, per key, the fewest tokens of an entry that did
+	// not fit and the room it had: a longer entry under that key holds
+	// more state, so it is not tried until there is more room.
+	tooLarge      map[Key]tooLargeMark
+	noRoomLogged  bool        // "no room at all" was logged and still holds
+	freeErrLogged atomic.Bool // the free space could not be read (logged once)
 
 	queue   chan writeJob
 	wg      sync.WaitGroup // queued jobs not yet done
@@ -63,6 +73,7 @@ type DiskStats struct {
 	Dropped     int64  `json:"dropped"` // writes skipped because the queue was full
 	Evictions   int64  `json:"evictions"`
 	Corrupt     int64  `json:"corrupt"` // entries found damaged and removed
+	NoRoom      int64  `json:"no_room"` // entries not written: larger than the budget or the free space allows
 }
 
 // DiskOptions configures OpenDisk.
@@ -75,6 +86,9 @@ type DiskOptions struct {
 	// Log receives one line per notable event (corrupt entry removed,
 	// write failed, foreign file left alone); nil discards them.
 	Log func(format string, args ...any)
+	// FreeSpace reports the directory's free space (nil: statfs). The
+	// cache never lets it fall below FreeMargin of the filesystem.
+	FreeSpace FreeSpaceFunc
 }
 
 // staleTemp is the age after which a temporary file left in the
@@ -94,31 +108,53 @@ func OpenDisk(opt DiskOptions) (*Disk, error) {
 	if opt.Log == nil {
 		opt.Log = func(string, ...any) {}
 	}
-	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("prompt cache: %w", err)
+	if opt.FreeSpace == nil {
+		opt.FreeSpace = statfsFreeSpace
 	}
-	d := &Disk{
-		dir: opt.Dir, budget: opt.Budget, log: opt.Log, now: time.Now,
-		entries: map[string]*diskEntry{}, pending: map[string]bool{},
-		queue: make(chan writeJob, opt.Queue), done: make(chan struct{}),
-	}
-	if err := d.scan(); err != nil {
+	if err := checkCacheDir(opt.Dir); err != nil {
 		return nil, err
 	}
+	// 0700: entries hold whole conversations (token ids, system prompts
+	// included), which other users of the machine must not read.
+	if err := os.MkdirAll(opt.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("prompt cache: %w", err)
+	}
+	if fi, err := os.Stat(opt.Dir); err != nil {
+		return nil, fmt.Errorf("prompt cache: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("prompt cache: %s is not a directory; give a directory (created if missing)", opt.Dir)
+	}
+	d := &Disk{
+		dir: opt.Dir, budget: opt.Budget, log: opt.Log, now: time.Now, freeSpace: opt.FreeSpace, create: createEntryFile,
+		entries: map[string]*diskEntry{}, pending: map[string]bool{}, tooLarge: map[Key]tooLargeMark{},
+		queue: make(chan writeJob, opt.Queue), done: make(chan struct{}),
+	}
+	onlyOurs, err := d.scan()
+	if err != nil {
+		return nil, err
+	}
+	d.tightenDir(onlyOurs)
 	d.mu.Lock()
 	d.evictLocked("")
+	d.fitFreeSpaceLocked()
 	d.mu.Unlock()
 	go d.writer()
 	return d, nil
 }
 
-func (d *Disk) scan() error {
+// scan indexes the directory; onlyOurs says it holds nothing but the
+// cache's own files.
+func (d *Disk) scan() (onlyOurs bool, err error) {
 	des, err := os.ReadDir(d.dir)
 	if err != nil {
-		return fmt.Errorf("prompt cache: %w", err)
+		return false, fmt.Errorf("prompt cache: %w", err)
 	}
+	onlyOurs = true
 	for _, de := range des {
 		name := de.Name()
+		if !de.Type().IsRegular() || !entryName.MatchString(name) && !tempName.MatchString(name) {
+			onlyOurs = false
+		}
 		switch {
 		case !de.Type().IsRegular():
 		case entryName.MatchString(name):
@@ -129,7 +165,30 @@ func (d *Disk) scan() error {
 			}
 		}
 	}
-	return nil
+	return onlyOurs, nil
+}
+
+// tightenDir makes a directory that other users can enter or list
+// private (0700) when this user owns it and it holds only the cache's
+// files; otherwise it says so and leaves it alone. The entries are 0600
+// either way, so their contents stay private.
+func (d *Disk) tightenDir(onlyOurs bool) {
+	fi, err := os.Stat(d.dir)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	owned, known := ownedByMe(fi)
+	if !known {
+		return
+	}
+	mode := fi.Mode().Perm()
+	if owned && onlyOurs {
+		if err := os.Chmod(d.dir, mode&^0o077); err == nil {
+			d.log("prompt cache: %s was open to other users (mode %#o); made it %#o", d.dir, mode, mode&^0o077)
+			return
+		}
+	}
+	d.log("prompt cache: %s is open to other users (mode %#o), who can see the entries' names and sizes (not their contents: entries are 0600); `chmod 700 %s` or use a private directory", d.dir, mode, d.dir)
 }
 
 func (d *Disk) indexFile(name string) {
@@ -158,6 +217,12 @@ func (d *Disk) indexFile(name string) {
 		d.stats.Corrupt++
 		d.removeOurs(name, fmt.Sprintf("a damaged entry (%v)", errors.Join(err, serr)))
 		return
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		// Written by an older version (0644): other users could read it.
+		if err := f.Chmod(0o600); err != nil {
+			d.log("prompt cache: %s is readable by other users and could not be made private: %v", p, err)
+		}
 	}
 	d.entries[name] = &diskEntry{name: name, h: h, size: info.Size(), lastUse: info.ModTime()}
 	d.used += info.Size()
@@ -361,15 +426,22 @@ func (d *Disk) Stats() DiskStats {
 // within budget; keep (a name just written) goes last.
 func (d *Disk) evictLocked(keep string) {
 	for d.used > d.budget && len(d.entries) > 0 {
-		var oldest *diskEntry
-		for _, e := range d.entries {
-			if oldest == nil || (oldest.name == keep) || (e.name != keep && e.lastUse.Before(oldest.lastUse)) {
-				oldest = e
-			}
-		}
-		delete(d.entries, oldest.name)
-		d.used -= oldest.size
-		d.stats.Evictions++
-		d.removeOurs(oldest.name, "least recently used, over the budget")
+		d.evictOldestLocked(keep, "least recently used, over the budget")
 	}
+}
+
+// evictOldestLocked removes the least recently used entry (keep last) and
+// returns its size.
+func (d *Disk) evictOldestLocked(keep, why string) int64 {
+	var oldest *diskEntry
+	for _, e := range d.entries {
+		if oldest == nil || (oldest.name == keep) || (e.name != keep && e.lastUse.Before(oldest.lastUse)) {
+			oldest = e
+		}
+	}
+	delete(d.entries, oldest.name)
+	d.used -= oldest.size
+	d.stats.Evictions++
+	d.removeOurs(oldest.name, why)
+	return oldest.size
 }

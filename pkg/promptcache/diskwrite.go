@@ -93,13 +93,15 @@ func (d *Disk) writer() {
 	defer close(d.done)
 	for job := range d.queue {
 		err := d.write(job)
+		var noRoom *noRoomError
+		failed := err != nil && !errors.As(err, &noRoom) // noRoom is counted and logged where it is found
 		d.mu.Lock()
 		delete(d.pending, job.name)
-		if err != nil {
+		if failed {
 			d.stats.WriteErrors++
 		}
 		d.mu.Unlock()
-		if err != nil {
+		if failed {
 			d.log("prompt cache: writing the %d-token entry %s: %v", len(job.ids), job.name, err)
 		}
 		d.wg.Done()
@@ -114,29 +116,60 @@ func (d *Disk) Put(key Key, ids []int, encode func(io.Writer) error) error {
 
 var tempSeq atomic.Uint64
 
+// entryFile is a temporary entry file being written.
+type entryFile interface {
+	io.Writer
+	io.WriterAt
+	Sync() error
+	Close() error
+}
+
+// createEntryFile creates a temporary entry file, 0600: an entry holds a
+// whole conversation.
+func createEntryFile(path string) (entryFile, error) {
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+}
+
 // write streams the entry to a temporary file in the directory, fsyncs
 // it, renames it into place and fsyncs the directory, then evicts down to
-// the budget. On any failure the temporary file is removed.
+// the budget. While it writes it keeps the filesystem's free space above
+// the margin, evicting the least recently used entries as the file grows;
+// an entry that fits neither the budget nor the free space with every
+// other entry gone is abandoned (noRoomError). On any failure the
+// temporary file is removed; a full filesystem (ENOSPC, EDQUOT) also
+// evicts entries for the next write. A failed entry is never retried.
 func (d *Disk) write(job writeJob) (err error) {
+	sp := d.spaceNow()
+	if err := d.checkRoom(job, sp); err != nil {
+		return err
+	}
 	final := filepath.Join(d.dir, job.name)
 	tmp := filepath.Join(d.dir, fmt.Sprintf(".%s.%d%d.tmp", strings.TrimSuffix(job.name, ".nvpc"), os.Getpid(), tempSeq.Add(1)))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := d.create(tmp)
 	if err != nil {
 		return err
 	}
+	rw := &roomWriter{d: d, w: f, sp: &sp}
 	defer func() {
 		if err != nil {
 			f.Close()
 			os.Remove(tmp)
+			var noRoom *noRoomError
+			switch {
+			case errors.As(err, &noRoom):
+				d.noteTooLarge(job, noRoom)
+			case isNoSpace(err):
+				d.evictForSpace(rw.n)
+			}
 		}
 	}()
 	h := header{key: job.key, tokens: uint32(len(job.ids)), prefix: job.prefix}
 	// A placeholder whose checksum cannot match until the real header is
 	// written last, so a crash leaves a file no reader accepts.
-	if _, err = f.Write(append(entryMagic[:], make([]byte, headerSize-len(entryMagic))...)); err != nil {
+	if _, err = rw.Write(append(entryMagic[:], make([]byte, headerSize-len(entryMagic))...)); err != nil {
 		return err
 	}
-	if h.payloadLen, h.zstdLen, h.payloadSum, err = writePayload(f, job); err != nil {
+	if h.payloadLen, h.zstdLen, h.payloadSum, err = writePayload(rw, job); err != nil {
 		return err
 	}
 	if _, err = f.WriteAt(h.marshal(), 0); err != nil {
@@ -159,7 +192,7 @@ func (d *Disk) write(job writeJob) (err error) {
 // writePayload compresses the ids and the encoder's bytes after the
 // header, returning the payload's length, the frame's length and the
 // payload's sha256.
-func writePayload(f *os.File, job writeJob) (payloadLen, zstdLen uint64, sum [32]byte, err error) {
+func writePayload(f io.Writer, job writeJob) (payloadLen, zstdLen uint64, sum [32]byte, err error) {
 	cw := &countWriter{w: bufio.NewWriterSize(f, 1<<20)}
 	zw, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
 	if err != nil {
