@@ -44,7 +44,7 @@ func (c *converter) finish(ctx context.Context) ([]Result, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := c.seal(o, meta); err != nil {
+		if err := c.seal(ctx, o, meta); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.target.Dir, err)
 		}
 	}
@@ -88,7 +88,7 @@ func (c *converter) readMetadata() ([]metaFile, error) {
 
 // seal completes one staging directory: payload files closed and synced,
 // metadata copied, manifest validated and written, receipt written last.
-func (c *converter) seal(o *output, meta []metaFile) error {
+func (c *converter) seal(ctx context.Context, o *output, meta []metaFile) error {
 	if err := o.closeFiles(); err != nil {
 		return err
 	}
@@ -118,7 +118,8 @@ func (c *converter) seal(o *output, meta []metaFile) error {
 	for i, f := range o.man.Files {
 		names[i] = f.Name
 	}
-	rc, err := receipt.Build(o.staging, packexperts.ManifestFile, names, c.opt.Tool, c.opt.Threads)
+	// Hashing a large install takes a while: Ctrl-C must still stop it.
+	rc, err := receipt.BuildContext(ctx, o.staging, packexperts.ManifestFile, names, c.opt.Tool, c.opt.Threads)
 	if err != nil {
 		return err
 	}
