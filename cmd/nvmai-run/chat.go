@@ -325,6 +325,15 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	if msg == "" {
 		return nil
 	}
+	// A message far over the context is refused before its exact encoding,
+	// which for a 64 MiB line would take gigabytes.
+	if err := promptWithinContext(ctx, ch.tok.Encode, msg, ch.maxContext); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fmt.Fprintf(ch.info, "(%v; the message was not sent)\n", err)
+		return nil
+	}
 	var ids []int
 	var prompt string
 	if ch.templated() {

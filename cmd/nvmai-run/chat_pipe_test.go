@@ -70,3 +70,20 @@ func TestChatPipedLineTooLongIsNotSentAndChatGoesOn(t *testing.T) {
 		t.Errorf("%d sessions: the conversation was restarted", len(h.sessions))
 	}
 }
+
+// A message far over the context is refused before its exact encoding and
+// the chat goes on.
+func TestChatMessageFarOverTheContextIsNotSent(t *testing.T) {
+	huge := strings.Repeat("word ", 200000) // 1 MB: many chunks
+	h := newChatHarness(t, newPipeReaderLimit(strings.NewReader("hello\n"+huge+"\nbye\n"), 4<<20), func() *fakeSession { return &fakeSession{reply: []int{10}, stopID: 99} })
+	h.ch.maxContext = 256
+	if err := h.ch.run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if n := len(h.sessions[0].prompts); n != 2 {
+		t.Errorf("%d turns sent, want 2 (hello, bye)", n)
+	}
+	if !strings.Contains(h.info.String(), "far more than the context limit of 256 tokens; shorten the prompt or raise --max-context; the message was not sent") {
+		t.Errorf("notices:\n%s", h.info.String())
+	}
+}

@@ -119,6 +119,16 @@ func promptIDs(c *cli.Context, e *runtime.Engine, text string) ([]int, error) {
 	return e.Tokenizer.Encode(text), nil
 }
 
+// contextLimit is the context a prompt must fit: --max-context, at most
+// the model's own (sessionOptions warns about the clamp later).
+func contextLimit(c *cli.Context, e *runtime.Engine) int {
+	modelMax, limit := e.Config().MaxContext, c.Int("max-context")
+	if limit <= 0 || (modelMax > 0 && limit > modelMax) {
+		return modelMax
+	}
+	return limit
+}
+
 func parseIDs(s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, cliutil.Usagef("empty prompt: give --prompt-ids 1,2,3")
@@ -163,6 +173,9 @@ func generateAction(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
+	if err := promptWithinContext(c.Context, e.Tokenizer.Encode, text, contextLimit(c, e)); err != nil {
+		return err
+	}
 	ids, err := promptIDs(c, e, text)
 	if err != nil {
 		return err
