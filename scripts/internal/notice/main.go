@@ -58,7 +58,7 @@ tests; it is not shipped in the release archives.
 func main() {
 	write := flag.Bool("w", false, "rewrite NOTICE in the module root instead of printing it")
 	check := flag.Bool("check", false, "exit 1 when NOTICE in the module root differs from what would be generated")
-	bins := flag.Bool("bin", false, "with -check: the arguments are built commands; their `go version -m` must name exactly the modules and toolchain NOTICE names")
+	bins := flag.Bool("bin", false, "with -check: the arguments are built commands; their go version -m must name exactly the modules and toolchain NOTICE names")
 	flag.Parse()
 	if *bins && !*check {
 		fail(errors.New("-bin needs -check"))
