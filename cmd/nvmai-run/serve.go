@@ -102,7 +102,7 @@ func serveAction(c *cli.Context) error {
 		return serveUntilDone(c, hs, errc)
 	}
 	if several {
-		disk, err := openPromptDisk(c)
+		disk, err := openPromptDisk(c, "") // --models-dir hashes each install when it loads it
 		if err != nil {
 			hs.Close()
 			return err
@@ -127,7 +127,7 @@ func serveAction(c *cli.Context) error {
 	}
 	defer e.Close()
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
-	disk, err := openPromptDisk(c)
+	disk, err := openPromptDisk(c, c.String("model"))
 	if err != nil {
 		hs.Close()
 		return err
@@ -296,8 +296,11 @@ func responsesKeep(n int) int {
 	return n
 }
 
-// openPromptDisk opens --prompt-cache-dir (nil when not given).
-func openPromptDisk(c *cli.Context) (*promptcache.Disk, error) {
+// openPromptDisk opens --prompt-cache-dir (nil when not given). With
+// install (serve --model) it then hashes the install against its receipt
+// and refuses a damaged one, whose snapshots would otherwise resume the
+// intact install's (#44 D12).
+func openPromptDisk(c *cli.Context, install string) (*promptcache.Disk, error) {
 	dir := c.String("prompt-cache-dir")
 	if dir == "" {
 		return nil, nil
@@ -308,6 +311,12 @@ func openPromptDisk(c *cli.Context) (*promptcache.Disk, error) {
 	}})
 	if err != nil {
 		return nil, err
+	}
+	if install != "" {
+		if err := server.VerifyInstall(c.Context, install, func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
 	st := d.Stats()
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: prompt cache dir %s: %d entries, %s of %s\n", dir, st.Entries, expertcache.FormatSize(st.Bytes), expertcache.FormatSize(budget))

@@ -2,11 +2,14 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"time"
 
@@ -70,8 +73,13 @@ func newDiskTier(e *runtime.Engine, opt RuntimeOptions) *diskTier {
 // DiskKey is the disk-cache key of e's snapshots at the given KV width
 // under the chat template whose hex sha256 is templateSHA256. Its model
 // part is the sha256 of the install's receipt in canonical form (every
-// file's sha256, so any changed weight or tokenizer changes it) followed by
-// the RoPE scaling in use (YaRN changes every cached key).
+// file's sha256, so any changed weight or tokenizer changes it), the
+// payloads' identity (each file's size and modification time, so a file
+// changed after its receipt was written, which the receipt does not see,
+// changes the key), and the RoPE scaling in use (YaRN changes every cached
+// key). Device and inode are left out: a reboot may renumber devices, and
+// a copy that kept the times holds the same bytes (VerifyInstall checks
+// them before a server uses the disk cache).
 func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.Key, error) {
 	var k promptcache.Key
 	t, err := hex.DecodeString(templateSHA256)
@@ -89,10 +97,51 @@ func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.
 	}
 	hs := sha256.New()
 	hs.Write(canon)
+	for _, f := range rc.Files {
+		fi, err := os.Stat(filepath.Join(e.Install.Dir, filepath.FromSlash(f.Name)))
+		if err != nil {
+			return k, err
+		}
+		fmt.Fprintf(hs, "\x00file=%q size=%d mtime=%d", f.Name, fi.Size(), fi.ModTime().UnixNano())
+	}
 	fmt.Fprintf(hs, "\x00rope_scaling=%+v", e.Config().RopeScaling)
 	hs.Sum(k.Model[:0])
 	k.KVBits = uint32(kvBits)
 	return k, nil
+}
+
+// VerifyInstall hashes every file of the install at dir and compares it
+// with the install's receipt, as --models-dir does when it first loads a
+// model. A server that resumes snapshots from disk runs it first: the
+// disk key names the receipt, so a damaged payload under an unchanged
+// receipt would otherwise resume the snapshots of the intact install and
+// generate text no cold run gives. notice gets a line before (hashing tens
+// of GB takes a while) and after.
+func VerifyInstall(ctx context.Context, dir string, notice func(string)) error {
+	rc, err := receipt.Read(filepath.Join(dir, packexperts.ReceiptFile))
+	if err != nil {
+		return fmt.Errorf("%s: no valid receipt (%v); run nvmai-verify --verify-install %s", dir, err, dir)
+	}
+	var total int64
+	for _, f := range rc.Files {
+		total += f.Size
+	}
+	notice(fmt.Sprintf("checking the %d files of %s (%.2f GiB) against its receipt before using --prompt-cache-dir, whose snapshots must come from these exact bytes…", len(rc.Files), dir, float64(total)/(1<<30)))
+	start := time.Now()
+	probs, err := receipt.CheckContext(ctx, dir, rc, true, goruntime.NumCPU())
+	if err != nil {
+		return fmt.Errorf("%s: checking the install against its receipt: %w", dir, err)
+	}
+	if len(probs) > 0 {
+		more := ""
+		if len(probs) > 1 {
+			more = fmt.Sprintf(" (and %d more)", len(probs)-1)
+		}
+		return fmt.Errorf("%s does not match its receipt: %s%s; the disk prompt cache would resume snapshots of another install's bytes. Run nvmai-verify --verify-install %s, then install or convert the model again",
+			dir, probs[0], more, dir)
+	}
+	notice(fmt.Sprintf("%s: %d files match their receipt's sha256 (%.1fs)", dir, len(rc.Files), time.Since(start).Seconds()))
+	return nil
 }
 
 // lookup reads the longest disk entry for ids longer than longerThan
