@@ -164,6 +164,10 @@ func (d *Disk) evictForSpace(written int64) {
 		freed += d.evictOldestLocked("", "least recently used, the filesystem is full")
 		n++
 	}
+	if n == 0 {
+		d.log("prompt cache: %s: the filesystem is full; the entry was not written (the cache holds no entry to remove)", d.dir)
+		return
+	}
 	d.log("prompt cache: %s: the filesystem is full; the entry was not written and %d older entries (%s) were removed", d.dir, n, size(freed))
 }
 

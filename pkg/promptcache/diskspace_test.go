@@ -280,6 +280,18 @@ func TestDiskFullFilesystemEvictsAndDoesNotRetry(t *testing.T) {
 	if err := d.Put(testKey, seq(20, 901), encoderOf(randomPayload(80<<10, 10))); err != nil {
 		t.Fatalf("the next entry after ENOSPC: %v", err)
 	}
+
+	// No room even for the file's inode: the same.
+	before := d.Stats().Evictions
+	d.create = func(string) (entryFile, error) {
+		return nil, &os.PathError{Op: "open", Path: "fake", Err: syscall.ENOSPC}
+	}
+	if err := d.Put(testKey, seq(20, 902), encoderOf(nil)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("create failing with ENOSPC: %v", err)
+	}
+	if d.Stats().Evictions != before+1 {
+		t.Errorf("create failing with ENOSPC evicted %d entries, want 1", d.Stats().Evictions-before)
+	}
 }
 
 // D11: an entry larger than the budget is abandoned before it is synced

@@ -147,6 +147,9 @@ func (d *Disk) write(job writeJob) (err error) {
 	tmp := filepath.Join(d.dir, fmt.Sprintf(".%s.%d%d.tmp", strings.TrimSuffix(job.name, ".nvpc"), os.Getpid(), tempSeq.Add(1)))
 	f, err := d.create(tmp)
 	if err != nil {
+		if isNoSpace(err) {
+			d.evictForSpace(0)
+		}
 		return err
 	}
 	rw := &roomWriter{d: d, w: f, sp: &sp}
