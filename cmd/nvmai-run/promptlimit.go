@@ -21,12 +21,14 @@ const promptChunk = 64 << 10
 // not depend on where the chunks fell; being under twice the limit, that is
 // bounded work too. (The chunked count can differ from the exact one by a
 // few tokens at each chunk boundary, hence the margin: the exact count
-// decides against the limit.)
+// decides against the limit.) A text of no more bytes than that margin is
+// left to the exact tokenization at once: each token covers at least one
+// byte, so it is bounded work, and a short prompt is not tokenized twice.
 func promptWithinContext(ctx context.Context, encode func(string) []int, text string, limit int) error {
-	if limit <= 0 {
+	stopAbove := 2*limit + 1024
+	if limit <= 0 || len(text) <= stopAbove {
 		return nil
 	}
-	stopAbove := 2*limit + 1024
 	n := 0
 	for rest := text; rest != ""; {
 		if ctx.Err() != nil {

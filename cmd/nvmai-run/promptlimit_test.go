@@ -46,7 +46,7 @@ func TestPromptWithinContextBoundsTheWork(t *testing.T) {
 	cancel()
 	encoded = 0
 	var ie *cliutil.InterruptedError
-	if err := promptWithinContext(ctx, encode, big, 1<<30); !errors.As(err, &ie) || encoded != 0 {
+	if err := promptWithinContext(ctx, encode, big, 1000); !errors.As(err, &ie) || encoded != 0 {
 		t.Errorf("cancelled: %v after %d bytes; want an interruption before any work", err, encoded)
 	}
 
