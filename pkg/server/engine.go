@@ -20,8 +20,12 @@ import (
 type Engine interface {
 	Info() ModelInfo
 	// Tokenize turns prompt text into token ids (added tokens typed in the
-	// text become control tokens, as transformers' apply_chat_template does).
-	Tokenize(text string) []int
+	// text become control tokens, as transformers' apply_chat_template
+	// does). It stops once the text has more than limit tokens and reports
+	// truncated, ids then being only a prefix, so that a huge prompt costs
+	// no more than the context it is checked against; under the limit ids
+	// are the whole encoding.
+	Tokenize(text string, limit int) (ids []int, truncated bool)
 	// Generate prefills g.Prompt (reusing what it can) and generates,
 	// calling onToken with each token's text (whole UTF-8 characters; the
 	// text of an end-of-sequence token is not passed). onToken returning

@@ -89,7 +89,9 @@ func (r *RuntimeEngine) Close() {
 }
 
 // Tokenize implements Engine.
-func (r *RuntimeEngine) Tokenize(text string) []int { return r.e.Tokenizer.Encode(text) }
+func (r *RuntimeEngine) Tokenize(text string, limit int) ([]int, bool) {
+	return r.e.Tokenizer.EncodeLimit(text, limit)
+}
 
 // CacheStats reports the prompt cache.
 func (r *RuntimeEngine) CacheStats() promptcache.Stats { return r.cache.Stats() }

@@ -49,7 +49,15 @@ type Server struct {
 	idle     *time.Timer
 	models   *modelSet   // several models (SetModels); nil with one
 	loaded   atomic.Bool // a model of models is in memory
+	// tokenizers holds a token per prompt being tokenized: each holds up
+	// to a context of ids and a normalised copy of its text, so many large
+	// prompts arriving together wait for a slot rather than all holding
+	// that memory at once (#44 S23).
+	tokenizers chan struct{}
 }
+
+// maxTokenizers is how many prompts are tokenized at once.
+const maxTokenizers = 2
 
 // New returns a server with no engine yet (Health reports loading).
 func New(cfg Config) *Server {
@@ -62,7 +70,7 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = TextLogger(os.Stderr)
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, tokenizers: make(chan struct{}, maxTokenizers)}
 	s.q.limit = cfg.QueueLimit
 	// Snapshots and request buffers are large and short-lived; the Go
 	// runtime hands freed memory back to the OS only slowly, so an idle
@@ -296,7 +304,25 @@ func (s *Server) CountChatTokens(req *ChatRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(e.Tokenize(prompt + forced)), nil
+	ctxLen := e.Info().Context
+	ids, over := s.tokenize(e, prompt+forced, ctxLen)
+	if over {
+		return 0, overflow(ctxLen)
+	}
+	return len(ids), nil
+}
+
+// tokenize runs e.Tokenize in one of the maxTokenizers slots.
+func (s *Server) tokenize(e Engine, text string, limit int) ([]int, bool) {
+	s.tokenizers <- struct{}{}
+	defer func() { <-s.tokenizers }()
+	return e.Tokenize(text, limit)
+}
+
+// overflow is the refusal of a prompt whose tokenization stopped past the
+// context, so its exact length is not known.
+func overflow(ctxLen int) *Error {
+	return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has more than %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", ctxLen, ctxLen)}
 }
 
 func (s *Server) templateInput(r Renderer, req *ChatRequest) (chattemplate.Input, error) {
@@ -482,12 +508,15 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 	if e == nil {
 		return s.prepareDeferred(&Job{s: s, start: start, chat: req, model: id}, req.MaxTokens, req.Sampling)
 	}
-	prompt, forced, err := s.renderChat(r, req)
-	if err != nil {
-		return nil, err
-	}
-	j := &Job{s: s, e: e, start: start, chat: req, forced: forced, think: strings.HasSuffix(prompt, "<think>\n"), model: id}
-	return j.admitted(j.admit(prompt+forced, req.MaxTokens, req.ClampMaxTokens, req.Sampling))
+	j := &Job{s: s, e: e, start: start, chat: req, model: id}
+	return j.admitted(j.admit(req.MaxTokens, req.Sampling, func() error {
+		prompt, forced, err := s.renderChat(r, req)
+		if err != nil {
+			return err
+		}
+		j.forced, j.think = forced, strings.HasSuffix(prompt, "<think>\n")
+		return j.check(prompt+forced, req.MaxTokens, req.ClampMaxTokens)
+	}))
 }
 
 // engineFor is ready() with one model; with several it resolves the
@@ -530,7 +559,9 @@ func (s *Server) PrepareCompletion(req *CompletionRequest) (*Job, error) {
 		return nil, invalid("prompt", "prompt is empty")
 	}
 	j := &Job{s: s, e: e, start: start, comp: req, model: id}
-	return j.admitted(j.admit(req.Prompt, req.MaxTokens, false, req.Sampling))
+	return j.admitted(j.admit(req.MaxTokens, req.Sampling, func() error {
+		return j.check(req.Prompt, req.MaxTokens, false)
+	}))
 }
 
 // admitted returns the job once admitted. With several models it lets go
@@ -556,22 +587,33 @@ func checkParams(p sample.Params, maxTokens int) error {
 	return nil
 }
 
-// admit checks the request against the model and takes a queue place.
-func (j *Job) admit(text string, maxTokens int, clamp bool, p sample.Params) error {
+// admit takes a queue place, then runs prepare (render, tokenize and
+// check the prompt), giving the place back when prepare refuses. The
+// place comes first so that a request the queue cannot take is refused
+// before any rendering or tokenizing work (#44 S23).
+func (j *Job) admit(maxTokens int, p sample.Params, prepare func() error) error {
 	if err := checkParams(p, maxTokens); err != nil {
 		return err
 	}
-	if err := j.check(text, maxTokens, clamp); err != nil {
+	if err := j.enqueue(); err != nil {
 		return err
 	}
-	return j.enqueue()
+	if err := prepare(); err != nil {
+		j.t.release()
+		return err
+	}
+	return nil
 }
 
 // check tokenizes text and checks it and maxTokens against the context;
 // clamp lowers maxTokens to what fits instead of refusing.
 func (j *Job) check(text string, maxTokens int, clamp bool) error {
-	j.prompt = j.e.Tokenize(text)
 	ctxLen := j.e.Info().Context
+	prompt, over := j.s.tokenize(j.e, text, ctxLen)
+	if over {
+		return overflow(ctxLen)
+	}
+	j.prompt = prompt
 	if len(j.prompt) >= ctxLen {
 		return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", len(j.prompt), ctxLen)}
 	}

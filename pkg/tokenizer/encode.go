@@ -63,6 +63,11 @@ func (m *addedMatcher) longestAt(s string) (addedToken, bool) {
 // resumes past the white space it took, where the library could report an
 // overlapping match for a token that itself begins with white space.
 func (m *addedMatcher) split(s string, onText func(string), onToken func(int32)) {
+	m.splitUntil(s, func(text string) bool { onText(text); return true }, func(id int32) bool { onToken(id); return true })
+}
+
+// splitUntil is split that stops as soon as a callback returns false.
+func (m *addedMatcher) splitUntil(s string, onText func(string) bool, onToken func(int32) bool) {
 	if !m.any {
 		onText(s)
 		return
@@ -85,10 +90,12 @@ func (m *addedMatcher) split(s string, onText func(string), onToken func(int32))
 		if a.rstrip {
 			end += leadingSpaceLen(s[end:])
 		}
-		if textStart < start {
-			onText(s[textStart:start])
+		if textStart < start && !onText(s[textStart:start]) {
+			return
 		}
-		onToken(a.id)
+		if !onToken(a.id) {
+			return
+		}
 		textStart, i = end, end
 	}
 	if textStart < len(s) {

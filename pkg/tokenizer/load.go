@@ -605,6 +605,7 @@ func (t *Tokenizer) buildDecodeTable(vocab []string, added []addedToken) {
 	for id, s := range text {
 		t.decodeBytes = append(t.decodeBytes, symbolBytes(s)...)
 		t.decodeOffsets[id+1] = uint32(len(t.decodeBytes))
+		t.maxTokenBytes = max(t.maxTokenBytes, int(t.decodeOffsets[id+1]-t.decodeOffsets[id]))
 	}
 }
 

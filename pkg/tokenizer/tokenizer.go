@@ -24,6 +24,9 @@ type Tokenizer struct {
 	// decodes to; ids the tokenizer does not know have none.
 	decodeBytes   []byte
 	decodeOffsets []uint32
+	// maxTokenBytes is the most bytes any one id decodes to: a text of n
+	// bytes has at least n/maxTokenBytes tokens (EncodeLimit).
+	maxTokenBytes int
 	// special[id] is true for added tokens marked special.
 	special []bool
 	// addedIDs maps added-token contents to ids.

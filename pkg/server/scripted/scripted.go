@@ -139,7 +139,9 @@ func (e *Engine) Info() server.ModelInfo {
 }
 
 // Tokenize implements server.Engine with the real tokenizer.
-func (e *Engine) Tokenize(text string) []int { return e.tok.Encode(text) }
+func (e *Engine) Tokenize(text string, limit int) ([]int, bool) {
+	return e.tok.EncodeLimit(text, limit)
+}
 
 // Generate implements server.Engine: it reads the conversation back from
 // the prompt and emits the round's text token by token.

@@ -42,13 +42,16 @@ func (e *Engine) Info() server.ModelInfo {
 	return server.ModelInfo{ID: "fake-model", Context: c, Budget: "0"}
 }
 
-// Tokenize implements server.Engine: one id per rune.
-func (e *Engine) Tokenize(text string) []int {
-	ids := make([]int, 0, len(text))
+// Tokenize implements server.Engine: one id per rune, up to limit+1.
+func (e *Engine) Tokenize(text string, limit int) ([]int, bool) {
+	ids := make([]int, 0, min(len(text), limit+1))
 	for _, r := range text {
+		if len(ids) > limit {
+			return ids, true
+		}
 		ids = append(ids, int(r))
 	}
-	return ids
+	return ids, len(ids) > limit
 }
 
 // Generate implements server.Engine.
