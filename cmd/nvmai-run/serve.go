@@ -25,6 +25,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 func serveCommand() *cli.Command {
@@ -51,7 +52,9 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "max-body", Value: "4M", Usage: "largest request body"},
 			&cli.StringFlag{Name: "thinking", Usage: "default for enable_thinking when a request does not say: on or off", DefaultText: "the template's default"},
 			&cli.StringFlag{Name: "chat-template", Usage: "Jinja chat template `FILE` to use instead of the install's"},
-			&cli.IntFlag{Name: "max-connections", Value: 64, Usage: "most open client connections"},
+			&cli.IntFlag{Name: "max-connections", Value: 64, Usage: "most open client connections; when all are open, the longest-idle one is closed for a newcomer"},
+			&cli.DurationFlag{Name: "stream-write-timeout", Value: sse.DefaultWriteTimeout, Usage: "cut off a stream whose client accepts no bytes for this long (freeing the engine for others)"},
+			&cli.StringSliceFlag{Name: "allowed-host", Usage: "also accept requests whose Host header is `NAME` (or NAME:PORT); repeatable. Without --api-key only loopback names and --host are accepted"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per request instead of a text line"},
 			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
 			&cli.StringFlag{Name: "models-dir", Usage: "serve every verified install under `DIR` (ids: their paths there), one loaded at a time, instead of --model"},
@@ -90,7 +93,8 @@ func serveAction(c *cli.Context) error {
 	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
 	hs := openai.NewHTTPServer(oh)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(openai.LimitListener(ln, c.Int("max-connections"))) }()
+	limited := openai.LimitConnections(hs, ln, c.Int("max-connections"))
+	go func() { errc <- hs.Serve(limited) }()
 	if scriptedEngine != nil && c.String("scripted") != "" {
 		e, r, err := scriptedEngine(c)
 		if err != nil {
@@ -99,7 +103,7 @@ func serveAction(c *cli.Context) error {
 		}
 		srv.SetEngine(e, r)
 		fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | scripted engine %s (a test build)\n", ln.Addr(), c.String("scripted"))
-		return serveUntilDone(c, hs, errc)
+		return serveUntilDone(c, hs, oh, errc)
 	}
 	if several {
 		disk, err := openPromptDisk(c, "") // --models-dir hashes each install when it loads it
@@ -117,7 +121,7 @@ func serveAction(c *cli.Context) error {
 			disk.Close() // finishes the queued writes, then the models go
 			set.Close()
 		}()
-		return serveUntilDone(c, hs, errc)
+		return serveUntilDone(c, hs, oh, errc)
 	}
 	// Listen first so /health answers 503 while the model loads.
 	e, renderer, err := loadServeEngine(c)
@@ -142,7 +146,7 @@ func serveAction(c *cli.Context) error {
 	budget := expertcache.FormatSize(e.ExpertStats().BudgetBytes)
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | expert budget %s | prompt cache %s\n",
 		ln.Addr(), info.ID, info.Context, budget, expertcache.FormatSize(cacheBytes))
-	return serveUntilDone(c, hs, errc)
+	return serveUntilDone(c, hs, oh, errc)
 }
 
 // Test builds (-tags nvmai_scripted) set these in serve_scripted.go: the
@@ -153,8 +157,9 @@ var (
 )
 
 // serveUntilDone serves until the listener fails or a signal asks to stop,
-// then lets running requests finish (5 s at most).
-func serveUntilDone(c *cli.Context, hs *http.Server, errc chan error) error {
+// then cuts off the requests in flight (a stream blocked on its client
+// included) and closes the connections.
+func serveUntilDone(c *cli.Context, hs *http.Server, oh *openai.Handler, errc chan error) error {
 	sig, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	select {
@@ -164,9 +169,19 @@ func serveUntilDone(c *cli.Context, hs *http.Server, errc chan error) error {
 		}
 		return err
 	case <-sig.Done():
+		n := oh.CutOff()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return hs.Shutdown(ctx)
+		msg := "stopped"
+		if n > 0 {
+			msg = fmt.Sprintf("stopped; %s in flight %s cut off", plural(n, "request"), map[bool]string{true: "was", false: "were"}[n == 1])
+		}
+		if err := hs.Shutdown(ctx); err != nil {
+			hs.Close() // a non-stream answer still blocked on its client
+			msg += "; connections still busy after 5 s were closed"
+		}
+		fmt.Fprintln(os.Stderr, "nvmai-run serve: "+msg)
+		return nil
 	}
 }
 
@@ -196,7 +211,14 @@ func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
 	if err != nil {
 		return cfg, openai.Options{}, cliutil.Usagef("--max-body: %v", err)
 	}
-	return cfg, openai.Options{APIKey: c.String("api-key"), CORSOrigin: c.String("cors-origin"), MaxBody: maxBody}, nil
+	if c.Duration("stream-write-timeout") <= 0 {
+		return cfg, openai.Options{}, cliutil.Usagef("--stream-write-timeout %s: give a positive duration such as 20s", c.Duration("stream-write-timeout"))
+	}
+	if c.Int("max-connections") < 1 {
+		return cfg, openai.Options{}, cliutil.Usagef("--max-connections must be ≥ 1")
+	}
+	return cfg, openai.Options{APIKey: c.String("api-key"), CORSOrigin: c.String("cors-origin"), MaxBody: maxBody,
+		StreamWriteTimeout: c.Duration("stream-write-timeout"), ListenHost: c.String("host"), AllowedHosts: c.StringSlice("allowed-host")}, nil
 }
 
 // loadServeEngine loads the model and its chat template. Until the Jinja

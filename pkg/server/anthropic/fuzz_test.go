@@ -84,7 +84,9 @@ func runStreamCase(t *testing.T, output string, cut uint8) {
 	body := `{"model":"m","max_tokens":4000,"thinking":{"type":"enabled"},"tools":[` + weatherTool + `],"messages":[{"role":"user","content":"x"}]`
 	one := func(stream string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		c.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body+stream+"}")))
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/messages", strings.NewReader(body+stream+"}"))
+		req.Header.Set("Content-Type", "application/json")
+		c.h.ServeHTTP(rec, req)
 		if rec.Code != 200 {
 			t.Fatalf("%d %s", rec.Code, rec.Body.String())
 		}

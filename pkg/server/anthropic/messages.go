@@ -253,8 +253,8 @@ type typeOnly struct {
 // the queue wait and prefill (pings keep it alive), the content blocks as
 // the model writes them, then message_delta and message_stop.
 func (a *Adapter) stream(w http.ResponseWriter, r *http.Request, log *server.RequestLog, job *server.Job, msg messageJSON) error {
-	st := startStream(w, a.opt.KeepAlive)
-	defer st.stop()
+	st := startStream(w, r, a.opt.KeepAlive)
+	defer st.close()
 	// The prompt's size is known now; how much of it the cache holds only
 	// after the prefill, so message_delta carries the final split.
 	msg.Usage = usageJSON{InputTokens: job.PromptTokens(), OutputTokens: 1}

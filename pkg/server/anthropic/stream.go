@@ -8,13 +8,14 @@ import (
 )
 
 // sseStream writes Anthropic's server-sent events (event: NAME, data:
-// JSON). A keep-alive goroutine sends a ping event whenever the stream has
-// been silent for a while (queue waits, long prefills): Claude Code gives
-// up on a silent stream and sends the whole turn again.
+// JSON). A ping event is sent whenever the stream has been silent for a
+// while (queue waits, long prefills): Claude Code gives up on a silent
+// stream and sends the whole turn again. A client that stops reading is
+// cut off (see package sse).
 type sseStream struct{ *sse.Stream }
 
-func startStream(w http.ResponseWriter, keepAlive time.Duration) *sseStream {
-	return &sseStream{sse.Start(w, keepAlive, pingEvent)}
+func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration) *sseStream {
+	return &sseStream{sse.Start(w, r, keepAlive, pingEvent)}
 }
 
 var pingEvent = "event: ping\ndata: {\"type\":\"ping\"}\n\n"
@@ -30,3 +31,6 @@ func (st *sseStream) event(name string, v any) {
 
 // stop ends the keep-alive pings (idempotent); events can still be written.
 func (st *sseStream) stop() { st.StopKeepAlive() }
+
+// close writes what is queued and ends the stream (idempotent).
+func (st *sseStream) close() { st.Close() }

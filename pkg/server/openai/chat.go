@@ -136,7 +136,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		return nil
 	}
 	base.Object = "chat.completion.chunk"
-	st := startStream(w, h.opt.KeepAlive)
+	st := startStream(w, r, h.opt.KeepAlive)
 	defer st.stop()
 	chunk := func(delta any, finish *string) {
 		c := base
@@ -221,13 +221,14 @@ func eventDelta(ev chatparse.Event) deltaJSON {
 	return deltaJSON{Content: &text}
 }
 
-// stream writes SSE events; a keep-alive goroutine writes a comment
-// whenever the stream has been silent for a while (long prefills, queue
-// waits), since clients and proxies time out on silence.
+// stream writes SSE events; a keep-alive comment is written whenever the
+// stream has been silent for a while (long prefills, queue waits), since
+// clients and proxies time out on silence. A client that stops reading is
+// cut off (see package sse).
 type stream struct{ *sse.Stream }
 
-func startStream(w http.ResponseWriter, keepAlive time.Duration) *stream {
-	return &stream{sse.Start(w, keepAlive, sse.Comment)}
+func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration) *stream {
+	return &stream{sse.Start(w, r, keepAlive, sse.Comment)}
 }
 
 func (st *stream) data(v any) {
@@ -242,4 +243,5 @@ func (st *stream) done() { st.Write("data: [DONE]\n\n") }
 
 func (st *stream) stopKeepAlive() { st.StopKeepAlive() }
 
-func (st *stream) stop() { st.StopKeepAlive() }
+// stop writes what is queued and ends the stream (idempotent).
+func (st *stream) stop() { st.Close() }

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -54,7 +55,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		return err
 	}
 	if creq.MaxTokens == 0 {
-		creq.MaxTokens = defaultCompletionTokens
+		creq.MaxTokens = cmp.Or(h.s.DefaultMaxTokens(), defaultCompletionTokens) // serve --max-tokens wins over OpenAI's 16
 	}
 	log.Stream = req.Stream
 	job, err := h.s.PrepareCompletion(creq)
@@ -76,7 +77,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		writeJSON(w, http.StatusOK, base)
 		return nil
 	}
-	st := startStream(w, h.opt.KeepAlive)
+	st := startStream(w, r, h.opt.KeepAlive)
 	defer st.stop()
 	chunk := func(text string, finish *string) {
 		c := base

@@ -6,12 +6,14 @@
 package openai
 
 import (
+	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
-	"net"
 	"net/http"
 	goruntime "runtime"
 	"runtime/debug"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 // Options configures the handler.
@@ -30,6 +33,16 @@ type Options struct {
 	CORSOrigin string        // Access-Control-Allow-Origin; "" = no CORS
 	MaxBody    int64         // request body cap in bytes (default 4 MiB)
 	KeepAlive  time.Duration // most silence on a stream (default 5 s)
+	// StreamWriteTimeout is how long a stream's client may accept no
+	// bytes before the stream is cut off (default 20 s).
+	StreamWriteTimeout time.Duration
+	// ListenHost is the --host address; a Host header naming it is
+	// accepted besides the loopback names and AllowedHosts.
+	ListenHost string
+	// AllowedHosts are further names (or name:port) the Host header may
+	// carry. Without an APIKey the Host header is always checked (DNS
+	// rebinding); with one, only when AllowedHosts is not empty.
+	AllowedHosts []string
 }
 
 // DefaultMaxBody is the request body cap.
@@ -37,9 +50,14 @@ const DefaultMaxBody = 4 << 20
 
 // Handler serves the OpenAI-compatible API.
 type Handler struct {
-	s      *server.Server
-	opt    Options
-	routes map[string]route
+	s       *server.Server
+	opt     Options
+	routes  map[string]route
+	keyHash [sha256.Size]byte
+
+	mu       sync.Mutex
+	inflight map[*http.Request]context.CancelCauseFunc
+	stopping bool
 }
 
 type route struct {
@@ -89,7 +107,10 @@ func New(s *server.Server, opt Options) *Handler {
 	if opt.KeepAlive <= 0 {
 		opt.KeepAlive = 5 * time.Second
 	}
-	h := &Handler{s: s, opt: opt}
+	if opt.StreamWriteTimeout <= 0 {
+		opt.StreamWriteTimeout = sse.DefaultWriteTimeout
+	}
+	h := &Handler{s: s, opt: opt, keyHash: sha256.Sum256([]byte(opt.APIKey)), inflight: map[*http.Request]context.CancelCauseFunc{}}
 	h.routes = map[string]route{
 		"/health":              {method: http.MethodGet, fn: h.health, open: true},
 		"/v1/models":           {method: http.MethodGet, fn: h.models},
@@ -100,12 +121,30 @@ func New(s *server.Server, opt Options) *Handler {
 	return h
 }
 
-// ServeHTTP routes, authenticates, checks method, content type and body
-// size, recovers from panics, and logs one line per request.
+// ServeHTTP checks the Host and Origin, routes, authenticates, checks
+// method, content type and body size, recovers from panics, and logs one
+// line per request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.s.Now()
 	rec := &statusRecorder{ResponseWriter: w}
 	log := &server.RequestLog{Time: start, Endpoint: r.Method + " " + r.URL.Path}
+	// A stream on this keep-alive connection may have left its write
+	// deadline behind (the server has no WriteTimeout to reset it).
+	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	r, cancel := sse.Prepare(r, sse.Settings{WriteTimeout: h.opt.StreamWriteTimeout})
+	defer cancel(nil)
+	if !h.track(r, cancel) {
+		rec.Header().Set("Connection", "close")
+		h.writeErrorFor(r.URL.Path)(rec, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down", Message: "the server is shutting down"})
+		return
+	}
+	defer h.untrack(r)
+	body := &bodyReader{ReadCloser: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = body
+	} else {
+		body.eof = true
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -122,12 +161,101 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.s.Log(*log)
 		}
 	}()
-	if err := h.serve(rec, r, log); err != nil {
+	err := h.serve(rec, r, log)
+	if cut := cutOff(r.Context(), err); cut != nil {
+		// Nobody reads an answer (the client left or stopped reading) or
+		// the server is stopping: log why, write nothing more.
+		log.Error, log.Status = cut.Error(), cut.status
+		rec.status, rec.wrote = cut.status, true
+		return
+	}
+	if err != nil {
 		log.Error = err.Error()
 		if !rec.wrote {
+			if !body.eof {
+				// Closing beats reading (up to 256 KB, for up to the
+				// ReadTimeout) a body nobody will use: net/http answers
+				// at once and its drain after the handler fails at once.
+				rec.Header().Set("Connection", "close")
+				http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+			}
 			h.writeErrorFor(r.URL.Path)(rec, err)
 		}
 	}
+}
+
+// StatusClientClosedRequest is logged for a request whose client left
+// (or stopped reading its stream) before the answer was complete.
+const StatusClientClosedRequest = 499
+
+// errShuttingDown cancels the requests in flight when the server stops.
+var errShuttingDown = errors.New("cut off: the server is shutting down")
+
+type cutError struct {
+	status int
+	cause  error
+}
+
+func (e *cutError) Error() string { return e.cause.Error() }
+
+// cutOff reports why a request whose handler returned err (nil or a
+// cancellation) was cancelled from outside, or nil when it was not.
+func cutOff(ctx context.Context, err error) *cutError {
+	if ctx.Err() == nil || err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errShuttingDown):
+		return &cutError{status: http.StatusServiceUnavailable, cause: cause}
+	case errors.Is(cause, sse.ErrStalled):
+		return &cutError{status: StatusClientClosedRequest, cause: fmt.Errorf("stream cut off: %w", cause)}
+	}
+	return &cutError{status: StatusClientClosedRequest, cause: errors.New("the client closed the request (context canceled)")}
+}
+
+func (h *Handler) track(r *http.Request, cancel context.CancelCauseFunc) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return false
+	}
+	h.inflight[r] = cancel
+	return true
+}
+
+func (h *Handler) untrack(r *http.Request) {
+	h.mu.Lock()
+	delete(h.inflight, r)
+	h.mu.Unlock()
+}
+
+// CutOff cancels every request in flight (generation stops, a stream
+// blocked on its client returns at once) and refuses new ones with 503;
+// it returns how many were cut off. Call it before http.Server.Shutdown,
+// which then finishes quickly.
+func (h *Handler) CutOff() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopping = true
+	for _, cancel := range h.inflight {
+		cancel(errShuttingDown)
+	}
+	return len(h.inflight)
+}
+
+// bodyReader records whether the request body was read to its end.
+type bodyReader struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // writeErrorFor returns the error writer of the route at path.
@@ -149,12 +277,19 @@ func (h *Handler) paths() string {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+	if err := h.guard(r); err != nil {
+		return err
+	}
 	if h.cors(w, r) {
 		return nil
 	}
 	rt, ok := h.routes[r.URL.Path]
 	if !ok {
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: fmt.Sprintf("no endpoint %s; this server has %s", r.URL.Path, h.paths())}
+		msg := fmt.Sprintf("no endpoint %s", r.URL.Path)
+		if h.authorized(r) { // the list is for clients that may use it
+			msg += "; this server has " + h.paths()
+		}
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: msg}
 	}
 	if !rt.open && !h.authorized(r) {
 		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: "missing or wrong API key: send it as Authorization: Bearer KEY or x-api-key: KEY"}
@@ -164,10 +299,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.Requ
 		return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, rt.method, r.Method)}
 	}
 	if rt.method == http.MethodPost {
-		if ct := r.Header.Get("Content-Type"); ct != "" {
-			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: fmt.Sprintf("Content-Type %q: send application/json (with curl: -H 'Content-Type: application/json')", ct)}
-			}
+		// A browser sends a cross-site POST without a preflight only with
+		// a "simple" content type (or none), so requiring JSON also keeps
+		// web pages from driving the server.
+		ct := r.Header.Get("Content-Type")
+		if ct == "" {
+			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: "no Content-Type: send Content-Type: application/json (with curl: -H 'Content-Type: application/json')"}
+		}
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: fmt.Sprintf("Content-Type %q: send application/json (with curl: -H 'Content-Type: application/json')", ct)}
+		}
+		if r.ContentLength > h.opt.MaxBody {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+				Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body): Content-Length is %d", h.opt.MaxBody, r.ContentLength)}
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, h.opt.MaxBody)
 	}
@@ -194,7 +338,10 @@ func (h *Handler) authorized(r *http.Request) bool {
 	if a := r.Header.Get("Authorization"); key == "" && len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 		key = strings.TrimSpace(a[7:])
 	}
-	return subtle.ConstantTimeCompare([]byte(key), []byte(h.opt.APIKey)) == 1
+	// Digests have one length, so the comparison's time does not tell the
+	// key's length either.
+	got := sha256.Sum256([]byte(key))
+	return subtle.ConstantTimeCompare(got[:], h.keyHash[:]) == 1
 }
 
 // cors sets the CORS headers for the configured origin and answers
@@ -237,10 +384,12 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 	return s.ResponseWriter.Write(p)
 }
 
-func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+func (s *statusRecorder) Flush() { s.FlushError() }
+
+// FlushError lets a stream see a failed write (http.ResponseController
+// prefers it to Flush).
+func (s *statusRecorder) FlushError() error {
+	return http.NewResponseController(s.ResponseWriter).Flush()
 }
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
@@ -327,6 +476,12 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ *server.Reque
 	if err := h.s.Health(); err != nil {
 		return err
 	}
+	if !h.authorized(r) {
+		// /health is open so that load balancers need no key; the rest is
+		// for clients with one.
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+		return nil
+	}
 	// The goroutine count lets a load test check that nothing leaked; the
 	// model is the one in memory (null with --models-dir when none is).
 	var loaded *string
@@ -377,50 +532,3 @@ func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *serve
 
 // defaults are the sampling defaults of the model the request names.
 func (h *Handler) defaults(model string) sample.Params { return h.s.InfoFor(model).Sampling }
-
-// NewHTTPServer returns an http.Server with the timeouts a public-facing
-// server needs (slow-header and slow-body clients are cut off; streams
-// have no write timeout, generation can take minutes).
-func NewHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
-}
-
-// LimitListener accepts at most n connections at once (further ones wait
-// in the kernel's backlog), bounding the goroutines and buffers clients
-// can make the server hold.
-func LimitListener(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n)}
-}
-
-type limitListener struct {
-	net.Listener
-	sem chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}

@@ -46,6 +46,7 @@ func TestMountedRouteSharesAuthAndUsesItsEnvelope(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest(c.method, "/v1/other", strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
 			if c.key != "" {
 				req.Header.Set("x-api-key", c.key)
 			}
@@ -57,8 +58,10 @@ func TestMountedRouteSharesAuthAndUsesItsEnvelope(t *testing.T) {
 		})
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/nope", nil))
+	req := httptest.NewRequest(http.MethodGet, "/nope", nil)
+	req.Header.Set("x-api-key", "k")
+	h.ServeHTTP(rec, req)
 	if !strings.Contains(rec.Body.String(), "/v1/other") {
-		t.Fatalf("the 404 should list the mounted route: %s", rec.Body.String())
+		t.Fatalf("the 404 should list the mounted route to a client with the key: %s", rec.Body.String())
 	}
 }

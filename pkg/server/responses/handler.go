@@ -217,8 +217,8 @@ func (x *exchange) once(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (x *exchange) stream(w http.ResponseWriter, r *http.Request) error {
-	st := startStream(w, x.h.opt.KeepAlive)
-	defer st.stop()
+	st := startStream(w, r, x.h.opt.KeepAlive)
+	defer st.Close()
 	start := x.base
 	st.event(eventJSON{Type: "response.created", Response: &start})
 	st.event(eventJSON{Type: "response.in_progress", Response: &start})
@@ -283,15 +283,16 @@ func marshal(v any) ([]byte, error) {
 }
 
 // stream writes SSE events with their sequence numbers; a keep-alive
-// goroutine writes a comment whenever the stream has been silent for a
-// while, since clients and proxies time out on silence.
+// comment is written whenever the stream has been silent for a while,
+// since clients and proxies time out on silence. A client that stops
+// reading is cut off (see package sse).
 type stream struct {
 	*sse.Stream
 	seq int // guarded by the stream: numbered in the order written
 }
 
-func startStream(w http.ResponseWriter, keepAlive time.Duration) *stream {
-	return &stream{Stream: sse.Start(w, keepAlive, sse.Comment)}
+func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration) *stream {
+	return &stream{Stream: sse.Start(w, r, keepAlive, sse.Comment)}
 }
 
 func (st *stream) event(ev eventJSON) {

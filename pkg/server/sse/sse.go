@@ -1,11 +1,22 @@
 // Package sse writes Server-Sent Events streams for every protocol adapter:
-// the headers, flushed frames, and a keep-alive goroutine that writes a
-// protocol-chosen frame (an SSE comment, Anthropic's ping event) whenever
-// the stream has been silent for a while (queue waits, long prefills),
-// since clients and proxies give up on silence.
+// the headers, flushed frames, and a keep-alive frame (an SSE comment,
+// Anthropic's ping event) whenever the stream has been silent for a while
+// (queue waits, long prefills), since clients and proxies give up on
+// silence.
+//
+// Frames are written to the client by a goroutine of the stream, not by
+// the caller: the engine's token callback only appends to a bounded
+// buffer, so a client that reads slowly or not at all never holds the one
+// generation slot. A client that lets the buffer fill (MaxPending unread
+// bytes beyond what the kernel holds), or that accepts no bytes for
+// WriteTimeout, is cut off: its request's context is cancelled (so the
+// engine stops and frees the slot) and later frames are dropped.
 package sse
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -14,61 +25,209 @@ import (
 // Comment is the keep-alive frame of protocols without their own.
 const Comment = ": keep-alive\n\n"
 
-// Stream is one response being streamed. Its methods are safe for
-// concurrent use with the keep-alive goroutine.
-type Stream struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	last    time.Time
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	stopped sync.Once
+// Defaults of Settings.
+const (
+	DefaultWriteTimeout = 20 * time.Second
+	DefaultMaxPending   = 1 << 20
+)
+
+// writeChunk bounds one write to the connection, so that the write
+// deadline measures a lack of progress, not a slow transfer of a backlog.
+const writeChunk = 32 << 10
+
+// ErrStalled is the cause a stream cancels its request with when the
+// client stopped reading.
+var ErrStalled = errors.New("the client stopped reading the stream")
+
+// Settings are the limits of the streams of one request; the shared HTTP
+// layer attaches them with Prepare.
+type Settings struct {
+	WriteTimeout time.Duration // most time one write may make no progress (default 20 s)
+	MaxPending   int           // most bytes queued for a client that does not read (default 1 MiB)
 }
 
-// Start writes the 200 and the SSE headers and starts keep-alives: ping is
-// written when nothing was written for 3/4 of every.
-func Start(w http.ResponseWriter, every time.Duration, ping string) *Stream {
+type settingsKey struct{}
+
+type prepared struct {
+	Settings
+	cancel context.CancelCauseFunc
+}
+
+// Prepare returns r with a context that a Stream started on it cancels
+// (with a cause wrapping ErrStalled) when the client stops reading, and
+// the function that cancels it otherwise (the caller must call it when
+// the request ends).
+func Prepare(r *http.Request, s Settings) (*http.Request, context.CancelCauseFunc) {
+	if s.WriteTimeout <= 0 {
+		s.WriteTimeout = DefaultWriteTimeout
+	}
+	if s.MaxPending <= 0 {
+		s.MaxPending = DefaultMaxPending
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	ctx = context.WithValue(ctx, settingsKey{}, prepared{Settings: s, cancel: cancel})
+	return r.WithContext(ctx), cancel
+}
+
+// Stream is one response being streamed. Its methods are safe for
+// concurrent use.
+type Stream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	set     Settings
+	cancel  context.CancelCauseFunc // nil when the request was not prepared
+	every   time.Duration
+	ping    string
+	kick    chan struct{} // a frame was queued, or Close was called
+	done    chan struct{} // the writer goroutine has returned
+	stopCtx func() bool   // stops watching the request's context
+
+	mu        sync.Mutex
+	pending   []byte
+	last      time.Time // the last frame queued
+	keepAlive bool
+	closing   bool
+	finished  bool  // Close returned: the ResponseWriter is no longer touched
+	err       error // why the stream was cut off; frames are dropped after
+}
+
+// Start writes the 200 and the SSE headers and starts the writer: ping is
+// written when nothing was written for 3/4 of every. Close must be called
+// before the handler returns.
+func Start(w http.ResponseWriter, r *http.Request, every time.Duration, ping string) *Stream {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	st := &Stream{w: w, rc: http.NewResponseController(w), every: every, ping: ping, last: time.Now(), keepAlive: true,
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	ctx := r.Context()
+	if p, ok := ctx.Value(settingsKey{}).(prepared); ok {
+		st.set, st.cancel = p.Settings, p.cancel
+	} else {
+		st.set = Settings{WriteTimeout: DefaultWriteTimeout, MaxPending: DefaultMaxPending}
+	}
+	// The status line goes out with the first frame, under the write
+	// deadline; headers alone are not flushed here.
 	w.WriteHeader(http.StatusOK)
-	st := &Stream{w: w, rc: http.NewResponseController(w), last: time.Now(), quit: make(chan struct{})}
-	st.wg.Add(1)
-	go st.keepAlive(every, ping)
+	// A request cancelled for any reason (the client left, the server
+	// shuts down) also ends a write that is blocked on the client.
+	st.stopCtx = context.AfterFunc(ctx, func() { st.fail(context.Cause(ctx)) })
+	go st.run()
 	return st
 }
 
-func (st *Stream) keepAlive(every time.Duration, ping string) {
-	defer st.wg.Done()
-	tick := time.NewTicker(max(every/4, time.Millisecond))
+func (st *Stream) run() {
+	defer close(st.done)
+	tick := time.NewTicker(max(st.every/4, time.Millisecond))
 	defer tick.Stop()
+	var buf []byte
 	for {
-		select {
-		case <-st.quit:
+		st.mu.Lock()
+		if st.keepAlive && len(st.pending) == 0 && time.Since(st.last) >= st.every*3/4 {
+			st.pending = append(st.pending, st.ping...)
+			st.last = time.Now()
+		}
+		buf, st.pending = st.pending, buf[:0]
+		closing, failed := st.closing, st.err != nil
+		st.mu.Unlock()
+		if failed {
 			return
-		case <-tick.C:
-			st.mu.Lock()
-			if time.Since(st.last) >= every*3/4 {
-				st.write(ping)
+		}
+		if len(buf) > 0 {
+			if err := st.send(buf); err != nil {
+				st.fail(fmt.Errorf("%w: writing to it failed (%v)", ErrStalled, err))
+				return
 			}
-			st.mu.Unlock()
+			continue
+		}
+		if closing {
+			return
+		}
+		select {
+		case <-st.kick:
+		case <-tick.C:
 		}
 	}
 }
 
-func (st *Stream) write(s string) {
-	st.last = time.Now()
-	st.w.Write([]byte(s))
-	st.rc.Flush()
+// send writes b in chunks, each under a fresh write deadline, flushing
+// each.
+func (st *Stream) send(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		st.mu.Lock()
+		if st.err != nil {
+			st.mu.Unlock()
+			return st.err
+		}
+		// Under mu, so that fail's deadline in the past is not overwritten.
+		if err := st.rc.SetWriteDeadline(time.Now().Add(st.set.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			st.mu.Unlock()
+			return err
+		}
+		st.mu.Unlock()
+		if _, err := st.w.Write(b[:n]); err != nil {
+			return err
+		}
+		if err := st.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
-// Write writes one frame and flushes it.
+// fail cuts the stream off: later frames are dropped, a write blocked on
+// the client returns, and the request's context is cancelled so that the
+// engine stops. After Close it does nothing.
+func (st *Stream) fail(cause error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.failLocked(cause)
+}
+
+func (st *Stream) failLocked(cause error) {
+	if st.err != nil || st.finished {
+		return
+	}
+	if cause == nil {
+		cause = context.Canceled
+	}
+	st.err = cause
+	st.pending = nil
+	st.rc.SetWriteDeadline(time.Unix(1, 0))
+	if st.cancel != nil {
+		st.cancel(cause) // runs the AfterFunc in its own goroutine: no deadlock on mu
+	}
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// queue appends a frame; mu is held.
+func (st *Stream) queue(frame string) {
+	if st.err != nil || st.closing {
+		return
+	}
+	if n := len(st.pending) + len(frame); n > st.set.MaxPending {
+		st.failLocked(fmt.Errorf("%w: %d bytes were waiting for it (the most is %d)", ErrStalled, n, st.set.MaxPending))
+		return
+	}
+	st.pending = append(st.pending, frame...)
+	st.last = time.Now()
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Write queues one frame; the stream's goroutine writes and flushes it.
 func (st *Stream) Write(frame string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.write(frame)
+	st.queue(frame)
 }
 
 // Locked runs fn with the stream held, so that what fn numbers or orders
@@ -76,12 +235,38 @@ func (st *Stream) Write(frame string) {
 func (st *Stream) Locked(fn func(write func(frame string))) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	fn(st.write)
+	fn(st.queue)
+}
+
+// Err reports why the stream was cut off (nil while it is not).
+func (st *Stream) Err() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
 }
 
 // StopKeepAlive ends the keep-alives (idempotent); frames can still be
 // written.
 func (st *Stream) StopKeepAlive() {
-	st.stopped.Do(func() { close(st.quit) })
-	st.wg.Wait()
+	st.mu.Lock()
+	st.keepAlive = false
+	st.mu.Unlock()
+}
+
+// Close writes what is queued (each write bounded by WriteTimeout) and
+// stops the stream's goroutine; later frames are dropped. It is
+// idempotent, and must be called before the handler returns.
+func (st *Stream) Close() {
+	st.mu.Lock()
+	st.closing, st.keepAlive = true, false
+	st.mu.Unlock()
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+	<-st.done
+	st.stopCtx()
+	st.mu.Lock()
+	st.finished = true
+	st.mu.Unlock()
 }

@@ -1,28 +1,152 @@
 package sse
 
 import (
+	"context"
+	"errors"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 func TestKeepAliveFillsSilenceAndStops(t *testing.T) {
 	rec := httptest.NewRecorder()
-	st := Start(rec, 20*time.Millisecond, "PING\n\n")
+	st := Start(rec, httptest.NewRequest("POST", "/", nil), 20*time.Millisecond, "PING\n\n")
 	st.Write("data: a\n\n")
 	time.Sleep(80 * time.Millisecond)
 	st.StopKeepAlive()
 	st.StopKeepAlive() // idempotent
 	st.Locked(func(write func(string)) { write("data: b\n\n") })
+	st.Close()
+	st.Close() // idempotent
 	body := rec.Body.String()
 	if rec.Header().Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(body, "data: a\n\n") ||
 		!strings.Contains(body, "PING\n\n") || !strings.HasSuffix(body, "data: b\n\n") {
 		t.Fatalf("stream = %q, headers %v", body, rec.Header())
 	}
-	n := strings.Count(body, "PING")
-	time.Sleep(40 * time.Millisecond)
-	if strings.Count(rec.Body.String(), "PING") != n {
-		t.Fatal("a keep-alive was written after StopKeepAlive")
+	st.Write("data: late\n\n")
+	if rec.Body.String() != body {
+		t.Fatal("a frame was written after Close")
+	}
+}
+
+// stuckWriter is a client that never reads: a write blocks until its
+// deadline passes, then fails as a connection's would.
+type stuckWriter struct {
+	http.ResponseWriter
+	mu       sync.Mutex
+	deadline time.Time
+	changed  chan struct{}
+	writes   int
+}
+
+func newStuckWriter() *stuckWriter {
+	return &stuckWriter{ResponseWriter: httptest.NewRecorder(), changed: make(chan struct{}, 1)}
+}
+
+func (w *stuckWriter) SetWriteDeadline(d time.Time) error {
+	w.mu.Lock()
+	w.deadline = d
+	w.mu.Unlock()
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.writes++
+	w.mu.Unlock()
+	for {
+		w.mu.Lock()
+		d := w.deadline
+		w.mu.Unlock()
+		if !d.IsZero() && !time.Now().Before(d) {
+			return 0, os.ErrDeadlineExceeded
+		}
+		wait := time.Hour
+		if !d.IsZero() {
+			wait = time.Until(d)
+		}
+		select {
+		case <-time.After(wait):
+		case <-w.changed:
+		}
+	}
+}
+
+// A client that accepts no bytes is cut off: by the write deadline when
+// little is queued, at once when the queue overflows; either way the
+// request's context is cancelled with ErrStalled, later frames are
+// dropped, and Close returns within the write timeout.
+func TestStalledClientIsCutOff(t *testing.T) {
+	cases := []struct {
+		name       string
+		frames     int
+		maxPending int
+		within     time.Duration
+	}{
+		{"write deadline", 1, 1 << 20, 2 * time.Second},
+		{"queue overflow", 1000, 4 << 10, 50 * time.Millisecond}, // long before the 1 s deadline
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newStuckWriter()
+			r, cancel := Prepare(httptest.NewRequest("POST", "/", nil), Settings{WriteTimeout: time.Second, MaxPending: tc.maxPending})
+			defer cancel(nil)
+			start := time.Now()
+			st := Start(w, r, time.Hour, Comment)
+			for range tc.frames {
+				st.Write("data: " + strings.Repeat("x", 100) + "\n\n")
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request was not cancelled")
+			}
+			if took := time.Since(start); took > tc.within {
+				t.Fatalf("cancelled after %v, want within %v", took, tc.within)
+			}
+			if cause := context.Cause(r.Context()); !errors.Is(cause, ErrStalled) {
+				t.Fatalf("cause %v, want ErrStalled", cause)
+			}
+			st.Write("data: more\n\n")
+			closed := time.Now()
+			st.Close()
+			if time.Since(closed) > 1500*time.Millisecond {
+				t.Fatalf("Close took %v", time.Since(closed))
+			}
+			if st.Err() == nil {
+				t.Fatal("Err is nil after the cut")
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.writes > 1 {
+				t.Fatalf("%d writes reached the stuck client, want at most 1", w.writes)
+			}
+		})
+	}
+}
+
+// A request cancelled elsewhere (the client left, the server stops) ends
+// a write blocked on the client at once, not after the write timeout.
+func TestCancelledRequestEndsABlockedWrite(t *testing.T) {
+	w := newStuckWriter()
+	r, cancel := Prepare(httptest.NewRequest("POST", "/", nil), Settings{WriteTimeout: time.Minute})
+	st := Start(w, r, time.Hour, Comment)
+	st.Write("data: x\n\n")
+	time.Sleep(20 * time.Millisecond)
+	cancel(errors.New("shutting down"))
+	done := make(chan struct{})
+	go func() { st.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close waited on the blocked write")
 	}
 }

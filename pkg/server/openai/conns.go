@@ -1,0 +1,157 @@
+package openai
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// NewHTTPServer returns an http.Server with the timeouts a public-facing
+// server needs: slow-header and slow-body clients are cut off. There is no
+// WriteTimeout, since generation can take minutes; each stream write has
+// its own deadline instead (package sse).
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// newConnGrace is how long a connection that has sent nothing yet is
+// safe from being closed for a newcomer.
+const newConnGrace = time.Second
+
+// LimitConnections returns ln serving at most n connections of hs at once,
+// bounding the goroutines and buffers clients can make the server hold.
+// When all n are open and another client connects, the connection idle
+// the longest (a keep-alive connection between requests, or one that has
+// sent nothing for a second) is closed to make room, so that idle
+// connections cannot lock clients out; only when all n are busy does the
+// newcomer wait. It chains hs.ConnState, which must be set before.
+func LimitConnections(hs *http.Server, ln net.Listener, n int) net.Listener {
+	l := &connLimiter{Listener: ln, n: max(n, 1), conns: map[*limitConn]struct{}{},
+		changed: make(chan struct{}, 1), closed: make(chan struct{})}
+	prev := hs.ConnState
+	hs.ConnState = func(c net.Conn, s http.ConnState) {
+		if lc, ok := c.(*limitConn); ok {
+			l.setState(lc, s)
+		}
+		if prev != nil {
+			prev(c, s)
+		}
+	}
+	return l
+}
+
+type connLimiter struct {
+	net.Listener
+	n         int
+	changed   chan struct{} // a connection closed or went idle
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu    sync.Mutex
+	conns map[*limitConn]struct{}
+}
+
+type limitConn struct {
+	net.Conn
+	l    *connLimiter
+	once sync.Once
+	// guarded by l.mu
+	state http.ConnState
+	since time.Time
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		l.mu.Lock()
+		if len(l.conns) < l.n {
+			lc := &limitConn{Conn: c, l: l, state: http.StateNew, since: time.Now()}
+			l.conns[lc] = struct{}{}
+			l.mu.Unlock()
+			return lc, nil
+		}
+		victim := l.victimLocked()
+		l.mu.Unlock()
+		if victim != nil {
+			victim.Close()
+			continue
+		}
+		t := time.NewTimer(newConnGrace / 4) // a new connection may come of age
+		select {
+		case <-l.changed:
+		case <-t.C:
+		case <-l.closed:
+			t.Stop()
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// victimLocked picks the connection to close for a newcomer: the one
+// idle the longest, else one that has sent nothing for newConnGrace.
+func (l *connLimiter) victimLocked() *limitConn {
+	var idle, fresh *limitConn
+	now := time.Now()
+	for c := range l.conns {
+		switch c.state {
+		case http.StateIdle:
+			if idle == nil || c.since.Before(idle.since) {
+				idle = c
+			}
+		case http.StateNew:
+			if now.Sub(c.since) >= newConnGrace && (fresh == nil || c.since.Before(fresh.since)) {
+				fresh = c
+			}
+		}
+	}
+	if idle != nil {
+		return idle
+	}
+	return fresh
+}
+
+func (l *connLimiter) setState(c *limitConn, s http.ConnState) {
+	l.mu.Lock()
+	if _, ok := l.conns[c]; ok {
+		c.state, c.since = s, time.Now()
+	}
+	l.mu.Unlock()
+	if s == http.StateIdle {
+		l.signal()
+	}
+}
+
+func (l *connLimiter) signal() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (l *connLimiter) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		c.l.signal()
+	})
+	return err
+}
