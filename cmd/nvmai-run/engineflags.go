@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/gpu"
+	"github.com/nvmai/nvmai/pkg/server"
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a
@@ -59,6 +63,57 @@ func samplingFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "random seed; the same seed gives the same text"},
 		&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at end-of-sequence tokens"},
 	}
+}
+
+// serveRefusedFlags are the run flags serve shows (they come with
+// modelFlags) but cannot apply, each with what to use instead: refused
+// rather than silently ignored (#44 S17).
+var serveRefusedFlags = map[string]string{
+	"ignore-eos":       "the server always stops at the model's end of sequence; a request's max_tokens bounds its length (nvmai-run bench measures fixed lengths)",
+	"system":           "the server takes the system prompt from each request (a system or developer message, Anthropic's system, Responses' instructions)",
+	"reasoning-effort": "each request sets its own (reasoning_effort, output_config.effort, reasoning.effort); --thinking on|off sets the server's default for thinking",
+	"stats":            "each request's log line has its token counts and speeds (--log-json for JSON)",
+}
+
+// serveDefaults turns the sampling flags serve applies (--max-tokens,
+// --temperature, --top-k, --top-p, --seed, as llama-server's -n, --temp,
+// --top-k, --top-p and --seed) into the server's defaults, and refuses the
+// run flags it cannot apply.
+func serveDefaults(c *cli.Context) (server.Defaults, error) {
+	var d server.Defaults
+	for _, name := range slices.Sorted(maps.Keys(serveRefusedFlags)) {
+		if c.IsSet(name) {
+			return d, cliutil.Usagef("serve does not take --%s: %s", name, serveRefusedFlags[name])
+		}
+	}
+	if c.IsSet("max-tokens") {
+		d.MaxTokens = c.Int("max-tokens")
+	}
+	if c.IsSet("temperature") {
+		v := c.Float64("temperature")
+		d.Temperature = &v
+	}
+	if c.IsSet("top-k") {
+		v := c.Int("top-k")
+		d.TopK = &v
+	}
+	if c.IsSet("top-p") {
+		v := c.Float64("top-p")
+		d.TopP = &v
+	}
+	if c.IsSet("seed") {
+		v := c.Uint64("seed")
+		if v == 0 {
+			return d, cliutil.Usagef("--seed 0: give serve a seed of at least 1 (without --seed, each request that gives no seed draws a random one)")
+		}
+		d.Seed = &v
+	}
+	if err := d.Validate(); err != nil {
+		// "top_k -3 must be ≥ 0 …" names the request field; say the flag.
+		field, rest, _ := strings.Cut(strings.TrimPrefix(err.Error(), "sample: "), " ")
+		return d, cliutil.Usagef("--%s %s", strings.ReplaceAll(field, "_", "-"), rest)
+	}
+	return d, nil
 }
 
 // loadEngine checks the engine flags (engineOptions) and loads the model.

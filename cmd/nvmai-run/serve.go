@@ -79,6 +79,9 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Defaults, err = serveDefaults(c); err != nil {
+		return err
+	}
 	several := c.IsSet("models-dir")
 	if err := checkModelsFlags(c); err != nil {
 		return err

@@ -88,9 +88,17 @@ func (s *Server) Loaded() string {
 
 // InfoFor describes the model a request names (with one model, the one
 // loaded), whether it is in memory or not: an adapter fills what the
-// request leaves out from its Sampling defaults. Unknown: the zero value
+// request leaves out from its Sampling defaults (the model's, with the
+// server's Defaults over them; a nonzero Seed is a default seed, zero means
+// each request draws one). Unknown: the zero value
 // (PrepareChat then refuses the request).
 func (s *Server) InfoFor(model string) ModelInfo {
+	info := s.infoFor(model)
+	info.Sampling = s.cfg.Defaults.apply(info.Sampling)
+	return info
+}
+
+func (s *Server) infoFor(model string) ModelInfo {
 	s.mu.RLock()
 	ms, e := s.models, s.engine
 	s.mu.RUnlock()

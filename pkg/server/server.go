@@ -34,7 +34,55 @@ type Config struct {
 	// Notice receives one line per model load and unload (--models-dir);
 	// nil discards them.
 	Notice func(string)
+	// Defaults are the server-wide generation defaults (serve's
+	// --max-tokens, --temperature, --top-k, --top-p, --seed).
+	Defaults Defaults
 }
+
+// Defaults are server-wide generation settings, as llama-server's -n,
+// --temp, --top-k, --top-p and --seed: each sampling field that is set
+// replaces the model's default (generation_config.json), and a request's
+// own field replaces it in turn.
+type Defaults struct {
+	// MaxTokens (0: none) is the max_tokens of a request that gives none
+	// and the most any request generates: a larger max_tokens is lowered
+	// to it (finish reason length when reached).
+	MaxTokens   int
+	Temperature *float64
+	TopK        *int
+	TopP        *float64
+	// Seed seeds the requests that give no seed (nil: each draws one).
+	Seed *uint64
+}
+
+// apply lays the set defaults over the model's sampling defaults.
+func (d Defaults) apply(p sample.Params) sample.Params {
+	if d.Temperature != nil {
+		p.Temperature = *d.Temperature
+	}
+	if d.TopK != nil {
+		p.TopK = *d.TopK
+	}
+	if d.TopP != nil {
+		p.TopP = *d.TopP
+	}
+	if d.Seed != nil {
+		p.Seed = *d.Seed
+	}
+	return p
+}
+
+// Validate reports defaults no request could run with.
+func (d Defaults) Validate() error {
+	if d.MaxTokens < 0 {
+		return fmt.Errorf("max_tokens %d must be at least 1", d.MaxTokens)
+	}
+	return d.apply(sample.Params{TopP: 1}).Validate()
+}
+
+// DefaultMaxTokens is Defaults.MaxTokens (0: none), for an adapter whose
+// protocol has its own default (/v1/completions: 16).
+func (s *Server) DefaultMaxTokens() int { return s.cfg.Defaults.MaxTokens }
 
 // Server is the core: it holds the engine once loaded and runs requests
 // one at a time.
@@ -608,6 +656,9 @@ func (j *Job) admit(maxTokens int, p sample.Params, prepare func() error) error 
 // check tokenizes text and checks it and maxTokens against the context;
 // clamp lowers maxTokens to what fits instead of refusing.
 func (j *Job) check(text string, maxTokens int, clamp bool) error {
+	if limit := j.s.cfg.Defaults.MaxTokens; limit > 0 && (maxTokens == 0 || maxTokens > limit) {
+		maxTokens = limit
+	}
 	ctxLen := j.e.Info().Context
 	prompt, over := j.s.tokenize(j.e, text, ctxLen)
 	if over {

@@ -468,7 +468,9 @@ func (c *converter) sampling(r *messagesRequest, req *server.ChatRequest) error 
 		}
 		p.TopK = k
 	}
-	p.Seed = rand.Uint64() // Anthropic has no seed
+	if p.Seed == 0 { // Anthropic has no seed; nonzero is serve --seed's default
+		p.Seed = rand.Uint64()
+	}
 	if err := p.Validate(); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "sample: ")
 		return badRequest(strings.Fields(msg)[0], "%s", msg)

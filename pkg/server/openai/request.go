@@ -266,7 +266,7 @@ func (f *samplingFields) sampling(defaults sample.Params) (sample.Params, error)
 	}
 	if f.Seed != nil {
 		p.Seed = uint64(*f.Seed)
-	} else {
+	} else if p.Seed == 0 { // nonzero: serve --seed's default
 		p.Seed = rand.Uint64()
 	}
 	if err := p.Validate(); err != nil {

@@ -173,7 +173,9 @@ func sampling(r *request, defaults sample.Params) (sample.Params, error) {
 	if r.TopP != nil {
 		p.TopP = *r.TopP
 	}
-	p.Seed = rand.Uint64()
+	if p.Seed == 0 { // nonzero: serve --seed's default
+		p.Seed = rand.Uint64()
+	}
 	if err := p.Validate(); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "sample: ")
 		return p, badRequest(strings.Fields(msg)[0], "%s", msg)
