@@ -22,16 +22,22 @@ func NewHTTPServer(h http.Handler) *http.Server {
 }
 
 // newConnGrace is how long a connection that has sent nothing yet is
-// safe from being closed for a newcomer.
-const newConnGrace = time.Second
+// safe from being closed for a newcomer; idleGrace is that for a
+// keep-alive connection between requests (a busy client sends its next
+// request on it within microseconds, and a request that meets the close
+// fails).
+const (
+	newConnGrace = time.Second
+	idleGrace    = 200 * time.Millisecond
+)
 
 // LimitConnections returns ln serving at most n connections of hs at once,
 // bounding the goroutines and buffers clients can make the server hold.
 // When all n are open and another client connects, the connection idle
-// the longest (a keep-alive connection between requests, or one that has
-// sent nothing for a second) is closed to make room, so that idle
-// connections cannot lock clients out; only when all n are busy does the
-// newcomer wait. It chains hs.ConnState, which must be set before.
+// the longest (a keep-alive connection idle for 200 ms or more between
+// requests, or one that has sent nothing for a second) is closed to make
+// room, so that idle connections cannot lock clients out; only when all n
+// are busy does the newcomer wait. It chains hs.ConnState, which must be set before.
 func LimitConnections(hs *http.Server, ln net.Listener, n int) net.Listener {
 	l := &connLimiter{Listener: ln, n: max(n, 1), conns: map[*limitConn]struct{}{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -86,7 +92,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			victim.Close()
 			continue
 		}
-		t := time.NewTimer(newConnGrace / 4) // a new connection may come of age
+		t := time.NewTimer(idleGrace / 4) // a connection may come of age
 		select {
 		case <-l.changed:
 		case <-t.C:
@@ -100,14 +106,15 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 }
 
 // victimLocked picks the connection to close for a newcomer: the one
-// idle the longest, else one that has sent nothing for newConnGrace.
+// idle the longest (for idleGrace at least), else one that has sent
+// nothing for newConnGrace.
 func (l *connLimiter) victimLocked() *limitConn {
 	var idle, fresh *limitConn
 	now := time.Now()
 	for c := range l.conns {
 		switch c.state {
 		case http.StateIdle:
-			if idle == nil || c.since.Before(idle.since) {
+			if now.Sub(c.since) >= idleGrace && (idle == nil || c.since.Before(idle.since)) {
 				idle = c
 			}
 		case http.StateNew:

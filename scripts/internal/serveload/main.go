@@ -3,12 +3,19 @@
 // cancellations, malformed bodies and oversize prompts, then checks that
 // every request was answered (200, or a 4xx in the OpenAI error envelope),
 // and that the server's goroutines and RSS came back to their baseline.
+//
+// With -slow-readers and -conn-hogs (or -hogs for both), hostile clients
+// run beside them: streams whose client reads almost nothing, and idle
+// keep-alive connections held open after a GET /health each. The report
+// gives the other clients' median latency, to compare with a run without
+// them (scripts/serve-load.sh --compare-hogs).
 package main
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +37,26 @@ type counters struct {
 	byKind                             sync.Map // kind → *atomic.Int64
 	mu                                 sync.Mutex
 	failures                           []string
+	latencies                          []time.Duration // of answered requests (200 or 4xx), cancellations excluded
+	okLatencies                        []time.Duration // of the 200s
+}
+
+func (c *counters) took(d time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.latencies = append(c.latencies, d)
+	if ok {
+		c.okLatencies = append(c.okLatencies, d)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func (c *counters) kind(k string) {
@@ -50,7 +78,14 @@ func main() {
 	clients := flag.Int("clients", 32, "concurrent clients")
 	duration := flag.Duration("duration", 60*time.Second, "how long to run")
 	pid := flag.Int("pid", 0, "server process id, for its RSS")
+	slowReaders := flag.Int("slow-readers", 0, "hostile clients that pipeline streamed requests and read almost nothing")
+	slowPipeline := flag.Int("slow-pipeline", 200, "streamed requests each slow reader sends at once on its connection")
+	connHogs := flag.Int("conn-hogs", 0, "idle keep-alive connections held open (a GET /health each, renewed every 5 s)")
+	hogs := flag.Bool("hogs", false, "shorthand for -slow-readers 2 -conn-hogs 64 (the server's default --max-connections)")
 	flag.Parse()
+	if *hogs {
+		*slowReaders, *connHogs = max(*slowReaders, 2), max(*connHogs, 64)
+	}
 	u, err := url.Parse(*base)
 	if err != nil || !isLoopback(u.Hostname()) {
 		fmt.Fprintln(os.Stderr, "serveload: -url must be a loopback address")
@@ -71,6 +106,16 @@ func main() {
 	deadline := time.Now().Add(*duration)
 	var wg sync.WaitGroup
 	var total atomic.Int64
+	var hostile hostileStats
+	var hwg sync.WaitGroup
+	for i := range *slowReaders {
+		hwg.Add(1)
+		go func() { defer hwg.Done(); slowReader(u.Host, i, *slowPipeline, deadline, &hostile) }()
+	}
+	for range *connHogs {
+		hwg.Add(1)
+		go func() { defer hwg.Done(); connHog(u.Host, deadline, &hostile) }()
+	}
 	for i := range *clients {
 		wg.Add(1)
 		go func(seed uint64) {
@@ -83,6 +128,7 @@ func main() {
 		}(uint64(i))
 	}
 	wg.Wait()
+	hwg.Wait()
 	client.CloseIdleConnections()
 	// The Go runtime returns freed memory to the OS gradually: wait up to
 	// 60 s for goroutines and RSS to settle.
@@ -100,6 +146,15 @@ func main() {
 	client.CloseIdleConnections()
 	fmt.Printf("requests=%d ok=%d rejected_4xx=%d cancelled_by_client=%d failed=%d\n", total.Load(), c.ok.Load(), c.rejected4xx.Load(), c.cancelled.Load(), c.failed.Load())
 	c.byKind.Range(func(k, v any) bool { fmt.Printf("  %s=%d\n", k, v.(*atomic.Int64).Load()); return true })
+	c.mu.Lock()
+	fmt.Printf("other clients: median latency %.1f ms over %d answered requests; %.1f ms over %d completions (200)\n",
+		ms(median(c.latencies)), len(c.latencies), ms(median(c.okLatencies)), len(c.okLatencies))
+	fmt.Printf("median_ms=%.2f median_ok_ms=%.2f\n", ms(median(c.latencies)), ms(median(c.okLatencies)))
+	c.mu.Unlock()
+	if *slowReaders+*connHogs > 0 {
+		fmt.Printf("hostile: slow readers %d (%d requests sent, cut off by the server %d times), conn hogs %d (%d connections opened, %d closed by the server)\n",
+			*slowReaders, hostile.slowSent.Load(), hostile.slowCut.Load(), *connHogs, hostile.hogOpened.Load(), hostile.hogClosed.Load())
+	}
 	fmt.Printf("peak rss=%.1fMiB\n", float64(peakRSS(*pid))/(1<<20))
 	fmt.Printf("after: goroutines=%d (baseline %d) rss=%.1fMiB (baseline %.1fMiB)\n", g1, g0, float64(rss1)/(1<<20), float64(rss0)/(1<<20))
 	for _, f := range c.failures {
@@ -153,6 +208,7 @@ func post(ctx context.Context, client *http.Client, u, body string) (*http.Respo
 func call(client *http.Client, u, body string, stream, cancel bool, c *counters) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	start := time.Now()
 	resp, err := post(ctx, client, u, body)
 	if err != nil {
 		c.fail("%s: %v", u, err)
@@ -160,8 +216,16 @@ func call(client *http.Client, u, body string, stream, cancel bool, c *counters)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		checkEnvelope(resp, c)
+		if checkEnvelope(resp, c) {
+			c.took(time.Since(start), false)
+		}
 		return
+	}
+	answered := func() {
+		c.ok.Add(1)
+		if !cancel {
+			c.took(time.Since(start), true)
+		}
 	}
 	if !stream {
 		var v struct {
@@ -171,7 +235,7 @@ func call(client *http.Client, u, body string, stream, cancel bool, c *counters)
 			c.fail("%s: bad body (%v)", u, err)
 			return
 		}
-		c.ok.Add(1)
+		answered()
 		return
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -189,7 +253,7 @@ func call(client *http.Client, u, body string, stream, cancel bool, c *counters)
 			return
 		}
 		if line == "data: [DONE]" {
-			c.ok.Add(1)
+			answered()
 			return
 		}
 		if strings.HasPrefix(line, `data: {"error"`) {
@@ -205,6 +269,7 @@ func call(client *http.Client, u, body string, stream, cancel bool, c *counters)
 }
 
 func expect4xx(client *http.Client, u, body string, c *counters) {
+	start := time.Now()
 	resp, err := post(context.Background(), client, u, body)
 	if err != nil {
 		// A server may close the connection on an oversize body after answering 413.
@@ -216,10 +281,13 @@ func expect4xx(client *http.Client, u, body string, c *counters) {
 		c.fail("%s: malformed or oversize request got 200", u)
 		return
 	}
-	checkEnvelope(resp, c)
+	if checkEnvelope(resp, c) {
+		c.took(time.Since(start), false)
+	}
 }
 
-func checkEnvelope(resp *http.Response, c *counters) {
+// checkEnvelope counts a refusal, reporting whether it was a proper one.
+func checkEnvelope(resp *http.Response, c *counters) bool {
 	var env struct {
 		Error *struct {
 			Message string `json:"message"`
@@ -229,14 +297,94 @@ func checkEnvelope(resp *http.Response, c *counters) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode < 400 || resp.StatusCode >= 500 || json.Unmarshal(b, &env) != nil || env.Error == nil || env.Error.Message == "" {
 		c.fail("status %d body %.200q", resp.StatusCode, b)
-		return
+		return false
 	}
 	if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
 		c.fail("429 without Retry-After")
-		return
+		return false
 	}
 	c.rejected4xx.Add(1)
 	c.kind(fmt.Sprintf("status_%d", resp.StatusCode))
+	return true
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+type hostileStats struct {
+	slowSent, slowCut, hogOpened, hogClosed atomic.Int64
+}
+
+// slowReader pipelines streamed chats on one connection with a 4 KiB
+// receive buffer and reads 64 bytes a second: the server must cut it off
+// (--stream-write-timeout) rather than let it hold the engine. It
+// reconnects whenever the server closes the connection.
+func slowReader(host string, seed, pipeline int, deadline time.Time, st *hostileStats) {
+	for n := 0; time.Now().Before(deadline); n++ {
+		c, err := net.DialTimeout("tcp", host, 5*time.Second)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		c.(*net.TCPConn).SetReadBuffer(4096)
+		var req strings.Builder
+		for i := range pipeline {
+			body := fmt.Sprintf(chatBody, true, 32, seed*100000+n*1000+i)
+			fmt.Fprintf(&req, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
+		}
+		c.SetWriteDeadline(deadline)
+		if _, err := io.WriteString(c, req.String()); err == nil {
+			st.slowSent.Add(int64(pipeline))
+		}
+		buf := make([]byte, 64)
+		cut := false
+		for time.Now().Before(deadline) {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				cut = true
+				break
+			}
+			time.Sleep(min(time.Second, time.Until(deadline)))
+		}
+		if cut {
+			st.slowCut.Add(1)
+		}
+		c.Close()
+	}
+}
+
+// connHog holds one keep-alive connection idle after a GET /health,
+// renewing it every 5 s and reopening it when the server closes it.
+func connHog(host string, deadline time.Time, st *hostileStats) {
+	var c net.Conn
+	var br *bufio.Reader
+	for time.Now().Before(deadline) {
+		if c == nil {
+			var err error
+			if c, err = net.DialTimeout("tcp", host, 5*time.Second); err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			st.hogOpened.Add(1)
+			br = bufio.NewReader(c)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		resp, err := http.ReadResponse(br, nil)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil {
+			st.hogClosed.Add(1)
+			c.Close()
+			c = nil
+			continue
+		}
+		time.Sleep(min(5*time.Second, time.Until(deadline)))
+	}
+	if c != nil {
+		c.Close()
+	}
 }
 
 func health(client *http.Client, base string) int {
