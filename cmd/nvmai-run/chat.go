@@ -327,7 +327,7 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	}
 	// A message far over the context is refused before its exact encoding,
 	// which for a 64 MiB line would take gigabytes.
-	if err := promptWithinContext(ctx, ch.tok.Encode, msg, ch.maxContext); err != nil {
+	if err := promptWithinContext(ctx, ch.tok, msg, ch.maxContext); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

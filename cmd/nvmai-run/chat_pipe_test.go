@@ -83,7 +83,7 @@ func TestChatMessageFarOverTheContextIsNotSent(t *testing.T) {
 	if n := len(h.sessions[0].prompts); n != 2 {
 		t.Errorf("%d turns sent, want 2 (hello, bye)", n)
 	}
-	if !strings.Contains(h.info.String(), "far more than the context limit of 256 tokens; shorten the prompt or raise --max-context; the message was not sent") {
+	if !strings.Contains(h.info.String(), "more than the context limit of 256 tokens; shorten the prompt or raise --max-context; the message was not sent") {
 		t.Errorf("notices:\n%s", h.info.String())
 	}
 }

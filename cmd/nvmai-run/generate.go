@@ -173,7 +173,7 @@ func generateAction(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
-	if err := promptWithinContext(c.Context, e.Tokenizer.Encode, text, contextLimit(c, e)); err != nil {
+	if err := promptWithinContext(c.Context, e.Tokenizer, text, contextLimit(c, e)); err != nil {
 		return err
 	}
 	ids, err := promptIDs(c, e, text)

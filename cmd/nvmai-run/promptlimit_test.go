@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
@@ -25,61 +24,33 @@ func randomBytes(n int) string {
 	return string(b)
 }
 
-// R5: a prompt far over the context stops after a few chunks (the work is
-// bounded by the limit, not the input), a cancelled context stops it
-// between chunks, and a prompt that fits is looked at whole.
-func TestPromptWithinContextBoundsTheWork(t *testing.T) {
+// R5: a prompt far over the context is refused without tokenizing it whole
+// (tokenizer.EncodeLimit's own tests bound that work), a cancelled context
+// stops it before any work, and a prompt that fits passes.
+func TestPromptWithinContextRefusesFarOverTheLimit(t *testing.T) {
 	tok := loadEmbeddedTokenizer(t)
-	encoded := 0
-	encode := func(s string) []int { encoded += len(s); return tok.Encode(s) }
-
 	big := randomBytes(8 << 20)
-	err := promptWithinContext(context.Background(), encode, big, 1000)
-	if err == nil || !strings.Contains(err.Error(), "far more than the context limit of 1000 tokens") {
+	err := promptWithinContext(context.Background(), tok, big, 1000)
+	if err == nil || !strings.Contains(err.Error(), "more than the context limit of 1000 tokens") {
 		t.Fatalf("8 MiB of binary against a context of 1000: %v", err)
-	}
-	if encoded > 2*promptChunk {
-		t.Errorf("tokenized %d bytes of 8 MiB to refuse it; want at most two chunks", encoded)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	encoded = 0
 	var ie *cliutil.InterruptedError
-	if err := promptWithinContext(ctx, encode, big, 1000); !errors.As(err, &ie) || encoded != 0 {
-		t.Errorf("cancelled: %v after %d bytes; want an interruption before any work", err, encoded)
+	if err := promptWithinContext(ctx, tok, big, 1000); !errors.As(err, &ie) {
+		t.Errorf("cancelled: %v; want an interruption", err)
 	}
 
-	text := strings.Repeat("The capital of France is Paris.\n", 10000) // 320 KB: several chunks
+	text := strings.Repeat("The capital of France is Paris.\n", 10000) // 320 KB
 	n := len(tok.Encode(text))
-	for _, limit := range []int{n, n / 2, 0} {
-		if err := promptWithinContext(context.Background(), tok.Encode, text, limit); err != nil {
-			t.Errorf("a %d-token text against a limit of %d: %v (the exact count decides near the limit)", n, limit, err)
+	for _, limit := range []int{n, 0} {
+		if err := promptWithinContext(context.Background(), tok, text, limit); err != nil {
+			t.Errorf("a %d-token text against a limit of %d: %v", n, limit, err)
 		}
 	}
-	if err := promptWithinContext(context.Background(), tok.Encode, text, n/4); err == nil {
+	if err := promptWithinContext(context.Background(), tok, text, n/4); err == nil {
 		t.Errorf("a %d-token text against a limit of %d was not refused early", n, n/4)
-	}
-}
-
-func TestNextChunk(t *testing.T) {
-	cases := []struct {
-		name, s string
-		size    int
-		want    string
-	}{
-		{"short", "abc", 8, "abc"},
-		{"newline in second half", "abcdef\nghij", 8, "abcdef\n"},
-		{"space in second half", "abcde fghij", 8, "abcde "},
-		{"newline in first half only", "a\nbcdefghij", 8, "a\nbcdefg"},
-		{"not inside a rune", "abcdeé€x", 8, "abcdeé"},
-		{"not inside a rune, at its start", "abcdeé€x", 6, "abcde"},
-	}
-	for _, c := range cases {
-		got := nextChunk(c.s, c.size)
-		if got != c.want || !utf8.ValidString(got) {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
-		}
 	}
 }
 
@@ -92,7 +63,7 @@ func TestPromptFileFarOverTheContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := clitest.Run(t, app(), "--model", m, "--prompt-file", big, "--max-context", "512", "-n", "1")
-	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, "far more than the context limit of 512 tokens") {
+	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, "more than the context limit of 512 tokens") {
 		t.Errorf("exit %d, %q", r.Code, r.Stderr)
 	}
 
@@ -100,7 +71,7 @@ func TestPromptFileFarOverTheContext(t *testing.T) {
 	text := strings.Repeat("Once upon a time there was a small model.\n", 5000)
 	os.WriteFile(p, []byte(text), 0o644)
 	r = clitest.Run(t, app(), "--model", m, "--prompt-file", p, "--max-context", "512", "-n", "1", "--json")
-	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, "far more than the context limit") {
+	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, "more than the context limit") {
 		t.Errorf("a long text file: exit %d, %q", r.Code, r.Stderr)
 	}
 	short := "Once upon a time there was a small model.\n\n  It ran   on  a laptop.\n"
