@@ -205,6 +205,9 @@ func cutOff(ctx context.Context, err error) *cutError {
 		return nil
 	}
 	cause := context.Cause(ctx)
+	if stall := sse.Stalled(ctx); stall != nil {
+		cause = stall
+	}
 	switch {
 	case errors.Is(cause, errShuttingDown):
 		return &cutError{status: http.StatusServiceUnavailable, cause: cause}

@@ -51,6 +51,38 @@ type settingsKey struct{}
 type prepared struct {
 	Settings
 	cancel context.CancelCauseFunc
+	stall  *stallNote
+}
+
+// stallNote keeps why a stream cut its client off for not reading: a
+// write that times out also makes net/http cancel the request's context
+// (as if the client had left), which may win the race to set its cause.
+type stallNote struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (n *stallNote) set(err error) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.err == nil {
+		n.err = err
+	}
+	n.mu.Unlock()
+}
+
+// Stalled reports why a stream of the request whose context is ctx (as
+// Prepare returned it) cut its client off for not reading, or nil.
+func Stalled(ctx context.Context) error {
+	p, ok := ctx.Value(settingsKey{}).(prepared)
+	if !ok {
+		return nil
+	}
+	p.stall.mu.Lock()
+	defer p.stall.mu.Unlock()
+	return p.stall.err
 }
 
 // Prepare returns r with a context that a Stream started on it cancels
@@ -65,7 +97,7 @@ func Prepare(r *http.Request, s Settings) (*http.Request, context.CancelCauseFun
 		s.MaxPending = DefaultMaxPending
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	ctx = context.WithValue(ctx, settingsKey{}, prepared{Settings: s, cancel: cancel})
+	ctx = context.WithValue(ctx, settingsKey{}, prepared{Settings: s, cancel: cancel, stall: &stallNote{}})
 	return r.WithContext(ctx), cancel
 }
 
@@ -76,6 +108,7 @@ type Stream struct {
 	rc      *http.ResponseController
 	set     Settings
 	cancel  context.CancelCauseFunc // nil when the request was not prepared
+	stall   *stallNote              // nil when the request was not prepared
 	every   time.Duration
 	ping    string
 	kick    chan struct{} // a frame was queued, or Close was called
@@ -103,7 +136,7 @@ func Start(w http.ResponseWriter, r *http.Request, every time.Duration, ping str
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx := r.Context()
 	if p, ok := ctx.Value(settingsKey{}).(prepared); ok {
-		st.set, st.cancel = p.Settings, p.cancel
+		st.set, st.cancel, st.stall = p.Settings, p.cancel, p.stall
 	} else {
 		st.set = Settings{WriteTimeout: DefaultWriteTimeout, MaxPending: DefaultMaxPending}
 	}
@@ -136,7 +169,7 @@ func (st *Stream) run() {
 		}
 		if len(buf) > 0 {
 			if err := st.send(buf); err != nil {
-				st.fail(fmt.Errorf("%w: writing to it failed (%v)", ErrStalled, err))
+				st.fail(err)
 				return
 			}
 			continue
@@ -152,7 +185,8 @@ func (st *Stream) run() {
 }
 
 // send writes b in chunks, each under a fresh write deadline, flushing
-// each.
+// each. A write that fails once its deadline has passed means the client
+// stopped reading (fail aborts writes with a deadline in the past).
 func (st *Stream) send(b []byte) error {
 	for len(b) > 0 {
 		n := min(len(b), writeChunk)
@@ -161,16 +195,24 @@ func (st *Stream) send(b []byte) error {
 			st.mu.Unlock()
 			return st.err
 		}
+		deadline := time.Now().Add(st.set.WriteTimeout)
 		// Under mu, so that fail's deadline in the past is not overwritten.
-		if err := st.rc.SetWriteDeadline(time.Now().Add(st.set.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		if err := st.rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			st.mu.Unlock()
 			return err
 		}
 		st.mu.Unlock()
-		if _, err := st.w.Write(b[:n]); err != nil {
-			return err
+		_, err := st.w.Write(b[:n])
+		if err == nil {
+			if err = st.rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+				err = nil
+			}
 		}
-		if err := st.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		if err != nil {
+			if !time.Now().Before(deadline) {
+				err = fmt.Errorf("%w: it accepted no bytes for %v", ErrStalled, st.set.WriteTimeout)
+				st.stall.set(err)
+			}
 			return err
 		}
 		b = b[n:]
@@ -193,6 +235,9 @@ func (st *Stream) failLocked(cause error) {
 	}
 	if cause == nil {
 		cause = context.Canceled
+	}
+	if errors.Is(cause, ErrStalled) {
+		st.stall.set(cause)
 	}
 	st.err = cause
 	st.pending = nil

@@ -34,17 +34,19 @@ func TestKeepAliveFillsSilenceAndStops(t *testing.T) {
 }
 
 // stuckWriter is a client that never reads: a write blocks until its
-// deadline passes, then fails as a connection's would.
+// deadline passes, then fails as a connection's would, cancelling the
+// connection's context first as net/http does.
 type stuckWriter struct {
 	http.ResponseWriter
-	mu       sync.Mutex
-	deadline time.Time
-	changed  chan struct{}
-	writes   int
+	mu         sync.Mutex
+	deadline   time.Time
+	changed    chan struct{}
+	writes     int
+	cancelConn context.CancelFunc
 }
 
-func newStuckWriter() *stuckWriter {
-	return &stuckWriter{ResponseWriter: httptest.NewRecorder(), changed: make(chan struct{}, 1)}
+func newStuckWriter(cancelConn context.CancelFunc) *stuckWriter {
+	return &stuckWriter{ResponseWriter: httptest.NewRecorder(), changed: make(chan struct{}, 1), cancelConn: cancelConn}
 }
 
 func (w *stuckWriter) SetWriteDeadline(d time.Time) error {
@@ -67,6 +69,7 @@ func (w *stuckWriter) Write(p []byte) (int, error) {
 		d := w.deadline
 		w.mu.Unlock()
 		if !d.IsZero() && !time.Now().Before(d) {
+			w.cancelConn()
 			return 0, os.ErrDeadlineExceeded
 		}
 		wait := time.Hour
@@ -96,8 +99,10 @@ func TestStalledClientIsCutOff(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newStuckWriter()
-			r, cancel := Prepare(httptest.NewRequest("POST", "/", nil), Settings{WriteTimeout: time.Second, MaxPending: tc.maxPending})
+			conn, cancelConn := context.WithCancel(context.Background())
+			defer cancelConn()
+			w := newStuckWriter(cancelConn)
+			r, cancel := Prepare(httptest.NewRequest("POST", "/", nil).WithContext(conn), Settings{WriteTimeout: time.Second, MaxPending: tc.maxPending})
 			defer cancel(nil)
 			start := time.Now()
 			st := Start(w, r, time.Hour, Comment)
@@ -112,8 +117,12 @@ func TestStalledClientIsCutOff(t *testing.T) {
 			if took := time.Since(start); took > tc.within {
 				t.Fatalf("cancelled after %v, want within %v", took, tc.within)
 			}
-			if cause := context.Cause(r.Context()); !errors.Is(cause, ErrStalled) {
-				t.Fatalf("cause %v, want ErrStalled", cause)
+			// The writer notes why just after net/http's cancellation.
+			for end := time.Now().Add(time.Second); Stalled(r.Context()) == nil && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			if why := Stalled(r.Context()); !errors.Is(why, ErrStalled) {
+				t.Fatalf("Stalled = %v, want ErrStalled (cause %v)", why, context.Cause(r.Context()))
 			}
 			st.Write("data: more\n\n")
 			closed := time.Now()
@@ -136,7 +145,7 @@ func TestStalledClientIsCutOff(t *testing.T) {
 // A request cancelled elsewhere (the client left, the server stops) ends
 // a write blocked on the client at once, not after the write timeout.
 func TestCancelledRequestEndsABlockedWrite(t *testing.T) {
-	w := newStuckWriter()
+	w := newStuckWriter(func() {})
 	r, cancel := Prepare(httptest.NewRequest("POST", "/", nil), Settings{WriteTimeout: time.Minute})
 	st := Start(w, r, time.Hour, Comment)
 	st.Write("data: x\n\n")
@@ -148,5 +157,8 @@ func TestCancelledRequestEndsABlockedWrite(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close waited on the blocked write")
+	}
+	if why := Stalled(r.Context()); why != nil {
+		t.Fatalf("a cancelled request is not a stalled client: %v", why)
 	}
 }
