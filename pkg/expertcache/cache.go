@@ -13,8 +13,8 @@ import (
 
 	"github.com/nvmai/nvmai/internal/hugemem"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // DefaultIOThreads is NVMAI's reader pool size: on its SSD 4 threads reached
@@ -51,7 +51,7 @@ type Options struct {
 }
 
 // Cache is the bounded expert slot cache of one install. It implements
-// moe.Experts and moe.AcquireLimiter.
+// model.Experts and model.AcquireLimiter.
 type Cache struct {
 	dir      string
 	stride   int64
@@ -73,7 +73,7 @@ type Cache struct {
 	// positions, indices into ids and mats.
 	group     []int
 	groupIdx  []int
-	groupMats []moe.ExpertMats
+	groupMats []model.ExpertMats
 	loading   []int // scratch: slot → index in the batch being read, or -1
 
 	topK     int
@@ -94,7 +94,7 @@ type layerCache struct {
 	fd     int
 	slab   []byte // slots × stride bytes of region
 	region *hugemem.Region
-	views  []moe.ExpertMats
+	views  []model.ExpertMats
 	res    residency
 	// Per slot: a speculative read is writing into it; it was filled by a
 	// speculative read (Prefetch; a warm read) and not asked for since.
@@ -102,12 +102,12 @@ type layerCache struct {
 }
 
 var (
-	_ moe.Experts            = (*Cache)(nil)
-	_ moe.AcquireLimiter     = (*Cache)(nil)
-	_ moe.ExpertVisitor      = (*Cache)(nil)
-	_ moe.ExpertGroupVisitor = (*Cache)(nil)
-	_ moe.ExpertPrefetcher   = (*Cache)(nil)
-	_ moe.PassWarmer         = (*Cache)(nil)
+	_ model.Experts            = (*Cache)(nil)
+	_ model.AcquireLimiter     = (*Cache)(nil)
+	_ model.ExpertVisitor      = (*Cache)(nil)
+	_ model.ExpertGroupVisitor = (*Cache)(nil)
+	_ model.ExpertPrefetcher   = (*Cache)(nil)
+	_ model.PassWarmer         = (*Cache)(nil)
 )
 
 // New opens the expert files of the install in dir described by m (already
@@ -241,7 +241,7 @@ func (lc *layerCache) allocate(slots int, stride int64, parts []packexperts.Tens
 		return fmt.Errorf("allocating %d expert slots of %s: %w", slots, FormatSize(stride), err)
 	}
 	lc.region, lc.slab = region, region.Bytes
-	lc.views = make([]moe.ExpertMats, slots)
+	lc.views = make([]model.ExpertMats, slots)
 	lc.spec, lc.prefetched, lc.warmed = make([]bool, slots), make([]bool, slots), make([]bool, slots)
 	for s := range slots {
 		if lc.views[s], err = slotMats(lc.slot(s, stride), parts); err != nil {
@@ -274,7 +274,7 @@ func (c *Cache) FilledSlots() [][][]byte {
 }
 
 // MaxAcquire is the number of slots per layer: the most experts one Acquire
-// can hold (moe.AcquireLimiter).
+// can hold (model.AcquireLimiter).
 func (c *Cache) MaxAcquire() int { return c.slots }
 
 // enter claims the cache for one Acquire or Visit and counts it.
@@ -304,7 +304,7 @@ func (c *Cache) leave() { c.busy.Store(false) }
 // one is resident; their slots stay pinned (never evicted) until release.
 // More ids than MaxAcquire, or more misses than unpinned slots while other
 // acquisitions are held, is an error: the model batches by MaxAcquire.
-func (c *Cache) Acquire(layer int, ids []int) ([]moe.ExpertMats, func(), error) {
+func (c *Cache) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
 	lc, err := c.enter(layer, ids)
 	if err != nil {
 		return nil, nil, err
@@ -334,7 +334,7 @@ func (c *Cache) Acquire(layer int, ids []int) ([]moe.ExpertMats, func(), error) 
 		c.unpinAll(lc, slotOf)
 		return nil, nil, firstErr
 	}
-	mats := make([]moe.ExpertMats, len(ids))
+	mats := make([]model.ExpertMats, len(ids))
 	for i, s := range slotOf {
 		mats[i] = lc.views[s]
 	}
@@ -352,8 +352,8 @@ func (c *Cache) Acquire(layer int, ids []int) ([]moe.ExpertMats, func(), error) 
 // freed slot at once reading the next missing expert; rolling.go).
 // The first error from fn stops further calls and is returned after the
 // reads in flight finish.
-func (c *Cache) Visit(layer int, ids []int, fn func(i int, m moe.ExpertMats) error) error {
-	return c.VisitGroups(layer, ids, func(idx []int, mats []moe.ExpertMats) error {
+func (c *Cache) Visit(layer int, ids []int, fn func(i int, m model.ExpertMats) error) error {
+	return c.VisitGroups(layer, ids, func(idx []int, mats []model.ExpertMats) error {
 		for j, i := range idx {
 			if err := fn(i, mats[j]); err != nil {
 				return err
@@ -368,7 +368,7 @@ func (c *Cache) Visit(layer int, ids []int, fn func(i int, m moe.ExpertMats) err
 // each missing one as its read lands. fn gets the indices into ids and
 // their mats (both valid only until it returns), so a caller can compute a
 // group's products as one parallel job.
-func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []moe.ExpertMats) error) error {
+func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []model.ExpertMats) error) error {
 	lc, err := c.enter(layer, ids)
 	if err != nil {
 		return err
@@ -400,7 +400,7 @@ func (c *Cache) VisitGroups(layer int, ids []int, fn func(idx []int, mats []moe.
 	return nil
 }
 
-func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []moe.ExpertMats) error) error {
+func (c *Cache) visitBatch(lc *layerCache, batch []int, fn func([]int, []model.ExpertMats) error) error {
 	slotOf := make([]int, len(batch))
 	load, err := c.placeBatch(lc, batch, slotOf)
 	if err != nil {

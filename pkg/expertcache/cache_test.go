@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 var allModes = []IOMode{IOBounded, IOBuffered, IODontCache, IODirect, IODropBehind}
@@ -78,7 +78,7 @@ func readAllTwice(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifes
 		for start := 0; start < len(order); start += x.TopK {
 			ids := order[start:min(start+x.TopK, len(order))]
 			seen := map[int]bool{}
-			err := c.Visit(layer, ids, func(i int, mats moe.ExpertMats) error {
+			err := c.Visit(layer, ids, func(i int, mats model.ExpertMats) error {
 				if seen[i] {
 					t.Fatalf("Visit called fn twice for index %d", i)
 				}
@@ -134,7 +134,7 @@ func TestPinnedSlotsAreNeverEvicted(t *testing.T) {
 					}
 					checkMats(t, files, m, layer, e, mats[0])
 					release()
-					if err := c.Visit(layer, []int{(e+round)%(x.Count-x.TopK) + x.TopK}, func(int, moe.ExpertMats) error { return nil }); err != nil {
+					if err := c.Visit(layer, []int{(e+round)%(x.Count-x.TopK) + x.TopK}, func(int, model.ExpertMats) error { return nil }); err != nil {
 						t.Fatal(err)
 					}
 					for i, h := range held {
@@ -148,7 +148,7 @@ func TestPinnedSlotsAreNeverEvicted(t *testing.T) {
 			}
 			// Visit copes by itself: one slot at a time.
 			visited := 0
-			if err := c.Visit(layer, []int{x.Count - 1, x.Count - 2, x.Count - 3}, func(int, moe.ExpertMats) error { visited++; return nil }); err != nil || visited != 3 {
+			if err := c.Visit(layer, []int{x.Count - 1, x.Count - 2, x.Count - 3}, func(int, model.ExpertMats) error { visited++; return nil }); err != nil || visited != 3 {
 				t.Fatalf("Visit with one free slot: %d calls, err %v", visited, err)
 			}
 			releaseHeld()
@@ -197,7 +197,7 @@ func TestAcquireAndVisitErrors(t *testing.T) {
 		all[i] = x.Count - 1 - i
 	}
 	calls := make([]int, len(all))
-	if err := c.Visit(1, all, func(i int, _ moe.ExpertMats) error { calls[i]++; return nil }); err != nil {
+	if err := c.Visit(1, all, func(i int, _ model.ExpertMats) error { calls[i]++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i, n := range calls {
@@ -206,7 +206,7 @@ func TestAcquireAndVisitErrors(t *testing.T) {
 		}
 	}
 	// Re-entering the cache from inside fn is the concurrent use it refuses.
-	err := c.Visit(1, []int{0}, func(int, moe.ExpertMats) error {
+	err := c.Visit(1, []int{0}, func(int, model.ExpertMats) error {
 		_, _, err := c.Acquire(1, []int{1})
 		return err
 	})
@@ -216,7 +216,7 @@ func TestAcquireAndVisitErrors(t *testing.T) {
 	// fn's error stops the visit and comes back unchanged.
 	stop := errors.New("stop")
 	n := 0
-	err = c.Visit(2, []int{0, 1, 2, 3}[:x.TopK], func(int, moe.ExpertMats) error { n++; return stop })
+	err = c.Visit(2, []int{0, 1, 2, 3}[:x.TopK], func(int, model.ExpertMats) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("fn error: got %v after %d calls, want stop after 1", err, n)
 	}
@@ -235,12 +235,12 @@ func TestVisitServesHitsFirst(t *testing.T) {
 	x := m.Experts
 	c := newCache(t, dir, m, Options{Slots: x.Count})
 	warm := []int{5, 9}
-	if err := c.Visit(0, warm, func(int, moe.ExpertMats) error { return nil }); err != nil {
+	if err := c.Visit(0, warm, func(int, model.ExpertMats) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	ids := []int{1, 5, 2, 9}
 	var order []int
-	err := c.Visit(0, ids, func(i int, mats moe.ExpertMats) error {
+	err := c.Visit(0, ids, func(i int, mats model.ExpertMats) error {
 		checkMats(t, files, m, 0, ids[i], mats)
 		order = append(order, ids[i])
 		return nil
@@ -261,13 +261,13 @@ func TestVisitGroupsHandsResidentExpertsOverTogether(t *testing.T) {
 	x := m.Experts
 	c := newCache(t, dir, m, Options{Slots: x.Count})
 	warm := []int{3, 5, 9}
-	if err := c.Visit(0, warm, func(int, moe.ExpertMats) error { return nil }); err != nil {
+	if err := c.Visit(0, warm, func(int, model.ExpertMats) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	ids := []int{1, 3, 5, 2, 9}
 	var groups [][]int
 	seen := make([]bool, len(ids))
-	err := c.VisitGroups(0, ids, func(idx []int, mats []moe.ExpertMats) error {
+	err := c.VisitGroups(0, ids, func(idx []int, mats []model.ExpertMats) error {
 		var group []int
 		for j, i := range idx {
 			if seen[i] {
@@ -380,7 +380,7 @@ func TestStatsWhileServing(t *testing.T) {
 			released.Wait()
 			continue
 		}
-		if err := c.Visit(i%len(x.Layers), ids, func(int, moe.ExpertMats) error { return nil }); err != nil {
+		if err := c.Visit(i%len(x.Layers), ids, func(int, model.ExpertMats) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -415,7 +415,7 @@ func TestSimulatorMatchesCache(t *testing.T) {
 							t.Fatal(err)
 						}
 						release()
-					} else if err := c.Visit(i%layers, ids, func(int, moe.ExpertMats) error { return nil }); err != nil {
+					} else if err := c.Visit(i%layers, ids, func(int, model.ExpertMats) error { return nil }); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -4,8 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // An install whose experts are 8× the budget, read completely in a random
@@ -91,7 +91,7 @@ func readEverything(t *testing.T, dir string, m *packexperts.Manifest, files [][
 	}
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	for _, p := range all {
-		err := c.Visit(p.layer, []int{p.e}, func(_ int, mats moe.ExpertMats) error {
+		err := c.Visit(p.layer, []int{p.e}, func(_ int, mats model.ExpertMats) error {
 			checkMats(t, files, m, p.layer, p.e, mats)
 			return nil
 		})

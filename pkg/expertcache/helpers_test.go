@@ -18,8 +18,8 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // repoRoot walks up from the package directory to go.mod.
@@ -152,7 +152,7 @@ func expertFiles(t testing.TB, dir string, m *packexperts.Manifest) [][]byte {
 
 // checkMats compares the three matrices served for (layer, e) with the
 // bytes of the expert record in the file, part by part.
-func checkMats(t testing.TB, files [][]byte, m *packexperts.Manifest, layer, e int, got moe.ExpertMats) {
+func checkMats(t testing.TB, files [][]byte, m *packexperts.Manifest, layer, e int, got model.ExpertMats) {
 	t.Helper()
 	x := m.Experts
 	rec := files[layer][int64(e)*x.Stride : int64(e+1)*x.Stride]

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 func TestPrefetchWidth(t *testing.T) {
@@ -56,7 +56,7 @@ func TestPrefetchServesFileBytes(t *testing.T) {
 						acquireChecked(t, c, files, m, layer, ids)
 						continue
 					}
-					err := c.Visit(layer, ids, func(i int, em moe.ExpertMats) error {
+					err := c.Visit(layer, ids, func(i int, em model.ExpertMats) error {
 						checkMats(t, files, m, layer, ids[i], em)
 						return nil
 					})
@@ -82,14 +82,14 @@ func TestFailedPrefetchIsReadAgain(t *testing.T) {
 	forEachTruncatedLayer(t, Options{Slots: 8, Prefetch: 2}, func(t *testing.T, c *Cache, tl truncatedLayer) {
 		tl.cut(t)
 		c.Prefetch(0, []int{12, 3})
-		err := c.Visit(0, []int{3, 12}, func(int, moe.ExpertMats) error { return nil })
+		err := c.Visit(0, []int{3, 12}, func(int, model.ExpertMats) error { return nil })
 		if err == nil || !strings.Contains(err.Error(), "expert 12") {
 			t.Fatalf("visit after a failed guess at a truncated file: %v, want an error naming expert 12", err)
 		}
 		tl.restore(t)
 		c.Prefetch(0, []int{13, 12})
 		ids := []int{12, 13}
-		err = c.Visit(0, ids, func(i int, em moe.ExpertMats) error {
+		err = c.Visit(0, ids, func(i int, em model.ExpertMats) error {
 			checkMats(t, tl.files, tl.m, 0, ids[i], em)
 			return nil
 		})

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // A visit that asks for more experts than there are unpinned slots (a long
@@ -27,7 +27,7 @@ import (
 // visitRolling serves a visit of ids too large for the unpinned slots,
 // calling fn with one expert at a time: the resident ones first, then each
 // missing one (or awaited guess) as its read lands.
-func (c *Cache) visitRolling(lc *layerCache, ids []int, fn func([]int, []moe.ExpertMats) error) error {
+func (c *Cache) visitRolling(lc *layerCache, ids []int, fn func([]int, []model.ExpertMats) error) error {
 	for s := range c.loading {
 		c.loading[s] = -1
 	}
@@ -118,7 +118,7 @@ type rolling struct {
 	err         error
 	warmed      bool
 	groupIdx    [1]int
-	groupMats   [1]moe.ExpertMats
+	groupMats   [1]model.ExpertMats
 }
 
 // pending reports whether misses remain to be read (none after an error).
@@ -155,7 +155,7 @@ func (r *rolling) issue() {
 
 // call hands expert i over (unless an error stopped the visit) and
 // releases its slot.
-func (r *rolling) call(i int, fn func([]int, []moe.ExpertMats) error) {
+func (r *rolling) call(i int, fn func([]int, []model.ExpertMats) error) {
 	if r.err == nil {
 		r.groupIdx[0], r.groupMats[0] = i, r.lc.views[r.slotOf[i]]
 		r.fail(fn(r.groupIdx[:], r.groupMats[:]))

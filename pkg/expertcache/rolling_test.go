@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // A visit larger than the slots (a long prefill pass) hands every expert
@@ -28,7 +28,7 @@ func TestRollingVisitReadsEachMissOnce(t *testing.T) {
 					before := c.Stats()
 					resident := residentCount(c, 1, all)
 					calls := make([]int, len(all))
-					err := c.VisitGroups(1, all, func(idx []int, mats []moe.ExpertMats) error {
+					err := c.VisitGroups(1, all, func(idx []int, mats []model.ExpertMats) error {
 						for j, i := range idx {
 							calls[i]++
 							checkMats(t, files, m, 1, all[i], mats[j])
@@ -68,7 +68,7 @@ func TestRollingVisitErrors(t *testing.T) {
 		}
 		stop := errors.New("stop")
 		n := 0
-		err := c.Visit(0, all, func(int, moe.ExpertMats) error {
+		err := c.Visit(0, all, func(int, model.ExpertMats) error {
 			if n++; n == 5 {
 				return stop
 			}
@@ -79,13 +79,13 @@ func TestRollingVisitErrors(t *testing.T) {
 		}
 		assertUnpinned(t, c)
 		tl.cut(t) // experts 8 and up can no longer be read
-		err = c.Visit(0, all, func(int, moe.ExpertMats) error { return nil })
+		err = c.Visit(0, all, func(int, model.ExpertMats) error { return nil })
 		if err == nil || !strings.Contains(err.Error(), "expert") {
 			t.Fatalf("visit past a truncated file: %v, want a read error", err)
 		}
 		assertUnpinned(t, c)
 		tl.restore(t)
-		if err := c.Visit(0, all, func(int, moe.ExpertMats) error { return nil }); err != nil {
+		if err := c.Visit(0, all, func(int, model.ExpertMats) error { return nil }); err != nil {
 			t.Fatalf("after restoring the file: %v", err)
 		}
 	})

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
 // visitChecked visits ids of layer and checks that every index is handed
@@ -17,7 +17,7 @@ import (
 func visitChecked(t *testing.T, c *Cache, files [][]byte, m *packexperts.Manifest, layer int, ids []int) error {
 	t.Helper()
 	calls := make([]int, len(ids))
-	err := c.VisitGroups(layer, ids, func(idx []int, mats []moe.ExpertMats) error {
+	err := c.VisitGroups(layer, ids, func(idx []int, mats []model.ExpertMats) error {
 		for j, i := range idx {
 			calls[i]++
 			checkMats(t, files, m, layer, ids[i], mats[j])
@@ -115,7 +115,7 @@ func TestWarmReadsCostNoBytesWhenAskedFor(t *testing.T) {
 			c.BeginPass(tc.pass)
 		}
 		for l := range x.Layers {
-			if err := c.Visit(l, all, func(int, moe.ExpertMats) error { return nil }); err != nil {
+			if err := c.Visit(l, all, func(int, model.ExpertMats) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -152,7 +152,7 @@ func TestFailedWarmReadIsReadAgain(t *testing.T) {
 			if err := visitChecked(t, c, files, m, 0, all); err != nil { // warms layer 1's 0..9
 				t.Fatal(err)
 			}
-			err := c.Visit(1, all, func(int, moe.ExpertMats) error { return nil })
+			err := c.Visit(1, all, func(int, model.ExpertMats) error { return nil })
 			if err == nil || !strings.Contains(err.Error(), "layer 1 expert") {
 				t.Fatalf("visit past a truncated file after warm reads: %v, want a read error", err)
 			}
