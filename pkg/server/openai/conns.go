@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -29,18 +30,32 @@ func NewHTTPServer(h http.Handler) *http.Server {
 const (
 	newConnGrace = time.Second
 	idleGrace    = 200 * time.Millisecond
+	// bodyGrace is that for a request whose body is still arriving.
+	bodyGrace = 3 * time.Second
 )
 
 // LimitConnections returns ln serving at most n connections of hs at once,
 // bounding the goroutines and buffers clients can make the server hold.
 // When all n are open and another client connects, the connection idle
 // the longest (a keep-alive connection idle for 200 ms or more between
-// requests, or one that has sent nothing for a second) is closed to make
-// room, so that idle connections cannot lock clients out; only when all n
-// are busy does the newcomer wait. It chains hs.ConnState, which must be set before.
+// requests, or one that has sent nothing or only part of its headers for
+// a second) is closed to make room, else one whose request body has been
+// arriving for 3 s, so that idle and trickling connections cannot lock
+// clients out; only when all n are busy does the newcomer wait. It chains
+// hs.ConnState and hs.ConnContext, which must be set before.
 func LimitConnections(hs *http.Server, ln net.Listener, n int) net.Listener {
 	l := &connLimiter{Listener: ln, n: max(n, 1), conns: map[*limitConn]struct{}{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
+	prevCtx := hs.ConnContext
+	hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevCtx != nil {
+			ctx = prevCtx(ctx, c)
+		}
+		if lc, ok := c.(*limitConn); ok {
+			ctx = context.WithValue(ctx, connKey{}, lc)
+		}
+		return ctx
+	}
 	prev := hs.ConnState
 	hs.ConnState = func(c net.Conn, s http.ConnState) {
 		if lc, ok := c.(*limitConn); ok {
@@ -69,8 +84,27 @@ type limitConn struct {
 	l    *connLimiter
 	once sync.Once
 	// guarded by l.mu
-	state http.ConnState
-	since time.Time
+	state     http.ConnState
+	since     time.Time
+	bodySince time.Time // zero unless a request body is being read
+}
+
+type connKey struct{}
+
+// readingBody records on the connection of the request whose context is
+// ctx that its handler waits for the body (on) or no longer does.
+func readingBody(ctx context.Context, on bool) {
+	lc, ok := ctx.Value(connKey{}).(*limitConn)
+	if !ok {
+		return
+	}
+	lc.l.mu.Lock()
+	defer lc.l.mu.Unlock()
+	if on {
+		lc.bodySince = time.Now()
+	} else {
+		lc.bodySince = time.Time{}
+	}
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -107,12 +141,17 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 
 // victimLocked picks the connection to close for a newcomer: the one
 // idle the longest (for idleGrace at least), else one that has sent
-// nothing for newConnGrace.
+// nothing or part of its headers for newConnGrace, else one whose request
+// body has been arriving for bodyGrace.
 func (l *connLimiter) victimLocked() *limitConn {
-	var idle, fresh *limitConn
+	var idle, fresh, trickle *limitConn
 	now := time.Now()
 	for c := range l.conns {
 		switch c.state {
+		case http.StateActive:
+			if !c.bodySince.IsZero() && now.Sub(c.bodySince) >= bodyGrace && (trickle == nil || c.bodySince.Before(trickle.bodySince)) {
+				trickle = c
+			}
 		case http.StateIdle:
 			if now.Sub(c.since) >= idleGrace && (idle == nil || c.since.Before(idle.since)) {
 				idle = c
@@ -123,16 +162,21 @@ func (l *connLimiter) victimLocked() *limitConn {
 			}
 		}
 	}
-	if idle != nil {
+	switch {
+	case idle != nil:
 		return idle
+	case fresh != nil:
+		return fresh
+	case trickle != nil:
+		return trickle
 	}
-	return fresh
+	return nil
 }
 
 func (l *connLimiter) setState(c *limitConn, s http.ConnState) {
 	l.mu.Lock()
 	if _, ok := l.conns[c]; ok {
-		c.state, c.since = s, time.Now()
+		c.state, c.since, c.bodySince = s, time.Now(), time.Time{}
 	}
 	l.mu.Unlock()
 	if s == http.StateIdle {

@@ -142,6 +142,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := &bodyReader{ReadCloser: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = body
+		// While the body arrives, a full server may close this connection
+		// for a newcomer (a client trickling bodies cannot lock others out).
+		ctx := r.Context()
+		readingBody(ctx, true)
+		body.done = func() { readingBody(ctx, false) }
+		defer body.done()
 	} else {
 		body.eof = true
 	}
@@ -250,13 +256,15 @@ func (h *Handler) CutOff() int {
 // bodyReader records whether the request body was read to its end.
 type bodyReader struct {
 	io.ReadCloser
-	eof bool
+	eof  bool
+	done func() // called at the end of the body
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
+	if err == io.EOF && !b.eof {
 		b.eof = true
+		b.done()
 	}
 	return n, err
 }
