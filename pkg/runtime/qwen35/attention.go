@@ -32,7 +32,7 @@ type attnWorker struct {
 // pos0…pos0+T−1. It first appends the chunk's keys and values to the cache,
 // then lets each token attend to the cache up to itself, so token t sees
 // the same keys in the same order whatever the chunking.
-func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0 int, u, out []float32, T int) {
+func (m *Model) attnMixer(w *blocks.AttnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0 int, u, out []float32, T int) {
 	c := &m.cfg
 	Hq, Hkv, Dh := c.NumHeads, c.NumKVHeads, c.HeadDim
 	kvd := c.kvDim()
@@ -40,8 +40,8 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	q2 := blocks.Grow(&sc.q2, T*2*Hq*Dh)
 	k := blocks.Grow(&sc.k, T*kvd)
 	v := blocks.Grow(&sc.v, T*kvd)
-	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v}, []*kernels.Matrix{w.q, w.k, w.v}, u, T)
-	sc.prof.MarkProducts(PhaseAttnProjections, w.q, w.k, w.v)
+	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v}, []*kernels.Matrix{w.Q, w.K, w.V}, u, T)
+	sc.prof.MarkProducts(PhaseAttnProjections, w.Q, w.K, w.V)
 
 	// Keys are quantized after k_norm and RoPE, values as projected; a
 	// float32 cache takes the keys in place.
@@ -53,7 +53,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 		}
 		for g := range Hkv {
 			kh := dstK[g*Dh : (g+1)*Dh]
-			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.kNorm, c.RMSNormEps)
+			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.KNorm, c.RMSNormEps)
 			blocks.Rotate(kh, cos, sin)
 		}
 		if ls.kv.f32() {
@@ -73,8 +73,8 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 		})
 	}
 	sc.prof.Mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
-	blocks.MatMul(m.pool, out, w.o, o, T)
-	sc.prof.MarkProducts(PhaseAttnOut, w.o)
+	blocks.MatMul(m.pool, out, w.O, o, T)
+	sc.prof.MarkProducts(PhaseAttnOut, w.O)
 }
 
 // attnHeads computes the gated attention output of query heads [lo, hi)
@@ -84,7 +84,7 @@ func (m *Model) attnMixer(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 // attnBatch tokens attend together (attendGroupMulti), so a cache below
 // float32 is widened once per batch rather than once per token; every
 // head's own arithmetic is the same whatever the grouping.
-func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
+func (m *Model) attnHeads(w *blocks.AttnWeights, ls *layerState, sc *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
 	c := &m.cfg
 	Hq, Dh := c.NumHeads, c.HeadDim
 	half := c.RotaryDim / 2
@@ -120,7 +120,7 @@ func (m *Model) attnHeads(w *attnWeights, ls *layerState, sc *attnWorker, ws *wo
 				for j := range heads {
 					base := t*2*Hq*Dh + (h+j)*2*Dh
 					q := qb[j*Dh : (j+1)*Dh]
-					blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
+					blocks.RMSNorm(q, q2[base:base+Dh], w.QNorm, c.RMSNormEps)
 					blocks.Rotate(q, cos, sin)
 				}
 				sets.o[b] = o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]

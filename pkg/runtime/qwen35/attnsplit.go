@@ -35,7 +35,7 @@ func (m *Model) splitAttention(n, T int) bool {
 
 // attnSplit is attnHeads for one token at pos0 with the work split as
 // above; q2 holds its queries and gates, o receives the gated output.
-func (m *Model) attnSplit(w *attnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0 int, q2, o []float32) {
+func (m *Model) attnSplit(w *blocks.AttnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0 int, q2, o []float32) {
 	c := &m.cfg
 	Hq, Dh := c.NumHeads, c.HeadDim
 	half := c.RotaryDim / 2
@@ -45,7 +45,7 @@ func (m *Model) attnSplit(w *attnWeights, ls *layerState, sc *attnScratch, ws *w
 	qs := blocks.Grow(&sc.qAll, Hq*Dh)
 	for h := range Hq {
 		q := qs[h*Dh : (h+1)*Dh]
-		blocks.RMSNorm(q, q2[h*2*Dh:h*2*Dh+Dh], w.qNorm, c.RMSNormEps)
+		blocks.RMSNorm(q, q2[h*2*Dh:h*2*Dh+Dh], w.QNorm, c.RMSNormEps)
 		blocks.Rotate(q, ws.cos[:half], ws.sin[:half])
 	}
 	scores := blocks.Grow(&sc.scoresAll, group*n)

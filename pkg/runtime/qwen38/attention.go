@@ -48,8 +48,8 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	kvd, qkw, half := c.kvDim(), (c.IndexerHeads+1)*dih, c.RotaryDim/2
 	q2, k, v := blocks.Grow(&sc.q2, T*2*Hq*Dh), blocks.Grow(&sc.k, T*kvd), blocks.Grow(&sc.v, T*kvd)
 	qk := blocks.Grow(&sc.qk, T*qkw)
-	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v, qk}, []*kernels.Matrix{w.q, w.k, w.v, w.index}, x, T)
-	ws.prof.MarkProducts(blocks.PhaseAttnProjections, w.q, w.k, w.v, w.index)
+	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v, qk}, []*kernels.Matrix{w.Q, w.K, w.V, w.index}, x, T)
+	ws.prof.MarkProducts(blocks.PhaseAttnProjections, w.Q, w.K, w.V, w.index)
 
 	as.k = slices.Grow(as.k, T*kvd)[:(pos0+T)*kvd]
 	as.v = append(as.v[:pos0*kvd], v[:T*kvd]...)
@@ -59,7 +59,7 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 		dst := as.k[(pos0+t)*kvd : (pos0+t+1)*kvd]
 		for g := range Hkv {
 			kh := dst[g*Dh : (g+1)*Dh]
-			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.kNorm, c.RMSNormEps)
+			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.KNorm, c.RMSNormEps)
 			blocks.Rotate(kh, cos, sin)
 		}
 		as.kraw = append(as.kraw, qk[t*qkw+c.IndexerHeads*dih:(t+1)*qkw]...)
@@ -73,8 +73,8 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 		m.attnHeads(w, as, sc, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
 	ws.prof.Mark(blocks.PhaseAttnHeads, int64(4*(len(as.k)+len(as.v)+len(as.kraw))))
-	blocks.MatMul(m.pool, out, w.o, o, T)
-	ws.prof.MarkProducts(blocks.PhaseAttnOut, w.o)
+	blocks.MatMul(m.pool, out, w.O, o, T)
+	ws.prof.MarkProducts(blocks.PhaseAttnOut, w.O)
 }
 
 // completeBlocks computes the block key of every block complete at n
@@ -215,7 +215,7 @@ func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *at
 			for j := range heads {
 				base := t*2*Hq*Dh + (h+j)*2*Dh
 				q := qs[j*Dh : (j+1)*Dh]
-				blocks.RMSNorm(q, q2[base:base+Dh], w.qNorm, c.RMSNormEps)
+				blocks.RMSNorm(q, q2[base:base+Dh], w.QNorm, c.RMSNormEps)
 				blocks.Rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]

@@ -21,18 +21,10 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime/moe"
 )
 
-// Weights gives the resident tensors by canonical name: the Hugging Face
-// name with its "model.language_model." prefix rewritten to "model."
-// ("model.layers.1.ple.key_proj.weight",
-// "model.hyper_connection_mixer.hc_norm.weight", "lm_head.weight").
-type Weights interface {
-	// Matrix returns a linear weight [out, in] in any kernels encoding.
-	Matrix(name string) (*kernels.Matrix, error)
-	// Vector returns a 1-D parameter widened to float32; a conv1d weight
-	// [C, 1, K] comes flattened to C·K values.
-	Vector(name string) ([]float32, error)
-	Has(name string) bool
-}
+// Weights gives the resident tensors by canonical name (blocks.Weights):
+// "model.layers.1.ple.key_proj.weight",
+// "model.hyper_connection_mixer.hc_norm.weight", "lm_head.weight".
+type Weights = blocks.Weights
 
 // Int64Weights is implemented by Weights that also hold the PLE layers'
 // int64 buffers (layer_multipliers, ngram_heads_vocab_sizes,
@@ -68,11 +60,10 @@ type layer struct {
 }
 
 type attnWeights struct {
-	q, k, v, o   *kernels.Matrix
-	qNorm, kNorm []float32       // 1 + w
-	index        *kernels.Matrix // index_qk_proj [(nih+1)·dih, H]
-	iqNorm       []float32       // indexer q_layernorm, 1 + w
-	ikNorm       []float32       // indexer k_layernorm, 1 + w
+	blocks.AttnWeights
+	index  *kernels.Matrix // index_qk_proj [(nih+1)·dih, H]
+	iqNorm []float32       // indexer q_layernorm, 1 + w
+	ikNorm []float32       // indexer k_layernorm, 1 + w
 }
 
 // New fetches every resident tensor from w and checks it against cfg. ex
@@ -91,29 +82,29 @@ func New(cfg Config, w Weights, ex moe.Experts, ngrams NgramTable, pool *kernels
 		return nil, fmt.Errorf("qwen38: the config has PLE layers %v but no n-gram table was given", cfg.PLELayers)
 	}
 	m := &Model{cfg: cfg, pool: pool, ngrams: ngrams}
-	ld := &loader{w: w}
+	m.gdn = blocks.GDN{Pool: pool, KeyHeads: cfg.LinearKeyHeads, ValueHeads: cfg.LinearValueHeads,
+		KeyDim: cfg.LinearKeyDim, ValueDim: cfg.LinearValueDim, Kernel: cfg.ConvKernel,
+		Eps: cfg.RMSNormEps, SigmoidGate: cfg.SigmoidGate}
+	m.moe = blocks.MoE{Name: "qwen38", Pool: pool, Experts: ex, NumExperts: cfg.NumExperts,
+		TopK: cfg.ExpertsPerToken, Hidden: cfg.HiddenSize, Intermediate: cfg.ExpertIntermediate}
+	ld := &loader{blocks.Loader{Arch: "qwen38", W: w}}
 	V, H := cfg.VocabSize, cfg.HiddenSize
-	m.embed = ld.matrix("model.embed_tokens.weight", V, H)
-	m.lmHead = ld.matrix("lm_head.weight", V, H)
+	m.embed = ld.Matrix("model.embed_tokens.weight", V, H)
+	m.lmHead = ld.Matrix("lm_head.weight", V, H)
 	m.mixer = ld.gatedResidual("model.hyper_connection_mixer.", cfg, false)
 	m.layers = make([]layer, len(cfg.Layers))
 	for i, kind := range cfg.Layers {
-		m.layers[i] = ld.layer(cfg, i, kind)
+		m.layers[i] = ld.layer(m, i, kind)
 	}
 	for k, l := range cfg.PLELayers {
 		p := ld.ple(cfg, l, k)
 		m.layers[l].ple = p
 		m.ple = append(m.ple, p)
 	}
-	if ld.err != nil {
-		return nil, ld.err
+	if ld.Err != nil {
+		return nil, ld.Err
 	}
 	m.rope = blocks.NewRope(cfg.RopeTheta, cfg.RotaryDim)
-	m.gdn = blocks.GDN{Pool: pool, KeyHeads: cfg.LinearKeyHeads, ValueHeads: cfg.LinearValueHeads,
-		KeyDim: cfg.LinearKeyDim, ValueDim: cfg.LinearValueDim, Kernel: cfg.ConvKernel,
-		Eps: cfg.RMSNormEps, SigmoidGate: cfg.SigmoidGate}
-	m.moe = blocks.MoE{Name: "qwen38", Pool: pool, Experts: ex, NumExperts: cfg.NumExperts,
-		TopK: cfg.ExpertsPerToken, Hidden: H, Intermediate: cfg.ExpertIntermediate}
 	return m, nil
 }
 
