@@ -29,6 +29,7 @@ var families = []struct {
 }{
 	{"attend_amd64.s", "AttendScores and AttendValues", attend},
 	{"attendkv_amd64.s", "the KV cache's widening of Q8 and BF16 rows", widen},
+	{"deltarule_amd64.s", "the gated delta rule", deltaRule},
 }
 
 // isa is one vector extension: the description of a kernel asks it for
