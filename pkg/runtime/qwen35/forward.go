@@ -3,7 +3,6 @@ package qwen35
 import (
 	"fmt"
 
-	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
@@ -56,27 +55,8 @@ func (m *Model) checkForward(st *State, ids []int, logits []float32, allLogits b
 		return fmt.Errorf("qwen35: Forward: the state was not made by this model's NewState")
 	case st.failed != nil:
 		return fmt.Errorf("qwen35: Forward: the state is inconsistent after an earlier failure (%v); Reset it or CopyFrom a snapshot", st.failed)
-	case len(ids) == 0:
-		return fmt.Errorf("qwen35: Forward: no tokens")
 	}
-	for i, id := range ids {
-		if id < 0 || id >= m.cfg.VocabSize {
-			return fmt.Errorf("qwen35: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, m.cfg.VocabSize)
-		}
-	}
-	if logits != nil {
-		rows := 1
-		if allLogits {
-			rows = len(ids)
-		}
-		if len(logits) != rows*m.cfg.VocabSize {
-			return fmt.Errorf("qwen35: Forward: logits has %d values, want %d rows × vocab %d = %d", len(logits), rows, m.cfg.VocabSize, rows*m.cfg.VocabSize)
-		}
-	}
-	if st.pos+len(ids) > st.maxContext {
-		return fmt.Errorf("qwen35: Forward: %d tokens after %d would pass the state's max context of %d", len(ids), st.pos, st.maxContext)
-	}
-	return nil
+	return blocks.CheckForward("qwen35", ids, logits, allLogits, m.cfg.VocabSize, st.pos, st.maxContext)
 }
 
 // forwardChunk runs T tokens through every layer. Every per-token step uses
@@ -164,53 +144,5 @@ func (m *Model) ropeTables(ws *workspace, pos0, T int) {
 	sin := blocks.Grow(&ws.sin, T*half)
 	for t := range T {
 		m.rope.Tables(pos0+t, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half])
-	}
-}
-
-// matmul computes dst [n, w.Rows] = x [n, w.Cols] · wᵀ. A single row goes
-// through MatVec; the kernels guarantee MatMul rows are bitwise equal to it,
-// for any pool size (a nil pool computes on this goroutine).
-// matmul multiplies n rows of x by w. Quantized weights take the int8-
-// activation kernels (whose rows are bitwise equal between the batched and
-// single-token forms, so chunked prefill still equals decode); float weights
-// take the float reference, which keeps 16-bit installs exact.
-func (m *Model) matmul(dst []float32, w *kernels.Matrix, x []float32, n int) {
-	dst = dst[:n*w.Rows]
-	x = x[:n*w.Cols]
-	if n == 1 {
-		m.pool.MatVecFast(dst, w, x)
-		return
-	}
-	for lo := 0; lo < n; lo += matmulRows {
-		hi := min(lo+matmulRows, n)
-		m.pool.MatMulFast(dst[lo*w.Rows:hi*w.Rows], w, x[lo*w.Cols:hi*w.Cols], hi-lo)
-	}
-}
-
-// matmulRows is the most rows one kernel call multiplies. The kernels run
-// each block of weight rows against every row of x in turn, so beyond a few
-// hundred rows x no longer stays in the core's cache: a long prefill pass
-// (docs/prefill.md) computed about 20% slower per token unsplit. Rows are
-// independent, so splitting changes no bits.
-const matmulRows = 256
-
-// matmulMulti is matmul for several matrices reading the same x, as one
-// pool job (one quantization of x, one hand-off); each dst is bitwise what
-// matmul gives.
-func (m *Model) matmulMulti(dsts [][]float32, ws []*kernels.Matrix, x []float32, n int) {
-	for i, w := range ws {
-		dsts[i] = dsts[i][:n*w.Rows]
-	}
-	if n <= matmulRows {
-		m.pool.MatMulFastMulti(dsts, ws, x[:n*ws[0].Cols], n)
-		return
-	}
-	part := make([][]float32, len(dsts))
-	for lo := 0; lo < n; lo += matmulRows {
-		hi := min(lo+matmulRows, n)
-		for i, w := range ws {
-			part[i] = dsts[i][lo*w.Rows : hi*w.Rows]
-		}
-		m.pool.MatMulFastMulti(part, ws, x[lo*ws[0].Cols:hi*ws[0].Cols], hi-lo)
 	}
 }

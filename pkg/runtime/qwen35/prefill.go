@@ -1,6 +1,10 @@
 package qwen35
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
+)
 
 // Prefill scheduling (docs/prefill.md). A pass of T tokens through the
 // layers hands each MoE layer its T tokens grouped by expert (runExperts),
@@ -135,18 +139,9 @@ func (m *Model) ForwardChunked(st *State, ids []int, logits []float32, allLogits
 	if err := st.growKV(st.pos + len(ids)); err != nil {
 		return err
 	}
-	V := m.cfg.VocabSize
-	for start := 0; start < len(ids); start += chunk {
-		end := min(start+chunk, len(ids))
-		var out []float32
-		switch {
-		case logits == nil:
-		case allLogits:
-			out = logits[start*V : end*V]
-		case end == len(ids):
-			out = logits
-		}
-		if err := m.forwardChunk(st, ids[start:end], out, allLogits); err != nil {
+	pass := blocks.Chunks(len(ids), logits, allLogits, m.cfg.VocabSize, chunk)
+	for pass.Next() {
+		if err := m.forwardChunk(st, ids[pass.Start:pass.End], pass.Out, allLogits); err != nil {
 			st.failed = err
 			return err
 		}

@@ -1,10 +1,6 @@
 package qwen38
 
-import (
-	"fmt"
-
-	"github.com/nvmai/nvmai/pkg/runtime/blocks"
-)
+import "github.com/nvmai/nvmai/pkg/runtime/blocks"
 
 // maxChunk bounds the tokens one pass through the layers carries, and so
 // the scratch memory of a long prefill. Chunking never changes results.
@@ -71,18 +67,9 @@ func (m *Model) ForwardChunked(st *State, ids []int, logits []float32, allLogits
 	if err := m.checkForward(st, ids, logits, allLogits); err != nil {
 		return err
 	}
-	V := m.cfg.VocabSize
-	for start := 0; start < len(ids); start += chunk {
-		end := min(start+chunk, len(ids))
-		var out []float32
-		switch {
-		case logits == nil:
-		case allLogits:
-			out = logits[start*V : end*V]
-		case end == len(ids):
-			out = logits
-		}
-		if err := m.forwardChunk(st, ids[start:end], out, allLogits); err != nil {
+	pass := blocks.Chunks(len(ids), logits, allLogits, m.cfg.VocabSize, chunk)
+	for pass.Next() {
+		if err := m.forwardChunk(st, ids[pass.Start:pass.End], pass.Out, allLogits); err != nil {
 			st.failed = err
 			return err
 		}
@@ -94,27 +81,7 @@ func (m *Model) checkForward(st *State, ids []int, logits []float32, allLogits b
 	if err := st.check(m); err != nil {
 		return err
 	}
-	if len(ids) == 0 {
-		return fmt.Errorf("qwen38: Forward: no tokens")
-	}
-	for i, id := range ids {
-		if id < 0 || id >= m.cfg.VocabSize {
-			return fmt.Errorf("qwen38: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, m.cfg.VocabSize)
-		}
-	}
-	if logits != nil {
-		rows := 1
-		if allLogits {
-			rows = len(ids)
-		}
-		if len(logits) != rows*m.cfg.VocabSize {
-			return fmt.Errorf("qwen38: Forward: logits has %d values, want %d rows × vocab %d", len(logits), rows, m.cfg.VocabSize)
-		}
-	}
-	if st.pos+len(ids) > st.maxContext {
-		return fmt.Errorf("qwen38: Forward: %d tokens after %d would pass the state's max context of %d", len(ids), st.pos, st.maxContext)
-	}
-	return nil
+	return blocks.CheckForward("qwen38", ids, logits, allLogits, m.cfg.VocabSize, st.pos, st.maxContext)
 }
 
 // forwardChunk runs T tokens through every layer (§3.2). The n-gram rows
