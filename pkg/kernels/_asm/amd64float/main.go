@@ -28,8 +28,9 @@ var families = []struct {
 	emit  func(isa)
 }{
 	{"attend_amd64.s", "AttendScores and AttendValues", attend},
-	{"attendkv_amd64.s", "the KV cache's widening of Q8 and BF16 rows", widen},
-	{"deltarule_amd64.s", "the gated delta rule", deltaRule},
+	{"attendkv_amd64.s", "The KV cache's widening of Q8 and BF16 rows", widen},
+	{"deltarule_amd64.s", "The gated delta rule", deltaRule},
+	{"activation_amd64.s", "The sigmoid family and Exp", activate},
 }
 
 // isa is one vector extension: the description of a kernel asks it for
@@ -92,6 +93,100 @@ func (a isa) broadcast128(addr string, dst int) {
 	} else {
 		emit("VBROADCASTF128 %s, %s", addr, a.v(dst))
 	}
+}
+
+// xor sets dst = src1 ^ src2, src2 a register or (AVX2) memory.
+func (a isa) xor(src2, src1, dst string) {
+	if a.wide() {
+		emit("VPXORD %s, %s, %s", src2, src1, dst)
+	} else {
+		emit("VXORPS %s, %s, %s", src2, src1, dst)
+	}
+}
+
+// roundEven rounds register r to the nearest integer, ties to even.
+func (a isa) roundEven(r string) {
+	if a.wide() {
+		emit("VRNDSCALEPS $0, %s, %s", r, r)
+	} else {
+		emit("VROUNDPS $0, %s, %s", r, r)
+	}
+}
+
+// Kernels over n values in CX take whole registers of lanes: AVX-512 masks
+// the tail with K1; AVX2 takes n a multiple of 8 and leaves the tail to its
+// Go caller. Between lanesLoopHead and lanesLoopEnd, load, store and
+// operand touch only the lanes in n.
+
+// tailNote says how the kernel treats a tail, for its comment.
+func (a isa) tailNote() string {
+	if a.wide() {
+		return " with a masked tail"
+	}
+	return fmt.Sprintf(" over n (a multiple of %d) values", a.lanes)
+}
+
+// lanesLoopHead opens the loop over CX values (label loop); it jumps to
+// done when none are left.
+func (a isa) lanesLoopHead() {
+	if !a.wide() {
+		emit("SHRQ $%d, CX", log2(a.lanes))
+		emit("JZ   done")
+		label("loop")
+		return
+	}
+	emit("MOVQ $-1, AX")
+	emit("KMOVW AX, K1 // all %d lanes until the tail", a.lanes)
+	label("loop")
+	emit("CMPQ CX, $%d", a.lanes)
+	emit("JAE  full")
+	emit("TESTQ CX, CX")
+	emit("JZ   done")
+	emit("MOVQ $1, AX")
+	emit("SHLQ CX, AX")
+	emit("DECQ AX")
+	emit("KMOVW AX, K1 // the last n lanes")
+	label("full")
+}
+
+// lanesLoopEnd closes the loop lanesLoopHead opened.
+func (a isa) lanesLoopEnd() {
+	if a.wide() {
+		emit("SUBQ $%d, CX", a.lanes)
+		emit("JG   loop")
+	} else {
+		emit("DECQ CX")
+		emit("JNZ  loop")
+	}
+}
+
+// load reads a register of lanes at addr into dst, zeros past the tail.
+func (a isa) load(addr, dst string) {
+	if a.wide() {
+		emit("VMOVUPS.Z %s, K1, %s", addr, dst)
+	} else {
+		emit("VMOVUPS %s, %s", addr, dst)
+	}
+}
+
+// store writes src's lanes to addr, none past the tail.
+func (a isa) store(src, addr string) {
+	if a.wide() {
+		emit("VMOVUPS %s, K1, %s", src, addr)
+	} else {
+		emit("VMOVUPS %s, %s", src, addr)
+	}
+}
+
+// operand is the register of lanes at addr as an instruction's second
+// source: the memory itself where no tail is masked, else loaded into
+// scratch.
+func (a isa) operand(addr, scratch string) string {
+	if !a.wide() {
+		return addr
+	}
+	a.load(addr, scratch)
+	return scratch
 }
 
 var out strings.Builder
