@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // Architecture names as written in an install manifest.
@@ -163,44 +164,21 @@ func layerKinds(types []string, numLayers int) ([]LayerKind, error) {
 
 // Validate reports the first field that makes c unusable.
 func (c Config) Validate() error {
-	type positive struct {
-		name string
-		v    int
-	}
-	checks := []positive{
-		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"num_hidden_layers", len(c.Layers)},
-		{"max_position_embeddings", c.MaxContext},
-		{"num_attention_heads", c.NumHeads}, {"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
-		{"linear_conv_kernel_dim", c.ConvKernel}, {"linear_num_key_heads", c.LinearKeyHeads},
-		{"linear_num_value_heads", c.LinearValueHeads}, {"linear_key_head_dim", c.LinearKeyDim},
-		{"linear_value_head_dim", c.LinearValueDim},
-	}
+	var more []blocks.Field
 	switch c.Arch {
 	case ArchMoE:
-		checks = append(checks, positive{"num_experts", c.NumExperts}, positive{"num_experts_per_tok", c.ExpertsPerToken},
-			positive{"moe_intermediate_size", c.ExpertIntermediate}, positive{"shared_expert_intermediate_size", c.SharedIntermediate})
+		more = []blocks.Field{{Name: "num_experts", Value: c.NumExperts}, {Name: "num_experts_per_tok", Value: c.ExpertsPerToken},
+			{Name: "moe_intermediate_size", Value: c.ExpertIntermediate},
+			{Name: "shared_expert_intermediate_size", Value: c.SharedIntermediate}}
 	case ArchDense:
-		checks = append(checks, positive{"intermediate_size", c.Intermediate})
+		more = []blocks.Field{{Name: "intermediate_size", Value: c.Intermediate}}
 	default:
 		return fmt.Errorf("qwen35: architecture %q: want %q or %q", c.Arch, ArchMoE, ArchDense)
 	}
-	for _, p := range checks {
-		if p.v <= 0 {
-			return fmt.Errorf("qwen35: config %s = %d, must be positive", p.name, p.v)
-		}
+	if err := c.trunk().Check("qwen35", more...); err != nil {
+		return err
 	}
-	switch {
-	case c.NumHeads%c.NumKVHeads != 0:
-		return fmt.Errorf("qwen35: config num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
-	case c.LinearValueHeads%c.LinearKeyHeads != 0:
-		return fmt.Errorf("qwen35: config linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearValueHeads, c.LinearKeyHeads)
-	case c.RotaryDim <= 0 || c.RotaryDim%2 != 0 || c.RotaryDim > c.HeadDim:
-		return fmt.Errorf("qwen35: config rotary dim %d (head_dim × partial_rotary_factor) must be even and in (0, head_dim=%d]", c.RotaryDim, c.HeadDim)
-	case !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0):
-		return fmt.Errorf("qwen35: config rope_theta %v must be a finite number above 1", c.RopeTheta)
-	case !(c.RMSNormEps > 0) || math.IsInf(float64(c.RMSNormEps), 0):
-		return fmt.Errorf("qwen35: config rms_norm_eps %v must be positive and finite", c.RMSNormEps)
-	case c.Arch == ArchMoE && c.ExpertsPerToken > c.NumExperts:
+	if c.Arch == ArchMoE && c.ExpertsPerToken > c.NumExperts {
 		return fmt.Errorf("qwen35: config num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerToken, c.NumExperts)
 	}
 	if err := c.RopeScaling.validate(); err != nil {
@@ -212,6 +190,14 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// trunk is the part of c that package blocks checks for every architecture.
+func (c Config) trunk() blocks.Trunk {
+	return blocks.Trunk{VocabSize: c.VocabSize, HiddenSize: c.HiddenSize, Layers: len(c.Layers), MaxContext: c.MaxContext,
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, RopeTheta: c.RopeTheta,
+		RMSNormEps: c.RMSNormEps, ConvKernel: c.ConvKernel, LinearKeyHeads: c.LinearKeyHeads,
+		LinearValueHeads: c.LinearValueHeads, LinearKeyDim: c.LinearKeyDim, LinearValueDim: c.LinearValueDim}
 }
 
 // ConvChannels is C = 2·Hk·Dk + Hv·Dv, the width of in_proj_qkv and of the conv.

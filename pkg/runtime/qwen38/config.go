@@ -2,10 +2,10 @@ package qwen38
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime/blocks"
 )
 
 // Arch is the architecture name of an install manifest and of config.json's
@@ -108,6 +108,14 @@ func (c Config) ConvChannels() int {
 	return 2*c.LinearKeyHeads*c.LinearKeyDim + c.LinearValueHeads*c.LinearValueDim
 }
 
+// trunk is the part of c that package blocks checks for every architecture.
+func (c Config) trunk() blocks.Trunk {
+	return blocks.Trunk{VocabSize: c.VocabSize, HiddenSize: c.HiddenSize, Layers: len(c.Layers), MaxContext: c.MaxContext,
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, RotaryDim: c.RotaryDim, RopeTheta: c.RopeTheta,
+		RMSNormEps: c.RMSNormEps, ConvKernel: c.ConvKernel, LinearKeyHeads: c.LinearKeyHeads,
+		LinearValueHeads: c.LinearValueHeads, LinearKeyDim: c.LinearKeyDim, LinearValueDim: c.LinearValueDim}
+}
+
 // IndexerBlocks is B = budget / cr, the complete blocks a query keeps.
 func (c Config) IndexerBlocks() int { return c.IndexerBudget / c.IndexerBlock }
 
@@ -116,43 +124,24 @@ func (c Config) valueDim() int { return c.LinearValueHeads * c.LinearValueDim }
 
 // Validate reproduces transformers 5.17's checks (§1.3) and the runtime's.
 func (c Config) Validate() error {
-	type positive struct {
-		name string
-		v    int
+	more := []blocks.Field{
+		{Name: "hc_lowrank", Value: c.LowRank},
+		{Name: "indexer_n_heads", Value: c.IndexerHeads}, {Name: "indexer_head_dim", Value: c.IndexerDim},
+		{Name: "indexer_budget", Value: c.IndexerBudget}, {Name: "indexer_compress_ratio", Value: c.IndexerBlock},
+		{Name: "num_experts", Value: c.NumExperts}, {Name: "num_experts_per_tok", Value: c.ExpertsPerToken},
+		{Name: "moe_intermediate_size", Value: c.ExpertIntermediate},
+		{Name: "shared_expert_intermediate_size", Value: c.SharedIntermediate},
 	}
-	for _, p := range []positive{
-		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"num_hidden_layers", len(c.Layers)},
-		{"max_position_embeddings", c.MaxContext}, {"hc_lowrank", c.LowRank},
-		{"num_attention_heads", c.NumHeads}, {"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
-		{"indexer_n_heads", c.IndexerHeads}, {"indexer_head_dim", c.IndexerDim},
-		{"indexer_budget", c.IndexerBudget}, {"indexer_compress_ratio", c.IndexerBlock},
-		{"linear_conv_kernel_dim", c.ConvKernel}, {"linear_num_key_heads", c.LinearKeyHeads},
-		{"linear_num_value_heads", c.LinearValueHeads}, {"linear_key_head_dim", c.LinearKeyDim},
-		{"linear_value_head_dim", c.LinearValueDim},
-		{"num_experts", c.NumExperts}, {"num_experts_per_tok", c.ExpertsPerToken},
-		{"moe_intermediate_size", c.ExpertIntermediate}, {"shared_expert_intermediate_size", c.SharedIntermediate},
-	} {
-		if p.v <= 0 {
-			return fmt.Errorf("qwen38: config %s = %d, must be positive", p.name, p.v)
-		}
+	if err := c.trunk().Check("qwen38", more...); err != nil {
+		return err
 	}
 	switch {
 	case c.Streams <= 1:
 		return fmt.Errorf("qwen38: config hc_count %d must be above 1", c.Streams)
-	case c.NumHeads%c.NumKVHeads != 0:
-		return fmt.Errorf("qwen38: config num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
-	case c.LinearValueHeads%c.LinearKeyHeads != 0:
-		return fmt.Errorf("qwen38: config linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearValueHeads, c.LinearKeyHeads)
-	case c.RotaryDim <= 0 || c.RotaryDim%2 != 0 || c.RotaryDim > c.HeadDim:
-		return fmt.Errorf("qwen38: config rotary dim %d (head_dim × partial_rotary_factor) must be even and in (0, head_dim=%d]", c.RotaryDim, c.HeadDim)
 	case c.RotaryDim > c.IndexerDim:
 		return fmt.Errorf("qwen38: config rotary dim %d exceeds indexer_head_dim %d", c.RotaryDim, c.IndexerDim)
 	case c.IndexerBudget%c.IndexerBlock != 0:
 		return fmt.Errorf("qwen38: config indexer_budget %d is not a multiple of indexer_compress_ratio %d", c.IndexerBudget, c.IndexerBlock)
-	case !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0):
-		return fmt.Errorf("qwen38: config rope_theta %v must be a finite number above 1", c.RopeTheta)
-	case !(c.RMSNormEps > 0) || math.IsInf(float64(c.RMSNormEps), 0):
-		return fmt.Errorf("qwen38: config rms_norm_eps %v must be positive and finite", c.RMSNormEps)
 	case c.ExpertsPerToken > c.NumExperts:
 		return fmt.Errorf("qwen38: config num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerToken, c.NumExperts)
 	}
