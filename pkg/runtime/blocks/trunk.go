@@ -57,3 +57,12 @@ func (t Trunk) Check(arch string, more ...Field) error {
 	}
 	return nil
 }
+
+// KindName is the config.json name of layer kind k, names[k], for an
+// architecture's LayerKind.String; a kind past names prints as LayerKind(k).
+func KindName(k uint8, names ...string) string {
+	if int(k) < len(names) {
+		return names[k]
+	}
+	return fmt.Sprintf("LayerKind(%d)", k)
+}

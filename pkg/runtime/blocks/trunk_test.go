@@ -41,3 +41,14 @@ func TestTrunkCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestKindName(t *testing.T) {
+	for k, want := range []string{"a", "b", "LayerKind(2)", "LayerKind(255)"} {
+		if k == 3 {
+			k = 255
+		}
+		if got := KindName(uint8(k), "a", "b"); got != want {
+			t.Errorf("KindName(%d) = %q, want %q", k, got, want)
+		}
+	}
+}

@@ -29,13 +29,7 @@ func prefill(t testing.TB, m *Model, opts StateOptions, ids []int, pieces []int)
 	return logits, st
 }
 
-func ones(n int) []int {
-	p := make([]int, n)
-	for i := range p {
-		p[i] = 1
-	}
-	return p
-}
+func ones(n int) []int { return slices.Repeat([]int{1}, n) }
 
 // bitwiseDiff returns the first index where a and b differ bitwise, or −1.
 var bitwiseDiff = testfix.BitwiseDiff

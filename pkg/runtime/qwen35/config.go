@@ -23,13 +23,7 @@ const (
 )
 
 func (k LayerKind) String() string {
-	switch k {
-	case LinearAttention:
-		return "linear_attention"
-	case FullAttention:
-		return "full_attention"
-	}
-	return fmt.Sprintf("LayerKind(%d)", uint8(k))
+	return blocks.KindName(uint8(k), "linear_attention", "full_attention")
 }
 
 // Defaults transformers applies when config.json leaves a field out

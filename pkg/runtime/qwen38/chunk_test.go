@@ -60,13 +60,7 @@ func run(t *testing.T, m *Model, ids []int, pieces []int) ([]float32, *State) {
 	return logits, st
 }
 
-func ones(n int) []int {
-	p := make([]int, n)
-	for i := range p {
-		p[i] = 1
-	}
-	return p
-}
+func ones(n int) []int { return slices.Repeat([]int{1}, n) }
 
 // TestChunkingIsBitwiseInvisible: any split of a prompt — one token at a
 // time, splits right before, at and after the EOS that resets the n-gram

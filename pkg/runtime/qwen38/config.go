@@ -21,13 +21,7 @@ const (
 )
 
 func (k LayerKind) String() string {
-	switch k {
-	case LinearAttention:
-		return "linear_attention"
-	case SparseAttention:
-		return "qwen_sparse_attention"
-	}
-	return fmt.Sprintf("LayerKind(%d)", uint8(k))
+	return blocks.KindName(uint8(k), "linear_attention", "qwen_sparse_attention")
 }
 
 // ParseLayerKind accepts the spellings of docs/qwen38-architecture.md §1.3:
