@@ -61,6 +61,28 @@ func deltaRuleBlock(a isa, name string, n int) {
 	row := func(c int) string { return fmt.Sprintf("%d(R11)", c*a.bytes()) }
 	k, q := a.v(drK(a)), a.v(drQ(a))
 
+	// storeAndSum ends a row of either pass: S's new rows go back to memory,
+	// their products with by (k[i] or q[i]) into the sums; then the next
+	// row, and q[i+1] too in pass 2.
+	storeAndSum := func(by, loop string) {
+		for c := range n {
+			emit("VMOVUPS %s, %s", s(c), row(c))
+		}
+		for c := range n {
+			emit("VMULPS %s, %s, %s", by, s(c), s(c))
+		}
+		for c := range n {
+			emit("VADDPS %s, %s, %s", s(c), sum(c), sum(c))
+		}
+		emit("ADDQ R9, R11")
+		emit("ADDQ $4, R12")
+		if by == q {
+			emit("ADDQ $4, R14")
+		}
+		emit("DECQ R13")
+		emit("JNZ  %s", loop)
+	}
+
 	// pass1 stores S·decay back and sums p += (S·decay)·k[i].
 	pass1 := func(loop string, prefetch bool) {
 		label(loop)
@@ -73,19 +95,7 @@ func deltaRuleBlock(a isa, name string, n int) {
 		for c := range n {
 			emit("VMULPS %s, %s, %s", row(c), a.v(drDecay(a)), s(c))
 		}
-		for c := range n {
-			emit("VMOVUPS %s, %s", s(c), row(c))
-		}
-		for c := range n {
-			emit("VMULPS %s, %s, %s", k, s(c), s(c))
-		}
-		for c := range n {
-			emit("VADDPS %s, %s, %s", s(c), sum(c), sum(c))
-		}
-		emit("ADDQ R9, R11")
-		emit("ADDQ $4, R12")
-		emit("DECQ R13")
-		emit("JNZ  %s", loop)
+		storeAndSum(k, loop)
 	}
 
 	out.WriteString("\n")
@@ -122,20 +132,7 @@ func deltaRuleBlock(a isa, name string, n int) {
 	for c := range n {
 		emit("VADDPS %s, %s, %s", row(c), a.v(drProduct(a, c)), s(c))
 	}
-	for c := range n {
-		emit("VMOVUPS %s, %s", s(c), row(c))
-	}
-	for c := range n {
-		emit("VMULPS %s, %s, %s", q, s(c), s(c))
-	}
-	for c := range n {
-		emit("VADDPS %s, %s, %s", s(c), sum(c), sum(c))
-	}
-	emit("ADDQ R9, R11")
-	emit("ADDQ $4, R12")
-	emit("ADDQ $4, R14")
-	emit("DECQ R13")
-	emit("JNZ  %sU", name)
+	storeAndSum(q, name+"U")
 	for c := range n {
 		emit("VMOVUPS %s, %d(DI)(R10*1)", sum(c), c*a.bytes())
 	}
