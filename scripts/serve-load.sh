@@ -10,13 +10,19 @@
 # default --max-connections), each opened with a GET /health. --compare-hogs runs
 # the load without them, then with them, on one server, and prints the ratio of the
 # other clients' median latencies (acceptance: all answered, ratio ≤ 2).
-# --stream-write-timeout is passed to the server (default: the server's, 20s).
+# --stream-write-timeout is passed to the server (default: the server's, 20s); arguments
+# after -- go to serveload. A slow reader's answers first fill the ~3 MB the kernels
+# buffer for its connection; only then does the server cut it off, so by default (32-token
+# answers, many refused with 429) a short run shows the slow readers costing the others
+# nothing rather than their cut-off. `-- -slow-tokens 4000 -slow-pipeline 40` fills the
+# buffers within about a minute (look for "stream cut off" in the server log), at the
+# engine cost of any client asking for long answers.
 #
-#   scripts/serve-load.sh [--clients N] [--duration 60s] [--hogs | --compare-hogs] [--stream-write-timeout 5s]
+#   scripts/serve-load.sh [--clients N] [--duration 60s] [--hogs | --compare-hogs] [--stream-write-timeout 5s] [-- serveload flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-clients=32 duration=60s hogs=0 compare=0 swt=()
+clients=32 duration=60s hogs=0 compare=0 swt=() extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --clients) clients=$2; shift 2 ;;
@@ -24,6 +30,7 @@ while [ $# -gt 0 ]; do
     --hogs) hogs=1; shift ;;
     --compare-hogs) compare=1; shift ;;
     --stream-write-timeout) swt=(--stream-write-timeout "$2"); shift 2 ;;
+    --) shift; extra=("$@"); break ;;
     *) echo "serve-load.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,15 +62,15 @@ if [ "$compare" = 1 ]; then
   load
   plain=$(median_ok)
   echo "== with hostile clients (-hogs)"
-  load -hogs
+  load -hogs "${extra[@]}"
   hostile=$(median_ok)
   ratio=$(awk -v a="$plain" -v b="$hostile" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "n/a" }')
   echo "median latency of the other clients' completions: ${plain} ms without, ${hostile} ms with hostile clients: ratio ${ratio} (acceptance ≤ 2)"
   if [ "$ratio" = n/a ] || awk -v r="$ratio" 'BEGIN { exit !(r > 2) }'; then echo "RESULT: hostile clients slowed the others more than 2×"; status=1; fi
 elif [ "$hogs" = 1 ]; then
-  load -hogs
+  load -hogs "${extra[@]}"
 else
-  load
+  load "${extra[@]}"
 fi
-echo "server log lines: $(wc -l <"$work/server.log")"
+echo "server log lines: $(wc -l <"$work/server.log"), streams cut off for not reading: $(grep -c 'stream cut off' "$work/server.log" || true)"
 exit $status

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -80,6 +81,7 @@ func main() {
 	pid := flag.Int("pid", 0, "server process id, for its RSS")
 	slowReaders := flag.Int("slow-readers", 0, "hostile clients that pipeline streamed requests and read almost nothing")
 	slowPipeline := flag.Int("slow-pipeline", 200, "streamed requests each slow reader sends at once on its connection")
+	slowTokens := flag.Int("slow-tokens", 32, "max_tokens of each slow reader's request (the kernel holds about 4 MB of a connection's unread answers, so a cut-off needs many requests or long ones, which cost the engine time as any client's would)")
 	connHogs := flag.Int("conn-hogs", 0, "idle keep-alive connections held open (a GET /health each, renewed every 5 s)")
 	hogs := flag.Bool("hogs", false, "shorthand for -slow-readers 2 -conn-hogs 64 (the server's default --max-connections)")
 	flag.Parse()
@@ -110,7 +112,7 @@ func main() {
 	var hwg sync.WaitGroup
 	for i := range *slowReaders {
 		hwg.Add(1)
-		go func() { defer hwg.Done(); slowReader(u.Host, i, *slowPipeline, deadline, &hostile) }()
+		go func() { defer hwg.Done(); slowReader(u.Host, i, *slowPipeline, *slowTokens, deadline, &hostile) }()
 	}
 	for range *connHogs {
 		hwg.Add(1)
@@ -273,7 +275,7 @@ func expect4xx(client *http.Client, u, body string, c *counters) {
 	resp, err := post(context.Background(), client, u, body)
 	if err != nil {
 		// A server may close the connection on an oversize body after answering 413.
-		c.fail("%s: %v", u, err)
+		c.fail("%s (a refusal expected, body of %d bytes): %v", u, len(body), err)
 		return
 	}
 	defer resp.Body.Close()
@@ -318,17 +320,22 @@ type hostileStats struct {
 // receive buffer and reads 64 bytes a second: the server must cut it off
 // (--stream-write-timeout) rather than let it hold the engine. It
 // reconnects whenever the server closes the connection.
-func slowReader(host string, seed, pipeline int, deadline time.Time, st *hostileStats) {
+func slowReader(host string, seed, pipeline, tokens int, deadline time.Time, st *hostileStats) {
 	for n := 0; time.Now().Before(deadline); n++ {
-		c, err := net.DialTimeout("tcp", host, 5*time.Second)
+		// The receive buffer is set before connecting, so that the window
+		// the kernel offers stays small (about 3 MB of answers then fit in
+		// the two kernels' buffers before the server's writes block).
+		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		}}
+		c, err := d.Dial("tcp", host)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		c.(*net.TCPConn).SetReadBuffer(4096)
 		var req strings.Builder
 		for i := range pipeline {
-			body := fmt.Sprintf(chatBody, true, 32, seed*100000+n*1000+i)
+			body := fmt.Sprintf(chatBody, true, tokens, seed*100000+n*1000+i)
 			fmt.Fprintf(&req, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
 		}
 		c.SetWriteDeadline(deadline)
