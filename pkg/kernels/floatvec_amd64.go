@@ -2,9 +2,9 @@
 
 package kernels
 
-// The float row kernels in floatvec_amd64.s: bit for bit the references of
-// floatvec.go and kernels_generic.go (no fused multiply-adds, the same
-// per-lane order).
+// The float row kernels in float_amd64.s (written by _asm/amd64float): bit
+// for bit the references of floatvec.go and kernels_generic.go (no fused
+// multiply-adds, the same per-lane order).
 
 //go:noescape
 func dotBF16AVX2(w *byte, x *float32, n int) float32

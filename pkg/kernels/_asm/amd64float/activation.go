@@ -59,7 +59,7 @@ func activate(a isa) {
 			fmt.Fprintf(&out, "GLOBL act%s<>(SB), RODATA|NOPTR, $%d\n", c.name, a.bytes())
 		}
 	}
-	fn("activate"+a.name, "dst, x, y *float32, n, mode int", 40, fmt.Sprintf(`
+	fn("activate"+a.name, "(dst, x, y *float32, n, mode int)", 40, fmt.Sprintf(`
 activateGeneric, %d lanes at a time%s: the same operations in the same
 order, each rounded on its own (no fused multiply-add), so bit for bit
 equal. Mode 4 (actExp) is expGeneric, the shift read from y.`, a.lanes, a.tailNote()))

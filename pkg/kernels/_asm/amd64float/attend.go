@@ -13,7 +13,7 @@ func attend(a isa) {
 // at once (four independent add chains), each key row read as 16-byte
 // pieces broadcast to the heads; one position at a time for the last n mod 4.
 func attendScores(a isa) {
-	fn("attendScores"+a.name, "scores, qi *float32, quads, steps int, keys *float32, stride, n int, scale float32", 60, `
+	fn("attendScores"+a.name, "(scores, qi *float32, quads, steps int, keys *float32, stride, n int, scale float32)", 60, `
 AttendScores for 4·quads heads whose queries qi holds as [steps][heads][4]:
 lane 4j+l of a register sums head j's products of the columns ≡ l (mod 4),
 `+fmt.Sprint(a.lanes/4)+` heads per register. Four positions run at once (four independent
@@ -208,7 +208,7 @@ func attendValues(a isa) {
 	cols := 4 * a.lanes
 	blockShift := log2(block)
 	headShift := log2(heads)
-	fn("attendValues"+a.name, fmt.Sprintf("o, w *float32, %s, blocks, wStride int, values *float32, stride, tile int", group), 64, fmt.Sprintf(`
+	fn("attendValues"+a.name, fmt.Sprintf("(o, w *float32, %s, blocks, wStride int, values *float32, stride, tile int)", group), 64, fmt.Sprintf(`
 One tile of AttendValues: for every %d heads and every block of %d
 output columns, the block (%d registers) is loaded, takes the tile's
 positions in order, and is stored back.`, heads, cols, 4*heads))

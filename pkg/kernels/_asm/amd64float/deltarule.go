@@ -7,7 +7,7 @@ import "fmt"
 // S being worked on, 8–11 δ; the rest, and the products of pass 2, where the
 // extension has room for them.
 func deltaRule(a isa) {
-	fn("deltaRule"+a.name, "s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32, next int", 72, fmt.Sprintf(`
+	fn("deltaRule"+a.name, "(s *float32, rows, cols int, decay, beta float32, k, v, q, o *float32, next int)", 72, fmt.Sprintf(`
 deltaRuleGeneric, per block of %d columns (then of %d): pass 1 over the rows stores
 S·decay back to S and sums p += (S·decay)·k[i] in %s–%s; δ = (v − p)·β goes to
 %s–%s; pass 2 over the rows (now in L1) stores S = (S·decay) + k[i]·δ, reading the

@@ -5,7 +5,7 @@ import "fmt"
 // widen: the KV cache's rows to float32, one register of lanes at a time.
 func widen(a isa) {
 	n := a.lanes
-	fn("widenQ8"+a.name, "dst *float32, src *int8, srcStride int, scales *float32, scaleStride, rows, d, group int", 64, fmt.Sprintf(`
+	fn("widenQ8"+a.name, "(dst *float32, src *int8, srcStride int, scales *float32, scaleStride, rows, d, group int)", 64, fmt.Sprintf(`
 dst[r·d+i] = float32(src[r·srcStride+i]) · scales[r·scaleStride+i/group]
 for d and group multiples of %d: sign-extend %d bytes, convert, one
 multiply (the reference's rounding), store.`, n, n))
@@ -45,7 +45,7 @@ multiply (the reference's rounding), store.`, n, n))
 	emit("VZEROUPPER")
 	emit("RET")
 
-	fn("widenBF16"+a.name, "dst *float32, src *uint16, srcStride, rows, d int", 40, fmt.Sprintf(`
+	fn("widenBF16"+a.name, "(dst *float32, src *uint16, srcStride, rows, d int)", 40, fmt.Sprintf(`
 dst[r·d+i] = float32 with the bits src[r·srcStride+i] << 16, for d a
 multiple of %d.`, n))
 	emit("MOVQ dst+0(FP), DI")
