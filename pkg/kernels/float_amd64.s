@@ -2060,3 +2060,125 @@ done:
 	VMOVSS X14, 60(R8)
 	VZEROUPPER
 	RET
+
+// ---- Softmax's maximum and scaling, AVX-512 (softmax_amd64.go) ----
+
+// func maxAVX512(x *float32, n int) (m float32, nan bool)
+//
+// Four accumulators of 16 lanes from −Inf; the tail's missing lanes keep
+// −Inf (merge masking). K3 collects the lanes that held a NaN.
+TEXT ·maxAVX512(SB), NOSPLIT, $0-21
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0xff800000, AX // −Inf
+	VPBROADCASTD AX, Z31
+	VMOVAPS Z31, Z0
+	VMOVAPS Z31, Z1
+	VMOVAPS Z31, Z2
+	VMOVAPS Z31, Z3
+	KXORW K3, K3, K3
+by64:
+	CMPQ CX, $64
+	JLT  by16
+	VMOVUPS (SI), Z4
+	VMOVUPS 64(SI), Z5
+	VMOVUPS 128(SI), Z6
+	VMOVUPS 192(SI), Z7
+	VCMPPS $3, Z4, Z4, K4
+	VCMPPS $3, Z5, Z5, K5
+	VCMPPS $3, Z6, Z6, K6
+	VCMPPS $3, Z7, Z7, K7
+	KORW K4, K3, K3
+	KORW K5, K3, K3
+	KORW K6, K3, K3
+	KORW K7, K3, K3
+	VMAXPS Z4, Z0, Z0
+	VMAXPS Z5, Z1, Z1
+	VMAXPS Z6, Z2, Z2
+	VMAXPS Z7, Z3, Z3
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  by64
+by16:
+	CMPQ CX, $16
+	JLT  tail
+	VMOVUPS (SI), Z4
+	VCMPPS $3, Z4, Z4, K4
+	KORW K4, K3, K3
+	VMAXPS Z4, Z0, Z0
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  by16
+tail:
+	TESTQ CX, CX
+	JZ   end
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	VMOVAPS Z31, Z4
+	VMOVUPS (SI), K1, Z4
+	VCMPPS $3, Z4, Z4, K4
+	KORW K4, K3, K3
+	VMAXPS Z4, Z0, Z0
+end:
+	VMAXPS Z1, Z0, Z0
+	VMAXPS Z3, Z2, Z2
+	VMAXPS Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS X1, X0, X0
+	MOVSS X0, m+16(FP)
+	KMOVW K3, AX
+	TESTL AX, AX
+	SETNE nan+20(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX512(x *float32, n int, s float32)
+//
+// x[i] *= s, 16 lanes at a time with a masked tail.
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Z31
+by64:
+	CMPQ CX, $64
+	JLT  by16
+	VMULPS (SI), Z31, Z4
+	VMULPS 64(SI), Z31, Z5
+	VMULPS 128(SI), Z31, Z6
+	VMULPS 192(SI), Z31, Z7
+	VMOVUPS Z4, (SI)
+	VMOVUPS Z5, 64(SI)
+	VMOVUPS Z6, 128(SI)
+	VMOVUPS Z7, 192(SI)
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  by64
+by16:
+	CMPQ CX, $16
+	JLT  tail
+	VMULPS (SI), Z31, Z4
+	VMOVUPS Z4, (SI)
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  by16
+tail:
+	TESTQ CX, CX
+	JZ   end
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z4
+	VMULPS Z4, Z31, Z4
+	VMOVUPS Z4, K1, (SI)
+end:
+	VZEROUPPER
+	RET

@@ -1,16 +1,17 @@
-// Command amd64float writes float_amd64.s, the float kernels' assembly:
-// each kernel family is described once below and emitted twice, for AVX-512
-// (16-lane Z registers, 32 of them, masked tails) and for AVX2 (8-lane Y
-// registers, 16 of them, tails left to the Go caller). Run it from
-// pkg/kernels:
+// Command amd64float writes float_amd64.s, the float kernels' assembly.
+// Run it from pkg/kernels:
 //
 //	go run ./_asm/amd64float
 //
 // (-o names another output, as TestGeneratedAssemblyIsCurrent does.)
-// Where the two forms differ, the description says why (register count,
-// an instruction AVX2 lacks); everything else, every operation and its
-// order, is the same for both, so both stay bit for bit equal to the Go
-// reference.
+//
+// A kernel that runs at both widths is described once and emitted twice,
+// for AVX-512 (16-lane Z registers, 32 of them, masked tails) and for AVX2
+// (8-lane Y registers, 16 of them, tails left to the Go caller). Where the
+// two forms differ, the description says why (register count, an
+// instruction AVX2 lacks); every operation and its order are the same for
+// both, so both stay bit for bit equal to the Go reference. The kernels of
+// one width only (floatvec, softmax) share their loops with each other.
 //
 // The directory starts with "_" so the go tool ignores it outside this
 // explicit run.
@@ -35,6 +36,7 @@ var families = []struct {
 	{"deltarule_amd64.go", "The gated delta rule, AVX-512 then AVX2", widths(deltaRule)},
 	{"activation_amd64.go", "The sigmoid family and Exp, AVX-512 then AVX2", widths(activate)},
 	{"floatvec_amd64.go", "BF16 and float32 row dots", floatvec},
+	{"softmax_amd64.go", "Softmax's maximum and scaling, AVX-512", softmax},
 }
 
 // widths emits a kernel family described once for both extensions.
