@@ -112,7 +112,7 @@ func chatAction(c *cli.Context) error {
 	printFootprint(c, e)
 	maxContext := c.Int("max-context")
 	if maxContext <= 0 {
-		maxContext = e.Config().MaxContext
+		maxContext = e.Info().MaxContext
 	}
 	intr := cliutil.CatchInterrupts()
 	defer intr.Stop()

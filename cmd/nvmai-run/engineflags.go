@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,10 +11,14 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	nvmodel "github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
-	"github.com/nvmai/nvmai/pkg/runtime/gpu"
 	"github.com/nvmai/nvmai/pkg/server"
+
+	// The GPU engine registers itself (model.GPU) for --engine gpu; the
+	// CPU architectures come with package runtime.
+	_ "github.com/nvmai/nvmai/pkg/runtime/gpu"
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a
@@ -116,6 +121,11 @@ func serveDefaults(c *cli.Context) (server.Defaults, error) {
 	return d, nil
 }
 
+// engineDevice is --engine as a registered device name ("" is the CPU).
+func engineDevice(c *cli.Context) string {
+	return cmp.Or(strings.ToLower(c.String("engine")), nvmodel.CPU)
+}
+
 // loadEngine checks the engine flags (engineOptions) and loads the model.
 func loadEngine(c *cli.Context) (*runtime.Engine, error) {
 	dir, opt, err := engineOptions(c)
@@ -181,11 +191,10 @@ func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 			}
 		}
 	}
-	backend, err := gpu.LoaderFor(c.String("engine"))
-	if err != nil {
-		return runtime.Options{}, cliutil.Usagef("%v", err)
+	if devices := nvmodel.Devices(); !slices.Contains(devices, engineDevice(c)) {
+		return runtime.Options{}, cliutil.Usagef("--engine %q: want one of %s", c.String("engine"), strings.Join(devices, ", "))
 	}
-	return runtime.Options{Threads: c.Int("threads"), Backend: backend, Experts: x,
+	return runtime.Options{Threads: c.Int("threads"), Device: engineDevice(c), Experts: x,
 		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
 }
 
@@ -221,7 +230,7 @@ func prefetchFlag(c *cli.Context) int {
 // sessionOptions applies --max-context and --kv-initial, lowered with a
 // warning to what the model allows.
 func sessionOptions(c *cli.Context, e *runtime.Engine) runtime.SessionOptions {
-	modelMax := e.Config().MaxContext // with --rope-scaling yarn, the extended context
+	modelMax := e.Info().MaxContext // with --rope-scaling yarn, the extended context
 	maxCtx := c.Int("max-context")
 	if modelMax > 0 && maxCtx > modelMax {
 		cliutil.Warnf(c, "--max-context %d is more than this model's maximum of %d tokens; using %d", maxCtx, modelMax, modelMax)

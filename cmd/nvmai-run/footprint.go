@@ -8,29 +8,29 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	nvmodel "github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
 // kvBits is --kv-bits, except that the GPU engine's KV cache is float32
 // (checkKVFlags refuses another explicit width there).
 func kvBits(c *cli.Context) int {
-	if c.String("engine") == "gpu" {
-		return qwen35.KVFloat32
+	if engineDevice(c) == nvmodel.GPU {
+		return nvmodel.KVFloat32
 	}
 	return c.Int("kv-bits")
 }
 
 // checkKVFlags validates --kv-bits and --rope-scaling before anything loads.
 func checkKVFlags(c *cli.Context) error {
-	if !qwen35.ValidKVBits(c.Int("kv-bits")) {
+	if !nvmodel.ValidKVBits(c.Int("kv-bits")) {
 		return cliutil.Usagef("--kv-bits %d: use 8, 16 or 32", c.Int("kv-bits"))
 	}
-	if c.String("engine") == "gpu" && c.IsSet("kv-bits") && c.Int("kv-bits") != qwen35.KVFloat32 {
+	if engineDevice(c) == nvmodel.GPU && c.IsSet("kv-bits") && c.Int("kv-bits") != nvmodel.KVFloat32 {
 		return cliutil.Usagef("--kv-bits %d: the GPU engine keeps its KV cache in float32 (leave --kv-bits out, or use --engine cpu)", c.Int("kv-bits"))
 	}
 	switch c.String("rope-scaling") {
-	case "none", qwen35.YaRN:
+	case nvmodel.RopeNone, nvmodel.RopeYaRN:
 	default:
 		return cliutil.Usagef("--rope-scaling %q: use none or yarn", c.String("rope-scaling"))
 	}
@@ -57,7 +57,7 @@ func printFootprint(c *cli.Context, e *runtime.Engine) {
 // machine, unless --force.
 func reportFootprint(c *cli.Context, e *runtime.Engine, budget int64) error {
 	f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{
-		Experts: runtime.ExpertOptions{Budget: budget, Slots: c.Int("expert-cache-slots")}, KVBits: kvBits(c),
+		Experts: runtime.ExpertOptions{Budget: budget, Slots: c.Int("expert-cache-slots")}, Device: engineDevice(c), KVBits: kvBits(c),
 		MaxContext: c.Int("max-context"), RopeScaling: c.String("rope-scaling"), Threads: c.Int("threads"),
 	})
 	if err != nil {

@@ -122,7 +122,7 @@ func promptIDs(c *cli.Context, e *runtime.Engine, text string) ([]int, error) {
 // contextLimit is the context a prompt must fit: --max-context, at most
 // the model's own (sessionOptions warns about the clamp later).
 func contextLimit(c *cli.Context, e *runtime.Engine) int {
-	modelMax, limit := e.Config().MaxContext, c.Int("max-context")
+	modelMax, limit := e.Info().MaxContext, c.Int("max-context")
 	if limit <= 0 || (modelMax > 0 && limit > modelMax) {
 		return modelMax
 	}
@@ -218,7 +218,7 @@ func generate(c *cli.Context, e *runtime.Engine, ids []int, opt runtime.Generate
 		}
 	}
 	so := sessionOptions(c, e)
-	modelMax := e.Config().MaxContext
+	modelMax := e.Info().MaxContext
 	if limit := cmp.Or(so.MaxContext, modelMax); limit > 0 && len(ids) > limit {
 		return cliutil.Usagef("the prompt has %d tokens, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
 			len(ids), limit, modelMax)

@@ -80,6 +80,9 @@ type Footprinter func(FootprintRequest) (StateFootprint, error)
 type Entry struct {
 	Load      Loader
 	Footprint Footprinter
+	// HoldsExperts says the engine loads the routed experts itself (into
+	// device memory): the runtime opens no expert cache for it.
+	HoldsExperts bool
 }
 
 type key struct{ arch, device string }

@@ -20,9 +20,9 @@ type refPromptFull struct {
 func positionLogits(t *testing.T, e *Engine, ids []int, kvInitial int) []float32 {
 	t.Helper()
 	V := e.Install.Manifest.Geometry.VocabSize
-	st := e.Model.NewState(qwen35.StateOptions{KVInitial: kvInitial})
+	st := cpuModel(t, e).NewState(qwen35.StateOptions{KVInitial: kvInitial})
 	logits := make([]float32, len(ids)*V)
-	if err := e.Model.Forward(st, ids, logits, true); err != nil {
+	if err := cpuModel(t, e).Forward(st, ids, logits, true); err != nil {
 		t.Fatal(err)
 	}
 	return logits

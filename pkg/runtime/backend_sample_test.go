@@ -5,11 +5,34 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
+
+// nextFake is the fakeBackend the "fake" device loads next.
+var (
+	nextFake     *fakeBackend
+	registerFake sync.Once
+)
+
+// loadFake registers the "fake" device (a model.Model that holds its
+// experts, as a GPU does) for the fixtures' architecture.
+func loadFake(t *testing.T, dir string, fb *fakeBackend) (*Engine, error) {
+	t.Helper()
+	registerFake.Do(func() {
+		model.Register(qwen35.ArchMoE, "fake", model.Entry{HoldsExperts: true, Footprint: qwen35.Footprint,
+			Load: func(req model.Request) (model.Model, error) {
+				nextFake.V = req.Manifest.Geometry.VocabSize
+				return nextFake, nil
+			}})
+	})
+	nextFake = fb
+	return Load(dir, Options{Threads: 1, Device: "fake"})
+}
 
 // fakeBackend's states give pseudo-random logits (many ties) that depend on
 // the tokens fed so far; sampling says whether they implement SamplingState
@@ -29,9 +52,11 @@ type fakeState struct {
 
 type fakeSamplingState struct{ *fakeState }
 
-func (b *fakeBackend) Name() string { return "fake" }
-func (b *fakeBackend) Close()       {}
-func (b *fakeBackend) NewState(SessionOptions) (BackendState, error) {
+func (b *fakeBackend) Info() model.Info {
+	return model.Info{Name: "fake", Device: "fake", VocabSize: b.V, MaxContext: 1 << 20}
+}
+func (b *fakeBackend) Close() {}
+func (b *fakeBackend) NewState(model.StateOptions) (model.State, error) {
 	st := &fakeState{b: b, row: make([]float32, b.V)}
 	if b.sampling {
 		return fakeSamplingState{st}, nil
@@ -80,10 +105,7 @@ func TestBackendSamplingIsTheRow(t *testing.T) {
 	gen := func(sampling bool, p sample.Params) (ids []int, onDevice, rows int) {
 		t.Helper()
 		fb := &fakeBackend{sampling: sampling, onDevice: &onDevice, rows: &rows}
-		e, err := Load(dir, Options{Threads: 1, Backend: func(in *Install, _ qwen35.Config) (Backend, error) {
-			fb.V = in.Manifest.Geometry.VocabSize
-			return fb, nil
-		}})
+		e, err := loadFake(t, dir, fb)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -68,7 +68,7 @@ type BenchOptions struct {
 	// OnPrompt, when set, is told as each prompt starts (run nil) and
 	// ends, so a long benchmark can show its progress.
 	OnPrompt func(index, total int, name string, run *BenchRun)
-	// KVBits is the sessions' KV width (default qwen35.DefaultKVBits).
+	// KVBits is the sessions' KV width (default model.DefaultKVBits).
 	KVBits int
 	// FillContext, when positive, puts synthetic KV rows before each prompt
 	// (qwen35.State.FillSynthetic) so that prompt and generated tokens end
@@ -193,7 +193,7 @@ type BenchReport struct {
 	PrefillDiskTokS float64 `json:"prefill_disk_bound_tok_s,omitempty"`
 	PrefillBinding  string  `json:"prefill_binding,omitempty"`
 	// Phases splits the decode steps of every prompt by what they spend
-	// their time on (qwen35.StepProfile), in the model's order.
+	// their time on (model.StepProfile), in the model's order.
 	Phases []BenchPhase `json:"phases"`
 	// GPU is the backend's own report (pkg/runtime/gpu: device, copy
 	// bandwidth, kernels per token, GEMV bandwidth), when one runs.
@@ -212,7 +212,7 @@ type BenchPhase struct {
 
 // benchPhases turns a profile into BenchPhases, leaving out phases that
 // never ran (a dense model has no experts).
-func benchPhases(p *qwen35.StepProfile) []BenchPhase {
+func benchPhases(p *model.StepProfile) []BenchPhase {
 	if p.Steps == 0 {
 		return nil
 	}
@@ -221,7 +221,7 @@ func benchPhases(p *qwen35.StepProfile) []BenchPhase {
 		total += d
 	}
 	var out []BenchPhase
-	for ph := range qwen35.NumStepPhases {
+	for ph := range model.NumStepPhases {
 		d := p.Time[ph]
 		if d == 0 {
 			continue
@@ -253,7 +253,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 			return nil, err
 		}
 	}
-	steps := new(qwen35.StepProfile)
+	steps := new(model.StepProfile)
 	for i, p := range opt.Prompts {
 		ids, err := e.benchPromptIDs(p, opt.PromptTokens)
 		if err != nil {
@@ -309,13 +309,11 @@ func (e *Engine) benchLabels() *BenchReport {
 		Experts: m.Geometry.NumExperts, IOMode: st.Mode, IOThreads: st.IOThreads, Prefetch: st.PrefetchWidth, Threads: e.pool.Threads(),
 		CPU: cpuName(), WeightBytesPerToken: DecodeWeightBytes(m),
 	}
-	if e.backend != nil {
-		if name := e.backend.Name(); name != "cpu" { // qwen38 runs on the CPU kernels: keep their name
-			r.Engine = name
-		}
-		if g, ok := e.backend.(interface{ BenchInfo() any }); ok {
-			r.GPU = g.BenchInfo()
-		}
+	if name := e.info.Name; name != model.CPU { // every CPU model runs on the CPU kernels: keep their name
+		r.Engine = name
+	}
+	if g, ok := e.model.(interface{ BenchInfo() any }); ok {
+		r.GPU = g.BenchInfo()
 	}
 	return r
 }
@@ -378,7 +376,7 @@ type benchKV struct{ bits, fill int }
 
 // session starts a session for ids and tokens, its KV preallocated (no
 // growth during the run) and filled with synthetic rows as asked.
-func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepProfile) (*Session, int, error) {
+func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *model.StepProfile) (*Session, int, error) {
 	rows := 0
 	if kv.fill > 0 {
 		if rows = kv.fill - len(ids) - tokens; rows < 0 {
@@ -390,10 +388,11 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepPr
 	}
 	sess := e.NewSession(SessionOptions{KVInitial: rows + len(ids) + tokens + 1, KVBits: kv.bits, StepProfile: steps})
 	if rows > 0 {
-		if sess.state == nil {
-			return nil, 0, fmt.Errorf("--fill-context needs the CPU engine: the %s engine keeps its own KV cache", e.backend.Name())
+		f, ok := sess.st.(model.SyntheticFiller)
+		if !ok {
+			return nil, 0, fmt.Errorf("--fill-context needs the CPU engine: the %s engine keeps its own KV cache", e.info.Name)
 		}
-		if err := sess.state.FillSynthetic(rows, 1); err != nil {
+		if err := f.FillSynthetic(rows, 1); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -403,7 +402,7 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *qwen35.StepPr
 // benchOne runs one prompt in a fresh session. The expert counters are
 // snapshotted when the first distribution is ready (prefill done), so the
 // run's cache figures split into the prefill's and the decode's.
-func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, chunk int, prof benchProfiles, steps *qwen35.StepProfile, kv benchKV) (run BenchRun, err error) {
+func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, chunk int, prof benchProfiles, steps *model.StepProfile, kv benchKV) (run BenchRun, err error) {
 	sess, filled, err := kv.session(e, ids, tokens, steps)
 	if err != nil {
 		return run, err
@@ -460,9 +459,9 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 	run = BenchRun{Prompt: name, PromptTokens: len(ids), Generated: len(res.IDs), PrefillTokS: res.PrefillTokS,
 		DecodeTokS: res.DecodeTokS, PeakRSS: res.PeakRSS, PrefillChunk: res.PrefillChunk}
 	if steps := len(res.IDs) - 1; steps > 0 {
-		bits := qwen35.KVFloat32 // a backend's cache: the reference width
-		if sess.state != nil {
-			bits = sess.state.KVBits()
+		bits := model.KVFloat32 // a device's cache: the reference width
+		if w, ok := sess.st.(model.KVWidth); ok {
+			bits = w.KVBits()
 		}
 		run.StateBytesPerToken = e.meanStateBytes(filled+len(ids), steps, bits)
 		run.HandoffsPerToken = float64(e.pool.Handoffs()-handoffs) / float64(steps)
@@ -503,18 +502,13 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 // steps after a prompt of promptTokens: step s attends over promptTokens+s
 // positions (the prompt, the tokens fed back, and its own).
 func (e *Engine) meanStateBytes(promptTokens, steps, kvBits int) float64 {
-	if q, ok := e.backend.(*q38Backend); ok {
-		c := q.m.Config()
-		var sum float64
-		for s := 1; s <= steps; s++ {
-			sum += float64(c.KVBytes(promptTokens+s) + c.FixedStateBytes())
-		}
-		return sum / float64(steps)
+	sz, ok := e.model.(model.StateSizer)
+	if !ok {
+		return 0
 	}
-	cfg := e.cfg
 	var sum float64
 	for s := 1; s <= steps; s++ {
-		sum += float64(cfg.StateBytesAt(promptTokens+s, kvBits))
+		sum += float64(sz.StateBytes(promptTokens+s, kvBits))
 	}
 	return sum / float64(steps)
 }

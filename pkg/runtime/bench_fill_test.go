@@ -15,7 +15,7 @@ func TestBenchFillContext(t *testing.T) {
 	}
 	defer e.Close()
 	const tokens, promptTokens, fill = 4, 8, 3000
-	cfg := e.Model.Config()
+	cfg := cpuModel(t, e).Config()
 	for _, bits := range []int{8, 32} {
 		r, err := e.Bench(context.Background(), BenchOptions{Tokens: tokens, PromptTokens: promptTokens, MemBandwidthBytes: -1, DiskReads: -1,
 			KVBits: bits, FillContext: fill})

@@ -69,7 +69,7 @@ func TestBench(t *testing.T) {
 	}
 	// The state a step reads grows with its position: between the state at
 	// the prompt's end and at the last step.
-	run, cfg := r.Runs[0], e.Model.Config()
+	run, cfg := r.Runs[0], cpuModel(t, e).Config()
 	lo, hi := float64(cfg.StateBytesAt(run.PromptTokens+1, qwen35.DefaultKVBits)), float64(cfg.StateBytesAt(run.PromptTokens+run.Generated-1, qwen35.DefaultKVBits))
 	if run.StateBytesPerToken < lo || run.StateBytesPerToken > hi || lo <= 0 {
 		t.Errorf("state bytes per token %g, want within [%g, %g]", run.StateBytesPerToken, lo, hi)

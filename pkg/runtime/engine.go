@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +15,8 @@ import (
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -25,66 +25,35 @@ import (
 type Options struct {
 	Threads int // compute threads; default all cores
 	Experts ExpertOptions
-	// Backend, when set, runs the model instead of the CPU engine
-	// (pkg/runtime/gpu provides one); the tokenizer and sampling stay here.
-	Backend BackendLoader
+	// Device is where the model runs: "" or model.CPU for this machine's
+	// cores, model.GPU for the GPU engine (registered by importing
+	// pkg/runtime/gpu). The tokenizer and sampling stay here.
+	Device string
 	// RopeScaling "yarn" extends the model's context to MaxContext tokens
 	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.
 	RopeScaling string
 	MaxContext  int
 }
 
-// BackendLoader builds a Backend over an opened install.
-type BackendLoader func(in *Install, cfg qwen35.Config) (Backend, error)
-
-// Backend runs the model somewhere other than this package's CPU path.
-type Backend interface {
-	Name() string // for reports: "gpu (NVIDIA H200)"
-	NewState(opt SessionOptions) (BackendState, error)
-	Close()
-}
-
-// BackendState is one sequence of a Backend.
-type BackendState interface {
-	Len() int
-	MaxContext() int
-	Forward(ids []int) error    // afterwards the last token's logits are on the backend
-	Logits(dst []float32) error // copies them
-	Argmax() (int, error)       // the greedy pick among them, computed on the backend
-	Close()
-}
-
-// SamplingState is a BackendState that samples where its logits are: Sample
-// picks st's token from the last logits exactly as sample.Sampler.Finish
-// would (history: the sampler's tokens so far, for its penalties), so only
-// the id comes back. ok false means the row must be copied instead (a NaN
-// or +Inf in it, or a nucleus longer than the backend takes).
-type SamplingState interface {
-	Sample(st sample.Step, history []int32) (id int, ok bool, err error)
-}
-
-// PassBackend is a Backend that names the prompt tokens it takes per pass
-// (the GPU engine's chunk), so sessions feed it passes that long.
-type PassBackend interface {
-	PrefillChunk() int
-}
-
 // Engine is a loaded model ready to generate.
 type Engine struct {
 	Install    *Install
-	Model      *qwen35.Model
 	Tokenizer  *tokenizer.Tokenizer
 	Generation *hf.GenerationConfig // nil when the install has no generation_config.json
 	pool       *kernels.Pool
-	cache      *expertcache.Cache // nil for dense models
+	cache      *expertcache.Cache // nil for dense models and engines that hold their experts
 	trace      *tracedExperts     // set when NVMAI_ROUTE_TRACE names a file
 	experts    interface{ Close() error }
-	backend    Backend       // nil: the CPU engine (Model)
-	cfg        qwen35.Config // the geometry, whichever engine runs it
+	model      model.Model
+	info       model.Info
 }
 
-// Backend is the engine's non-CPU backend, or nil.
-func (e *Engine) Backend() Backend { return e.backend }
+// Model is the loaded model, as the engine surface.
+func (e *Engine) Model() model.Model { return e.model }
+
+// Info describes the loaded model: its engine's name, vocabulary, context
+// (YaRN's when applied) and rotary scaling.
+func (e *Engine) Info() model.Info { return e.info }
 
 // Load opens the install at dir and builds its model.
 func Load(dir string, opt Options) (*Engine, error) {
@@ -113,39 +82,43 @@ func (e *Engine) load(opt Options) error {
 	if e.Generation, err = readGeneration(dir, m.Geometry.VocabSize); err != nil {
 		return err
 	}
-	cfg, err := modelConfig(e.Install, opt.RopeScaling, opt.MaxContext)
+	device := cmp.Or(opt.Device, model.CPU)
+	entry, err := model.Lookup(m.Architecture, device)
 	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	// The geometry and rotary scaling are checked before any expert slot
+	// is mapped.
+	if _, err := entry.Footprint(model.FootprintRequest{Manifest: m, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext, Threads: 1}); err != nil {
 		return err
 	}
-	e.cfg = cfg
-	if m.Architecture == packexperts.ArchQwen4Exp {
-		return e.loadQwen38(opt)
-	}
-	if opt.Backend != nil && cfg.RopeScaling.Type != "" {
-		// The GPU kernels take plain inverse frequencies and no attention factor.
-		return fmt.Errorf("the GPU engine does not implement %s RoPE scaling yet; run this model with --engine cpu", cfg.RopeScaling.Type)
-	}
-	if opt.Backend != nil {
-		e.pool = kernels.NewPool(1) // for the bench's memory probes only
-		e.backend, err = opt.Backend(e.Install, cfg)
-		return err
-	}
-	var ex qwen35.Experts
-	if m.Experts != nil {
+	req := model.Request{Dir: dir, Manifest: m, Weights: e.Install, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext}
+	if m.Experts != nil && !entry.HoldsExperts {
 		if e.cache, err = openExperts(e.Install, opt.Experts); err != nil {
 			return err
 		}
-		e.experts, ex = e.cache, e.cache
+		e.experts, req.Experts = e.cache, e.cache
 		if p := os.Getenv(RouteTraceEnv); p != "" {
 			if e.trace, err = newTracedExperts(e.cache, p); err != nil {
 				return err
 			}
-			e.experts, ex = e.trace, e.trace
+			e.experts, req.Experts = e.trace, e.trace
+		}
+		if st := e.cache.Stats(); st.SlotsPerLayer < m.Geometry.NumExperts {
+			req.StreamedExpertBytes = st.BudgetBytes
 		}
 	}
-	e.pool = kernels.NewPool(opt.Threads)
-	e.Model, err = qwen35.New(cfg, e.Install, ex, e.pool)
-	return err
+	threads := opt.Threads
+	if device != model.CPU {
+		threads = 1 // the device computes; the pool serves the bench's memory probes
+	}
+	e.pool = kernels.NewPool(threads)
+	req.Pool = e.pool
+	if e.model, err = entry.Load(req); err != nil {
+		return err
+	}
+	e.info = e.model.Info()
+	return nil
 }
 
 func readGeneration(dir string, vocab int) (*hf.GenerationConfig, error) {
@@ -165,8 +138,8 @@ func (e *Engine) Close() {
 	if e.pool != nil {
 		e.pool.Close()
 	}
-	if e.backend != nil {
-		e.backend.Close()
+	if e.model != nil {
+		e.model.Close()
 	}
 	if e.experts != nil {
 		e.experts.Close()
@@ -186,11 +159,15 @@ func InstallDefaults(dir string, m *packexperts.Manifest) (sample.Params, int, e
 	if err != nil {
 		return sample.Params{}, 0, err
 	}
-	cfg, err := qwen35.ConfigFromGeometry(m.Architecture, m.Geometry)
+	entry, err := model.Lookup(m.Architecture, model.CPU)
 	if err != nil {
 		return sample.Params{}, 0, err
 	}
-	return samplingDefaults(g), cfg.MaxContext, nil
+	f, err := entry.Footprint(model.FootprintRequest{Manifest: m, Threads: 1})
+	if err != nil {
+		return sample.Params{}, 0, err
+	}
+	return samplingDefaults(g), f.MaxContext, nil
 }
 
 func samplingDefaults(g *hf.GenerationConfig) sample.Params {
@@ -225,38 +202,50 @@ func (e *Engine) EOSIDs() []int {
 // Session is one conversation: model state that persists across Generate calls.
 type Session struct {
 	e       *Engine
-	state   *qwen35.State
-	bs      BackendState // instead of state when the engine has a Backend
-	err     error        // the backend could not start the session
-	pending []int        // sampled but not yet fed to the model (the last stop token)
+	st      model.State
+	err     error // the engine could not start the session's state
+	pending []int // sampled but not yet fed to the model (the last stop token)
+	opt     SessionOptions
+	// What the state can do, found once when it starts: a row read in
+	// place, or copied into logits; sampling where the row is.
+	host    model.HostLogits
+	sampler model.Sampler
 	logits  []float32
-	opt     SessionOptions // what the session was made with (a backend's Reset remakes its state)
 }
 
 // SessionOptions sizes a session's KV cache.
 type SessionOptions struct {
 	KVInitial  int // starting KV capacity in tokens (default 8192)
 	MaxContext int // most tokens the session may hold (default the model's maximum)
-	KVBits     int // KV cache width, 8, 16 or 32 (default qwen35.DefaultKVBits)
+	KVBits     int // KV cache width, 8, 16 or 32 (default model.DefaultKVBits)
 	// StepProfile, when set, receives the phase times of the session's
-	// decode steps (qwen35.StepProfile; nvmai-run bench reports them).
-	StepProfile *qwen35.StepProfile
+	// decode steps (model.Profiler; nvmai-run bench reports them).
+	StepProfile *model.StepProfile
 }
 
-// NewSession starts an empty conversation.
+// NewSession starts an empty conversation. A state the engine cannot make
+// (device memory) is reported by the session's first Generate.
 func (e *Engine) NewSession(opt SessionOptions) *Session {
-	if e.backend != nil {
-		s := &Session{e: e, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize), opt: opt}
-		s.bs, s.err = e.backend.NewState(opt)
-		return s
+	s := &Session{e: e, opt: opt}
+	s.start()
+	return s
+}
+
+// start makes the session's state and finds what it can do.
+func (s *Session) start() {
+	s.st, s.err = s.e.model.NewState(model.StateOptions{KVInitial: s.opt.KVInitial, MaxContext: s.opt.MaxContext, KVBits: s.opt.KVBits})
+	if s.err != nil {
+		s.st = nil
+		return
 	}
-	bits := opt.KVBits
-	if bits == 0 {
-		bits = qwen35.DefaultKVBits
+	s.host, _ = s.st.(model.HostLogits)
+	s.sampler, _ = s.st.(model.Sampler)
+	if p, ok := s.st.(model.Profiler); ok {
+		p.SetStepProfile(s.opt.StepProfile)
 	}
-	st := e.Model.NewState(qwen35.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
-	st.SetStepProfile(opt.StepProfile)
-	return &Session{e: e, state: st, logits: make([]float32, e.Install.Manifest.Geometry.VocabSize)}
+	if s.host == nil && s.logits == nil {
+		s.logits = make([]float32, s.e.info.VocabSize)
+	}
 }
 
 // GenerateOptions controls one generation.
@@ -377,7 +366,7 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	}
 	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(promptIDs) > limit {
 		return nil, fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens; shorten the prompt or raise --max-context (this model allows %d)",
-			len(promptIDs), held, limit, s.e.cfg.MaxContext)
+			len(promptIDs), held, limit, s.e.info.MaxContext)
 	}
 	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
 	before := s.e.ExpertStats()
@@ -425,22 +414,15 @@ func (s *Session) prefill(ctx context.Context, ids []int, chunk int) error {
 }
 
 // PrefillChunk is the pass length Generate prefills a prompt of tokens
-// tokens in: passes as long as the scratch budget allows, so each
-// streamed expert is read once per long pass instead of once per 256
-// tokens, and the batched kernels reuse each weight over more tokens
-// even when every expert is resident (docs/prefill.md).
+// tokens in: the model's own (model.PassSizer: on the CPU, passes as long
+// as the scratch budget allows, so each streamed expert is read once per
+// long pass and the batched kernels reuse each weight over more tokens,
+// docs/prefill.md), else model.DefaultPass.
 func (e *Engine) PrefillChunk(tokens int) int {
-	if e.backend != nil {
-		if c, ok := e.backend.(PassBackend); ok {
-			return c.PrefillChunk() // the backend's own pass length
-		}
-		return 256 // a backend splits its own passes
+	if p, ok := e.model.(model.PassSizer); ok {
+		return p.PassLength(tokens)
 	}
-	scratch := int64(qwen35.PrefillScratchBudget)
-	if st := e.ExpertStats(); e.cache != nil && st.SlotsPerLayer < e.Install.Manifest.Geometry.NumExperts {
-		scratch = qwen35.PassScratchBudget(st.BudgetBytes)
-	}
-	return e.Model.Config().PrefillChunk(tokens, scratch)
+	return model.DefaultPass
 }
 
 func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt GenerateOptions, res *Result) error {
@@ -502,56 +484,55 @@ func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt Gener
 // forwardOne feeds one decoded token, telling the route trace its position.
 func (s *Session) forwardOne(id int) error {
 	if t := s.e.trace; t != nil {
-		t.position, t.decoding = s.state.Len(), true
+		t.position, t.decoding = s.st.Len(), true
 		defer func() { t.decoding = false }()
 	}
-	return s.forward([]int{id})
+	return s.st.Forward([]int{id})
 }
 
-// forwardPass feeds one prefill pass: a backend takes it whole, the CPU
-// model in internal 256-token pieces (qwen35.ForwardChunked).
-func (s *Session) forwardPass(ids []int) error {
-	if s.bs != nil {
-		return s.bs.Forward(ids)
+// forwardPass feeds one prefill pass; the state takes it whole.
+func (s *Session) forwardPass(ids []int) error { return s.st.Forward(ids) }
+
+// row is the last row of logits: the state's own when it lives in host
+// memory, else a copy.
+func (s *Session) row() ([]float32, error) {
+	if s.host != nil {
+		return s.host.LastLogits(), nil
 	}
-	return s.e.Model.ForwardChunked(s.state, ids, s.logits, false, len(ids))
-}
-
-// forward feeds ids to whichever engine holds the session.
-func (s *Session) forward(ids []int) error {
-	if s.bs != nil {
-		return s.bs.Forward(ids)
+	if err := s.st.Logits(s.logits); err != nil {
+		return nil, err
 	}
-	return s.e.Model.Forward(s.state, ids, s.logits, false)
+	return s.logits, nil
 }
 
-// next picks the next token. A backend picks it where its logits are when
-// it can, so only the id comes back; otherwise its logits are copied here
-// for the sampler (the same token: the backend computes Finish).
+// next picks the next token. A state whose row lives elsewhere (a device)
+// picks it there when it can, so only the id comes back; otherwise the row
+// is copied here for the sampler (the same token: the state computes
+// Finish).
 func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
 	if opt.OnStep != nil {
 		if err := opt.OnStep(); err != nil {
 			return 0, err
 		}
 	}
-	if s.bs == nil || opt.OnLogits != nil || opt.Constraint != nil {
-		if s.bs != nil {
-			if err := s.bs.Logits(s.logits); err != nil {
-				return 0, err
-			}
+	if s.host != nil || opt.OnLogits != nil || opt.Constraint != nil {
+		row, err := s.row()
+		if err != nil {
+			return 0, err
 		}
-		return s.sampleRow(sampler, opt)
+		return s.sampleRow(sampler, opt, row)
 	}
 	st := sampler.Next()
-	id, ok, err := s.sampleOnBackend(st, sampler)
+	id, ok, err := s.sampleOnDevice(st, sampler)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		if err := s.bs.Logits(s.logits); err != nil {
+		row, err := s.row()
+		if err != nil {
 			return 0, err
 		}
-		if id, err = sampler.Finish(st, s.logits); err != nil {
+		if id, err = sampler.Finish(st, row); err != nil {
 			return 0, err
 		}
 	}
@@ -561,30 +542,30 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 
 // sampleRow picks from the logits copied here, after the constraint's mask
 // and the OnLogits hook.
-func (s *Session) sampleRow(sampler *sample.Sampler, opt GenerateOptions) (int, error) {
-	if opt.Constraint != nil && opt.Constraint.Mask(s.logits) == 0 {
+func (s *Session) sampleRow(sampler *sample.Sampler, opt GenerateOptions, row []float32) (int, error) {
+	if opt.Constraint != nil && opt.Constraint.Mask(row) == 0 {
 		return 0, fmt.Errorf("runtime: %w", ErrConstraintDeadEnd)
 	}
 	if opt.OnLogits != nil {
-		if err := opt.OnLogits(s.logits); err != nil {
+		if err := opt.OnLogits(row); err != nil {
 			return 0, err
 		}
 	}
-	return sampler.Sample(s.logits)
+	return sampler.Sample(row)
 }
 
-// sampleOnBackend picks st's token on the backend: greedy by its argmax,
-// anything else when it is a SamplingState; ok false: the row is needed.
-func (s *Session) sampleOnBackend(st sample.Step, sampler *sample.Sampler) (id int, ok bool, err error) {
+// sampleOnDevice picks st's token where the row is: greedy by the state's
+// argmax, anything else when it is a model.Sampler; ok false: the row is
+// needed.
+func (s *Session) sampleOnDevice(st sample.Step, sampler *sample.Sampler) (id int, ok bool, err error) {
 	if st.Temperature == 0 && !st.Penalized() {
-		id, err = s.bs.Argmax()
+		id, err = s.st.Argmax()
 		return id, err == nil, err
 	}
-	ss, can := s.bs.(SamplingState)
-	if !can {
+	if s.sampler == nil {
 		return 0, false, nil
 	}
-	return ss.Sample(st, sampler.History())
+	return s.sampler.Sample(st, sampler.History())
 }
 
 // advance moves c past the picked token (no constraint: nothing ends).
@@ -598,17 +579,12 @@ func advance(c Constraint, id int) (ended bool, err error) {
 	return ended, nil
 }
 
-func (s *Session) maxContext() int {
-	if s.bs != nil {
-		return s.bs.MaxContext()
-	}
-	return s.state.MaxContext()
-}
+func (s *Session) maxContext() int { return s.st.MaxContext() }
 
-// Close releases the session's backend memory (nothing for the CPU engine).
+// Close releases the session's device memory (nothing for the CPU engine).
 func (s *Session) Close() {
-	if s.bs != nil {
-		s.bs.Close()
+	if s.st != nil {
+		s.st.Close()
 	}
 }
 
@@ -622,16 +598,19 @@ func (e *Engine) ExpertStats() expertcache.Stats {
 
 // Len is the number of tokens the session's model state holds.
 func (s *Session) Len() int {
-	if s.bs != nil {
-		return s.bs.Len()
+	if s.st == nil {
+		return 0 // the state could not be made (s.err)
 	}
-	return s.state.Len()
+	return s.st.Len()
 }
 
 // Prefill feeds ids (after any pending token) without generating, so a
 // caller can prefill in segments and take a Snapshot between them. The
 // next Generate continues from the logits of the last token fed.
 func (s *Session) Prefill(ctx context.Context, ids []int, chunk int) error {
+	if s.err != nil {
+		return s.err
+	}
 	if held, limit := s.Len()+len(s.pending), s.maxContext(); held+len(ids) > limit {
 		return fmt.Errorf("the prompt has %d tokens and the session already holds %d, more than the context limit of %d tokens", len(ids), held, limit)
 	}
@@ -645,13 +624,12 @@ func (s *Session) Prefill(ctx context.Context, ids []int, chunk int) error {
 // Reset empties the session.
 func (s *Session) Reset() {
 	s.pending = nil
-	if s.bs != nil {
-		s.bs.Close()
-		s.bs, s.err = s.e.backend.NewState(s.opt)
+	if r, ok := s.st.(model.Resetter); ok {
+		r.Reset()
 		return
 	}
-	s.state.Reset()
-	s.pending = nil
+	s.Close()
+	s.start()
 }
 
 // Snapshot is a copy of a session's model state at one position. The
@@ -659,61 +637,51 @@ func (s *Session) Reset() {
 // truncated, so resuming a conversation needs a copy taken exactly where
 // it resumes.
 type Snapshot struct {
-	state   *qwen35.State
-	q38     *qwen38.State // instead of state for a qwen4_exp session
+	snap    model.Snapshot
 	pending []int
-	bytes   int64
 }
 
 // Snapshot copies the session's state (a session after Generate holds its
-// last sampled token as pending; the snapshot keeps it).
-// Its KV storage holds exactly the written tokens (a Clone would keep the
-// session's whole capacity), so Bytes is what it occupies.
+// last sampled token as pending; the snapshot keeps it). The copy holds
+// exactly the written tokens, so Bytes is what it occupies.
 //
-// A session on a backend (the GPU engine) has no snapshots yet: nil.
+// A session whose engine keeps no snapshots (model.Snapshotter), or whose
+// copy failed, gives nil.
 func (s *Session) Snapshot() *Snapshot {
-	if qs, ok := s.bs.(*q38State); ok {
-		return qs.snapshot(s.pending)
-	}
-	if s.bs != nil {
+	sn, ok := s.st.(model.Snapshotter)
+	if !ok {
 		return nil
 	}
-	n := s.state.Len()
-	bits := s.state.KVBits()
-	st := s.e.Model.NewState(qwen35.StateOptions{KVInitial: max(n, 1), MaxContext: s.state.MaxContext(), KVBits: bits})
-	if err := st.CopyFrom(s.state); err != nil {
-		panic(err) // same model and width, n ≤ MaxContext: cannot fail
+	snap, err := sn.Snapshot()
+	if err != nil {
+		return nil
 	}
-	return &Snapshot{state: st, pending: slices.Clone(s.pending), bytes: s.e.Model.Config().StateBytesAt(max(n, 1), bits)}
+	return &Snapshot{snap: snap, pending: slices.Clone(s.pending)}
 }
 
 // Restore makes the session an exact copy of snap, taken from a session of
 // the same engine.
 func (s *Session) Restore(snap *Snapshot) error {
-	if qs, ok := s.bs.(*q38State); ok && snap != nil && snap.q38 != nil {
-		if err := qs.restore(snap.q38); err != nil {
-			return err
-		}
-		s.pending = slices.Clone(snap.pending)
-		return nil
+	sn, ok := s.st.(model.Snapshotter)
+	if !ok || snap == nil || snap.snap == nil {
+		return fmt.Errorf("runtime: this session cannot restore a snapshot (the %s engine keeps none yet)", s.e.info.Name)
 	}
-	if s.bs != nil || snap == nil || snap.state == nil {
-		return fmt.Errorf("runtime: this session cannot restore a snapshot (the GPU engine keeps none yet)")
-	}
-	if err := s.state.CopyFrom(snap.state); err != nil {
+	if err := sn.Restore(snap.snap); err != nil {
 		return err
 	}
 	s.pending = slices.Clone(snap.pending)
 	return nil
 }
 
-// Len is the number of tokens the snapshot stands for (its pending one included).
-func (sn *Snapshot) Len() int {
-	if sn.q38 != nil {
-		return sn.q38.Len() + len(sn.pending)
-	}
-	return sn.state.Len() + len(sn.pending)
+// DiskSnapshots reports whether the session's snapshots can be written to
+// disk and read back (Snapshot.WriteTo, ReadSnapshot).
+func (s *Session) DiskSnapshots() bool {
+	_, ok := s.st.(model.SnapshotReader)
+	return ok
 }
 
+// Len is the number of tokens the snapshot stands for (its pending one included).
+func (sn *Snapshot) Len() int { return sn.snap.Len() + len(sn.pending) }
+
 // Bytes is the memory the snapshot's written state occupies.
-func (sn *Snapshot) Bytes() int64 { return sn.bytes }
+func (sn *Snapshot) Bytes() int64 { return sn.snap.Bytes() }

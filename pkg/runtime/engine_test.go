@@ -11,6 +11,7 @@ import (
 
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
@@ -196,4 +197,25 @@ func TestPrefillWithDefaultPassLength(t *testing.T) {
 	if !slices.Equal(whole.IDs, split.IDs) {
 		t.Fatalf("prefill then generate gave %v, generate on the whole prompt %v", split.IDs, whole.IDs)
 	}
+}
+
+// cpuModel is the qwen35 model under e's CPU engine (tests reach past the
+// surface to compare against the model's own calls).
+func cpuModel(t testing.TB, e *Engine) *qwen35.Model {
+	t.Helper()
+	c, ok := e.Model().(*qwen35.CPU)
+	if !ok {
+		t.Fatalf("the engine runs %T, not the qwen35 CPU model", e.Model())
+	}
+	return c.Model
+}
+
+// cpuState is the qwen35 state under s.
+func cpuState(t testing.TB, s *Session) *qwen35.State {
+	t.Helper()
+	c, ok := s.st.(*qwen35.CPUState)
+	if !ok {
+		t.Fatalf("the session runs %T, not a qwen35 CPU state", s.st)
+	}
+	return c.State
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // RouteTraceEnv names a file that receives one line per (decode position,
@@ -63,21 +63,21 @@ func (t *tracedExperts) record(layer int, ids []int) {
 	t.w.Write(append(line, '\n'))
 }
 
-func (t *tracedExperts) Acquire(layer int, ids []int) ([]qwen35.ExpertMats, func(), error) {
+func (t *tracedExperts) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
 	t.record(layer, ids)
 	return t.Cache.Acquire(layer, ids)
 }
 
-func (t *tracedExperts) Visit(layer int, ids []int, fn func(int, qwen35.ExpertMats) error) error {
+func (t *tracedExperts) Visit(layer int, ids []int, fn func(int, model.ExpertMats) error) error {
 	t.record(layer, ids)
 	return t.Cache.Visit(layer, ids, fn)
 }
 
-var _ qwen35.ExpertGroupVisitor = (*tracedExperts)(nil)
+var _ model.ExpertGroupVisitor = (*tracedExperts)(nil)
 
 // VisitGroups must be wrapped too: the embedded Cache's would be promoted
 // and skip the trace.
-func (t *tracedExperts) VisitGroups(layer int, ids []int, fn func([]int, []qwen35.ExpertMats) error) error {
+func (t *tracedExperts) VisitGroups(layer int, ids []int, fn func([]int, []model.ExpertMats) error) error {
 	t.record(layer, ids)
 	return t.Cache.VisitGroups(layer, ids, fn)
 }

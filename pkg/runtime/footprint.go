@@ -1,13 +1,11 @@
 package runtime
 
 import (
+	"cmp"
 	"fmt"
-	goruntime "runtime"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
-	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // FootprintOverhead is the fixed part of a generating process's memory
@@ -21,7 +19,8 @@ const FootprintOverhead = 160 << 20
 // FootprintOptions are the choices that size a process's memory.
 type FootprintOptions struct {
 	Experts     ExpertOptions
-	KVBits      int    // 0 = qwen35.DefaultKVBits
+	Device      string // as Options.Device ("" = the CPU)
+	KVBits      int    // 0 = model.DefaultKVBits
 	MaxContext  int    // tokens the KV cache may grow to; 0 or more than the model's = the model's maximum
 	RopeScaling string // "" or "yarn" (then MaxContext is required)
 	Threads     int    // compute threads; each holds its own attention scores
@@ -39,9 +38,8 @@ type Footprint struct {
 	MaxContext  int
 	Recurrent   int64 // Gated DeltaNet conv windows and recurrent matrices (float32)
 	Scratch     int64 // attention scores of every thread at MaxContext, plus FootprintOverhead
-	// PassScratch bounds a long prefill pass's activations:
-	// qwen35.PassScratchBudget when experts stream, else
-	// qwen35.PrefillScratchBudget, never more than a pass of MaxContext.
+	// PassScratch bounds a long prefill pass's activations: a smaller
+	// budget when experts stream, never more than a pass of MaxContext.
 	PassScratch int64
 	// NgramBuffers is what the n-gram table reader holds (qwen4_exp
 	// installs): one pass's rows read ahead per PLE layer and the readers'
@@ -50,25 +48,16 @@ type Footprint struct {
 	Total        int64
 }
 
-// ComputeFootprint sizes a process over in with opt, by the same rules
-// Load, the expert cache and qwen35.NewState apply.
+// ComputeFootprint sizes a process over in with opt: the resident weights
+// and expert slots by the expert cache's rules, the sequence state by the
+// model's registered Footprinter (the rules its States apply).
 func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
-	cfg, err := modelConfig(in, opt.RopeScaling, opt.MaxContext)
+	entry, err := model.Lookup(in.Manifest.Architecture, cmp.Or(opt.Device, model.CPU))
 	if err != nil {
 		return Footprint{}, err
 	}
-	bits := opt.KVBits
-	if bits == 0 {
-		bits = qwen35.DefaultKVBits
-	}
-	if !qwen35.ValidKVBits(bits) {
-		return Footprint{}, fmt.Errorf("KV cache width %d bits: use 8, 16 or 32", bits)
-	}
-	ctx := cfg.MaxContext // a larger MaxContext is lowered to it, as sessions lower it
-	if opt.MaxContext > 0 {
-		ctx = min(opt.MaxContext, cfg.MaxContext)
-	}
-	f := Footprint{Resident: int64(len(in.resident)), KVBits: bits, MaxContext: ctx}
+	f := Footprint{Resident: int64(len(in.resident))}
+	var streamed int64
 	if x := in.Manifest.Experts; x != nil {
 		mode, _ := expertcache.BoundedIOFromEnv()
 		f.Slots, err = expertcache.SlotsPerLayer(in.Manifest, expertcache.Options{Budget: opt.Experts.Budget, Slots: opt.Experts.Slots, IO: mode})
@@ -76,65 +65,20 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 			return Footprint{}, err
 		}
 		f.ExpertSlots = int64(f.Slots) * x.Stride * int64(len(x.Layers))
-	}
-	pass := int64(qwen35.PrefillScratchBudget)
-	if f.Slots > 0 && f.Slots < in.Manifest.Geometry.NumExperts {
-		pass = qwen35.PassScratchBudget(f.ExpertSlots)
-	}
-	// a pass is never longer than the context
-	f.PassScratch = min(pass, cfg.MixerScratchBytes()+cfg.ScratchBytesPerToken()*int64(ctx))
-	full := 0
-	for _, k := range cfg.Layers {
-		if k == qwen35.FullAttention {
-			full++
+		if f.Slots > 0 && f.Slots < in.Manifest.Geometry.NumExperts {
+			streamed = f.ExpertSlots
 		}
 	}
-	perToken := cfg.KVBytesPerToken(bits) * int64(full)
-	f.KV = perToken * int64(ctx)
-	f.KVGrowth = perToken * int64(previousCapacity(ctx))
-	f.Recurrent = cfg.StateBytes(0)
-	if in.Manifest.Architecture == packexperts.ArchQwen4Exp {
-		if err := qwen38Footprint(in, &f, ctx, opt.Experts.IOThreads); err != nil {
-			return Footprint{}, err
-		}
+	sf, err := entry.Footprint(model.FootprintRequest{Manifest: in.Manifest, KVBits: opt.KVBits, MaxContext: opt.MaxContext,
+		RopeScaling: opt.RopeScaling, Threads: opt.Threads, StreamedExpertBytes: streamed, IOThreads: opt.Experts.IOThreads})
+	if err != nil {
+		return Footprint{}, err
 	}
-	threads := opt.Threads
-	if threads <= 0 {
-		threads = goruntime.NumCPU()
-	}
-	f.Scratch = int64(threads)*int64(cfg.NumHeads/cfg.NumKVHeads)*int64(ctx)*4 + FootprintOverhead
+	f.KV, f.KVGrowth, f.KVBits, f.MaxContext, f.Recurrent = sf.KV, sf.KVGrowth, sf.KVBits, sf.MaxContext, sf.Recurrent
+	f.Scratch = sf.Attention + FootprintOverhead
+	f.PassScratch, f.NgramBuffers = sf.PassScratch, sf.ReadBuffers
 	f.Total = f.Resident + f.ExpertSlots + f.KV + f.KVGrowth + f.Recurrent + f.Scratch + f.PassScratch + f.NgramBuffers
 	return f, nil
-}
-
-// qwen38Footprint replaces the trunk's sequence state by qwen38's: a
-// float32 cache with the indexer's keys, grown by append (the old backing
-// array, about 4/5 of the new, is held while it copies), and the PLE conv
-// windows beside the GDN state, and the n-gram reader's buffers.
-func qwen38Footprint(in *Install, f *Footprint, ctx, ioThreads int) error {
-	q, err := qwen38.ConfigFromGeometry(in.Manifest.Geometry)
-	if err != nil {
-		return err
-	}
-	f.KVBits = qwen35.KVFloat32
-	f.KV = q.KVBytes(ctx)
-	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
-	f.Recurrent = q.FixedStateBytes()
-	f.NgramBuffers = ngramBufferBytes(q, in.Manifest.NGram, qwen38.MaxChunk(), ioThreads)
-	return nil
-}
-
-// previousCapacity is the KV capacity before the last doubling that
-// reaches ctx from qwen35.DefaultKVInitial (0 when no growth is needed).
-func previousCapacity(ctx int) int {
-	c := qwen35.DefaultKVInitial
-	if ctx <= c {
-		return 0
-	}
-	for 2*c < ctx {
-		c *= 2
-	}
-	return c
 }
 
 // String is the one line the CLIs print at start.
@@ -168,36 +112,3 @@ func (f Footprint) CheckFits(memTotal int64) error {
 	return fmt.Errorf("the %s does not fit this machine: %s of RAM less a %s margin leaves %s; lower --max-context, --ram-budget or --kv-bits, or pass --force",
 		f, expertcache.FormatSize(memTotal), expertcache.FormatSize(FootprintMargin(memTotal)), expertcache.FormatSize(room))
 }
-
-// modelConfig is the install's model geometry, with YaRN applied when
-// ropeScaling asks for it.
-func modelConfig(in *Install, ropeScaling string, maxContext int) (qwen35.Config, error) {
-	arch := in.Manifest.Architecture
-	if arch == packexperts.ArchQwen4Exp {
-		// The qwen3_5_moe trunk's geometry: what the footprint and the
-		// CLIs read of it (context, widths, experts) is the same; the
-		// streams, PLE and indexer state are not counted yet.
-		arch = qwen35.ArchMoE
-		if ropeScaling != "" && ropeScaling != "none" {
-			return qwen35.Config{}, fmt.Errorf("rope scaling %q is not supported for qwen4_exp installs yet", ropeScaling)
-		}
-	}
-	cfg, err := qwen35.ConfigFromGeometry(arch, in.Manifest.Geometry)
-	if err != nil {
-		return qwen35.Config{}, err
-	}
-	switch ropeScaling {
-	case "", "none":
-		return cfg, nil
-	case qwen35.YaRN:
-		if maxContext == 0 {
-			maxContext = 4 * cfg.MaxContext
-		}
-		return cfg.WithYaRN(maxContext)
-	}
-	return qwen35.Config{}, fmt.Errorf("rope scaling %q: use none or yarn", ropeScaling)
-}
-
-// Config is the model's geometry as loaded (YaRN applied), whichever engine
-// runs it.
-func (e *Engine) Config() qwen35.Config { return e.cfg }

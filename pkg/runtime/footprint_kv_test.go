@@ -18,14 +18,14 @@ func TestComputeFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	native := e.Model.Config().MaxContext
+	native := cpuModel(t, e).Config().MaxContext
 	for _, bits := range []int{8, 16, 32} {
 		f, err := ComputeFootprint(e.Install, FootprintOptions{KVBits: bits, Experts: ExpertOptions{Slots: 8}, Threads: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sess := e.NewSession(SessionOptions{KVBits: bits, KVInitial: native})
-		if got := sess.state.KVBytes(); got != f.KV {
+		if got := cpuState(t, sess).KVBytes(); got != f.KV {
 			t.Errorf("kv%d: footprint KV %d bytes, a full-context session holds %d", bits, f.KV, got)
 		}
 		x := e.Install.Manifest.Experts

@@ -11,59 +11,96 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
-	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 )
 
-// A qwen4_exp install (Qwen3.8-Flash-Next) runs on package qwen38. It
-// plugs into the engine through the Backend seam: sessions, generation and
-// sampling are the engine's, the sequence state is qwen38's. Snapshots (the
-// server's prompt cache) and --fill-context are not wired for it yet.
+// A qwen4_exp install (Qwen3.8-Flash-Next) runs on package qwen38. This
+// file registers it with the engine surface (model.Model, model.State) for
+// the CPU: sessions, generation and sampling are the engine's, the sequence
+// state is qwen38's, its n-gram tables are read here. Snapshots go to the
+// RAM prompt cache (model.Snapshotter) but not to disk (no codec yet), and
+// --fill-context is not wired for it. This glue moves to the qwen38 package
+// with the layout (#36 item 3).
+
+func init() {
+	model.Register(packexperts.ArchQwen4Exp, model.CPU, model.Entry{Load: loadQwen38, Footprint: qwen38Footprint})
+}
+
+// expertIO is what the n-gram reader takes from the expert cache: its read
+// mode and reader count (*expertcache.Cache, also under a route trace).
+type expertIO interface {
+	IOMode() expertcache.IOMode
+	Stats() expertcache.Stats
+}
 
 // loadQwen38 builds the qwen38 model over the install's resident weights,
 // the expert cache and the n-gram tables.
-func (e *Engine) loadQwen38(opt Options) error {
-	in := e.Install
-	if opt.RopeScaling != "" && opt.RopeScaling != "none" {
-		return fmt.Errorf("%s: rope scaling %q is not supported for qwen4_exp installs yet", in.Dir, opt.RopeScaling)
+func loadQwen38(req model.Request) (model.Model, error) {
+	if req.RopeScaling != "" && req.RopeScaling != model.RopeNone {
+		return nil, fmt.Errorf("%s: rope scaling %q is not supported for qwen4_exp installs yet", req.Dir, req.RopeScaling)
 	}
-	if opt.Backend != nil {
-		return fmt.Errorf("%s: the qwen4_exp architecture runs on the CPU engine only", in.Dir)
-	}
-	cfg, err := qwen38.ConfigFromGeometry(in.Manifest.Geometry)
+	cfg, err := qwen38.ConfigFromGeometry(req.Manifest.Geometry)
 	if err != nil {
-		return fmt.Errorf("%s: %w", in.Dir, err)
+		return nil, fmt.Errorf("%s: %w", req.Dir, err)
 	}
-	if in.Manifest.Experts == nil {
-		return fmt.Errorf("%s: a qwen4_exp install needs routed experts; the manifest lists none", in.Dir)
+	x, ok := req.Experts.(expertIO)
+	if !ok {
+		return nil, fmt.Errorf("%s: a qwen4_exp install needs routed experts; the manifest lists none", req.Dir)
 	}
-	if e.cache, err = openExperts(in, opt.Experts); err != nil {
-		return err
-	}
-	e.experts = e.cache
-	st := e.cache.Stats()
-	tables, err := openNgramTables(in, cfg, e.cache.IOMode(), st.IOThreads)
+	tables, err := openNgramTables(req.Dir, req.Manifest, cfg, x.IOMode(), x.Stats().IOThreads)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e.pool = kernels.NewPool(opt.Threads)
-	m, err := qwen38.New(cfg, q38Weights{Install: in, consts: tables.consts}, e.cache, tables, e.pool)
+	m, err := qwen38.New(cfg, q38Weights{Weights: req.Weights, dir: req.Dir, consts: tables.consts}, req.Experts, tables, req.Pool)
 	if err != nil {
 		tables.Close()
-		return fmt.Errorf("%s: %w", in.Dir, err)
+		return nil, fmt.Errorf("%s: %w", req.Dir, err)
 	}
-	e.backend = &q38Backend{m: m, tables: tables}
-	return nil
+	return &q38Model{m: m, tables: tables}, nil
+}
+
+// qwen38Footprint replaces the trunk's sequence state by qwen38's: a
+// float32 cache with the indexer's keys, grown by append (the old backing
+// array, about 4/5 of the new, is held while it copies), and the PLE conv
+// windows beside the GDN state, and the n-gram reader's buffers. The
+// trunk (the qwen3_5_moe geometry) sizes the passes and the attention
+// scores.
+func qwen38Footprint(req model.FootprintRequest) (model.StateFootprint, error) {
+	if req.RopeScaling != "" && req.RopeScaling != model.RopeNone {
+		return model.StateFootprint{}, fmt.Errorf("rope scaling %q is not supported for qwen4_exp installs yet", req.RopeScaling)
+	}
+	trunk, err := qwen35.ConfigFromGeometry(qwen35.ArchMoE, req.Manifest.Geometry)
+	if err != nil {
+		return model.StateFootprint{}, err
+	}
+	f, err := qwen35.FootprintOf(trunk, req)
+	if err != nil {
+		return f, err
+	}
+	q, err := qwen38.ConfigFromGeometry(req.Manifest.Geometry)
+	if err != nil {
+		return f, err
+	}
+	ctx := f.MaxContext
+	f.KVBits = model.KVFloat32
+	f.KV = q.KVBytes(ctx)
+	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
+	f.Recurrent = q.FixedStateBytes()
+	f.ReadBuffers = ngramBufferBytes(q, req.Manifest.NGram, qwen38.MaxChunk(), req.IOThreads)
+	return f, nil
 }
 
 // q38Weights serves the resident tensors and, under their checkpoint names,
 // the n-gram hashing constants the manifest carries, so qwen38.New checks
 // them against its own recomputation.
 type q38Weights struct {
-	*Install
+	model.Weights
+	dir    string
 	consts map[string][]int64
 }
 
@@ -71,13 +108,13 @@ func (w q38Weights) Has(name string) bool {
 	if _, ok := w.consts[name]; ok {
 		return true
 	}
-	return w.Install.Has(name)
+	return w.Weights.Has(name)
 }
 
 func (w q38Weights) Int64s(name string) ([]int64, error) {
 	v, ok := w.consts[name]
 	if !ok {
-		return nil, fmt.Errorf("%s: no int64 buffer %s", w.Dir, name)
+		return nil, fmt.Errorf("%s: no int64 buffer %s", w.dir, name)
 	}
 	return v, nil
 }
@@ -137,10 +174,10 @@ const ngramReadThreads = expertcache.DefaultIOThreads
 // openNgramTables opens one table per PLE layer in mode (the expert
 // cache's) and checks its manifest entry against the geometry. threads
 // bounds the parallel reads of one chunk.
-func openNgramTables(in *Install, cfg qwen38.Config, mode expertcache.IOMode, threads int) (*ngramTables, error) {
-	entries := in.Manifest.NGram
+func openNgramTables(dir string, man *packexperts.Manifest, cfg qwen38.Config, mode expertcache.IOMode, threads int) (*ngramTables, error) {
+	entries := man.NGram
 	if len(entries) != len(cfg.PLELayers) {
-		return nil, fmt.Errorf("%s: the manifest has %d n-gram tables for %d PLE layers; reconvert the install", in.Dir, len(entries), len(cfg.PLELayers))
+		return nil, fmt.Errorf("%s: the manifest has %d n-gram tables for %d PLE layers; reconvert the install", dir, len(entries), len(cfg.PLELayers))
 	}
 	if threads <= 0 {
 		threads = ngramReadThreads
@@ -151,9 +188,9 @@ func openNgramTables(in *Install, cfg qwen38.Config, mode expertcache.IOMode, th
 	for k, en := range entries {
 		if err := checkNgramEntry(en, cfg, k); err != nil {
 			t.Close()
-			return nil, fmt.Errorf("%s: manifest ngram[%d]: %w; reconvert the install", in.Dir, k, err)
+			return nil, fmt.Errorf("%s: manifest ngram[%d]: %w; reconvert the install", dir, k, err)
 		}
-		path := filepath.Join(in.Dir, filepath.FromSlash(en.File))
+		path := filepath.Join(dir, filepath.FromSlash(en.File))
 		st, err := os.Stat(path)
 		if err != nil {
 			t.Close()
@@ -161,7 +198,7 @@ func openNgramTables(in *Install, cfg qwen38.Config, mode expertcache.IOMode, th
 		}
 		if want := (en.Rows + en.RowsPerBlock - 1) / en.RowsPerBlock * en.BlockBytes; st.Size() != want {
 			t.Close()
-			return nil, fmt.Errorf("%s: %s is %d bytes, its manifest entry needs %d; run nvmai-verify --verify-install %s", in.Dir, en.File, st.Size(), want, in.Dir)
+			return nil, fmt.Errorf("%s: %s is %d bytes, its manifest entry needs %d; run nvmai-verify --verify-install %s", dir, en.File, st.Size(), want, dir)
 		}
 		f, err := expertcache.OpenBlockFile(path, mode)
 		if err != nil {
@@ -377,21 +414,30 @@ func (t *ngramTables) Close() error {
 	return errors.Join(errs...)
 }
 
-// q38Backend runs a qwen4_exp model for the engine's sessions.
-type q38Backend struct {
+// q38Model runs a qwen4_exp model for the engine's sessions.
+type q38Model struct {
 	m      *qwen38.Model
 	tables *ngramTables
 }
 
-func (b *q38Backend) Name() string { return "cpu" }
-
-func (b *q38Backend) NewState(opt SessionOptions) (BackendState, error) {
-	st := b.m.NewState(qwen38.StateOptions{MaxContext: opt.MaxContext})
-	st.SetStepProfile(opt.StepProfile)
-	return &q38State{m: b.m, st: st, profile: opt.StepProfile, logits: make([]float32, b.m.Config().VocabSize)}, nil
+func (b *q38Model) Info() model.Info {
+	c := b.m.Config()
+	return model.Info{Name: model.CPU, Architecture: packexperts.ArchQwen4Exp, Device: model.CPU, VocabSize: c.VocabSize, MaxContext: c.MaxContext}
 }
 
-func (b *q38Backend) Close() { b.tables.Close() }
+// NewState implements model.Model; the cache is float32 whatever KVBits.
+func (b *q38Model) NewState(opt model.StateOptions) (model.State, error) {
+	st := b.m.NewState(qwen38.StateOptions{MaxContext: opt.MaxContext})
+	return &q38State{m: b.m, st: st, logits: make([]float32, b.m.Config().VocabSize)}, nil
+}
+
+// StateBytes implements model.StateSizer (the cache is float32).
+func (b *q38Model) StateBytes(tokens, _ int) int64 {
+	c := b.m.Config()
+	return c.KVBytes(tokens) + c.FixedStateBytes()
+}
+
+func (b *q38Model) Close() { b.tables.Close() }
 
 // NgramStats counts what the n-gram table reader did so far (qwen4_exp
 // installs).
@@ -405,7 +451,7 @@ type NgramStats struct {
 
 // NgramStats is the n-gram reader's counters (zero but for qwen4_exp).
 func (e *Engine) NgramStats() NgramStats {
-	if q, ok := e.backend.(*q38Backend); ok {
+	if q, ok := e.model.(*q38Model); ok {
 		return q.NgramStats()
 	}
 	return NgramStats{}
@@ -413,14 +459,14 @@ func (e *Engine) NgramStats() NgramStats {
 
 // ngramRowBytes is the bytes of one n-gram row (0 but for qwen4_exp).
 func (e *Engine) ngramRowBytes() int64 {
-	if q, ok := e.backend.(*q38Backend); ok && len(q.tables.entries) > 0 {
+	if q, ok := e.model.(*q38Model); ok && len(q.tables.entries) > 0 {
 		return q.tables.entries[0].RowBytes
 	}
 	return 0
 }
 
 // NgramStats reports the n-gram rows and bytes read so far.
-func (b *q38Backend) NgramStats() NgramStats {
+func (b *q38Model) NgramStats() NgramStats {
 	t := b.tables
 	return NgramStats{Rows: t.rowsRead.Load(), Bytes: t.bytesRead.Load(), Wait: time.Duration(t.waitNanos.Load())}
 }
@@ -432,26 +478,44 @@ type q38State struct {
 	logits  []float32
 }
 
-// snapshot copies the sequence (the server's prompt cache keeps it); the
-// copy holds exactly the written tokens.
-func (s *q38State) snapshot(pending []int) *Snapshot {
-	c := s.m.Config()
-	return &Snapshot{q38: s.st.Clone(), pending: slices.Clone(pending), bytes: c.KVBytes(s.st.Len()) + c.FixedStateBytes()}
+// q38Snapshot is a copy of the sequence holding exactly the written tokens.
+type q38Snapshot struct {
+	st    *qwen38.State
+	bytes int64
 }
 
-// restore makes the sequence a copy of snap's, which must come from the
+func (sn *q38Snapshot) Len() int     { return sn.st.Len() }
+func (sn *q38Snapshot) Bytes() int64 { return sn.bytes }
+
+// Snapshot implements model.Snapshotter (the server's RAM prompt cache).
+func (s *q38State) Snapshot() (model.Snapshot, error) {
+	c := s.m.Config()
+	return &q38Snapshot{st: s.st.Clone(), bytes: c.KVBytes(s.st.Len()) + c.FixedStateBytes()}, nil
+}
+
+// Restore implements model.Snapshotter: the snapshot must come from the
 // same model and fit this session's context.
-func (s *q38State) restore(snap *qwen38.State) error {
-	if snap.Len() > s.st.MaxContext() {
-		return fmt.Errorf("runtime: the snapshot holds %d tokens, this session's max context is %d", snap.Len(), s.st.MaxContext())
+func (s *q38State) Restore(sn model.Snapshot) error {
+	q, ok := sn.(*q38Snapshot)
+	if !ok {
+		return fmt.Errorf("runtime: the snapshot does not come from a qwen4_exp session")
 	}
-	st, err := snap.CloneFor(s.m, s.st.MaxContext())
+	if q.st.Len() > s.st.MaxContext() {
+		return fmt.Errorf("runtime: the snapshot holds %d tokens, this session's max context is %d", q.st.Len(), s.st.MaxContext())
+	}
+	st, err := q.st.CloneFor(s.m, s.st.MaxContext())
 	if err != nil {
 		return err
 	}
 	st.SetStepProfile(s.profile)
 	s.st = st
 	return nil
+}
+
+// SetStepProfile implements model.Profiler.
+func (s *q38State) SetStepProfile(p *model.StepProfile) {
+	s.profile = p
+	s.st.SetStepProfile(p)
 }
 
 func (s *q38State) Len() int        { return s.st.Len() }

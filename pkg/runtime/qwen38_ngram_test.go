@@ -85,7 +85,7 @@ func TestQwen38NgramBoundedMatchesPageCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			tables := e.backend.(*q38Backend).tables
+			tables := e.model.(*q38Model).tables
 			table := filepath.Join(dir, filepath.FromSlash(tables.entries[0].File))
 			mode := tables.files[0].(*expertcache.BlockFile).Mode()
 			if env == "0" && mode != expertcache.IOBuffered || env == "1" && !mode.Bounded() {
@@ -176,7 +176,7 @@ func ngramEngine(t *testing.T, dir string) (*Engine, *ngramTables) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	return e, e.backend.(*q38Backend).tables
+	return e, e.model.(*q38Model).tables
 }
 
 func TestQwen38NgramReadFaults(t *testing.T) {
@@ -274,7 +274,7 @@ func TestQwen38FootprintCountsNgramBuffers(t *testing.T) {
 	if _, err := e.NewSession(SessionOptions{}).Generate(context.Background(), long, GenerateOptions{MaxTokens: 2, IgnoreEOS: true}); err != nil {
 		t.Fatal(err)
 	}
-	tables := e.backend.(*q38Backend).tables
+	tables := e.model.(*q38Model).tables
 	var held int64
 	for _, r := range tables.reads {
 		if r != nil {

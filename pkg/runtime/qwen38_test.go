@@ -111,7 +111,7 @@ func TestQwen38NgramReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	tables := e.backend.(*q38Backend).tables
+	tables := e.model.(*q38Model).tables
 	dr := tables.entries[0].RowWidth
 	ids := []int64{0, 5, 1009, 16825, 511, 512, 7}
 	want := make([]float32, len(ids)*dr)

@@ -7,7 +7,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // SnapshotCodecVersion is the version of the layout Snapshot.WriteTo
@@ -21,9 +21,14 @@ const maxPending = 16
 var snapshotMagic = [4]byte{'N', 'S', 'N', 'P'}
 
 // WriteTo writes the snapshot: "NSNP", version u32, pending count u32,
-// the pending ids u32 each, then the model state (qwen35.State.WriteTo).
-// Session.ReadSnapshot reads it back bitwise.
+// the pending ids u32 each, then the model state in its architecture's
+// own layout (qwen35.State.WriteTo). Session.ReadSnapshot reads it back
+// bitwise.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	state, ok := sn.snap.(io.WriterTo)
+	if !ok {
+		return 0, fmt.Errorf("runtime: this engine's snapshots cannot be written to disk")
+	}
 	b := append([]byte(nil), snapshotMagic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, SnapshotCodecVersion)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(sn.pending)))
@@ -34,7 +39,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return int64(n), err
 	}
-	m, err := sn.state.WriteTo(w)
+	m, err := state.WriteTo(w)
 	return int64(n) + m, err
 }
 
@@ -43,22 +48,22 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // that Restore can take it. It allocates at most the memory of this
 // session's state filled to the declared length.
 func (s *Session) ReadSnapshot(r io.Reader) (*Snapshot, error) {
-	if s.bs != nil {
-		return nil, fmt.Errorf("runtime: this session cannot restore a snapshot (the GPU engine keeps none yet)")
+	reader, ok := s.st.(model.SnapshotReader)
+	if !ok {
+		return nil, fmt.Errorf("runtime: this session cannot read a snapshot from disk (the %s engine writes none yet)", s.e.info.Name)
 	}
 	pending, err := s.readPending(r)
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.e.Model.ReadState(r, qwen35.StateOptions{MaxContext: s.state.MaxContext(), KVBits: s.state.KVBits()})
+	snap, err := reader.ReadSnapshot(r)
 	if err != nil {
 		return nil, err
 	}
-	if st.Len()+len(pending) > s.state.MaxContext() {
-		return nil, fmt.Errorf("runtime: the snapshot stands for %d tokens, more than the session's context of %d", st.Len()+len(pending), s.state.MaxContext())
+	if n := snap.Len() + len(pending); n > s.st.MaxContext() {
+		return nil, fmt.Errorf("runtime: the snapshot stands for %d tokens, more than the session's context of %d", n, s.st.MaxContext())
 	}
-	n := st.Len()
-	return &Snapshot{state: st, pending: pending, bytes: s.e.Model.Config().StateBytesAt(max(n, 1), st.KVBits())}, nil
+	return &Snapshot{snap: snap, pending: pending}, nil
 }
 
 func (s *Session) readPending(r io.Reader) ([]int, error) {
@@ -80,7 +85,7 @@ func (s *Session) readPending(r io.Reader) ([]int, error) {
 	if _, err := io.ReadFull(r, raw); err != nil {
 		return nil, fmt.Errorf("runtime: reading the snapshot's pending tokens: %w", unexpectedEOF(err))
 	}
-	vocab := s.e.Model.Config().VocabSize
+	vocab := s.e.info.VocabSize
 	pending := make([]int, count)
 	for i := range pending {
 		id := binary.LittleEndian.Uint32(raw[4*i:])

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/convert"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
 // yarnRefs is the "yarn" part of qwen35/testdata/long-refs.json
@@ -89,19 +88,14 @@ func TestYaRNFromConfig(t *testing.T) {
 	if rs == nil || rs.Factor != 4 || rs.OriginalMaxPositionEmbeddings != 1024 {
 		t.Fatalf("manifest rope_scaling %+v, want YaRN factor 4 over 1024", rs)
 	}
-	if c := e.Config(); c.RopeScaling.Type != "yarn" || c.MaxContext != 4096 {
+	if c := e.Info(); c.RopeScaling.Type != "yarn" || c.MaxContext != 4096 {
 		t.Fatalf("loaded without flags: rope %+v, context %d", c.RopeScaling, c.MaxContext)
 	}
 	if _, err := Load(dir, Options{Threads: 1, RopeScaling: "yarn"}); err == nil || !strings.Contains(err.Error(), "drop --rope-scaling") {
 		t.Errorf("--rope-scaling yarn over the config's YaRN: %v, want a refusal", err)
 	}
-	noGPU := func(*Install, qwen35.Config) (Backend, error) {
-		t.Fatal("a YaRN model reached the GPU backend")
-		return nil, nil
-	}
-	if _, err := Load(dir, Options{Threads: 1, Backend: noGPU}); err == nil || !strings.Contains(err.Error(), "--engine cpu") {
-		t.Errorf("a YaRN model on the GPU engine: %v, want a refusal", err)
-	}
+	// The GPU engine's refusal of YaRN is its own (pkg/runtime/gpu,
+	// TestGPURegistersAndRefusesYaRNFirst).
 	if testing.Short() || raceEnabled {
 		t.Skip("the 1,300-token prompt runs without -short and -race")
 	}

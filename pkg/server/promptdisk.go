@@ -13,11 +13,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/receipt"
 	"github.com/nvmai/nvmai/pkg/runtime"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -50,21 +50,21 @@ type diskWrite struct {
 
 // newDiskTier keys opt.Disk by the install and template, or returns nil
 // (logged through the disk's log) when they cannot be named.
-func newDiskTier(e *runtime.Engine, opt RuntimeOptions) *diskTier {
+func newDiskTier(e *runtime.Engine, sess *runtime.Session, opt RuntimeOptions) *diskTier {
 	if opt.Disk == nil {
 		return nil
 	}
 	bits := opt.KVBits
 	if bits == 0 {
-		bits = qwen35.DefaultKVBits
+		bits = model.DefaultKVBits
 	}
 	key, err := DiskKey(e, opt.TemplateSHA256, bits)
 	if err != nil {
 		opt.Disk.Logf("prompt cache: the disk tier is off: %v", err)
 		return nil
 	}
-	if e.Backend() != nil {
-		opt.Disk.Logf("prompt cache: the disk tier is off: the %s engine keeps no snapshots", e.Backend().Name())
+	if !sess.DiskSnapshots() {
+		opt.Disk.Logf("prompt cache: the disk tier is off: the %s engine writes no snapshots to disk", e.Info().Name)
 		return nil
 	}
 	return &diskTier{disk: opt.Disk, key: key, min: cmp.Or(opt.DiskMinTokens, DefaultDiskMinTokens)}
@@ -104,7 +104,7 @@ func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.
 		}
 		fmt.Fprintf(hs, "\x00file=%q size=%d mtime=%d", f.Name, fi.Size(), fi.ModTime().UnixNano())
 	}
-	fmt.Fprintf(hs, "\x00rope_scaling=%+v", e.Config().RopeScaling)
+	fmt.Fprintf(hs, "\x00rope_scaling=%+v", e.Info().RopeScaling)
 	hs.Sum(k.Model[:0])
 	k.KVBits = uint32(kvBits)
 	return k, nil

@@ -58,7 +58,7 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 	}
 	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1}
 	r.sess = e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})
-	r.disk = newDiskTier(e, opt)
+	r.disk = newDiskTier(e, r.sess, opt)
 	r.stopIDs = e.EOSIDs()
 	if id, ok := e.Tokenizer.TokenID("<|im_end|>"); ok && !slices.Contains(r.stopIDs, id) {
 		r.stopIDs = append(r.stopIDs, id)
@@ -73,7 +73,7 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 func (r *RuntimeEngine) Info() ModelInfo {
 	ctx := r.opt.MaxContext
 	if ctx <= 0 {
-		ctx = r.e.Config().MaxContext // YaRN's extended context when the model or the flag sets it
+		ctx = r.e.Info().MaxContext // YaRN's extended context when the model or the flag sets it
 	}
 	return ModelInfo{ID: r.opt.ModelID, Context: ctx, Sampling: r.e.DefaultSampling(), Budget: r.opt.Budget}
 }

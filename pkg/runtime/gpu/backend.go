@@ -3,45 +3,48 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/cuda"
 	"github.com/nvmai/nvmai/pkg/gpukernels"
-	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
 
-// Engines are the values of --engine.
-var Engines = []string{"cpu", "gpu"}
-
-// LoaderFor maps an --engine value to the runtime option that selects it:
-// nil for the CPU engine.
-func LoaderFor(engine string) (runtime.BackendLoader, error) {
-	switch strings.ToLower(engine) {
-	case "", "cpu":
-		return nil, nil
-	case "gpu":
-		return Loader, nil
+// The GPU engine runs both qwen35 architectures and holds every weight,
+// the routed experts included, in device memory. Its footprint on the host
+// is counted by the CPU engine's rules for now.
+func init() {
+	for _, arch := range []string{qwen35.ArchMoE, qwen35.ArchDense} {
+		model.Register(arch, model.GPU, model.Entry{Load: Loader, Footprint: qwen35.Footprint, HoldsExperts: true})
 	}
-	return nil, fmt.Errorf("--engine %q: want one of %s", engine, strings.Join(Engines, ", "))
 }
 
-// Backend is the GPU engine as a runtime.Backend.
+// Backend is the GPU engine as a model.Model.
 type Backend struct {
 	Dev   *cuda.Device
 	Model *Model
 	last  *State
 }
 
-// Loader opens GPU 0 and uploads the install's weights.
-func Loader(in *runtime.Install, cfg qwen35.Config) (runtime.Backend, error) {
+// Loader opens GPU 0 and uploads the install's weights. The geometry is
+// checked first, so a model the engine cannot run is refused without a
+// device.
+func Loader(req model.Request) (model.Model, error) {
+	cfg, err := qwen35.ConfigFor(req.Manifest.Architecture, req.Manifest.Geometry, req.RopeScaling, req.MaxContext)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RopeScaling.Type != "" {
+		// The kernels take plain inverse frequencies and no attention factor.
+		return nil, fmt.Errorf("the GPU engine does not implement %s RoPE scaling yet; run this model with --engine cpu", cfg.RopeScaling.Type)
+	}
 	dev, err := cuda.Open(0)
 	if err != nil {
 		return nil, fmt.Errorf("--engine gpu: %w", err)
 	}
-	m, err := Load(dev, cfg, in, in.Dir, in.Manifest.Experts)
+	m, err := Load(dev, cfg, req.Weights, req.Dir, req.Manifest.Experts)
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("--engine gpu: %w", err)
@@ -49,11 +52,15 @@ func Loader(in *runtime.Install, cfg qwen35.Config) (runtime.Backend, error) {
 	return &Backend{Dev: dev, Model: m}, nil
 }
 
-// Name labels reports.
-func (b *Backend) Name() string { return fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch) }
+// Info implements model.Model; Name labels reports.
+func (b *Backend) Info() model.Info {
+	c := b.Model.Config()
+	return model.Info{Name: fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch), Architecture: c.Arch, Device: model.GPU,
+		VocabSize: c.VocabSize, MaxContext: c.MaxContext}
+}
 
-// NewState starts a sequence.
-func (b *Backend) NewState(opt runtime.SessionOptions) (runtime.BackendState, error) {
+// NewState starts a sequence; its KV cache is float32 whatever KVBits.
+func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
 	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
 	if err != nil {
 		return nil, err
@@ -62,15 +69,26 @@ func (b *Backend) NewState(opt runtime.SessionOptions) (runtime.BackendState, er
 	return st, nil
 }
 
-// PrefillChunk is the prompt tokens per pass sessions feed the engine: its
-// chunk (NVMAI_GPU_CHUNK, default DefaultChunk).
-func (b *Backend) PrefillChunk() int { return b.Model.chunk }
+// PassLength implements model.PassSizer: the prompt tokens per pass are
+// the engine's chunk (NVMAI_GPU_CHUNK, default DefaultChunk).
+func (b *Backend) PassLength(int) int { return b.Model.chunk }
+
+// StateBytes implements model.StateSizer.
+func (b *Backend) StateBytes(tokens, kvBits int) int64 {
+	return b.Model.cfg.StateBytesAt(tokens, kvBits)
+}
 
 // Close frees the weights and the device.
 func (b *Backend) Close() {
 	b.Model.Close()
 	b.Dev.Close()
 }
+
+// The device state is the surface's State, and samples on the device.
+var (
+	_ model.State   = (*State)(nil)
+	_ model.Sampler = (*State)(nil)
+)
 
 // BenchInfo is the GPU section of nvmai-run bench's report.
 type BenchInfo struct {
@@ -411,6 +429,3 @@ func (info *BenchInfo) Summary() []string {
 // benchStep is the sampled step the bench times: the fixtures' generation
 // config.
 var benchStep = sample.Step{Params: sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.95}, U: 0.5, LogMinP: math.Inf(-1)}
-
-// A GPU sequence samples on the device.
-var _ runtime.SamplingState = (*State)(nil)

@@ -3,21 +3,29 @@ package gpu
 import (
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
-func TestLoaderFor(t *testing.T) {
-	for _, tc := range []struct {
-		engine string
-		gpu    bool
-		err    bool
-	}{{"", false, false}, {"cpu", false, false}, {"GPU", true, false}, {"tpu", false, true}} {
-		l, err := LoaderFor(tc.engine)
-		if (err != nil) != tc.err || (l != nil) != tc.gpu {
-			t.Errorf("LoaderFor(%q) = %v, %v", tc.engine, l != nil, err)
+// The GPU engine registers both qwen35 architectures, and refuses YaRN
+// (its kernels take plain inverse frequencies) before it opens a device.
+func TestGPURegistersAndRefusesYaRNFirst(t *testing.T) {
+	for _, arch := range []string{qwen35.ArchMoE, qwen35.ArchDense} {
+		if e, err := model.Lookup(arch, model.GPU); err != nil || !e.HoldsExperts {
+			t.Errorf("Lookup(%s, gpu) = %+v, %v", arch, e, err)
 		}
-		if err != nil && !strings.Contains(err.Error(), "cpu, gpu") {
-			t.Errorf("LoaderFor(%q): %v does not list the engines", tc.engine, err)
-		}
+	}
+	dir := install(t, "tiny-moe-fused", 4)
+	in, err := runtime.OpenInstall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	_, err = Loader(model.Request{Dir: dir, Manifest: in.Manifest, Weights: in, RopeScaling: model.RopeYaRN})
+	if err == nil || !strings.Contains(err.Error(), "--engine cpu") {
+		t.Errorf("a YaRN model on the GPU engine: %v, want a refusal", err)
 	}
 }
 

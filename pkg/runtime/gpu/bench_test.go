@@ -32,7 +32,7 @@ func TestBench(t *testing.T) {
 		start := time.Now()
 		e := loadEngine(t, dir, true)
 		load := time.Since(start)
-		b := e.Backend().(*Backend)
+		b := e.Model().(*Backend)
 		var first []int
 		for _, v := range benchVariants(t) {
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split

@@ -13,6 +13,7 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 )
@@ -74,7 +75,7 @@ func loadEngine(t testing.TB, dir string, gpu bool) *runtime.Engine {
 	t.Helper()
 	opt := runtime.Options{Threads: 4}
 	if gpu {
-		opt.Backend = Loader
+		opt.Device = model.GPU
 	}
 	e, err := runtime.Load(dir, opt)
 	if err != nil {
@@ -209,7 +210,7 @@ func TestBitwiseRepeatable(t *testing.T) {
 func TestChunkedPrefillEqualsSteps(t *testing.T) {
 	needGPU(t)
 	e := loadEngine(t, install(t, "tiny-moe-fused", 8), true)
-	b := e.Backend().(*Backend)
+	b := e.Model().(*Backend)
 	ids := loadRefs(t, "tiny-moe.refs.json")[0].IDs
 	rows := make([][]float32, 2)
 	for i, chunked := range []bool{true, false} {

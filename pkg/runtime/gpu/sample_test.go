@@ -29,7 +29,7 @@ func sampledTokens(t testing.TB, e *runtime.Engine, ids []int, n int, p sample.P
 		t.Fatal(err)
 	}
 	served := 0
-	if b, ok := e.Backend().(*Backend); ok && b.last != nil {
+	if b, ok := e.Model().(*Backend); ok && b.last != nil {
 		served = b.last.sampled
 	}
 	return res.IDs, served
@@ -77,7 +77,7 @@ func TestSampledMatchesCPUSampler(t *testing.T) {
 		}
 	}
 	// TopK itself against the reference, on a real row.
-	b := gpu.Backend().(*Backend)
+	b := gpu.Model().(*Backend)
 	st, err := b.Model.NewState(StateOptions{KVInitial: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func bitsEqual(a, b []float32) bool {
 func TestDeviceSampleIsTheReference(t *testing.T) {
 	needGPU(t)
 	gpu := loadEngine(t, install(t, "tiny-moe-fused", 4), true)
-	b := gpu.Backend().(*Backend)
+	b := gpu.Model().(*Backend)
 	st, err := b.Model.NewState(StateOptions{KVInitial: 16})
 	if err != nil {
 		t.Fatal(err)
