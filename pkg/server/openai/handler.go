@@ -204,14 +204,23 @@ type cutError struct {
 
 func (e *cutError) Error() string { return e.cause.Error() }
 
-// cutOff reports why a request whose handler returned err (nil or a
-// cancellation) was cancelled from outside, or nil when it was not.
+// cutOff reports why a request whose handler returned err was cancelled
+// from outside, or nil when it was not. A handler that returned nil
+// finished its work; it was cut off only if its stream's client stopped
+// reading before the end (a client that closes the connection as soon as
+// it has read the end is not).
 func cutOff(ctx context.Context, err error) *cutError {
-	if ctx.Err() == nil || err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	stall := sse.Stalled(ctx)
+	switch {
+	case ctx.Err() == nil:
+		return nil
+	case err == nil && stall == nil:
+		return nil
+	case err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
 		return nil
 	}
 	cause := context.Cause(ctx)
-	if stall := sse.Stalled(ctx); stall != nil {
+	if stall != nil {
 		cause = stall
 	}
 	switch {

@@ -199,3 +199,29 @@ func rawExchange(t *testing.T, addr, raw string) (string, http.Header, time.Dura
 	resp.Body.Close()
 	return resp.Status, resp.Header, time.Since(start)
 }
+
+// A client that closes its connection as soon as it has read a stream's
+// end got the whole answer: it is logged 200, not 499.
+func TestClientClosingAfterTheEndIsLogged200(t *testing.T) {
+	hs, _, logs := stallServer(t, openai.Options{}, 0)
+	const n = 20
+	for range n {
+		c, err := net.Dial("tcp", hs.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := `{"stream":true,"messages":[{"role":"user","content":"short"}]}`
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", hs.Listener.Addr(), len(body), body)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		sc := bufio.NewScanner(c)
+		for sc.Scan() && sc.Text() != "data: [DONE]" {
+		}
+		c.Close()
+	}
+	for end := time.Now().Add(3 * time.Second); strings.Count(logs.String(), "\n") < n && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := logs.String(); strings.Count(l, "POST /v1/chat/completions 200") != n {
+		t.Fatalf("want %d lines with 200:\n%s", n, l)
+	}
+}
