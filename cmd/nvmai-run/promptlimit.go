@@ -11,13 +11,15 @@ import (
 // far over the context limit: tokenizer.EncodeLimit stops once the count
 // passes the limit, so a 64 MiB --prompt-file of binary costs the work and
 // memory of about limit tokens, not of 64 MiB of tokens (about 3 GiB and
-// 30 s, deaf to Ctrl-C). A text of no more bytes than twice the limit is
-// left to the exact tokenization at once: each token covers at least one
-// byte, so that is bounded work too, and a short prompt is not tokenized
-// twice. Ctrl-C before the look is honoured; during it, the wait is
+// 30 s, deaf to Ctrl-C). A text of no more bytes than twice the limit
+// plus 64 KiB is left to the exact tokenization at once: each token covers
+// at least one byte, so that is bounded work too, a short prompt is not
+// tokenized twice, and its refusal gives the exact count. Ctrl-C before the look is honoured; during it, the wait is
 // bounded by the context, not the input.
+const exactBelow = 64 << 10
+
 func promptWithinContext(ctx context.Context, tok *tokenizer.Tokenizer, text string, limit int) error {
-	if limit <= 0 || len(text) <= 2*limit {
+	if limit <= 0 || len(text) <= 2*limit+exactBelow {
 		return nil
 	}
 	if ctx.Err() != nil {
