@@ -1229,7 +1229,7 @@ loop:
 	MOVQ $1, AX
 	SHLQ CX, AX
 	DECQ AX
-	KMOVW AX, K1 // the last n lanes
+	KMOVW AX, K1 // the last CX lanes
 full:
 	VMOVUPS.Z (SI), K1, Z0
 	CMPQ R8, $4
@@ -2115,7 +2115,7 @@ tail:
 	MOVQ $1, AX
 	SHLQ CX, AX
 	DECQ AX
-	KMOVW AX, K1
+	KMOVW AX, K1 // the last CX lanes
 	VMOVAPS Z31, Z4
 	VMOVUPS (SI), K1, Z4
 	VCMPPS $3, Z4, Z4, K4
@@ -2175,7 +2175,7 @@ tail:
 	MOVQ $1, AX
 	SHLQ CX, AX
 	DECQ AX
-	KMOVW AX, K1
+	KMOVW AX, K1 // the last CX lanes
 	VMOVUPS.Z (SI), K1, Z4
 	VMULPS Z4, Z31, Z4
 	VMOVUPS Z4, K1, (SI)

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/kernels/_asm/x86"
 )
 
 var out strings.Builder
@@ -413,12 +415,7 @@ func avx512PairedKernel(bits int) {
 // foldY0 folds 8 lanes of Y0 (lane i += lane i+4, += lane i+2, += lane i+1)
 // and stores lane 0 at (DI).
 func foldY0() {
-	emit("VEXTRACTF128 $1, Y0, X1")
-	emit("VADDPS X1, X0, X0")
-	emit("VMOVHLPS X0, X0, X1")
-	emit("VADDPS X1, X0, X0")
-	emit("VMOVSHDUP X0, X1")
-	emit("VADDSS X1, X0, X0")
+	x86.Fold8(emit, "ADD", 0, 1)
 	emit("VMOVSS X0, (DI)")
 }
 
@@ -667,12 +664,7 @@ func quantizeAVX512() {
 // at label scale, or to label tiny when 127/amax overflows for a nonzero
 // amax (the Go code must divide).
 func quantizeScale(a, t, dx, inv int, scale, tiny string) {
-	emit("VEXTRACTF128 $1, Y%d, X%d", a, t)
-	emit("VMAXPS X%d, X%d, X%d", t, a, a)
-	emit("VMOVHLPS X%d, X%d, X%d", a, a, t)
-	emit("VMAXPS X%d, X%d, X%d", t, a, a)
-	emit("VMOVSHDUP X%d, X%d", a, t)
-	emit("VMAXSS X%d, X%d, X%d", t, a, a)
+	x86.Fold8(emit, "MAX", a, t)
 	comment("dx = amax/127, inv = 127/amax; give up on a tiny nonzero amax")
 	emit("VDIVSS X15, X%d, X%d", a, dx)
 	emit("VDIVSS X%d, X15, X%d", a, inv)
@@ -716,12 +708,7 @@ func quantizeSumXAndLoop(loop, tiny string) {
 	for j := range 8 {
 		emit("VADDPS %d(SI), Y10, Y10", 32*j)
 	}
-	emit("VEXTRACTF128 $1, Y10, X11")
-	emit("VADDPS X11, X10, X10")
-	emit("VMOVHLPS X10, X10, X11")
-	emit("VADDPS X11, X10, X10")
-	emit("VMOVSHDUP X10, X11")
-	emit("VADDSS X11, X10, X10")
+	x86.Fold8(emit, "ADD", 10, 11)
 	emit("VMOVSS X10, 64(R9)(R11*1)")
 	emit("ADDQ $256, SI")
 	emit("ADDQ $64, DI")

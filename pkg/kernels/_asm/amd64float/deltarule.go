@@ -100,9 +100,7 @@ func deltaRuleBlock(a isa, name string, n int) {
 
 	out.WriteString("\n")
 	label(name)
-	for c := range n {
-		a.zero(c)
-	}
+	a.zeroFirst(n)
 	emit("LEAQ (SI)(R10*1), R11    // &S[0, block]")
 	emit("MOVQ R8, R12             // &k[0]")
 	emit("MOVQ CX, R13             // rows left")

@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/nvmai/nvmai/pkg/kernels/_asm/x86"
+)
 
 // floatvec: the BF16 and float32 row dots. They are not one kernel at two
 // widths (AVX2 dots one token, AVX-512 four at once), but the BF16 ones walk
@@ -31,14 +35,7 @@ func bf16x8(addr string, y int) {
 
 // reduce8 folds the 8 lanes of Yy into Xy's lane 0 in the reference order
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), Yt scratch.
-func reduce8(y, t int) {
-	emit("VEXTRACTF128 $1, Y%d, X%d", y, t)
-	emit("VADDPS X%d, X%d, X%d", t, y, y)
-	emit("VMOVHLPS X%d, X%d, X%d", y, y, t)
-	emit("VADDPS X%d, X%d, X%d", t, y, y)
-	emit("VMOVSHDUP X%d, X%d", y, t)
-	emit("VADDSS X%d, X%d, X%d", t, y, y)
-}
+func reduce8(y, t int) { x86.Fold8(emit, "ADD", y, t) }
 
 // reduce4 folds Xx's 4 lanes into lane 0 as (l0+l1)+(l2+l3), Xt scratch.
 func reduce4(x, t int) {
@@ -46,6 +43,20 @@ func reduce4(x, t int) {
 	emit("VADDPS X%d, X%d, X%d", t, x, x)
 	emit("VMOVHLPS X%d, X%d, X%d", x, x, t)
 	emit("VADDSS X%d, X%d, X%d", t, x, x)
+}
+
+// storeFourDots reduces the four rows' lane sums in X0–X3 (or Y0–Y3) with
+// reduce, scratch from register scratch on, stores them to dst[0..3] at R8
+// and returns.
+func storeFourDots(reduce func(x, t int), scratch int) {
+	for r := range 4 {
+		reduce(r, scratch+r)
+	}
+	for r := range 4 {
+		emit("VMOVSS X%d, %d(R8)", r, 4*r)
+	}
+	emit("VZEROUPPER")
+	emit("RET")
 }
 
 func dotBF16() {
@@ -67,6 +78,23 @@ Lane l accumulates w[i]·x[i] for i ≡ l (mod 8), in element order.`)
 	emit("VMOVSS X0, ret+24(FP)")
 	emit("VZEROUPPER")
 	emit("RET")
+}
+
+// bf16RowsArgs loads the four-row BF16 kernels' arguments: dst to R8, the
+// rows to SI and R9–R11 (stride DX apart), x to DI (the tokens xstride
+// apart in R12 when the kernel takes several) and n to CX.
+func bf16RowsArgs(tokens bool) {
+	emit("MOVQ dst+0(FP), R8")
+	emit("MOVQ w+8(FP), SI")
+	emit("MOVQ stride+16(FP), DX")
+	emit("MOVQ x+24(FP), DI")
+	n := 32
+	if tokens {
+		emit("MOVQ xstride+32(FP), R12")
+		n = 40
+	}
+	emit("MOVQ n+%d(FP), CX", n)
+	fourRows()
 }
 
 // bf16Rows walks CX columns of the four BF16 rows at SI, R9–R11 and of x at
@@ -108,16 +136,9 @@ latency). Rows are often a page long (2048 columns), and the hardware
 prefetcher does not follow a stream into the next page, so while it reads
 a 64-byte column block of the four rows it prefetches the same block of
 the next four.`)
-	emit("MOVQ dst+0(FP), R8")
-	emit("MOVQ w+8(FP), SI")
-	emit("MOVQ stride+16(FP), DX")
-	emit("MOVQ x+24(FP), DI")
-	emit("MOVQ n+32(FP), CX")
-	fourRows()
+	bf16RowsArgs(false)
 	emit("LEAQ (DX*4), R12")
-	for r := range 4 {
-		emit("VXORPS Y%d, Y%d, Y%d", r, r, r)
-	}
+	avx2.zeroFirst(4)
 	// Y0–Y3 the rows' lane sums, Y4–Y7 their widened columns, Y8 x.
 	bf16Rows(func(w, x int) {
 		emit("VMOVUPS %d(DI), Y8", x)
@@ -135,14 +156,7 @@ the next four.`)
 			emit("PREFETCHT0 (%s)(R12*1)", row)
 		}
 	})
-	for r := range 4 {
-		reduce8(r, 4+r)
-	}
-	for r := range 4 {
-		emit("VMOVSS X%d, %d(R8)", r, 4*r)
-	}
-	emit("VZEROUPPER")
-	emit("RET")
+	storeFourDots(reduce8, 4)
 }
 
 func dotRows4() {
@@ -171,14 +185,7 @@ per row (four independent chains), n a positive multiple of 4.`)
 	emit("ADDQ $16, AX")
 	emit("CMPQ AX, DX")
 	emit("JLT  loop")
-	for r := range 4 {
-		reduce4(r, 5+r)
-	}
-	for r := range 4 {
-		emit("VMOVSS X%d, %d(R8)", r, 4*r)
-	}
-	emit("VZEROUPPER")
-	emit("RET")
+	storeFourDots(reduce4, 5)
 }
 
 func axpyRows() {
@@ -218,17 +225,9 @@ apart from w) with token t's x (xstride bytes apart), each lane chain the
 reference's. Two tokens share a 16-lane register, so each widened weight
 vector serves four tokens and eight independent chains hide the add
 latency that bounds the one-token kernel. n is a positive multiple of 8.`)
-	emit("MOVQ dst+0(FP), R8")
-	emit("MOVQ w+8(FP), SI")
-	emit("MOVQ stride+16(FP), DX")
-	emit("MOVQ x+24(FP), DI")
-	emit("MOVQ xstride+32(FP), R12")
-	emit("MOVQ n+40(FP), CX")
-	fourRows()
+	bf16RowsArgs(true)
 	emit("LEAQ (R12)(R12*2), R13")
-	for i := range 8 {
-		emit("VPXORD Z%d, Z%d, Z%d", i, i, i)
-	}
+	avx512.zeroFirst(8)
 	// Z(2r+p) holds row r against token 2p in its low half and token 2p+1
 	// in its high half; Z8–Z11 the rows' columns in both halves, Z12 and
 	// Z13 tokens 0|1 and 2|3, Z16–Z23 the products.

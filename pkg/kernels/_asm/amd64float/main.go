@@ -91,6 +91,13 @@ func (a isa) zero(i int) {
 	}
 }
 
+// zeroFirst clears vector registers 0 to n−1.
+func (a isa) zeroFirst(n int) {
+	for i := range n {
+		a.zero(i)
+	}
+}
+
 // extract128 copies 128-bit lane i of vector register src to Xdst.
 func (a isa) extract128(i, src, dst int) {
 	if a.wide() {
@@ -154,13 +161,18 @@ func (a isa) lanesLoopHead() {
 	label("loop")
 	emit("CMPQ CX, $%d", a.lanes)
 	emit("JAE  full")
+	tailMask("done")
+	label("full")
+}
+
+// tailMask sets K1 to the low CX lanes, or jumps to label none when CX is 0.
+func tailMask(none string) {
 	emit("TESTQ CX, CX")
-	emit("JZ   done")
+	emit("JZ   %s", none)
 	emit("MOVQ $1, AX")
 	emit("SHLQ CX, AX")
 	emit("DECQ AX")
-	emit("KMOVW AX, K1 // the last n lanes")
-	label("full")
+	emit("KMOVW AX, K1 // the last CX lanes")
 }
 
 // lanesLoopEnd closes the loop lanesLoopHead opened.

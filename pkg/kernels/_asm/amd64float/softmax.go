@@ -26,12 +26,7 @@ func sixteens(each func(n int), tail func()) {
 		emit("JMP  by%d", 16*n)
 	}
 	label("tail")
-	emit("TESTQ CX, CX")
-	emit("JZ   end")
-	emit("MOVQ $1, AX")
-	emit("SHLQ CX, AX")
-	emit("DECQ AX")
-	emit("KMOVW AX, K1")
+	tailMask("end")
 	tail()
 	label("end")
 }
