@@ -23,6 +23,12 @@ var (
 // experts, as a GPU does) for the fixtures' architecture.
 func loadFake(t *testing.T, dir string, fb *fakeBackend) (*Engine, error) {
 	t.Helper()
+	registerFakeDevice()
+	nextFake = fb
+	return Load(dir, Options{Threads: 1, Device: "fake"})
+}
+
+func registerFakeDevice() {
 	registerFake.Do(func() {
 		model.Register(qwen35.ArchMoE, "fake", model.Entry{HoldsExperts: true, Footprint: qwen35.Footprint,
 			Load: func(req model.Request) (model.Model, error) {
@@ -30,8 +36,6 @@ func loadFake(t *testing.T, dir string, fb *fakeBackend) (*Engine, error) {
 				return nextFake, nil
 			}})
 	})
-	nextFake = fb
-	return Load(dir, Options{Threads: 1, Device: "fake"})
 }
 
 // fakeBackend's states give pseudo-random logits (many ties) that depend on

@@ -46,6 +46,9 @@ type Footprint struct {
 	// aligned page buffers. The rows come from SSD, never from memory.
 	NgramBuffers int64
 	Total        int64
+	// Device is the engine's device when it is not the CPU: its experts,
+	// KV cache and sequence state are then in device memory, not counted.
+	Device string
 }
 
 // ComputeFootprint sizes a process over in with opt: the resident weights
@@ -57,8 +60,11 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 		return Footprint{}, err
 	}
 	f := Footprint{Resident: int64(len(in.resident))}
+	if d := cmp.Or(opt.Device, model.CPU); d != model.CPU {
+		f.Device = d
+	}
 	var streamed int64
-	if x := in.Manifest.Experts; x != nil {
+	if x := in.Manifest.Experts; x != nil && !entry.HoldsExperts {
 		mode, _ := expertcache.BoundedIOFromEnv()
 		f.Slots, err = expertcache.SlotsPerLayer(in.Manifest, expertcache.Options{Budget: opt.Experts.Budget, Slots: opt.Experts.Slots, IO: mode})
 		if err != nil {
@@ -91,6 +97,9 @@ func (f Footprint) String() string {
 	}
 	if f.NgramBuffers > 0 {
 		line += " + n-gram read buffers " + s(f.NgramBuffers)
+	}
+	if f.Device != "" {
+		line += fmt.Sprintf(" (host memory; the %s engine keeps the experts, KV cache and sequence state in device memory)", f.Device)
 	}
 	return line
 }

@@ -13,12 +13,24 @@ import (
 )
 
 // The GPU engine runs both qwen35 architectures and holds every weight,
-// the routed experts included, in device memory. Its footprint on the host
-// is counted by the CPU engine's rules for now.
+// the routed experts included, in device memory.
 func init() {
 	for _, arch := range []string{qwen35.ArchMoE, qwen35.ArchDense} {
-		model.Register(arch, model.GPU, model.Entry{Load: Loader, Footprint: qwen35.Footprint, HoldsExperts: true})
+		model.Register(arch, model.GPU, model.Entry{Load: Loader, Footprint: Footprint, HoldsExperts: true})
 	}
+}
+
+// Footprint implements model.Footprinter: the sequence's KV cache (float32),
+// recurrent state and scratch live in device memory, so none of it is host
+// memory. The geometry and context are checked as the CPU engine checks
+// them.
+func Footprint(req model.FootprintRequest) (model.StateFootprint, error) {
+	req.KVBits = model.KVFloat32
+	f, err := qwen35.Footprint(req)
+	if err != nil {
+		return f, err
+	}
+	return model.StateFootprint{KVBits: f.KVBits, MaxContext: f.MaxContext}, nil
 }
 
 // Backend is the GPU engine as a model.Model.

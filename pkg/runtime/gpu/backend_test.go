@@ -9,8 +9,9 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
-// The GPU engine registers both qwen35 architectures, and refuses YaRN
-// (its kernels take plain inverse frequencies) before it opens a device.
+// The GPU engine registers both qwen35 architectures, counts no host
+// memory for a sequence (it is in device memory), and refuses YaRN (its
+// kernels take plain inverse frequencies) before it opens a device.
 func TestGPURegistersAndRefusesYaRNFirst(t *testing.T) {
 	for _, arch := range []string{qwen35.ArchMoE, qwen35.ArchDense} {
 		if e, err := model.Lookup(arch, model.GPU); err != nil || !e.HoldsExperts {
@@ -23,6 +24,10 @@ func TestGPURegistersAndRefusesYaRNFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
+	f, err := Footprint(model.FootprintRequest{Manifest: in.Manifest, MaxContext: 64})
+	if err != nil || f.KV != 0 || f.Recurrent != 0 || f.Attention != 0 || f.PassScratch != 0 || f.KVBits != model.KVFloat32 || f.MaxContext != 64 {
+		t.Errorf("GPU footprint %+v, %v: want no host memory for the sequence, float32 KV, 64 tokens", f, err)
+	}
 	_, err = Loader(model.Request{Dir: dir, Manifest: in.Manifest, Weights: in, RopeScaling: model.RopeYaRN})
 	if err == nil || !strings.Contains(err.Error(), "--engine cpu") {
 		t.Errorf("a YaRN model on the GPU engine: %v, want a refusal", err)
