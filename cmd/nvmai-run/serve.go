@@ -22,6 +22,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/anthropic"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
@@ -91,12 +92,13 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	srv := server.New(cfg)
-	oh := openai.New(srv, hopt)
-	anthropic.Mount(oh, srv, anthropic.Options{KeepAlive: hopt.KeepAlive})
+	oh := httpapi.New(srv, hopt)
+	openai.New(srv, openai.Options{}).Mount(oh)
+	anthropic.New(srv, anthropic.Options{}).Mount(oh)
 	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
-	hs := openai.NewHTTPServer(oh)
+	hs := httpapi.NewHTTPServer(oh)
 	errc := make(chan error, 1)
-	limited := openai.LimitConnections(hs, ln, c.Int("max-connections"))
+	limited := httpapi.LimitConnections(hs, ln, c.Int("max-connections"))
 	go func() { errc <- hs.Serve(limited) }()
 	if scriptedEngine != nil && c.String("scripted") != "" {
 		e, r, err := scriptedEngine(c)
@@ -162,7 +164,7 @@ var (
 // serveUntilDone serves until the listener fails or a signal asks to stop,
 // then cuts off the requests in flight (a stream blocked on its client
 // included) and closes the connections.
-func serveUntilDone(c *cli.Context, hs *http.Server, oh *openai.Handler, errc chan error) error {
+func serveUntilDone(c *cli.Context, hs *http.Server, oh *httpapi.Host, errc chan error) error {
 	sig, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	select {
@@ -188,7 +190,7 @@ func serveUntilDone(c *cli.Context, hs *http.Server, oh *openai.Handler, errc ch
 	}
 }
 
-func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
+func serveOptions(c *cli.Context) (server.Config, httpapi.Options, error) {
 	cfg := server.Config{QueueLimit: c.Int("queue-limit"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
 	if c.Bool("log-json") {
 		cfg.Log = server.JSONLogger(os.Stderr)
@@ -199,28 +201,28 @@ func serveOptions(c *cli.Context) (server.Config, openai.Options, error) {
 		on := c.String("thinking") == "on"
 		cfg.Thinking = &on
 	default:
-		return cfg, openai.Options{}, cliutil.Usagef("--thinking %q: expected on or off", c.String("thinking"))
+		return cfg, httpapi.Options{}, cliutil.Usagef("--thinking %q: expected on or off", c.String("thinking"))
 	}
 	if c.Int("queue-limit") < 0 {
-		return cfg, openai.Options{}, cliutil.Usagef("--queue-limit must be ≥ 0")
+		return cfg, httpapi.Options{}, cliutil.Usagef("--queue-limit must be ≥ 0")
 	}
 	if _, err := expertcache.ParseSize(c.String("prompt-cache")); err != nil && c.String("prompt-cache") != "0" {
-		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache: %v", err)
+		return cfg, httpapi.Options{}, cliutil.Usagef("--prompt-cache: %v", err)
 	}
 	if b, err := expertcache.ParseSize(c.String("prompt-cache-disk-budget")); err != nil || b <= 0 {
-		return cfg, openai.Options{}, cliutil.Usagef("--prompt-cache-disk-budget %q: give a size such as 20G", c.String("prompt-cache-disk-budget"))
+		return cfg, httpapi.Options{}, cliutil.Usagef("--prompt-cache-disk-budget %q: give a size such as 20G", c.String("prompt-cache-disk-budget"))
 	}
 	maxBody, err := expertcache.ParseSize(c.String("max-body"))
 	if err != nil {
-		return cfg, openai.Options{}, cliutil.Usagef("--max-body: %v", err)
+		return cfg, httpapi.Options{}, cliutil.Usagef("--max-body: %v", err)
 	}
 	if c.Duration("stream-write-timeout") <= 0 {
-		return cfg, openai.Options{}, cliutil.Usagef("--stream-write-timeout %s: give a positive duration such as 20s", c.Duration("stream-write-timeout"))
+		return cfg, httpapi.Options{}, cliutil.Usagef("--stream-write-timeout %s: give a positive duration such as 20s", c.Duration("stream-write-timeout"))
 	}
 	if c.Int("max-connections") < 1 {
-		return cfg, openai.Options{}, cliutil.Usagef("--max-connections must be ≥ 1")
+		return cfg, httpapi.Options{}, cliutil.Usagef("--max-connections must be ≥ 1")
 	}
-	return cfg, openai.Options{APIKey: c.String("api-key"), CORSOrigin: c.String("cors-origin"), MaxBody: maxBody,
+	return cfg, httpapi.Options{APIKey: c.String("api-key"), CORSOrigin: c.String("cors-origin"), MaxBody: maxBody,
 		StreamWriteTimeout: c.Duration("stream-write-timeout"), ListenHost: c.String("host"), AllowedHosts: c.StringSlice("allowed-host")}, nil
 }
 

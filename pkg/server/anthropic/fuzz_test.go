@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -74,8 +74,8 @@ func runStreamCase(t *testing.T, output string, cut uint8) {
 			defer c.mu.Unlock()
 			return c.pieces
 		}}, servertest.Renderer{})
-		h := openai.New(s, openai.Options{})
-		Mount(h, s, Options{})
+		h := httpapi.New(s, httpapi.Options{})
+		New(s, Options{}).Mount(h)
 		c.h = h
 	})
 	c.mu.Lock()

@@ -4,9 +4,9 @@
 // decodes Anthropic's request into pkg/server's ChatRequest, runs it on the
 // one generation loop, and encodes the parsed reasoning, text and tool
 // calls as Anthropic content blocks and stream events, errors in
-// Anthropic's envelope. It mounts on the OpenAI handler's HTTP layer, so
-// authentication (x-api-key or Bearer), CORS, the body cap, panic recovery
-// and the request log are shared. docs/anthropic.md is its reference.
+// Anthropic's envelope. It mounts on the httpapi host, so authentication
+// (x-api-key or Bearer), CORS, the body cap, panic recovery and the
+// request log are shared with the other protocols. docs/anthropic.md is its reference.
 package anthropic
 
 import (
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
 // Options configures the adapter.
@@ -45,16 +45,15 @@ func New(s *server.Server, opt Options) *Adapter {
 }
 
 // Mount adds POST /v1/messages and POST /v1/messages/count_tokens to h.
-func Mount(h *openai.Handler, s *server.Server, opt Options) {
-	a := New(s, opt)
-	h.Mount("/v1/messages", openai.Route{Method: http.MethodPost, Serve: a.messages, WriteError: WriteError})
-	h.Mount("/v1/messages/count_tokens", openai.Route{Method: http.MethodPost, Serve: a.countTokens, WriteError: WriteError})
+func (a *Adapter) Mount(h *httpapi.Host) {
+	h.Mount("/v1/messages", httpapi.Route{Method: http.MethodPost, Serve: a.messages, WriteError: WriteError})
+	h.Mount("/v1/messages/count_tokens", httpapi.Route{Method: http.MethodPost, Serve: a.countTokens, WriteError: WriteError})
 }
 
 // decode reads and converts a request body.
 func (a *Adapter) decode(w http.ResponseWriter, r *http.Request, counting bool) (*messagesRequest, *server.ChatRequest, error) {
 	var req messagesRequest
-	if err := openai.DecodeJSON(w, r, &req); err != nil {
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		return nil, nil, err
 	}
 	c := &converter{defaults: a.s.InfoFor(req.Model).Sampling, ownThinking: a.signer.own, counting: counting}
@@ -71,8 +70,7 @@ func (a *Adapter) countTokens(w http.ResponseWriter, r *http.Request, _ *server.
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": n})
-	return nil
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]int{"input_tokens": n})
 }
 
 // errorBody is Anthropic's error envelope.
@@ -97,7 +95,7 @@ func classify(err error) (int, errorDetail) {
 	if errors.As(err, &se) && se.Kind == server.KindQueueFull {
 		return StatusOverloaded, errorDetail{"overloaded_error", se.Msg}
 	}
-	e := openai.Classify(err)
+	e := httpapi.Classify(err)
 	d := errorDetail{Message: e.Message}
 	switch e.Status {
 	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
@@ -123,23 +121,8 @@ func classify(err error) (int, errorDetail) {
 // WriteError writes err in Anthropic's envelope with its status.
 func WriteError(w http.ResponseWriter, err error) {
 	status, d := classify(err)
-	switch status {
-	case StatusOverloaded:
-		w.Header().Set("Retry-After", "1")
-	case http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "5")
-	}
-	writeJSON(w, status, errorBody{Type: "error", Error: d})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := marshal(v)
-	if err != nil {
-		status, body = http.StatusInternalServerError, []byte(`{"type":"error","error":{"type":"api_error","message":"encoding the response failed"}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	httpapi.SetRetryAfter(w, status)
+	httpapi.WriteJSON(w, status, errorBody{Type: "error", Error: d}) // an envelope of strings always encodes
 }
 
 // toolUseID turns the core's call id (call_…) into Anthropic's form.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
-	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -50,8 +50,8 @@ func newHarness(t *testing.T, eng server.Engine, o harnessOptions) *harness {
 	if !o.noEngine {
 		s.SetEngine(eng, o.renderer)
 	}
-	h := openai.New(s, openai.Options{APIKey: o.apiKey, MaxBody: o.maxBody})
-	Mount(h, s, Options{KeepAlive: o.keepAlive})
+	h := httpapi.New(s, httpapi.Options{APIKey: o.apiKey, MaxBody: o.maxBody})
+	New(s, Options{KeepAlive: o.keepAlive}).Mount(h)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return &harness{t: t, eng: eng, srv: s, http: hs, logs: logs, key: o.apiKey}

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
 // contentBlock is a response content block: text {text}, thinking
@@ -225,8 +225,7 @@ func (a *Adapter) messages(w http.ResponseWriter, r *http.Request, log *server.R
 		reason, seq := stopReason(res)
 		fillLog(log, job, res, reason)
 		msg.Content, msg.StopReason, msg.StopSequence, msg.Usage = asm.content(), &reason, seq, usage(res.Usage)
-		writeJSON(w, http.StatusOK, msg)
-		return nil
+		return httpapi.WriteJSON(w, http.StatusOK, msg)
 	}
 	return a.stream(w, r, log, job, msg)
 }
@@ -288,15 +287,4 @@ func fillLog(log *server.RequestLog, job *server.Job, res *server.ChatResult, re
 		// TTFT from the request's arrival, queue wait included.
 		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
 	}
-}
-
-// marshal encodes without HTML escaping (code is full of < > &).
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
 // Ceilings on what one request may hold. The body cap bounds bytes; these
@@ -95,7 +94,7 @@ type thinkingConfig struct {
 }
 
 func badRequest(param, format string, args ...any) error {
-	return &openai.APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+	return httpapi.BadRequest(param, format, args...)
 }
 
 // converter maps a decoded request onto the core's ChatRequest.

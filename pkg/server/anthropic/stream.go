@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
@@ -22,7 +23,7 @@ var pingEvent = "event: ping\ndata: {\"type\":\"ping\"}\n\n"
 
 // event writes one event; v is its data, encoded as JSON.
 func (st *sseStream) event(name string, v any) {
-	b, err := marshal(v)
+	b, err := jsonobj.Marshal(v)
 	if err != nil {
 		return
 	}

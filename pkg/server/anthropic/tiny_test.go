@@ -10,8 +10,8 @@ import (
 
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
-	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
 func TestMain(m *testing.M) { fixinstall.Main(m) }
@@ -22,8 +22,8 @@ func TestMain(m *testing.M) { fixinstall.Main(m) }
 // cache_read_input_tokens.
 func TestTinyModelThroughTheRealEngine(t *testing.T) {
 	s, _ := adaptertest.TinyServer(adaptertest.TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16})
-	h := openai.New(s, openai.Options{})
-	Mount(h, s, Options{})
+	h := httpapi.New(s, httpapi.Options{})
+	New(s, Options{}).Mount(h)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	// This SDK version has no temperature field: greedy is set on the wire.

@@ -20,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 )
@@ -102,7 +103,9 @@ func TestTwoFixtureInstalls(t *testing.T) {
 	if err := s.SetModels(set, 0); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(openai.New(s, openai.Options{}))
+	h := httpapi.New(s, httpapi.Options{})
+	openai.New(s, openai.Options{}).Mount(h)
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	client := adaptertest.OpenAIClient(hs, "k")
 	ctx := context.Background()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
@@ -105,24 +107,24 @@ func timings(u server.Usage, o server.Outcome) *timingsJSON {
 	return t
 }
 
-func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req chatRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	creq, err := toChat(&req, h.defaults(req.Model))
+	creq, err := toChat(&req, a.defaults(req.Model))
 	if err != nil {
 		return err
 	}
 	log.Stream = req.Stream
-	job, err := h.s.PrepareChat(creq)
+	job, err := a.s.PrepareChat(creq)
 	if err != nil {
 		return err
 	}
 	if err := waitForModel(r.Context(), job, req.Stream); err != nil {
 		return err
 	}
-	base := chatJSON{ID: h.s.NewID("chatcmpl-"), Created: h.s.Now().Unix(), Model: job.Model()}
+	base := chatJSON{ID: a.s.NewID("chatcmpl-"), Created: a.s.Now().Unix(), Model: job.Model()}
 	if !req.Stream {
 		res, err := job.RunChat(r.Context(), nil)
 		if err != nil {
@@ -132,11 +134,10 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		base.Object = "chat.completion"
 		base.Choices = []choiceJSON{{Message: finalMessage(res), FinishReason: &res.Finish}}
 		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
-		writeJSON(w, http.StatusOK, base)
-		return nil
+		return httpapi.WriteJSON(w, http.StatusOK, base)
 	}
 	base.Object = "chat.completion.chunk"
-	st := startStream(w, r, h.opt.KeepAlive)
+	st := startStream(w, r, a.opt.KeepAlive)
 	defer st.stop()
 	chunk := func(delta any, finish *string) {
 		c := base
@@ -150,7 +151,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		if errors.Is(err, context.Canceled) {
 			return err // the client is gone
 		}
-		st.data(envelope(asAPIError(err)))
+		st.data(httpapi.Envelope(err))
 		st.done()
 		return err
 	}
@@ -232,7 +233,7 @@ func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration
 }
 
 func (st *stream) data(v any) {
-	b, err := marshal(v)
+	b, err := jsonobj.Marshal(v)
 	if err != nil {
 		return
 	}

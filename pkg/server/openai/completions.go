@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
 // defaultCompletionTokens is OpenAI's max_tokens default for /v1/completions.
@@ -29,9 +30,9 @@ type completionJSON struct {
 	Timings *timingsJSON     `json:"timings,omitempty"`
 }
 
-func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req completionRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		return err
 	}
 	creq := &server.CompletionRequest{Endpoint: "/v1/completions", Model: req.Model}
@@ -42,7 +43,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if err := req.unsupported(); err != nil {
 		return err
 	}
-	if creq.Sampling, err = req.sampling(h.defaults(req.Model)); err != nil {
+	if creq.Sampling, err = req.sampling(a.defaults(req.Model)); err != nil {
 		return err
 	}
 	if creq.Stop, err = decodeStop(req.Stop); err != nil {
@@ -55,17 +56,17 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		return err
 	}
 	if creq.MaxTokens == 0 {
-		creq.MaxTokens = cmp.Or(h.s.DefaultMaxTokens(), defaultCompletionTokens) // serve --max-tokens wins over OpenAI's 16
+		creq.MaxTokens = cmp.Or(a.s.DefaultMaxTokens(), defaultCompletionTokens) // serve --max-tokens wins over OpenAI's 16
 	}
 	log.Stream = req.Stream
-	job, err := h.s.PrepareCompletion(creq)
+	job, err := a.s.PrepareCompletion(creq)
 	if err != nil {
 		return err
 	}
 	if err := waitForModel(r.Context(), job, req.Stream); err != nil {
 		return err
 	}
-	base := completionJSON{ID: h.s.NewID("cmpl-"), Object: "text_completion", Created: h.s.Now().Unix(), Model: job.Model()}
+	base := completionJSON{ID: a.s.NewID("cmpl-"), Object: "text_completion", Created: a.s.Now().Unix(), Model: job.Model()}
 	if !req.Stream {
 		res, err := job.RunCompletion(r.Context(), nil)
 		if err != nil {
@@ -74,10 +75,9 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
 		base.Choices = []textChoiceJSON{{Text: res.Text, FinishReason: &res.Finish}}
 		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
-		writeJSON(w, http.StatusOK, base)
-		return nil
+		return httpapi.WriteJSON(w, http.StatusOK, base)
 	}
-	st := startStream(w, r, h.opt.KeepAlive)
+	st := startStream(w, r, a.opt.KeepAlive)
 	defer st.stop()
 	chunk := func(text string, finish *string) {
 		c := base
@@ -90,7 +90,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request, log *serve
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
-		st.data(envelope(asAPIError(err)))
+		st.data(httpapi.Envelope(err))
 		st.done()
 		return err
 	}

@@ -24,7 +24,7 @@ func diskServer(t *testing.T, dir string) (oai.Client, *promptcache.Disk) {
 	t.Cleanup(d.Close)
 	s, _ := adaptertest.TinyServer(e, server.RuntimeOptions{ModelID: "tiny", CacheBytes: 64 << 20, PrefillChunk: 16,
 		Disk: d, TemplateSHA256: server.PlainChatMLSHA256(), DiskMinTokens: 16})
-	hs := httptest.NewServer(New(s, Options{}))
+	hs := httptest.NewServer(host(s))
 	t.Cleanup(hs.Close)
 	return adaptertest.OpenAIClient(hs, "k"), d
 }

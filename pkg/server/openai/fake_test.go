@@ -20,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
@@ -33,7 +34,13 @@ type harness struct {
 	logs   *bytes.Buffer
 }
 
-func newHarness(t *testing.T, eng *servertest.Engine, opt Options, cfg server.Config) *harness {
+// hostOptions are the host's options and the adapter's keep-alive.
+type hostOptions struct {
+	httpapi.Options
+	KeepAlive time.Duration
+}
+
+func newHarness(t *testing.T, eng *servertest.Engine, opt hostOptions, cfg server.Config) *harness {
 	t.Helper()
 	logs := &bytes.Buffer{}
 	if cfg.Thinking == nil {
@@ -47,7 +54,9 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options, cfg server.Co
 	if eng != nil {
 		s.SetEngine(eng, servertest.Renderer{})
 	}
-	hs := httptest.NewServer(New(s, opt))
+	h := httpapi.New(s, opt.Options)
+	New(s, Options{KeepAlive: opt.KeepAlive}).Mount(h)
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	c := adaptertest.OpenAIClient(hs, "test-key")
 	return &harness{t: t, eng: eng, srv: s, http: hs, client: c, logs: logs}
@@ -84,7 +93,7 @@ func chatparseWorks() bool {
 }
 
 func TestChatStreamAccumulatesToTheNonStreamAnswer(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Script: script("Hel", "lo", ", wor", "ld", "!")}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Script: script("Hel", "lo", ", wor", "ld", "!")}, hostOptions{}, server.Config{})
 	ctx := context.Background()
 	p := userParams("Hi")
 	p.Seed = oai.Int(1)
@@ -142,7 +151,7 @@ type rawChunk struct {
 }
 
 func TestChatStreamChunkInvariants(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Script: script("a", "b", "c")}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Script: script("a", "b", "c")}, hostOptions{}, server.Config{})
 	for _, includeUsage := range []bool{false, true} {
 		t.Run(fmt.Sprint("include_usage=", includeUsage), func(t *testing.T) {
 			body := fmt.Sprintf(`{"model":"m","stream":true,"stream_options":{"include_usage":%v},"messages":[{"role":"user","content":"x"}]}`, includeUsage)
@@ -195,7 +204,7 @@ func TestChatStreamChunkInvariants(t *testing.T) {
 }
 
 func TestStopStringsAndMaxTokens(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Script: script("Hel", "lo, w", "or", "ld", " é", "t", "é")}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Script: script("Hel", "lo, w", "or", "ld", " é", "t", "é")}, hostOptions{}, server.Config{})
 	ctx := context.Background()
 	cases := []struct {
 		name    string
@@ -246,7 +255,7 @@ func TestStopStringsAndMaxTokens(t *testing.T) {
 }
 
 func TestErrorsUseTheEnvelope(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Context: 128}, Options{MaxBody: 2048}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Context: 128}, hostOptions{Options: httpapi.Options{MaxBody: 2048}}, server.Config{})
 	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 3000) + `"}]}`
 	cases := []struct {
 		name, path, ctype, body string
@@ -311,7 +320,7 @@ func TestErrorsUseTheEnvelope(t *testing.T) {
 }
 
 func TestAPIKeyAndLoopbackHealth(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{}, Options{APIKey: "test-key"}, server.Config{})
+	h := newHarness(t, &servertest.Engine{}, hostOptions{Options: httpapi.Options{APIKey: "test-key"}}, server.Config{})
 	if _, err := h.client.Chat.Completions.New(context.Background(), userParams("x")); err != nil {
 		t.Fatalf("Bearer key refused: %v", err)
 	}
@@ -343,7 +352,7 @@ func TestAPIKeyAndLoopbackHealth(t *testing.T) {
 }
 
 func TestHealthWhileLoadingAndModels(t *testing.T) {
-	h := newHarness(t, nil, Options{}, server.Config{})
+	h := newHarness(t, nil, hostOptions{}, server.Config{})
 	resp, err := h.http.Client().Get(h.http.URL + "/health")
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +377,7 @@ func TestHealthWhileLoadingAndModels(t *testing.T) {
 }
 
 func TestCompletionsEndpoint(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Script: script(" Paris", ".", " It")}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Script: script(" Paris", ".", " It")}, hostOptions{}, server.Config{})
 	ctx := context.Background()
 	p := oai.CompletionNewParams{Model: "m", Prompt: oai.CompletionNewParamsPromptUnion{OfString: oai.String("The capital of France is")}, Stop: oai.CompletionNewParamsStopUnion{OfString: oai.String(".")}}
 	r, err := h.client.Completions.New(ctx, p)
@@ -412,7 +421,7 @@ func TestToolCallLoop(t *testing.T) {
 		return append([]string{"Let me check.", "</think>\n\n"}, call...)
 	}}
 	on := true
-	h := newHarness(t, eng, Options{}, server.Config{Thinking: &on})
+	h := newHarness(t, eng, hostOptions{}, server.Config{Thinking: &on})
 	ctx := context.Background()
 	p := userParams("Weather in Paris?")
 	p.Tools = []oai.ChatCompletionToolUnionParam{weatherTool}
@@ -469,7 +478,7 @@ func TestToolCallLoop(t *testing.T) {
 // order (the template's tojson prints them in that order).
 func TestToolsKeepTheClientsKeyOrder(t *testing.T) {
 	eng := &servertest.Engine{}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	h := newHarness(t, eng, hostOptions{}, server.Config{})
 	body := `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"write","arguments":"{\"path\": \"a.txt\", \"content\": \"hi\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],` +
 		`"tools":[{"type":"function","function":{"name":"write","parameters":{"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}}}}}]}`
 	if st, _, b := h.post("/v1/chat/completions", "application/json", body); st != 200 {
@@ -485,7 +494,7 @@ func TestToolsKeepTheClientsKeyOrder(t *testing.T) {
 
 func TestToolChoiceForcesTheCallPrefix(t *testing.T) {
 	eng := &servertest.Engine{}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	h := newHarness(t, eng, hostOptions{}, server.Config{})
 	ctx := context.Background()
 	cases := []struct {
 		choice oai.ChatCompletionToolChoiceOptionUnionParam
@@ -514,7 +523,7 @@ func TestToolChoiceForcesTheCallPrefix(t *testing.T) {
 func TestThinkingControls(t *testing.T) {
 	eng := &servertest.Engine{}
 	off := false
-	h := newHarness(t, eng, Options{}, server.Config{Thinking: &off})
+	h := newHarness(t, eng, hostOptions{}, server.Config{Thinking: &off})
 	cases := []struct {
 		body  string
 		think bool
@@ -540,7 +549,7 @@ func TestThinkingControls(t *testing.T) {
 
 func TestQueueFullAnswers429WithRetryAfter(t *testing.T) {
 	eng := &servertest.Engine{PrefillDelay: 300 * time.Millisecond}
-	h := newHarness(t, eng, Options{}, server.Config{QueueLimit: 1})
+	h := newHarness(t, eng, hostOptions{}, server.Config{QueueLimit: 1})
 	done := make(chan int, 2)
 	for range 2 { // one runs, one waits
 		go func() {
@@ -560,7 +569,7 @@ func TestQueueFullAnswers429WithRetryAfter(t *testing.T) {
 
 func TestKeepAliveDuringLongPrefill(t *testing.T) {
 	eng := &servertest.Engine{PrefillDelay: 400 * time.Millisecond}
-	h := newHarness(t, eng, Options{KeepAlive: 80 * time.Millisecond}, server.Config{})
+	h := newHarness(t, eng, hostOptions{KeepAlive: 80 * time.Millisecond}, server.Config{})
 	resp, err := h.http.Client().Post(h.http.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"x"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -580,7 +589,7 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
 			eng := &servertest.Engine{Script: script(many...), TokenDelay: 5 * time.Millisecond}
-			h := newHarness(t, eng, Options{}, server.Config{})
+			h := newHarness(t, eng, hostOptions{}, server.Config{})
 			body := fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"x"}]}`, stream)
 			// The engine must be free again well before the 50 s script ends.
 			adaptertest.AbandonRequest(t, h.http, "/v1/chat/completions", body, func() bool {
@@ -596,7 +605,7 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 
 func TestPanicInTheEngineIsA500NotACrash(t *testing.T) {
 	eng := &servertest.Engine{Script: func(string) []string { panic("boom") }}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	h := newHarness(t, eng, hostOptions{}, server.Config{})
 	st, _, body := h.post("/v1/chat/completions", "application/json", `{"messages":[{"role":"user","content":"x"}]}`)
 	if st != 500 || !strings.Contains(body, "server_error") {
 		t.Fatalf("%d %s", st, body)
@@ -628,7 +637,7 @@ func FuzzChatRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req chatRequest
-		if decodeJSON(strings.NewReader(string(body)), &req) != nil {
+		if httpapi.Decode(strings.NewReader(string(body)), &req) != nil {
 			return
 		}
 		creq, err := toChat(&req, samplingDefaults)
@@ -644,8 +653,8 @@ func FuzzChatRequest(f *testing.F) {
 func TestGenerationOutlivesTheReadTimeout(t *testing.T) {
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
 	s.SetEngine(&servertest.Engine{PrefillDelay: 600 * time.Millisecond}, servertest.Renderer{})
-	hs := httptest.NewUnstartedServer(New(s, Options{}))
-	hs.Config = NewHTTPServer(New(s, Options{}))
+	hs := httptest.NewUnstartedServer(host(s))
+	hs.Config = httpapi.NewHTTPServer(host(s))
 	hs.Config.ReadTimeout = 200 * time.Millisecond
 	hs.Start()
 	defer hs.Close()
@@ -668,7 +677,7 @@ func TestUnclosedReasoningIsAllReasoning(t *testing.T) {
 		t.Skip("chatparse is still a stub")
 	}
 	on := true
-	h := newHarness(t, &servertest.Engine{Script: script("Let ", "me ", "think ", "more")}, Options{}, server.Config{Thinking: &on})
+	h := newHarness(t, &servertest.Engine{Script: script("Let ", "me ", "think ", "more")}, hostOptions{}, server.Config{Thinking: &on})
 	p := userParams("x")
 	p.MaxTokens = oai.Int(3)
 	r, err := h.client.Chat.Completions.New(context.Background(), p)
@@ -686,7 +695,7 @@ func TestUnclosedReasoningIsAllReasoning(t *testing.T) {
 func TestReasoningEffortQwen38(t *testing.T) {
 	eng := &servertest.Engine{}
 	on := true
-	h := newHarness(t, eng, Options{}, server.Config{Thinking: &on})
+	h := newHarness(t, eng, hostOptions{}, server.Config{Thinking: &on})
 	tmpl, err := chattemplate.Load(filepath.Join("..", "..", "chattemplate", "testdata", "models", "qwen38"))
 	if err != nil {
 		t.Fatal(err)

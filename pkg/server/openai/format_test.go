@@ -11,12 +11,13 @@ import (
 	oai "github.com/openai/openai-go/v3"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
 func TestResponseFormatErrors(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{}, hostOptions{}, server.Config{})
 	const schemaParam = "response_format.json_schema.schema"
 	cases := []struct {
 		name, format, want, param string
@@ -60,7 +61,7 @@ func TestResponseFormatErrors(t *testing.T) {
 // the tools are not rendered.
 func TestResponseFormatReachesTheEngine(t *testing.T) {
 	eng := &servertest.Engine{Script: script(`{"a"`, `:1}`)}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	h := newHarness(t, eng, hostOptions{}, server.Config{})
 	cases := []struct {
 		format string
 		want   bool
@@ -196,12 +197,12 @@ func FuzzResponseFormatRequest(f *testing.F) {
 		}
 		body := `{` + extra + `"response_format":` + string(format) + `,"messages":[{"role":"user","content":"hi"}]}`
 		var req chatRequest
-		if decodeJSON(strings.NewReader(body), &req) != nil {
+		if httpapi.Decode(strings.NewReader(body), &req) != nil {
 			return
 		}
 		creq, err := toChat(&req, samplingDefaults)
 		if err != nil {
-			var ae *apiError
+			var ae *httpapi.Error
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Param == "" {
 				t.Fatalf("%s: %v is not a 400 naming a field", format, err)
 			}
@@ -215,7 +216,7 @@ func FuzzResponseFormatRequest(f *testing.F) {
 // schema is the same 400, and stop strings do not cut the document.
 func TestCompletionsResponseFormat(t *testing.T) {
 	eng := &servertest.Engine{Script: script(`{"a"`, `:1}`)}
-	h := newHarness(t, eng, Options{}, server.Config{})
+	h := newHarness(t, eng, hostOptions{}, server.Config{})
 	status, _, resp := h.post("/v1/completions", "application/json", `{"prompt":"x","stop":[":"],"response_format":{"type":"json_object"}}`)
 	if status != 200 || !strings.Contains(resp, `"text":"{\"a\":1}"`) {
 		t.Fatalf("%d %s", status, resp)

@@ -2,520 +2,57 @@
 // core: it decodes /v1/chat/completions, /v1/completions and
 // /apply-template requests, maps them onto pkg/server's requests, and
 // encodes responses and SSE streams in OpenAI's shapes (with
-// reasoning_content for reasoning), errors in OpenAI's envelope.
+// reasoning_content for reasoning), errors in OpenAI's envelope (the
+// host's, httpapi.WriteError). It mounts on the httpapi host, which owns
+// authentication, CORS, the body cap, panic recovery and the request log.
 package openai
 
 import (
-	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	goruntime "runtime"
-	"runtime/debug"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/sse"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
-// Options configures the handler.
+// Options configures the adapter.
 type Options struct {
-	APIKey     string        // required as Bearer or x-api-key when set
-	CORSOrigin string        // Access-Control-Allow-Origin; "" = no CORS
-	MaxBody    int64         // request body cap in bytes (default 4 MiB)
-	KeepAlive  time.Duration // most silence on a stream (default 5 s)
-	// StreamWriteTimeout is how long a stream's client may accept no
-	// bytes before the stream is cut off (default 20 s).
-	StreamWriteTimeout time.Duration
-	// ListenHost is the --host address; a Host header naming it is
-	// accepted besides the loopback names and AllowedHosts.
-	ListenHost string
-	// AllowedHosts are further names (or name:port) the Host header may
-	// carry. Without an APIKey the Host header is always checked (DNS
-	// rebinding); with one, only when AllowedHosts is not empty.
-	AllowedHosts []string
+	KeepAlive time.Duration // most silence on a stream (default 5 s)
 }
 
-// DefaultMaxBody is the request body cap.
-const DefaultMaxBody = 4 << 20
-
-// Handler serves the OpenAI-compatible API.
-type Handler struct {
-	s       *server.Server
-	opt     Options
-	routes  map[string]route
-	keyHash [sha256.Size]byte
-
-	mu       sync.Mutex
-	inflight map[*http.Request]context.CancelCauseFunc
-	stopping bool
+// Adapter serves the OpenAI endpoints over a core server.
+type Adapter struct {
+	s   *server.Server
+	opt Options
 }
 
-type route struct {
-	method     string
-	fn         func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
-	open       bool                                   // no API key needed
-	writeError func(w http.ResponseWriter, err error) // nil: OpenAI's envelope
-}
-
-// Route is an endpoint of another protocol adapter (Anthropic Messages,
-// Responses) mounted on this handler, so that every protocol shares one
-// listener and the same authentication, CORS, body limit, panic recovery
-// and request log.
-type Route struct {
-	Method string
-	// Serve handles the request; an error it returns before writing
-	// anything is written by WriteError.
-	Serve func(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error
-	// WriteError writes err in the protocol's own envelope. It also
-	// receives the shared layer's refusals (authentication, method, content
-	// type, body size, panics) as *APIError; Classify maps any error to one.
-	WriteError func(w http.ResponseWriter, err error)
-}
-
-// APIError is an error with its HTTP status and OpenAI error type and code.
-type APIError = apiError
-
-// Classify maps an error (a core *server.Error, a decoding failure, a
-// refusal of the shared layer) to its HTTP status and error type, so that
-// every protocol answers the same failure with the same status.
-func Classify(err error) *APIError { return asAPIError(err) }
-
-// DecodeJSON reads one JSON value from the request body into v, with the
-// same limits and error messages as the OpenAI endpoints.
-func DecodeJSON(w http.ResponseWriter, r *http.Request, v any) error { return decode(w, r, v) }
-
-// Mount adds a route at path (replacing any with that path).
-func (h *Handler) Mount(path string, rt Route) {
-	h.routes[path] = route{method: rt.Method, fn: rt.Serve, writeError: rt.WriteError}
-}
-
-// New returns the handler over s.
-func New(s *server.Server, opt Options) *Handler {
-	if opt.MaxBody <= 0 {
-		opt.MaxBody = DefaultMaxBody
-	}
+// New returns the adapter over s.
+func New(s *server.Server, opt Options) *Adapter {
 	if opt.KeepAlive <= 0 {
 		opt.KeepAlive = 5 * time.Second
 	}
-	if opt.StreamWriteTimeout <= 0 {
-		opt.StreamWriteTimeout = sse.DefaultWriteTimeout
-	}
-	h := &Handler{s: s, opt: opt, keyHash: sha256.Sum256([]byte(opt.APIKey)), inflight: map[*http.Request]context.CancelCauseFunc{}}
-	h.routes = map[string]route{
-		"/health":              {method: http.MethodGet, fn: h.health, open: true},
-		"/v1/models":           {method: http.MethodGet, fn: h.models},
-		"/v1/chat/completions": {method: http.MethodPost, fn: h.chat},
-		"/v1/completions":      {method: http.MethodPost, fn: h.completions},
-		"/apply-template":      {method: http.MethodPost, fn: h.applyTemplate},
-	}
-	return h
+	return &Adapter{s: s, opt: opt}
 }
 
-// ServeHTTP checks the Host and Origin, routes, authenticates, checks
-// method, content type and body size, recovers from panics, and logs one
-// line per request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := h.s.Now()
-	rec := &statusRecorder{ResponseWriter: w}
-	log := &server.RequestLog{Time: start, Endpoint: r.Method + " " + r.URL.Path}
-	// A stream on this keep-alive connection may have left its write
-	// deadline behind (the server has no WriteTimeout to reset it).
-	http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	r, cancel := sse.Prepare(r, sse.Settings{WriteTimeout: h.opt.StreamWriteTimeout})
-	defer cancel(nil)
-	if !h.track(r, cancel) {
-		rec.Header().Set("Connection", "close")
-		h.writeErrorFor(r.URL.Path)(rec, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down", Message: "the server is shutting down"})
-		return
-	}
-	defer h.untrack(r)
-	body := &bodyReader{ReadCloser: r.Body}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = body
-		// While the body arrives, a full server may close this connection
-		// for a newcomer (a client trickling bodies cannot lock others out).
-		ctx := r.Context()
-		readingBody(ctx, true)
-		body.done = func() { readingBody(ctx, false) }
-		defer body.done()
-	} else {
-		body.eof = true
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			log.Error = fmt.Sprintf("panic: %v\n%s", p, debug.Stack())
-			if !rec.wrote {
-				h.writeErrorFor(r.URL.Path)(rec, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "internal error (the server logged it)"})
-			}
-		}
-		log.Status = rec.status
-		log.TotalSeconds = h.s.Now().Sub(start).Seconds()
-		if r.URL.Path != "/health" { // load balancers and scripts poll it
-			h.s.Log(*log)
-		}
-	}()
-	err := h.serve(rec, r, log)
-	if cut := cutOff(r.Context(), err); cut != nil {
-		// Nobody reads an answer (the client left or stopped reading) or
-		// the server is stopping: log why, write nothing more.
-		log.Error, log.Status = cut.Error(), cut.status
-		rec.status, rec.wrote = cut.status, true
-		return
-	}
-	if err != nil {
-		log.Error = err.Error()
-		if !rec.wrote {
-			if !body.eof {
-				// Closing beats reading (up to 256 KB, for up to the
-				// ReadTimeout) a body nobody will use: net/http answers
-				// at once and its drain after the handler fails at once.
-				rec.Header().Set("Connection", "close")
-				http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-			}
-			h.writeErrorFor(r.URL.Path)(rec, err)
-		}
+// Mount adds GET /v1/models, POST /v1/chat/completions, /v1/completions
+// and /apply-template to h.
+func (a *Adapter) Mount(h *httpapi.Host) {
+	for path, rt := range map[string]httpapi.Route{
+		"/v1/models":           {Method: http.MethodGet, Serve: a.models},
+		"/v1/chat/completions": {Method: http.MethodPost, Serve: a.chat},
+		"/v1/completions":      {Method: http.MethodPost, Serve: a.completions},
+		"/apply-template":      {Method: http.MethodPost, Serve: a.applyTemplate},
+	} {
+		rt.WriteError = httpapi.WriteError
+		h.Mount(path, rt)
 	}
 }
 
-// StatusClientClosedRequest is logged for a request whose client left
-// (or stopped reading its stream) before the answer was complete.
-const StatusClientClosedRequest = 499
-
-// errShuttingDown cancels the requests in flight when the server stops.
-var errShuttingDown = errors.New("cut off: the server is shutting down")
-
-type cutError struct {
-	status int
-	cause  error
-}
-
-func (e *cutError) Error() string { return e.cause.Error() }
-
-// cutOff reports why a request whose handler returned err was cancelled
-// from outside, or nil when it was not. A handler that returned nil
-// finished its work; it was cut off only if its stream's client stopped
-// reading before the end (a client that closes the connection as soon as
-// it has read the end is not).
-func cutOff(ctx context.Context, err error) *cutError {
-	stall := sse.Stalled(ctx)
-	switch {
-	case ctx.Err() == nil:
-		return nil
-	case err == nil && stall == nil:
-		return nil
-	case err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		return nil
-	}
-	cause := context.Cause(ctx)
-	if stall != nil {
-		cause = stall
-	}
-	switch {
-	case errors.Is(cause, errShuttingDown):
-		return &cutError{status: http.StatusServiceUnavailable, cause: cause}
-	case errors.Is(cause, sse.ErrStalled):
-		return &cutError{status: StatusClientClosedRequest, cause: fmt.Errorf("stream cut off: %w", cause)}
-	}
-	return &cutError{status: StatusClientClosedRequest, cause: errors.New("the client closed the request (context canceled)")}
-}
-
-func (h *Handler) track(r *http.Request, cancel context.CancelCauseFunc) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopping {
-		return false
-	}
-	h.inflight[r] = cancel
-	return true
-}
-
-func (h *Handler) untrack(r *http.Request) {
-	h.mu.Lock()
-	delete(h.inflight, r)
-	h.mu.Unlock()
-}
-
-// CutOff cancels every request in flight (generation stops, a stream
-// blocked on its client returns at once) and refuses new ones with 503;
-// it returns how many were cut off. Call it before http.Server.Shutdown,
-// which then finishes quickly.
-func (h *Handler) CutOff() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.stopping = true
-	for _, cancel := range h.inflight {
-		cancel(errShuttingDown)
-	}
-	return len(h.inflight)
-}
-
-// bodyReader records whether the request body was read to its end.
-type bodyReader struct {
-	io.ReadCloser
-	eof  bool
-	done func() // called at the end of the body
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.eof {
-		b.eof = true
-		b.done()
-	}
-	return n, err
-}
-
-// writeErrorFor returns the error writer of the route at path.
-func (h *Handler) writeErrorFor(path string) func(http.ResponseWriter, error) {
-	if rt, ok := h.routes[path]; ok && rt.writeError != nil {
-		return rt.writeError
-	}
-	return func(w http.ResponseWriter, err error) { writeError(w, asAPIError(err)) }
-}
-
-// paths lists the endpoints, for the 404 message.
-func (h *Handler) paths() string {
-	ps := make([]string, 0, len(h.routes))
-	for p := range h.routes {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return strings.Join(ps, ", ")
-}
-
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
-	if err := h.guard(r); err != nil {
-		return err
-	}
-	if h.cors(w, r) {
-		return nil
-	}
-	rt, ok := h.routes[r.URL.Path]
-	if !ok {
-		msg := fmt.Sprintf("no endpoint %s", r.URL.Path)
-		if h.authorized(r) { // the list is for clients that may use it
-			msg += "; this server has " + h.paths()
-		}
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: msg}
-	}
-	if !rt.open && !h.authorized(r) {
-		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: "missing or wrong API key: send it as Authorization: Bearer KEY or x-api-key: KEY"}
-	}
-	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
-		w.Header().Set("Allow", rt.method)
-		return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, rt.method, r.Method)}
-	}
-	if rt.method == http.MethodPost {
-		// A browser sends a cross-site POST without a preflight only with
-		// a "simple" content type (or none), so requiring JSON also keeps
-		// web pages from driving the server.
-		ct := r.Header.Get("Content-Type")
-		if ct == "" {
-			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: "no Content-Type: send Content-Type: application/json (with curl: -H 'Content-Type: application/json')"}
-		}
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type", Message: fmt.Sprintf("Content-Type %q: send application/json (with curl: -H 'Content-Type: application/json')", ct)}
-		}
-		if r.ContentLength > h.opt.MaxBody {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body): Content-Length is %d", h.opt.MaxBody, r.ContentLength)}
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, h.opt.MaxBody)
-	}
-	return rt.fn(w, r, log)
-}
-
-// decode reads the request body into v, then lifts the connection's read
-// deadline: net/http cancels a request's context when a read times out,
-// and its background read (which watches for the client going away)
-// would hit the ReadTimeout in the middle of a long generation.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if err := decodeJSON(r.Body, v); err != nil {
-		return err
-	}
-	http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return nil
-}
-
-func (h *Handler) authorized(r *http.Request) bool {
-	if h.opt.APIKey == "" {
-		return true
-	}
-	key := r.Header.Get("x-api-key")
-	if a := r.Header.Get("Authorization"); key == "" && len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		key = strings.TrimSpace(a[7:])
-	}
-	// Digests have one length, so the comparison's time does not tell the
-	// key's length either.
-	got := sha256.Sum256([]byte(key))
-	return subtle.ConstantTimeCompare(got[:], h.keyHash[:]) == 1
-}
-
-// cors sets the CORS headers for the configured origin and answers
-// preflight requests; it reports whether the request was answered.
-func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
-	o := h.opt.CORSOrigin
-	origin := r.Header.Get("Origin")
-	if o == "" || origin == "" || (o != "*" && origin != o) {
-		return false
-	}
-	w.Header().Set("Access-Control-Allow-Origin", o)
-	w.Header().Set("Vary", "Origin")
-	if r.Method == http.MethodOptions {
-		w.Header().Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key")
-		w.WriteHeader(http.StatusNoContent)
-		return true
-	}
-	return false
-}
-
-// statusRecorder remembers the status for the log line.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if !s.wrote {
-		s.status, s.wrote = code, true
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(p []byte) (int, error) {
-	if !s.wrote {
-		s.status, s.wrote = http.StatusOK, true
-	}
-	return s.ResponseWriter.Write(p)
-}
-
-func (s *statusRecorder) Flush() { s.FlushError() }
-
-// FlushError lets a stream see a failed write (http.ResponseController
-// prefers it to Flush).
-func (s *statusRecorder) FlushError() error {
-	return http.NewResponseController(s.ResponseWriter).Flush()
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// asAPIError maps core errors onto HTTP statuses and OpenAI error types.
-func asAPIError(err error) *apiError {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae
-	}
-	var se *server.Error
-	if errors.As(err, &se) {
-		switch se.Kind {
-		case server.KindInvalid:
-			return &apiError{Status: 400, Type: "invalid_request_error", Param: se.Param, Message: se.Msg}
-		case server.KindContextOverflow:
-			return &apiError{Status: 400, Type: "invalid_request_error", Param: se.Param, Code: "context_length_exceeded", Message: se.Msg}
-		case server.KindQueueFull:
-			return &apiError{Status: 429, Type: "rate_limit_error", Code: "queue_full", Message: se.Msg}
-		case server.KindUnavailable:
-			return &apiError{Status: 503, Type: "server_error", Code: "loading", Message: se.Msg}
-		case server.KindNotFound:
-			return &apiError{Status: 404, Type: "invalid_request_error", Param: se.Param, Code: "model_not_found", Message: se.Msg}
-		}
-		return &apiError{Status: 500, Type: "server_error", Message: se.Msg}
-	}
-	return &apiError{Status: 500, Type: "server_error", Message: err.Error()}
-}
-
-type errorBody struct {
-	Error errorObject `json:"error"`
-}
-
-type errorObject struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func envelope(e *apiError) errorBody {
-	b := errorBody{Error: errorObject{Message: e.Message, Type: e.Type}}
-	if e.Param != "" {
-		b.Error.Param = &e.Param
-	}
-	if e.Code != "" {
-		b.Error.Code = &e.Code
-	}
-	return b
-}
-
-func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
-	}
-	if e.Status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
-	}
-	writeJSON(w, e.Status, envelope(e))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := marshal(v)
-	if err != nil {
-		status, body = 500, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
-// marshal encodes without HTML escaping (prompts and code contain < > &).
-func marshal(v any) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
-}
-
-func (h *Handler) health(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
-	if err := h.s.Health(); err != nil {
-		return err
-	}
-	if !h.authorized(r) {
-		// /health is open so that load balancers need no key; the rest is
-		// for clients with one.
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
-		return nil
-	}
-	// The goroutine count lets a load test check that nothing leaked; the
-	// model is the one in memory (null with --models-dir when none is).
-	var loaded *string
-	if id := h.s.Loaded(); id != "" {
-		loaded = &id
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "goroutines": goruntime.NumGoroutine(), "model": loaded})
-	return nil
-}
-
-func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
-	infos := h.s.Models()
+func (a *Adapter) models(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
+	infos := a.s.Models()
 	if len(infos) == 0 {
-		return h.s.Health()
+		return a.s.Health()
 	}
 	type model struct {
 		ID      string `json:"id"`
@@ -526,29 +63,27 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request, _ *server.Reque
 	}
 	data := make([]model, len(infos))
 	for i, info := range infos {
-		data[i] = model{ID: info.ID, Object: "model", Created: h.s.Now().Unix(), OwnedBy: "nvmai", Context: info.Context}
+		data[i] = model{ID: info.ID, Object: "model", Created: a.s.Now().Unix(), OwnedBy: "nvmai", Context: info.Context}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-	return nil
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (h *Handler) applyTemplate(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
+func (a *Adapter) applyTemplate(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
 	var req chatRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	creq, err := toChat(&req, h.defaults(req.Model))
+	creq, err := toChat(&req, a.defaults(req.Model))
 	if err != nil {
 		return err
 	}
 	creq.NoGenerationPrompt = req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt
-	prompt, err := h.s.ApplyTemplate(creq)
+	prompt, err := a.s.ApplyTemplate(creq)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
-	return nil
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]string{"prompt": prompt})
 }
 
 // defaults are the sampling defaults of the model the request names.
-func (h *Handler) defaults(model string) sample.Params { return h.s.InfoFor(model).Sampling }
+func (a *Adapter) defaults(model string) sample.Params { return a.s.InfoFor(model).Sampling }

@@ -23,7 +23,7 @@ func TestSeveralModelsHTTP(t *testing.T) {
 	if err := s.SetModels(m, 0); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(New(s, Options{}))
+	hs := httptest.NewServer(host(s))
 	defer hs.Close()
 	h := &harness{t: t, http: hs}
 	get := func(path string) (int, map[string]any) {
@@ -83,7 +83,7 @@ func TestSeveralModelsHTTP(t *testing.T) {
 // With one model (--model) the request's model field is ignored, as
 // before: any name is served by the loaded model, under its own id.
 func TestOneModelIgnoresModelField(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{}, hostOptions{}, server.Config{})
 	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
 		body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
 		if path == "/v1/completions" {

@@ -33,7 +33,7 @@ func TestSyntheticQwen38ServesEffortAndRendersReasoningBack(t *testing.T) {
 	}
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
 	s.SetEngine(server.NewRuntimeEngine(e, server.RuntimeOptions{ModelID: "q38", CacheBytes: 64 << 20, PrefillChunk: 16}), r)
-	hs := httptest.NewServer(New(s, Options{}))
+	hs := httptest.NewServer(host(s))
 	t.Cleanup(hs.Close)
 	post := func(path, body string) map[string]any {
 		t.Helper()

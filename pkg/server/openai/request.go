@@ -4,15 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )
 
 // Ceilings on what one request may hold (the body cap bounds bytes; these
@@ -148,84 +147,8 @@ func isEmpty(raw json.RawMessage) bool {
 	return false
 }
 
-// apiError is an error with its HTTP status, encoded as OpenAI's envelope.
-type apiError struct {
-	Status  int
-	Type    string
-	Param   string
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string { return e.Message }
-
-func badRequest(param, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
-}
-
-// decodeJSON decodes one JSON object from body into v, naming what is
-// wrong: the byte offset of a syntax error, the field of a type error.
-func decodeJSON(body io.Reader, v any) error {
-	// Decoding from the stream holds one copy of the body, not two.
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if tooLarge(err) != nil {
-			return tooLarge(err)
-		}
-		return badRequest("", "the request body holds more than one JSON value")
-	}
-	return nil
-}
-
-func tooLarge(err error) error {
-	var mb *http.MaxBytesError
-	if errors.As(err, &mb) {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-			Message: fmt.Sprintf("the request body is larger than %d bytes (--max-body)", mb.Limit)}
-	}
-	return nil
-}
-
-func jsonError(err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	if e := tooLarge(err); e != nil {
-		return e
-	}
-	switch {
-	case errors.Is(err, io.EOF):
-		return badRequest("", "the request body is empty; send a JSON object")
-	case errors.As(err, &se):
-		return badRequest("", "malformed JSON at byte offset %d: %v", se.Offset, se)
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			return badRequest("", "the request body must be a JSON object, not %s", te.Value)
-		}
-		return badRequest(field, "field %q: expected %s, got JSON %s", field, jsonKind(te.Type.String()), te.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("", "malformed JSON: the body ends in the middle of a value")
-	}
-	return badRequest("", "malformed JSON: %v", err)
-}
-
-func jsonKind(goType string) string {
-	switch {
-	case strings.Contains(goType, "int"):
-		return "an integer"
-	case strings.Contains(goType, "float"):
-		return "a number"
-	case strings.Contains(goType, "bool"):
-		return "a boolean"
-	case strings.Contains(goType, "string"):
-		return "a string"
-	case strings.HasPrefix(goType, "[]") || strings.HasPrefix(goType, "*[]"):
-		return "an array"
-	}
-	return "an object"
+func badRequest(param, format string, args ...any) *httpapi.Error {
+	return httpapi.BadRequest(param, format, args...)
 }
 
 // sampling maps the request's knobs over the model's defaults.

@@ -12,7 +12,7 @@ import (
 func TestServerDefaultsFillWhatTheRequestLeavesOut(t *testing.T) {
 	temp, topK, seed := 0.25, 5, uint64(77)
 	eng := &servertest.Engine{Context: 512, Script: script("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t")}
-	h := newHarness(t, eng, Options{}, server.Config{Defaults: server.Defaults{MaxTokens: 4, Temperature: &temp, TopK: &topK, Seed: &seed}})
+	h := newHarness(t, eng, hostOptions{}, server.Config{Defaults: server.Defaults{MaxTokens: 4, Temperature: &temp, TopK: &topK, Seed: &seed}})
 	cases := []struct {
 		path, body string
 		temp       float64

@@ -22,7 +22,7 @@ type tinyServer struct {
 func newTinyServer(t *testing.T, cacheBytes int64) *tinyServer {
 	t.Helper()
 	s, re := adaptertest.TinyServer(adaptertest.TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", CacheBytes: cacheBytes, PrefillChunk: 16})
-	hs := httptest.NewServer(New(s, Options{}))
+	hs := httptest.NewServer(host(s))
 	t.Cleanup(hs.Close)
 	return &tinyServer{eng: re, client: adaptertest.OpenAIClient(hs, "k")}
 }

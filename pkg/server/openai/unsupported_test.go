@@ -13,7 +13,7 @@ import (
 // ignored, and out-of-range sampling knobs are refused rather than turned
 // off (#44 S4, S16); the defaults clients send pass.
 func TestUnhonourableFieldsAreRefusedByName(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Context: 128, Script: script("ok")}, Options{}, server.Config{})
+	h := newHarness(t, &servertest.Engine{Context: 128, Script: script("ok")}, hostOptions{}, server.Config{})
 	const msgs = `"messages":[{"role":"user","content":"x"}]`
 	cases := []struct {
 		name, path, body string

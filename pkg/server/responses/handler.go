@@ -20,7 +20,8 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
@@ -68,15 +69,16 @@ func New(s *server.Server, opt Options) *Handler {
 	return &Handler{s: s, opt: opt, store: newStore(opt.Keep)}
 }
 
-// Mount adds the endpoint to the OpenAI handler, sharing its listener,
-// authentication, body limit, recovery and request log.
-func (h *Handler) Mount(oh *openai.Handler) {
-	oh.Mount(Path, openai.Route{Method: http.MethodPost, Serve: h.serve})
+// Mount adds the endpoint to the host, sharing its listener,
+// authentication, body limit, recovery and request log; errors are
+// written in OpenAI's envelope (the host's).
+func (h *Handler) Mount(host *httpapi.Host) {
+	host.Mount(Path, httpapi.Route{Method: http.MethodPost, Serve: h.serve, WriteError: httpapi.WriteError})
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req request
-	if err := openai.DecodeJSON(w, r, &req); err != nil {
+	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
 		return err
 	}
 	log.Stream = req.Stream
@@ -111,7 +113,7 @@ func (h *Handler) convert(req *request) (*converted, error) {
 	if id := req.PreviousResponseID; id != nil && *id != "" {
 		var ok bool
 		if prior, ok = h.store.get(*id); !ok {
-			return nil, &openai.APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "previous_response_id", Code: "previous_response_not_found",
+			return nil, &httpapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "previous_response_id", Code: "previous_response_not_found",
 				Message: fmt.Sprintf("Previous response with id '%s' not found: this server holds only its newest %d responses, in memory, and none sent with store:false; send the whole conversation as input instead", truncate(*id), h.opt.Keep)}
 		}
 	}
@@ -212,8 +214,7 @@ func (x *exchange) once(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, x.finished(a, res))
-	return nil
+	return httpapi.WriteJSON(w, http.StatusOK, x.finished(a, res))
 }
 
 func (x *exchange) stream(w http.ResponseWriter, r *http.Request) error {
@@ -245,7 +246,7 @@ func (x *exchange) stream(w http.ResponseWriter, r *http.Request) error {
 // response.failed with what was generated so far.
 func (x *exchange) fail(st *stream, a *assembler, err error) {
 	a.close()
-	e := openai.Classify(err)
+	e := httpapi.Classify(err)
 	code := e.Code
 	if code == "" {
 		code = e.Type
@@ -259,27 +260,6 @@ func (x *exchange) fail(st *stream, a *assembler, err error) {
 	resp.Status, resp.Output = "failed", a.items
 	resp.Error = &errorJSON{Code: code, Message: e.Message}
 	st.event(eventJSON{Type: "response.failed", Response: &resp})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := marshal(v)
-	if err != nil {
-		status, body = 500, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
-// marshal encodes without HTML escaping (prompts and code contain < > &).
-func marshal(v any) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
 }
 
 // stream writes SSE events with their sequence numbers; a keep-alive
@@ -299,7 +279,7 @@ func (st *stream) event(ev eventJSON) {
 	st.Locked(func(write func(string)) {
 		ev.SequenceNumber = st.seq
 		st.seq++
-		b, err := marshal(ev)
+		b, err := jsonobj.Marshal(ev)
 		if err != nil {
 			return
 		}

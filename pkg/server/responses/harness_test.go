@@ -20,8 +20,8 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
-	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -71,7 +71,7 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options) *harness {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	s := server.New(server.Config{Log: func(server.RequestLog) {}, Now: func() time.Time { return now }})
 	s.SetEngine(eng, qwen36(t))
-	oh := openai.New(s, openai.Options{})
+	oh := httpapi.New(s, httpapi.Options{})
 	logs := &syncBuffer{}
 	opt.Log = logs
 	New(s, opt).Mount(oh)

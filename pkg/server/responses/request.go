@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
-	"github.com/nvmai/nvmai/pkg/server/openai"
 )
 
 // Ceilings on what one request may hold: the body cap bounds bytes, these
@@ -83,8 +82,8 @@ type converted struct {
 	summary *string
 }
 
-func badRequest(param, format string, args ...any) *openai.APIError {
-	return &openai.APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+func badRequest(param, format string, args ...any) *httpapi.Error {
+	return httpapi.BadRequest(param, format, args...)
 }
 
 // convert validates r and maps it onto a core chat request, with prior the

@@ -13,8 +13,9 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/runtime/sample"
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -66,7 +67,7 @@ func TestRequestsMapAndRender(t *testing.T) {
 			v := chatView{Messages: c.chat.Messages, Tools: c.chat.Tools, ToolChoice: string(c.chat.ToolChoice), ToolName: c.chat.ToolName,
 				ParallelToolCalls: c.chat.ParallelToolCalls, Thinking: c.chat.Thinking, MaxTokens: c.chat.MaxTokens, Format: c.chat.Format != nil,
 				Temperature: c.chat.Sampling.Temperature, TopP: c.chat.Sampling.TopP, Skipped: c.skipped}
-			raw, _ := marshal(v)
+			raw, _ := jsonobj.Marshal(v)
 			golden(t, name+".chat.json", indentJSON(t, string(raw))+"\n")
 
 			h := newHarness(t, &servertest.Engine{Context: 1 << 20}, Options{})
@@ -250,7 +251,7 @@ func TestReasoningEffortQwen38(t *testing.T) {
 	eng := &servertest.Engine{Script: script("ok")}
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
 	s.SetEngine(eng, tmpl)
-	oh := openai.New(s, openai.Options{})
+	oh := httpapi.New(s, httpapi.Options{})
 	New(s, Options{Log: io.Discard}).Mount(oh)
 	hs := httptest.NewServer(oh)
 	defer hs.Close()

@@ -16,8 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
-	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
@@ -251,7 +251,7 @@ func TestStreamFailureEndsWithResponseFailed(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	s := server.New(server.Config{Log: func(server.RequestLog) {}, Now: func() time.Time { return now }})
 	s.SetEngine(&failingEngine{}, qwen36(t))
-	oh := openai.New(s, openai.Options{})
+	oh := httpapi.New(s, httpapi.Options{})
 	New(s, Options{Log: io.Discard}).Mount(oh)
 	hs := httptest.NewServer(oh)
 	defer hs.Close()

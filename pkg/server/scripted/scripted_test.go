@@ -14,7 +14,7 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/responses"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -41,7 +41,7 @@ func serve(t *testing.T, script string) (*httptest.Server, *strings.Builder) {
 	}
 	srv := server.New(server.Config{Log: func(server.RequestLog) {}})
 	srv.SetEngine(New(tok, s, log), tmpl)
-	oh := openai.New(srv, openai.Options{})
+	oh := httpapi.New(srv, httpapi.Options{})
 	responses.New(srv, responses.Options{Log: io.Discard}).Mount(oh)
 	hs := httptest.NewServer(oh)
 	t.Cleanup(hs.Close)

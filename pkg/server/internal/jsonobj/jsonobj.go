@@ -1,6 +1,7 @@
 // Package jsonobj reads a JSON object's members in the order they are
 // written, which encoding/json's maps lose: the protocol adapters and the
 // scripted engine re-emit tool schemas and arguments in the client's order.
+// It also holds the one encoder of the server's answers (Marshal).
 package jsonobj
 
 import (
@@ -39,4 +40,17 @@ func Fields(raw json.RawMessage) ([]Field, error) {
 		out = append(out, Field{Key: k.(string), Value: v})
 	}
 	return out, nil
+}
+
+// Marshal encodes v without HTML escaping (prompts and code hold < > &,
+// which encoding/json would write as \u003c …) and without a final
+// newline.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -35,3 +35,15 @@ func TestFields(t *testing.T) {
 		}
 	}
 }
+
+// Answers carry code and prompts: < > & stay as they are, and no newline
+// follows (a stream frame or a body adds its own).
+func TestMarshalKeepsHTMLCharacters(t *testing.T) {
+	b, err := Marshal(map[string]string{"code": "if a < b && c > d {}"})
+	if err != nil || string(b) != `{"code":"if a < b && c > d {}"}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	if _, err := Marshal(func() {}); err == nil {
+		t.Fatal("a func encoded")
+	}
+}

@@ -1,4 +1,4 @@
-package openai_test
+package httpapi_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/anthropic"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
@@ -40,10 +41,19 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// serveAll is the host with every protocol mounted, as serve wires it.
+func serveAll(s *server.Server, opt httpapi.Options) *httpapi.Host {
+	h := httpapi.New(s, opt)
+	openai.New(s, openai.Options{}).Mount(h)
+	anthropic.New(s, anthropic.Options{}).Mount(h)
+	responses.New(s, responses.Options{Log: io.Discard}).Mount(h)
+	return h
+}
+
 // stallServer serves every protocol over a fake engine that writes 5,000
 // tokens of 4 KiB each (20 MiB, more than the kernel's socket buffers and
 // the stream's queue hold), on a real listener with NewHTTPServer.
-func stallServer(t *testing.T, opt openai.Options, tokenDelay time.Duration) (*httptest.Server, *openai.Handler, *lockedBuffer) {
+func stallServer(t *testing.T, opt httpapi.Options, tokenDelay time.Duration) (*httptest.Server, *httpapi.Host, *lockedBuffer) {
 	t.Helper()
 	big := strings.Repeat("x", 4096)
 	script := make([]string, 5000)
@@ -58,11 +68,9 @@ func stallServer(t *testing.T, opt openai.Options, tokenDelay time.Duration) (*h
 		}
 		return script
 	}}, servertest.Renderer{})
-	oh := openai.New(s, opt)
-	anthropic.Mount(oh, s, anthropic.Options{})
-	responses.New(s, responses.Options{Log: io.Discard}).Mount(oh)
+	oh := serveAll(s, opt)
 	hs := httptest.NewUnstartedServer(oh)
-	hs.Config = openai.NewHTTPServer(oh)
+	hs.Config = httpapi.NewHTTPServer(oh)
 	hs.Start()
 	t.Cleanup(hs.Close)
 	return hs, oh, logs
@@ -95,7 +103,7 @@ var hogRequests = []struct{ name, path, body string }{
 func TestStalledStreamFreesTheEngine(t *testing.T) {
 	for _, tc := range hogRequests {
 		t.Run(tc.name, func(t *testing.T) {
-			hs, _, logs := stallServer(t, openai.Options{StreamWriteTimeout: 2 * time.Second}, 0)
+			hs, _, logs := stallServer(t, httpapi.Options{StreamWriteTimeout: 2 * time.Second}, 0)
 			hs.Client().Get(hs.URL + "/health") // warm the pool
 			base := runtime.NumGoroutine()
 			hog := openHog(t, hs, tc.path, tc.body)
@@ -137,7 +145,7 @@ func TestStalledStreamFreesTheEngine(t *testing.T) {
 // (#44 S25: Shutdown used to wait for it, then fail with "context
 // deadline exceeded").
 func TestCutOffEndsStalledStreamsForShutdown(t *testing.T) {
-	hs, oh, logs := stallServer(t, openai.Options{StreamWriteTimeout: time.Minute}, time.Millisecond)
+	hs, oh, logs := stallServer(t, httpapi.Options{StreamWriteTimeout: time.Minute}, time.Millisecond)
 	hog := openHog(t, hs, "/v1/chat/completions", hogRequests[0].body)
 	defer hog.Close()
 	time.Sleep(300 * time.Millisecond) // the stream is under way
@@ -158,7 +166,7 @@ func TestCutOffEndsStalledStreamsForShutdown(t *testing.T) {
 func TestClientThatLeavesIsLogged499(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
-			hs, _, logs := stallServer(t, openai.Options{}, 5*time.Millisecond)
+			hs, _, logs := stallServer(t, httpapi.Options{}, 5*time.Millisecond)
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/chat/completions",
 				strings.NewReader(fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"long"}]}`, stream)))
@@ -203,7 +211,7 @@ func rawExchange(t *testing.T, addr, raw string) (string, http.Header, time.Dura
 // A client that closes its connection as soon as it has read a stream's
 // end got the whole answer: it is logged 200, not 499.
 func TestClientClosingAfterTheEndIsLogged200(t *testing.T) {
-	hs, _, logs := stallServer(t, openai.Options{}, 0)
+	hs, _, logs := stallServer(t, httpapi.Options{}, 0)
 	const n = 20
 	for range n {
 		c, err := net.Dial("tcp", hs.Listener.Addr().String())

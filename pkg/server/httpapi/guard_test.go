@@ -1,4 +1,4 @@
-package openai_test
+package httpapi_test
 
 import (
 	"bufio"
@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/server"
-	"github.com/nvmai/nvmai/pkg/server/openai"
+	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
-func fakeHandler(opt openai.Options) *openai.Handler {
+func fakeHandler(opt httpapi.Options) *httpapi.Host {
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
 	s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
-	return openai.New(s, opt)
+	return serveAll(s, opt)
 }
 
 // A web page in the user's browser cannot drive the server: no JSON
@@ -28,41 +28,41 @@ func fakeHandler(opt openai.Options) *openai.Handler {
 // origins are served (#44 A6).
 func TestBrowserRequestsAreRefused(t *testing.T) {
 	const body = `{"prompt":"p","max_tokens":1}`
-	keyed := openai.Options{APIKey: "k", ListenHost: "0.0.0.0"}
+	keyed := httpapi.Options{APIKey: "k", ListenHost: "0.0.0.0"}
 	cases := []struct {
 		name   string
-		opt    openai.Options
+		opt    httpapi.Options
 		host   string
 		header map[string]string
 		status int
 	}{
-		{"loopback address", openai.Options{}, "127.0.0.1:8080", nil, 200},
-		{"other loopback address", openai.Options{}, "127.0.0.2", nil, 200},
-		{"localhost", openai.Options{}, "localhost:8080", nil, 200},
-		{"localhost, any case, final dot", openai.Options{}, "LocalHost.:9", nil, 200},
-		{"IPv6 loopback", openai.Options{}, "[::1]:8080", nil, 200},
-		{"foreign host", openai.Options{}, "attacker.example:8080", nil, 403},
-		{"foreign host without a port", openai.Options{}, "attacker.example", nil, 403},
-		{"name that ends in localhost", openai.Options{}, "evil-localhost:8080", nil, 403},
-		{"--allowed-host", openai.Options{AllowedHosts: []string{"box.lan"}}, "box.lan:8080", nil, 200},
-		{"--allowed-host with its port", openai.Options{AllowedHosts: []string{"box.lan:8080"}}, "box.lan:8080", nil, 200},
-		{"--allowed-host with another port", openai.Options{AllowedHosts: []string{"box.lan:8080"}}, "box.lan:9090", nil, 403},
-		{"--host", openai.Options{ListenHost: "127.0.0.1"}, "127.0.0.1:8080", nil, 200},
+		{"loopback address", httpapi.Options{}, "127.0.0.1:8080", nil, 200},
+		{"other loopback address", httpapi.Options{}, "127.0.0.2", nil, 200},
+		{"localhost", httpapi.Options{}, "localhost:8080", nil, 200},
+		{"localhost, any case, final dot", httpapi.Options{}, "LocalHost.:9", nil, 200},
+		{"IPv6 loopback", httpapi.Options{}, "[::1]:8080", nil, 200},
+		{"foreign host", httpapi.Options{}, "attacker.example:8080", nil, 403},
+		{"foreign host without a port", httpapi.Options{}, "attacker.example", nil, 403},
+		{"name that ends in localhost", httpapi.Options{}, "evil-localhost:8080", nil, 403},
+		{"--allowed-host", httpapi.Options{AllowedHosts: []string{"box.lan"}}, "box.lan:8080", nil, 200},
+		{"--allowed-host with its port", httpapi.Options{AllowedHosts: []string{"box.lan:8080"}}, "box.lan:8080", nil, 200},
+		{"--allowed-host with another port", httpapi.Options{AllowedHosts: []string{"box.lan:8080"}}, "box.lan:9090", nil, 403},
+		{"--host", httpapi.Options{ListenHost: "127.0.0.1"}, "127.0.0.1:8080", nil, 200},
 		{"with a key any host", keyed, "192.168.1.5:8080", map[string]string{"x-api-key": "k"}, 200},
-		{"with a key and --allowed-host", openai.Options{APIKey: "k", AllowedHosts: []string{"api.example"}}, "other.example", map[string]string{"x-api-key": "k"}, 403},
-		{"with a key and --allowed-host, named", openai.Options{APIKey: "k", AllowedHosts: []string{"api.example"}}, "api.example:443", map[string]string{"x-api-key": "k"}, 200},
-		{"foreign origin", openai.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://attacker.example"}, 403},
-		{"null origin", openai.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "null"}, 403},
-		{"same origin", openai.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://127.0.0.1:8080"}, 200},
-		{"same host, other port", openai.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://127.0.0.1:3000"}, 403},
-		{"--cors-origin", openai.Options{CORSOrigin: "https://good.example"}, "127.0.0.1:8080", map[string]string{"Origin": "https://good.example"}, 200},
-		{"--cors-origin other", openai.Options{CORSOrigin: "https://good.example"}, "127.0.0.1:8080", map[string]string{"Origin": "https://evil.example"}, 403},
-		{"--cors-origin *", openai.Options{CORSOrigin: "*"}, "127.0.0.1:8080", map[string]string{"Origin": "https://any.example"}, 200},
+		{"with a key and --allowed-host", httpapi.Options{APIKey: "k", AllowedHosts: []string{"api.example"}}, "other.example", map[string]string{"x-api-key": "k"}, 403},
+		{"with a key and --allowed-host, named", httpapi.Options{APIKey: "k", AllowedHosts: []string{"api.example"}}, "api.example:443", map[string]string{"x-api-key": "k"}, 200},
+		{"foreign origin", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://attacker.example"}, 403},
+		{"null origin", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "null"}, 403},
+		{"same origin", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://127.0.0.1:8080"}, 200},
+		{"same host, other port", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Origin": "http://127.0.0.1:3000"}, 403},
+		{"--cors-origin", httpapi.Options{CORSOrigin: "https://good.example"}, "127.0.0.1:8080", map[string]string{"Origin": "https://good.example"}, 200},
+		{"--cors-origin other", httpapi.Options{CORSOrigin: "https://good.example"}, "127.0.0.1:8080", map[string]string{"Origin": "https://evil.example"}, 403},
+		{"--cors-origin *", httpapi.Options{CORSOrigin: "*"}, "127.0.0.1:8080", map[string]string{"Origin": "https://any.example"}, 200},
 		{"foreign origin with a key", keyed, "127.0.0.1:8080", map[string]string{"Origin": "http://attacker.example", "x-api-key": "k"}, 403},
-		{"no content type", openai.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": ""}, 415},
-		{"text/plain", openai.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "text/plain"}, 415},
-		{"form", openai.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
-		{"json with charset", openai.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "application/json; charset=utf-8"}, 200},
+		{"no content type", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": ""}, 415},
+		{"text/plain", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "text/plain"}, 415},
+		{"form", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
+		{"json with charset", httpapi.Options{}, "127.0.0.1:8080", map[string]string{"Content-Type": "application/json; charset=utf-8"}, 200},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestBrowserRequestsAreRefused(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/models", nil)
 		req.Header.Set("Origin", "http://attacker.example")
 		rec := httptest.NewRecorder()
-		fakeHandler(openai.Options{}).ServeHTTP(rec, req)
+		fakeHandler(httpapi.Options{}).ServeHTTP(rec, req)
 		if rec.Code != 403 || !strings.Contains(rec.Body.String(), "--cors-origin http://attacker.example") {
 			t.Fatalf("%d %s", rec.Code, rec.Body.String())
 		}
@@ -98,7 +98,7 @@ func TestBrowserRequestsAreRefused(t *testing.T) {
 // no endpoints, and a key that shares a prefix with the real one is
 // refused (#44 A2, A3, A5).
 func TestWithoutTheKeyTheServerSaysLittle(t *testing.T) {
-	h := fakeHandler(openai.Options{APIKey: "secret"})
+	h := fakeHandler(httpapi.Options{APIKey: "secret"})
 	get := func(path, key string) (int, string) {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1"+path, nil)
 		if key != "" {
@@ -141,9 +141,9 @@ func TestWithoutTheKeyTheServerSaysLittle(t *testing.T) {
 // Content-Length over --max-body is refused before any of it is read,
 // with Expect: 100-continue too (#44 S20, S10).
 func TestRefusalsBeforeTheBodyAreImmediate(t *testing.T) {
-	oh := fakeHandler(openai.Options{APIKey: "k", MaxBody: 1 << 20})
+	oh := fakeHandler(httpapi.Options{APIKey: "k", MaxBody: 1 << 20})
 	hs := httptest.NewUnstartedServer(oh)
-	hs.Config = openai.NewHTTPServer(oh)
+	hs.Config = httpapi.NewHTTPServer(oh)
 	hs.Start()
 	defer hs.Close()
 	addr := hs.Listener.Addr().String()
@@ -196,10 +196,10 @@ func TestRefusalsBeforeTheBodyAreImmediate(t *testing.T) {
 func TestIdleConnectionsDoNotLockClientsOut(t *testing.T) {
 	for _, mode := range []string{"keep-alive after GET /health", "nothing sent", "slow headers", "partial body"} {
 		t.Run(mode, func(t *testing.T) {
-			oh := fakeHandler(openai.Options{})
+			oh := fakeHandler(httpapi.Options{})
 			hs := httptest.NewUnstartedServer(oh)
-			hs.Config = openai.NewHTTPServer(oh)
-			hs.Listener = openai.LimitConnections(hs.Config, hs.Listener, 4)
+			hs.Config = httpapi.NewHTTPServer(oh)
+			hs.Listener = httpapi.LimitConnections(hs.Config, hs.Listener, 4)
 			hs.Start()
 			defer hs.Close()
 			addr := hs.Listener.Addr().String()
@@ -241,10 +241,10 @@ func TestIdleConnectionsDoNotLockClientsOut(t *testing.T) {
 func TestBusyConnectionsAreNotClosedForANewcomer(t *testing.T) {
 	s := server.New(server.Config{Log: func(server.RequestLog) {}, QueueLimit: 4})
 	s.SetEngine(&servertest.Engine{PrefillDelay: 500 * time.Millisecond}, servertest.Renderer{})
-	oh := openai.New(s, openai.Options{})
+	oh := serveAll(s, httpapi.Options{})
 	hs := httptest.NewUnstartedServer(oh)
-	hs.Config = openai.NewHTTPServer(oh)
-	hs.Listener = openai.LimitConnections(hs.Config, hs.Listener, 1)
+	hs.Config = httpapi.NewHTTPServer(oh)
+	hs.Listener = httpapi.LimitConnections(hs.Config, hs.Listener, 1)
 	hs.Start()
 	defer hs.Close()
 	addr := hs.Listener.Addr().String()

@@ -1,4 +1,4 @@
-package openai
+package httpapi
 
 import (
 	"fmt"
@@ -13,13 +13,13 @@ import (
 // to resolve to 127.0.0.1) and an Origin that --cors-origin does not
 // allow (a cross-site request). Programs other than browsers send no
 // Origin and the host they connected to.
-func (h *Handler) guard(r *http.Request) error {
+func (h *Host) guard(r *http.Request) error {
 	if (h.opt.APIKey == "" || len(h.opt.AllowedHosts) > 0) && !h.hostAllowed(r.Host) {
-		return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "host_not_allowed",
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "host_not_allowed",
 			Message: fmt.Sprintf("Host %q is not this server's: use http://127.0.0.1 or http://localhost, or start the server with --allowed-host NAME", r.Host)}
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin, r.Host) {
-		return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "origin_not_allowed",
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "origin_not_allowed",
 			Message: fmt.Sprintf("requests from web pages at %s are refused: start the server with --cors-origin %s to allow them", origin, origin)}
 	}
 	return nil
@@ -28,7 +28,7 @@ func (h *Handler) guard(r *http.Request) error {
 // hostAllowed reports whether a Host header names this server: a
 // loopback name or address (any port), the --host address, or an
 // --allowed-host name. An empty Host (HTTP/1.0) comes from no browser.
-func (h *Handler) hostAllowed(hostport string) bool {
+func (h *Host) hostAllowed(hostport string) bool {
 	if hostport == "" {
 		return true
 	}
@@ -61,7 +61,7 @@ func (h *Handler) hostAllowed(hostport string) bool {
 // served: --cors-origin allows it, or it is the page the server itself
 // is served from (its host and port are the request's Host, which guard
 // has checked when no API key protects the server).
-func (h *Handler) originAllowed(origin, host string) bool {
+func (h *Host) originAllowed(origin, host string) bool {
 	if o := h.opt.CORSOrigin; o == "*" || o != "" && strings.EqualFold(origin, o) {
 		return true
 	}
