@@ -11,6 +11,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 // contentBlock is a response content block: text {text}, thinking
@@ -252,31 +253,31 @@ type typeOnly struct {
 // the queue wait and prefill (pings keep it alive), the content blocks as
 // the model writes them, then message_delta and message_stop.
 func (a *Adapter) stream(w http.ResponseWriter, r *http.Request, log *server.RequestLog, job *server.Job, msg messageJSON) error {
-	st := startStream(w, r, a.opt.KeepAlive)
-	defer st.close()
+	st := sse.Start(w, r, a.opt.KeepAlive, pingEvent)
+	defer st.Close()
 	// The prompt's size is known now; how much of it the cache holds only
 	// after the prefill, so message_delta carries the final split.
 	msg.Usage = usageJSON{InputTokens: job.PromptTokens(), OutputTokens: 1}
-	st.event("message_start", messageStart{Type: "message_start", Message: msg})
-	asm := &assembler{sign: a.signer.sign, emit: st.event}
+	st.Event("message_start", messageStart{Type: "message_start", Message: msg})
+	asm := &assembler{sign: a.signer.sign, emit: st.Event}
 	res, err := job.RunChat(r.Context(), asm.push)
 	if err != nil {
-		st.stop()
+		st.StopKeepAlive()
 		if errors.Is(err, context.Canceled) {
 			return err // the client is gone
 		}
 		_, d := classify(err)
-		st.event("error", errorBody{Type: "error", Error: d})
+		st.Event("error", errorBody{Type: "error", Error: d})
 		return err
 	}
 	asm.close()
-	st.stop()
+	st.StopKeepAlive()
 	reason, seq := stopReason(res)
 	fillLog(log, job, res, reason)
 	md := messageDelta{Type: "message_delta", Usage: usage(res.Usage)}
 	md.Delta.StopReason, md.Delta.StopSequence = reason, seq
-	st.event("message_delta", md)
-	st.event("message_stop", typeOnly{Type: "message_stop"})
+	st.Event("message_delta", md)
+	st.Event("message_stop", typeOnly{Type: "message_stop"})
 	return nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
-	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
@@ -137,22 +136,22 @@ func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		return httpapi.WriteJSON(w, http.StatusOK, base)
 	}
 	base.Object = "chat.completion.chunk"
-	st := startStream(w, r, a.opt.KeepAlive)
-	defer st.stop()
+	st := sse.Start(w, r, a.opt.KeepAlive, sse.Comment)
+	defer st.Close()
 	chunk := func(delta any, finish *string) {
 		c := base
 		c.Choices = []choiceJSON{{Delta: delta, FinishReason: finish}}
-		st.data(c)
+		st.Data(c)
 	}
 	chunk(roleDeltaJSON{Role: "assistant"}, nil)
 	res, err := job.RunChat(r.Context(), func(ev chatparse.Event) { chunk(eventDelta(ev), nil) })
-	st.stopKeepAlive()
+	st.StopKeepAlive()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return err // the client is gone
 		}
-		st.data(httpapi.Envelope(err))
-		st.done()
+		st.Data(httpapi.Envelope(err))
+		st.Write(doneFrame)
 		return err
 	}
 	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
@@ -160,9 +159,9 @@ func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		c := base
 		c.Choices, c.Usage, c.Timings = []choiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
-		st.data(c)
+		st.Data(c)
 	}
-	st.done()
+	st.Write(doneFrame)
 	return nil
 }
 
@@ -222,27 +221,5 @@ func eventDelta(ev chatparse.Event) deltaJSON {
 	return deltaJSON{Content: &text}
 }
 
-// stream writes SSE events; a keep-alive comment is written whenever the
-// stream has been silent for a while (long prefills, queue waits), since
-// clients and proxies time out on silence. A client that stops reading is
-// cut off (see package sse).
-type stream struct{ *sse.Stream }
-
-func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration) *stream {
-	return &stream{sse.Start(w, r, keepAlive, sse.Comment)}
-}
-
-func (st *stream) data(v any) {
-	b, err := jsonobj.Marshal(v)
-	if err != nil {
-		return
-	}
-	st.Write("data: " + string(b) + "\n\n")
-}
-
-func (st *stream) done() { st.Write("data: [DONE]\n\n") }
-
-func (st *stream) stopKeepAlive() { st.StopKeepAlive() }
-
-// stop writes what is queued and ends the stream (idempotent).
-func (st *stream) stop() { st.Close() }
+// doneFrame ends an OpenAI stream.
+const doneFrame = "data: [DONE]\n\n"

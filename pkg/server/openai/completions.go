@@ -8,6 +8,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
+	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
 // defaultCompletionTokens is OpenAI's max_tokens default for /v1/completions.
@@ -77,21 +78,21 @@ func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *serve
 		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
 		return httpapi.WriteJSON(w, http.StatusOK, base)
 	}
-	st := startStream(w, r, a.opt.KeepAlive)
-	defer st.stop()
+	st := sse.Start(w, r, a.opt.KeepAlive, sse.Comment)
+	defer st.Close()
 	chunk := func(text string, finish *string) {
 		c := base
 		c.Choices = []textChoiceJSON{{Text: text, FinishReason: finish}}
-		st.data(c)
+		st.Data(c)
 	}
 	res, err := job.RunCompletion(r.Context(), func(t string) { chunk(t, nil) })
-	st.stopKeepAlive()
+	st.StopKeepAlive()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
-		st.data(httpapi.Envelope(err))
-		st.done()
+		st.Data(httpapi.Envelope(err))
+		st.Write(doneFrame)
 		return err
 	}
 	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
@@ -99,8 +100,8 @@ func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		c := base
 		c.Choices, c.Usage, c.Timings = []textChoiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
-		st.data(c)
+		st.Data(c)
 	}
-	st.done()
+	st.Write(doneFrame)
 	return nil
 }

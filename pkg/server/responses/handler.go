@@ -21,7 +21,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
-	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/server/sse"
 )
 
@@ -218,14 +217,14 @@ func (x *exchange) once(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (x *exchange) stream(w http.ResponseWriter, r *http.Request) error {
-	st := startStream(w, r, x.h.opt.KeepAlive)
+	st := &stream{Stream: sse.Start(w, r, x.h.opt.KeepAlive, sse.Comment)}
 	defer st.Close()
 	start := x.base
 	st.event(eventJSON{Type: "response.created", Response: &start})
 	st.event(eventJSON{Type: "response.in_progress", Response: &start})
 	a := x.newAssembler(st.event)
 	res, err := x.job.RunChat(r.Context(), a.event)
-	st.stop()
+	st.StopKeepAlive()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return err // the client is gone
@@ -271,21 +270,12 @@ type stream struct {
 	seq int // guarded by the stream: numbered in the order written
 }
 
-func startStream(w http.ResponseWriter, r *http.Request, keepAlive time.Duration) *stream {
-	return &stream{Stream: sse.Start(w, r, keepAlive, sse.Comment)}
-}
-
 func (st *stream) event(ev eventJSON) {
 	st.Locked(func(write func(string)) {
 		ev.SequenceNumber = st.seq
 		st.seq++
-		b, err := jsonobj.Marshal(ev)
-		if err != nil {
-			return
+		if f, err := sse.EventFrame(ev.Type, ev); err == nil {
+			write(f)
 		}
-		write("event: " + ev.Type + "\ndata: " + string(b) + "\n\n")
 	})
 }
-
-// stop ends the keep-alives (idempotent).
-func (st *stream) stop() { st.StopKeepAlive() }

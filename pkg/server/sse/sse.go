@@ -20,6 +20,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
 )
 
 // Comment is the keep-alive frame of protocols without their own.
@@ -266,6 +268,32 @@ func (st *Stream) queue(frame string) {
 	case st.kick <- struct{}{}:
 	default:
 	}
+}
+
+// Data queues the frame "data: JSON" of v (OpenAI's streams); a value
+// that cannot be encoded is dropped.
+func (st *Stream) Data(v any) {
+	if b, err := jsonobj.Marshal(v); err == nil {
+		st.Write("data: " + string(b) + "\n\n")
+	}
+}
+
+// Event queues the frame "event: NAME" with "data: JSON" of v (Anthropic's
+// and Responses' streams); a value that cannot be encoded is dropped.
+func (st *Stream) Event(name string, v any) {
+	if f, err := EventFrame(name, v); err == nil {
+		st.Write(f)
+	}
+}
+
+// EventFrame is the frame Event writes, for a caller that numbers its
+// events under Locked.
+func EventFrame(name string, v any) (string, error) {
+	b, err := jsonobj.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return "event: " + name + "\ndata: " + string(b) + "\n\n", nil
 }
 
 // Write queues one frame; the stream's goroutine writes and flushes it.

@@ -33,6 +33,22 @@ func TestKeepAliveFillsSilenceAndStops(t *testing.T) {
 	}
 }
 
+// Every protocol's frames come from here: JSON without HTML escaping, a
+// value that cannot be encoded dropped rather than half written.
+func TestDataAndEventFrames(t *testing.T) {
+	rec := httptest.NewRecorder()
+	st := Start(rec, httptest.NewRequest("POST", "/", nil), time.Hour, Comment)
+	st.Data(map[string]string{"t": "a<b"})
+	st.Event("message_stop", map[string]string{"type": "message_stop"})
+	st.Data(func() {})
+	st.Event("bad", make(chan int))
+	st.Close()
+	want := "data: {\"t\":\"a<b\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("stream = %q, want %q", got, want)
+	}
+}
+
 // stuckWriter is a client that never reads: a write blocks until its
 // deadline passes, then fails as a connection's would, cancelling the
 // connection's context first as net/http does.
