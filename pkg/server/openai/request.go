@@ -260,7 +260,7 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 		return nil, err
 	}
 	req.Tools = r.Tools
-	if req.ToolChoice, req.ToolName, err = decodeToolChoice(r.ToolChoice); err != nil {
+	if req.ToolChoice, req.ToolName, err = server.ParseToolChoice(r.ToolChoice, server.ToolChoiceChat); err != nil {
 		return nil, err
 	}
 	if r.ParallelToolCalls != nil {
@@ -329,30 +329,6 @@ func checkTools(tools []json.RawMessage) error {
 		}
 	}
 	return nil
-}
-
-func decodeToolChoice(raw json.RawMessage) (server.ToolChoiceMode, string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return server.ToolAuto, "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		switch m := server.ToolChoiceMode(s); m {
-		case server.ToolAuto, server.ToolNone, server.ToolRequired:
-			return m, "", nil
-		}
-		return "", "", badRequest("tool_choice", "tool_choice %q: expected auto, none, required or {\"type\":\"function\",\"function\":{\"name\":…}}", s)
-	}
-	var named struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil || named.Function.Name == "" {
-		return "", "", badRequest("tool_choice", "tool_choice: expected auto, none, required or {\"type\":\"function\",\"function\":{\"name\":…}}")
-	}
-	return server.ToolNamed, named.Function.Name, nil
 }
 
 // convertMessages maps OpenAI messages onto the template's: developer

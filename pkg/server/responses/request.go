@@ -111,7 +111,7 @@ func convert(r *request, prior []chattemplate.Message, defaults sample.Params) (
 		return nil, err
 	}
 	req.Tools, c.skipped = tools, append(c.skipped, skipped...)
-	if req.ToolChoice, req.ToolName, err = toolChoice(r.ToolChoice); err != nil {
+	if req.ToolChoice, req.ToolName, err = server.ParseToolChoice(r.ToolChoice, server.ToolChoiceFlat); err != nil {
 		return nil, err
 	}
 	if r.ParallelToolCalls != nil {
@@ -511,42 +511,4 @@ func convertTools(in []json.RawMessage) ([]json.RawMessage, []string, error) {
 		out = append(out, json.RawMessage(b.Bytes()))
 	}
 	return out, skipped, nil
-}
-
-// toolChoice maps auto/none/required and {"type":"function","name":…};
-// choices of hosted tools (which are skipped) and allowed_tools fall back
-// to auto.
-func toolChoice(raw json.RawMessage) (server.ToolChoiceMode, string, error) {
-	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
-		return server.ToolAuto, "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		switch m := server.ToolChoiceMode(s); m {
-		case server.ToolAuto, server.ToolNone, server.ToolRequired:
-			return m, "", nil
-		}
-		return "", "", badRequest("tool_choice", "tool_choice %q: expected auto, none, required or {\"type\":\"function\",\"name\":…}", s)
-	}
-	var named struct {
-		Type     string `json:"type"`
-		Name     string `json:"name"`
-		Function *struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil {
-		return "", "", badRequest("tool_choice", "tool_choice: expected a string or an object")
-	}
-	if named.Type != "function" {
-		return server.ToolAuto, "", nil
-	}
-	name := named.Name
-	if name == "" && named.Function != nil {
-		name = named.Function.Name // the chat-completions shape, accepted too
-	}
-	if name == "" {
-		return "", "", badRequest("tool_choice.name", "tool_choice of type function needs a name")
-	}
-	return server.ToolNamed, name, nil
 }
