@@ -47,37 +47,7 @@ func qBatchAMXFused() {
 	emit("MOVQ work+88(FP), R13")
 	emit("ADDQ $1024, R13")
 
-	comment("the first 16 groups (or all, if fewer): accumulators = +0 + v")
-	emit("MOVQ groups+48(FP), SI")
-	emit("CMPQ SI, $16")
-	emit("JLE %s_firstn", name)
-	emit("MOVQ $16, SI")
-	label(name + "_firstn")
-	label(name + "_first")
-	fusedGroup(true)
-	emit("ADDQ $64, R13")
-	emit("DECQ SI")
-	emit("JNZ %s_first", name)
-
-	comment("fewer than 16 groups: the lanes past the last stay +0")
-	emit("MOVQ groups+48(FP), SI")
-	emit("CMPQ SI, $16")
-	emit("JGE %s_rest", name)
-	emit("NEGQ SI")
-	emit("ADDQ $16, SI")
-	label(name + "_zero")
-	for r := range 16 {
-		emit("VMOVUPS Z31, %d(R13)", 1024*r)
-	}
-	emit("ADDQ $64, R13")
-	emit("DECQ SI")
-	emit("JNZ %s_zero", name)
-	emit("JMP %s_fold", name)
-
-	comment("the other groups: accumulators += v, lane g mod 16")
-	label(name + "_rest")
-	emit("SUBQ $16, SI")
-	emit("JZ %s_fold", name)
+	firstGroups(name, "SI", "", fusedGroup)
 	emit("MOVQ work+88(FP), R13")
 	emit("ADDQ $1024, R13")
 	emit("MOVQ $16, R15")
@@ -269,48 +239,8 @@ func qBatchAVX512Fused() {
 	emit("MOVQ tail+96(FP), R12")
 	accBase("R13")
 
-	comment("the first 16 groups (or all, if fewer): accumulators = +0 + v")
-	emit("MOVQ groups+48(FP), R15")
-	emit("CMPQ R15, $16")
-	emit("JLE %s_firstn", name)
-	emit("MOVQ $16, R15")
-	label(name + "_firstn")
-	label(name + "_first")
-	fusedGroupVNNI(true)
-	emit("ADDQ $64, R13")
-	emit("DECQ R15")
-	emit("JNZ %s_first", name)
-
-	comment("fewer than 16 groups: the lanes past the last stay +0")
-	emit("MOVQ groups+48(FP), R15")
-	emit("CMPQ R15, $16")
-	emit("JGE %s_rest", name)
-	emit("NEGQ R15")
-	emit("ADDQ $16, R15")
-	emit("VPXORD Z22, Z22, Z22")
-	label(name + "_zero")
-	for r := range 16 {
-		emit("VMOVUPS Z22, %d(R13)", 1024*r)
-	}
-	emit("ADDQ $64, R13")
-	emit("DECQ R15")
-	emit("JNZ %s_zero", name)
-	emit("JMP %s_fold", name)
-
-	comment("the other groups: accumulators += v, lane g mod 16")
-	label(name + "_rest")
-	emit("SUBQ $16, R15")
-	emit("JZ %s_fold", name)
-	accBase("R13")
-	label(name + "_group")
-	fusedGroupVNNI(false)
-	emit("ADDQ $64, R13")
-	emit("TESTQ $1023, R13")
-	emit("JNZ %s_nowrap", name)
-	emit("SUBQ $1024, R13")
-	label(name + "_nowrap")
-	emit("DECQ R15")
-	emit("JNZ %s_group", name)
+	firstGroups(name, "R15", "Z22", fusedGroupVNNI)
+	restGroupsWrapping(name, fusedGroupVNNI)
 
 	foldAccumulators(name, func() { accBase("R13") })
 
@@ -341,6 +271,67 @@ func accBase(reg string) {
 	emit("MOVQ work+88(FP), %s", reg)
 	emit("ADDQ $2047, %s", reg)
 	emit("ANDQ $-1024, %s", reg)
+}
+
+// firstGroups starts a fused kernel's group loop (labels p_…, groups
+// counted down in counter): the first min(groups, 16) groups through
+// group(true), each into the next lane of the accumulators at R13; with
+// fewer than 16 groups, the lanes past the last are set to +0 (Z31, or the
+// register zero, cleared first) and it jumps to p_fold; else it goes on with
+// counter the groups left, or to p_fold when none are.
+func firstGroups(p, counter, zero string, group func(first bool)) {
+	comment("the first 16 groups (or all, if fewer): accumulators = +0 + v")
+	emit("MOVQ groups+48(FP), %s", counter)
+	emit("CMPQ %s, $16", counter)
+	emit("JLE %s_firstn", p)
+	emit("MOVQ $16, %s", counter)
+	label(p + "_firstn")
+	label(p + "_first")
+	group(true)
+	emit("ADDQ $64, R13")
+	emit("DECQ %s", counter)
+	emit("JNZ %s_first", p)
+
+	comment("fewer than 16 groups: the lanes past the last stay +0")
+	emit("MOVQ groups+48(FP), %s", counter)
+	emit("CMPQ %s, $16", counter)
+	emit("JGE %s_rest", p)
+	emit("NEGQ %s", counter)
+	emit("ADDQ $16, %s", counter)
+	if zero == "" {
+		zero = "Z31"
+	} else {
+		emit("VPXORD %s, %s, %s", zero, zero, zero)
+	}
+	label(p + "_zero")
+	for r := range 16 {
+		emit("VMOVUPS %s, %d(R13)", zero, 1024*r)
+	}
+	emit("ADDQ $64, R13")
+	emit("DECQ %s", counter)
+	emit("JNZ %s_zero", p)
+	emit("JMP %s_fold", p)
+
+	comment("the other groups: accumulators += v, lane g mod 16")
+	label(p + "_rest")
+	emit("SUBQ $16, %s", counter)
+	emit("JZ %s_fold", p)
+}
+
+// restGroupsWrapping runs the groups R15 counts through group(false), each
+// into the next lane of the 1 KiB-aligned accumulators at R13, wrapping
+// back to lane 0 after lane 15.
+func restGroupsWrapping(p string, group func(first bool)) {
+	accBase("R13")
+	label(p + "_group")
+	group(false)
+	emit("ADDQ $64, R13")
+	emit("TESTQ $1023, R13")
+	emit("JNZ %s_nowrap", p)
+	emit("SUBQ $1024, R13")
+	label(p + "_nowrap")
+	emit("DECQ R15")
+	emit("JNZ %s_group", p)
 }
 
 // fusedGroupVNNI is one group of qBatchAVX512Fused: the dots of 16 rows ×
@@ -382,8 +373,15 @@ func fusedGroupVNNI(first bool) {
 // (1 KiB apart, the first at R13 as setBase sets it) into the results and
 // stores them transposed to dst.
 func foldAccumulators(name string, setBase func()) {
+	foldRows(name, "per row: fold its 16 accumulators (reduce16) into the results", setBase)
+	transposeStore(name, 16)
+}
+
+// foldRows is foldAccumulators up to the store (at label name_fold, with
+// the comment what): 16 rows of results at work.
+func foldRows(name, what string, setBase func()) {
 	label(name + "_fold")
-	comment("per row: fold its 16 accumulators (reduce16) into the results")
+	comment(what)
 	setBase()
 	emit("MOVQ work+88(FP), R14")
 	emit("MOVQ $16, R15")
@@ -397,5 +395,4 @@ func foldAccumulators(name string, setBase func()) {
 	emit("ADDQ $64, R14")
 	emit("DECQ R15")
 	emit("JNZ %s_row", name)
-	transposeStore(name, 16)
 }
