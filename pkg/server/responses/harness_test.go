@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,29 +38,12 @@ func qwen36(t testing.TB) server.Renderer {
 	return tmpl
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	t      *testing.T
 	eng    *servertest.Engine
 	http   *httptest.Server
 	client oai.Client
-	logs   *syncBuffer
+	logs   *adaptertest.LogBuffer
 }
 
 // newHarness serves the endpoint over eng with the Qwen3.6 template and
@@ -72,7 +54,7 @@ func newHarness(t *testing.T, eng *servertest.Engine, opt Options) *harness {
 	s := server.New(server.Config{Log: func(server.RequestLog) {}, Now: func() time.Time { return now }})
 	s.SetEngine(eng, qwen36(t))
 	oh := httpapi.New(s, httpapi.Options{})
-	logs := &syncBuffer{}
+	logs := &adaptertest.LogBuffer{}
 	opt.Log = logs
 	New(s, opt).Mount(oh)
 	hs := httptest.NewServer(oh)

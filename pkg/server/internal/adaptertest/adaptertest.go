@@ -6,6 +6,7 @@
 package adaptertest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,23 @@ func DecodeOpenAIError(t testing.TB, body string) OpenAIError {
 		t.Fatalf("body %q is not an error envelope (%v)", body, err)
 	}
 	return env.Error
+}
+
+// LogBuffer collects what a server logs while its handlers run, safe for
+// the concurrent writes and reads of a test.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
