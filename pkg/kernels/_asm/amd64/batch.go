@@ -83,8 +83,7 @@ func qBatchKernel(name string, p1 phase1Kind) {
 	if p1 != phase1VNNI8 {
 		rb = 16
 	}
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	batchText(name)
 	if amx {
 		emit("LEAQ amxTiles<>(SB), AX")
 		amxBytes("LDTILECFG (AX)", 0xC4, 0xE2, 0x78, 0x49, 0x00)

@@ -40,8 +40,7 @@ func qBatchAVX2() { qBatchAVX2Kernel("qBatchAVX2", false) }
 func qBatchAVX2Q4() { qBatchAVX2Kernel("qBatchAVX2Q4", true) }
 
 func qBatchAVX2Kernel(name string, q4 bool) {
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	batchText(name)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), SI")
 	emit("MOVQ stride+16(FP), DX")
@@ -271,8 +270,7 @@ func avx2BatchStore(name string) {
 // qBatchAVX2.
 func qWidenQ8AVX2() {
 	const name = "qWidenQ8AVX2"
-	fmt.Fprintf(&out, "\n// func %s(dst *uint16, w *byte, n int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-24\n", name)
+	text(name, "(dst *uint16, w *byte, n int)", 0, 24)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), SI")
 	emit("MOVQ n+16(FP), CX")
@@ -295,8 +293,7 @@ func qWidenQ8AVX2() {
 // (qUnpackQ4AVX512's layout), for qBatchAVX2Q4.
 func qUnpackQ4AVX2() {
 	const name = "qUnpackQ4AVX2"
-	fmt.Fprintf(&out, "\n// func %s(dst, w *byte, groups int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-24\n", name)
+	text(name, "(dst, w *byte, groups int)", 0, 24)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), SI")
 	emit("MOVQ groups+16(FP), CX")

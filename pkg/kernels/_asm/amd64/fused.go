@@ -23,8 +23,7 @@ import "fmt"
 // work: results (1 KiB), accumulators (16 KiB), the dots buffer (1 KiB).
 func qBatchAMXFused() {
 	const name = "qBatchAMXFused"
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	batchText(name)
 	emit("LEAQ amxTiles<>(SB), AX")
 	amxBytes("LDTILECFG (AX)", 0xC4, 0xE2, 0x78, 0x49, 0x00)
 	emit("MOVQ dst+0(FP), DI")
@@ -128,8 +127,7 @@ func fusedGroup(first bool) {
 // rows/16·gpad·64 bytes. tail masks the last block of 16 groups.
 func qScalesT() {
 	const name = "qScalesT"
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, scales, biases *byte, rows, groups, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
+	text(name, "(dst *float32, scales, biases *byte, rows, groups, tail int)", 0, 48)
 	emit("MOVQ tail+40(FP), AX")
 	emit("KMOVW AX, K2")
 	emit("MOVQ groups+32(FP), R12")
@@ -219,8 +217,7 @@ func qScalesT() {
 // work: results (1 KiB), then the accumulators at the next 1 KiB boundary.
 func qBatchAVX512Fused() {
 	const name = "qBatchAVX512Fused"
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	batchText(name)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), R8")
 	emit("MOVQ stride+16(FP), DX")

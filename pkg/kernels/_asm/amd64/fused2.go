@@ -32,8 +32,7 @@ import "fmt"
 // boundary (16 KiB).
 func qBatchAVX512Fused2() {
 	const name = "qBatchAVX512Fused2"
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-104\n", name)
+	batchText(name)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), R8")
 	emit("MOVQ scales+24(FP), CX")

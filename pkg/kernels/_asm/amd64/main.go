@@ -54,6 +54,18 @@ func gfniSetup() {
 	}
 }
 
+// text starts kernel name: its Go signature as a comment, then the TEXT
+// line with frame bytes of locals and args of arguments.
+func text(name, signature string, frame, args int) {
+	fmt.Fprintf(&out, "\n// func %s%s\n", name, signature)
+	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $%d-%d\n", name, frame, args)
+}
+
+// batchText starts a batch kernel, all of which share qBatch's signature.
+func batchText(name string) {
+	text(name, "(dst *float32, w *byte, stride int, scales, biases *byte, rows, groups int, xqT *int8, dsT *float32, idx *int32, mask int, work *byte, tail int)", 0, 104)
+}
+
 func emit(format string, args ...any) { fmt.Fprintf(&out, "\t"+format+"\n", args...) }
 func label(name string)               { fmt.Fprintf(&out, "%s:\n", name) }
 func comment(text string)             { fmt.Fprintf(&out, "\n\t// %s\n", text) }
@@ -125,8 +137,7 @@ GLOBL lowsThenHighs<>(SB), RODATA|NOPTR, $64
 //	DX blocks left in this row       AX prefetch distance in bytes
 //	R13 masks for the partial block (AVX-512)   R14 scratch
 func prologue(name string, frame int) {
-	fmt.Fprintf(&out, "\n// func %s(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)\n", name)
-	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $%d-80\n", name, frame)
+	text(name, "(dst *float32, w, scales, biases *byte, rows, groups int, xq *int8, ds *float32, masks *uint64, prefetch int)", frame, 80)
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), SI")
 	emit("MOVQ scales+16(FP), R8")
