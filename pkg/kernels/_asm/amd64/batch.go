@@ -93,14 +93,7 @@ func qBatchKernel(name string, p1 phase1Kind) {
 	emit("MOVQ stride+16(FP), DX")
 	emit("MOVQ scales+24(FP), R12")
 	emit("MOVQ biases+32(FP), R15")
-	emit("MOVQ rows+40(FP), BX")
-	if rb == 16 {
-		emit("SHRQ $4, BX")
-	} else {
-		emit("SHRQ $3, BX")
-	}
-	emit("TESTQ BX, BX")
-	emit("JZ %s_done", name)
+	rowBlocks(name, map[int]int{16: 4, 8: 3}[rb])
 	label(name + "_block")
 	switch p1 {
 	case phase1AMX:

@@ -30,10 +30,7 @@ func qBatchAMXFused() {
 	emit("MOVQ w+8(FP), SI")
 	emit("MOVQ stride+16(FP), DX")
 	emit("MOVQ scales+24(FP), CX")
-	emit("MOVQ rows+40(FP), BX")
-	emit("SHRQ $4, BX")
-	emit("TESTQ BX, BX")
-	emit("JZ %s_done", name)
+	rowBlocks(name, 4)
 	emit("VPXORD Z31, Z31, Z31")
 	label(name + "_block")
 	emit("MOVQ SI, R8")
@@ -74,14 +71,8 @@ func qBatchAMXFused() {
 	emit("ADDQ R8, SI")
 	emit("LEAQ (SI)(DX*8), SI")
 	emit("LEAQ (SI)(DX*8), SI")
-	// CX moved on by groups·64; the block's scales span gpad·64.
 	emit("MOVQ groups+48(FP), R11")
-	emit("MOVQ R11, R12")
-	emit("ADDQ $15, R12")
-	emit("ANDQ $-16, R12")
-	emit("SUBQ R11, R12")
-	emit("SHLQ $6, R12")
-	emit("ADDQ R12, CX")
+	scalesPastPadding()
 	emit("DECQ BX")
 	emit("JNZ %s_block", name)
 	label(name + "_done")
@@ -222,10 +213,7 @@ func qBatchAVX512Fused() {
 	emit("MOVQ w+8(FP), R8")
 	emit("MOVQ stride+16(FP), DX")
 	emit("MOVQ scales+24(FP), CX")
-	emit("MOVQ rows+40(FP), BX")
-	emit("SHRQ $4, BX")
-	emit("TESTQ BX, BX")
-	emit("JZ %s_done", name)
+	rowBlocks(name, 4)
 	label(name + "_block")
 	emit("LEAQ (DX)(DX*2), R14")
 	emit("LEAQ (R8)(DX*4), R9")
@@ -248,13 +236,7 @@ func qBatchAVX512Fused() {
 	emit("SUBQ R12, R8")
 	emit("LEAQ (R8)(DX*8), R8")
 	emit("LEAQ (R8)(DX*8), R8")
-	// CX moved on by groups·64; the block's scales span gpad·64.
-	emit("MOVQ R11, R12")
-	emit("ADDQ $15, R12")
-	emit("ANDQ $-16, R12")
-	emit("SUBQ R11, R12")
-	emit("SHLQ $6, R12")
-	emit("ADDQ R12, CX")
+	scalesPastPadding()
 	emit("DECQ BX")
 	emit("JNZ %s_block", name)
 	label(name + "_done")
@@ -268,6 +250,27 @@ func accBase(reg string) {
 	emit("MOVQ work+88(FP), %s", reg)
 	emit("ADDQ $2047, %s", reg)
 	emit("ANDQ $-1024, %s", reg)
+}
+
+// rowBlocks sets BX to the blocks of 2^shift rows and jumps to name_done
+// when there are none.
+func rowBlocks(name string, shift int) {
+	emit("MOVQ rows+40(FP), BX")
+	emit("SHRQ $%d, BX", shift)
+	emit("TESTQ BX, BX")
+	emit("JZ %s_done", name)
+}
+
+// scalesPastPadding moves CX, the converted scales moved on by groups·64
+// (groups in R11), to the next block's: the block's scales span gpad·64.
+// It clobbers R12.
+func scalesPastPadding() {
+	emit("MOVQ R11, R12")
+	emit("ADDQ $15, R12")
+	emit("ANDQ $-16, R12")
+	emit("SUBQ R11, R12")
+	emit("SHLQ $6, R12")
+	emit("ADDQ R12, CX")
 }
 
 // firstGroups starts a fused kernel's group loop (labels p_…, groups

@@ -36,10 +36,7 @@ func qBatchAVX512Fused2() {
 	emit("MOVQ dst+0(FP), DI")
 	emit("MOVQ w+8(FP), R8")
 	emit("MOVQ scales+24(FP), CX")
-	emit("MOVQ rows+40(FP), BX")
-	emit("SHRQ $4, BX")
-	emit("TESTQ BX, BX")
-	emit("JZ %s_done", name)
+	rowBlocks(name, 4)
 	emit("VPXORD Z31, Z31, Z31")
 	label(name + "_block")
 	for h := range 2 {
