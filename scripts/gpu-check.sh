@@ -77,8 +77,9 @@ run() { # name, binary, args…
 run cuda "$bin/cuda.test" -test.timeout 3m
 run kernels "$bin/gpukernels.test" -test.timeout 4m
 # Sampled: sampling on the device vs the CPU sampler, the CPU engine and
-# sample.Reference on random rows.
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample'
+# sample.Reference on random rows. Snapshot: a state copied to the host
+# and restored continues bitwise (snapshot_test.go).
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
