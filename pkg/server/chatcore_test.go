@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/server"
@@ -52,6 +53,29 @@ func TestChatResultNamesTheStopString(t *testing.T) {
 				t.Fatalf("stop %q content %q, want %q %q", res.StopSequence, res.Content, c.want, c.text)
 			}
 		})
+	}
+}
+
+// Every protocol's log line gives the time to the first token from the
+// request's arrival, the wait before the generation included.
+func TestFinishedLogCountsTheWaitInTheTTFT(t *testing.T) {
+	s := newCore(t, &servertest.Engine{TokenDelay: 5 * time.Millisecond})
+	start := time.Now()
+	job, err := s.PrepareChat(&server.ChatRequest{Messages: userTurn("x"), Kwargs: map[string]any{"enable_thinking": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // as if queued
+	res, err := job.RunChat(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log server.RequestLog
+	log.Finished(job, res.Usage, res.Outcome, res.Finish)
+	ttft := time.Duration(log.TTFTSeconds * float64(time.Second))
+	if log.Model != "fake-model" || log.CompletionTokens != res.Usage.CompletionTokens || log.Finish != res.Finish ||
+		ttft < 50*time.Millisecond || ttft > time.Since(start) {
+		t.Fatalf("log %+v (ttft %v, %v since the request)", log, ttft, time.Since(start))
 	}
 }
 

@@ -850,6 +850,17 @@ func (r *RequestLog) Fill(u Usage, o Outcome, finish string) {
 	}
 }
 
+// Finished sets what the log line says of the job that answered: the
+// tokens and speeds, the model, and the time to the first token from the
+// request's arrival (the queue wait included).
+func (r *RequestLog) Finished(job *Job, u Usage, o Outcome, finish string) {
+	r.Fill(u, o, finish)
+	r.Model = job.Model()
+	if o.FirstToken > 0 {
+		r.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
+	}
+}
+
 // TextLogger writes one human-readable line per request.
 func TextLogger(w io.Writer) func(RequestLog) {
 	var mu sync.Mutex

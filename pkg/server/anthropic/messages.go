@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
@@ -224,7 +223,7 @@ func (a *Adapter) messages(w http.ResponseWriter, r *http.Request, log *server.R
 		}
 		asm.close()
 		reason, seq := stopReason(res)
-		fillLog(log, job, res, reason)
+		log.Finished(job, res.Usage, res.Outcome, reason)
 		msg.Content, msg.StopReason, msg.StopSequence, msg.Usage = asm.content(), &reason, seq, usage(res.Usage)
 		return httpapi.WriteJSON(w, http.StatusOK, msg)
 	}
@@ -273,19 +272,10 @@ func (a *Adapter) stream(w http.ResponseWriter, r *http.Request, log *server.Req
 	asm.close()
 	st.StopKeepAlive()
 	reason, seq := stopReason(res)
-	fillLog(log, job, res, reason)
+	log.Finished(job, res.Usage, res.Outcome, reason)
 	md := messageDelta{Type: "message_delta", Usage: usage(res.Usage)}
 	md.Delta.StopReason, md.Delta.StopSequence = reason, seq
 	st.Event("message_delta", md)
 	st.Event("message_stop", typeOnly{Type: "message_stop"})
 	return nil
-}
-
-func fillLog(log *server.RequestLog, job *server.Job, res *server.ChatResult, reason string) {
-	log.Fill(res.Usage, res.Outcome, reason)
-	log.Model = job.Model()
-	if o := res.Outcome; o.FirstToken > 0 {
-		// TTFT from the request's arrival, queue wait included.
-		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
-	}
 }

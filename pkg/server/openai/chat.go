@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/server"
@@ -68,14 +67,63 @@ type choiceJSON struct {
 	FinishReason *string      `json:"finish_reason"`
 }
 
-type chatJSON struct {
+// objectJSON is a chat completion or completion object, answer or stream
+// chunk alike; C is its choice.
+type objectJSON[C any] struct {
 	ID      string       `json:"id"`
 	Object  string       `json:"object"`
 	Created int64        `json:"created"`
 	Model   string       `json:"model"`
-	Choices []choiceJSON `json:"choices"`
+	Choices []C          `json:"choices"`
 	Usage   *usageJSON   `json:"usage,omitempty"`
 	Timings *timingsJSON `json:"timings,omitempty"`
+}
+
+type chatJSON = objectJSON[choiceJSON]
+
+// answer is the non-streamed object: its one choice, the usage and the
+// timings.
+func (x objectJSON[C]) answer(choice C, u server.Usage, o server.Outcome) objectJSON[C] {
+	x.Choices = []C{choice}
+	x.Usage, x.Timings = usage(u), timings(u, o)
+	return x
+}
+
+// chunks writes an object's stream: a chunk per choice, then its end.
+type chunks[C any] struct {
+	st   *sse.Stream
+	base objectJSON[C]
+}
+
+func (c chunks[C]) send(choice C) {
+	x := c.base
+	x.Choices = []C{choice}
+	c.st.Data(x)
+}
+
+// fail ends a stream whose run failed: the error in OpenAI's envelope and
+// [DONE], unless the client is gone.
+func (c chunks[C]) fail(err error) error {
+	c.st.StopKeepAlive()
+	if !errors.Is(err, context.Canceled) {
+		c.st.Data(httpapi.Envelope(err))
+		c.st.Write(doneFrame)
+	}
+	return err
+}
+
+// end ends a finished run's stream: the last choice (the finish reason),
+// the usage chunk when the client asked for it, and [DONE].
+func (c chunks[C]) end(last C, u server.Usage, o server.Outcome, includeUsage bool) error {
+	c.st.StopKeepAlive()
+	c.send(last)
+	if includeUsage {
+		x := c.base
+		x.Choices, x.Usage, x.Timings = []C{}, usage(u), timings(u, o)
+		c.st.Data(x)
+	}
+	c.st.Write(doneFrame)
+	return nil
 }
 
 // timingsJSON is llama-server's non-standard "timings" object (clients
@@ -129,40 +177,21 @@ func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.Reque
 		if err != nil {
 			return err
 		}
-		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
+		log.Finished(job, res.Usage, res.Outcome, res.Finish)
 		base.Object = "chat.completion"
-		base.Choices = []choiceJSON{{Message: finalMessage(res), FinishReason: &res.Finish}}
-		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
-		return httpapi.WriteJSON(w, http.StatusOK, base)
+		return httpapi.WriteJSON(w, http.StatusOK, base.answer(choiceJSON{Message: finalMessage(res), FinishReason: &res.Finish}, res.Usage, res.Outcome))
 	}
 	base.Object = "chat.completion.chunk"
 	st := sse.Start(w, r, a.opt.KeepAlive, sse.Comment)
 	defer st.Close()
-	chunk := func(delta any, finish *string) {
-		c := base
-		c.Choices = []choiceJSON{{Delta: delta, FinishReason: finish}}
-		st.Data(c)
-	}
-	chunk(roleDeltaJSON{Role: "assistant"}, nil)
-	res, err := job.RunChat(r.Context(), func(ev chatparse.Event) { chunk(eventDelta(ev), nil) })
-	st.StopKeepAlive()
+	c := chunks[choiceJSON]{st: st, base: base}
+	c.send(choiceJSON{Delta: roleDeltaJSON{Role: "assistant"}})
+	res, err := job.RunChat(r.Context(), func(ev chatparse.Event) { c.send(choiceJSON{Delta: eventDelta(ev)}) })
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return err // the client is gone
-		}
-		st.Data(httpapi.Envelope(err))
-		st.Write(doneFrame)
-		return err
+		return c.fail(err)
 	}
-	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
-	chunk(deltaJSON{}, &res.Finish)
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		c := base
-		c.Choices, c.Usage, c.Timings = []choiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
-		st.Data(c)
-	}
-	st.Write(doneFrame)
-	return nil
+	log.Finished(job, res.Usage, res.Outcome, res.Finish)
+	return c.end(choiceJSON{Delta: deltaJSON{}, FinishReason: &res.Finish}, res.Usage, res.Outcome, req.includeUsage())
 }
 
 // waitForModel lets a stream start only once the job's model is loaded,
@@ -175,15 +204,6 @@ func waitForModel(ctx context.Context, job *server.Job, stream bool) error {
 		return nil
 	}
 	return job.Wait(ctx)
-}
-
-func fillLog(log *server.RequestLog, job *server.Job, u server.Usage, o server.Outcome, finish string) {
-	log.Fill(u, o, finish)
-	log.Model = job.Model()
-	if o.FirstToken > 0 {
-		// TTFT from the request's arrival, queue wait included.
-		log.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
-	}
 }
 
 func finalMessage(res *server.ChatResult) *messageJSON {
@@ -219,6 +239,11 @@ func eventDelta(ev chatparse.Event) deltaJSON {
 		return deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, Function: functionJSON{Arguments: &text}}}}
 	}
 	return deltaJSON{Content: &text}
+}
+
+// includeUsage reports whether a stream ends with a usage chunk.
+func (f *samplingFields) includeUsage() bool {
+	return f.StreamOptions != nil && f.StreamOptions.IncludeUsage
 }
 
 // doneFrame ends an OpenAI stream.

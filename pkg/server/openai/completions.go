@@ -2,8 +2,6 @@ package openai
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"net/http"
 
 	"github.com/nvmai/nvmai/pkg/server"
@@ -21,15 +19,7 @@ type textChoiceJSON struct {
 	FinishReason *string   `json:"finish_reason"`
 }
 
-type completionJSON struct {
-	ID      string           `json:"id"`
-	Object  string           `json:"object"`
-	Created int64            `json:"created"`
-	Model   string           `json:"model"`
-	Choices []textChoiceJSON `json:"choices"`
-	Usage   *usageJSON       `json:"usage,omitempty"`
-	Timings *timingsJSON     `json:"timings,omitempty"`
-}
+type completionJSON = objectJSON[textChoiceJSON]
 
 func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
 	var req completionRequest
@@ -73,35 +63,16 @@ func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *serve
 		if err != nil {
 			return err
 		}
-		fillLog(log, job, res.Usage, res.Outcome, res.Finish)
-		base.Choices = []textChoiceJSON{{Text: res.Text, FinishReason: &res.Finish}}
-		base.Usage, base.Timings = usage(res.Usage), timings(res.Usage, res.Outcome)
-		return httpapi.WriteJSON(w, http.StatusOK, base)
+		log.Finished(job, res.Usage, res.Outcome, res.Finish)
+		return httpapi.WriteJSON(w, http.StatusOK, base.answer(textChoiceJSON{Text: res.Text, FinishReason: &res.Finish}, res.Usage, res.Outcome))
 	}
 	st := sse.Start(w, r, a.opt.KeepAlive, sse.Comment)
 	defer st.Close()
-	chunk := func(text string, finish *string) {
-		c := base
-		c.Choices = []textChoiceJSON{{Text: text, FinishReason: finish}}
-		st.Data(c)
-	}
-	res, err := job.RunCompletion(r.Context(), func(t string) { chunk(t, nil) })
-	st.StopKeepAlive()
+	c := chunks[textChoiceJSON]{st: st, base: base}
+	res, err := job.RunCompletion(r.Context(), func(t string) { c.send(textChoiceJSON{Text: t}) })
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return err
-		}
-		st.Data(httpapi.Envelope(err))
-		st.Write(doneFrame)
-		return err
+		return c.fail(err)
 	}
-	fillLog(log, job, res.Usage, res.Outcome, res.Finish)
-	chunk("", &res.Finish)
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		c := base
-		c.Choices, c.Usage, c.Timings = []textChoiceJSON{}, usage(res.Usage), timings(res.Usage, res.Outcome)
-		st.Data(c)
-	}
-	st.Write(doneFrame)
-	return nil
+	log.Finished(job, res.Usage, res.Outcome, res.Finish)
+	return c.end(textChoiceJSON{FinishReason: &res.Finish}, res.Usage, res.Outcome, req.includeUsage())
 }

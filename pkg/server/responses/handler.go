@@ -176,11 +176,7 @@ func (x *exchange) finished(a *assembler, res *server.ChatResult) responseJSON {
 	resp.Output = a.items
 	resp.Status, resp.IncompleteDetails = status(res.Finish)
 	resp.Usage = usage(res.Usage, a.reasoningSteps)
-	x.log.Fill(res.Usage, res.Outcome, res.Finish)
-	x.log.Model = x.job.Model()
-	if o := res.Outcome; o.FirstToken > 0 {
-		x.log.TTFTSeconds = (time.Since(x.job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
-	}
+	x.log.Finished(x.job, res.Usage, res.Outcome, res.Finish)
 	if resp.Store {
 		x.h.store.put(resp.ID, append(x.conv.history, assistantTurn(res)))
 	}
