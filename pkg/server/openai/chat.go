@@ -154,12 +154,18 @@ func timings(u server.Usage, o server.Outcome) *timingsJSON {
 	return t
 }
 
-func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+// decodeChat reads a chat request and converts it for the core.
+func (a *Adapter) decodeChat(w http.ResponseWriter, r *http.Request) (*chatRequest, *server.ChatRequest, error) {
 	var req chatRequest
 	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		return err
+		return nil, nil, err
 	}
 	creq, err := toChat(&req, a.defaults(req.Model))
+	return &req, creq, err
+}
+
+func (a *Adapter) chat(w http.ResponseWriter, r *http.Request, log *server.RequestLog) error {
+	req, creq, err := a.decodeChat(w, r)
 	if err != nil {
 		return err
 	}

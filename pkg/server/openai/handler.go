@@ -69,11 +69,7 @@ func (a *Adapter) models(w http.ResponseWriter, r *http.Request, _ *server.Reque
 }
 
 func (a *Adapter) applyTemplate(w http.ResponseWriter, r *http.Request, _ *server.RequestLog) error {
-	var req chatRequest
-	if err := httpapi.DecodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	creq, err := toChat(&req, a.defaults(req.Model))
+	req, creq, err := a.decodeChat(w, r)
 	if err != nil {
 		return err
 	}
