@@ -89,7 +89,7 @@ const StatusOverloaded = 529
 
 // classify maps any error onto Anthropic's status and error type: the core
 // refusing for a full queue is 529 overloaded_error (Claude Code retries
-// it), the rest follows the status the shared layer gives it.
+// it), the rest follows the status httpapi.Classify gives it.
 func classify(err error) (int, errorDetail) {
 	var se *server.Error
 	if errors.As(err, &se) && se.Kind == server.KindQueueFull {
