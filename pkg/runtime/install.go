@@ -1,7 +1,11 @@
 // Package runtime loads nvmai installs and generates text with them. It reads
 // installs and nothing else: it never imports the converter or the
-// downloader. Model math lives in per-architecture packages (qwen35); this
-// package wires an install's bytes, the tokenizer and sampling around them.
+// downloader. Model math lives in per-architecture packages (qwen35,
+// qwen38) and device engines (gpu), which it reaches only through the
+// engine surface of package model: Load looks the install's architecture
+// and the device up in model's registry, and sessions drive a model.State.
+// This package wires an install's bytes, the expert cache, the tokenizer
+// and sampling around them.
 package runtime
 
 import (
