@@ -24,25 +24,33 @@ func NewHTTPServer(h http.Handler) *http.Server {
 
 // newConnGrace is how long a connection that has sent nothing yet is
 // safe from being closed for a newcomer; idleGrace is that for a
-// keep-alive connection between requests (a busy client sends its next
-// request on it within microseconds, and a request that meets the close
-// fails).
+// keep-alive connection between requests. Closing an idle connection
+// races with its client sending the next request on it (HTTP/1.1 has no
+// way to say "don't"), and a POST that meets the close fails: clients
+// such as Go's do not retry it. A connection idle for a second is rarely
+// about to be reused; a busy client's is reused within milliseconds.
 const (
 	newConnGrace = time.Second
-	idleGrace    = 200 * time.Millisecond
+	idleGrace    = time.Second
 	// bodyGrace is that for a request whose body is still arriving.
 	bodyGrace = 3 * time.Second
+	// crowdedFor is how long after a newcomer found every connection
+	// open responses say Connection: close, so that clients let go of
+	// connections knowingly instead of having idle ones closed under them.
+	crowdedFor = time.Second
 )
 
 // LimitConnections returns ln serving at most n connections of hs at once,
 // bounding the goroutines and buffers clients can make the server hold.
 // When all n are open and another client connects, the connection idle
-// the longest (a keep-alive connection idle for 200 ms or more between
+// the longest (a keep-alive connection idle for a second or more between
 // requests, or one that has sent nothing or only part of its headers for
 // a second) is closed to make room, else one whose request body has been
 // arriving for 3 s, so that idle and trickling connections cannot lock
-// clients out; only when all n are busy does the newcomer wait. It chains
-// hs.ConnState and hs.ConnContext, which must be set before.
+// clients out; only when none of them is there does the newcomer wait.
+// For a second after that, responses carry Connection: close (see
+// crowded). It chains hs.ConnState and hs.ConnContext, which must be set
+// before.
 func LimitConnections(hs *http.Server, ln net.Listener, n int) net.Listener {
 	l := &connLimiter{Listener: ln, n: max(n, 1), conns: map[*limitConn]struct{}{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -75,8 +83,9 @@ type connLimiter struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	mu    sync.Mutex
-	conns map[*limitConn]struct{}
+	mu           sync.Mutex
+	conns        map[*limitConn]struct{}
+	crowdedUntil time.Time // see crowded
 }
 
 type limitConn struct {
@@ -107,6 +116,22 @@ func readingBody(ctx context.Context, on bool) {
 	}
 }
 
+// crowded reports whether the connection of the request whose context
+// is ctx should be closed after its response: a newcomer found every
+// connection open less than crowdedFor ago. The client then opens a new
+// connection for its next request, which the server admits as this one
+// closes, instead of keeping one idle that a newcomer would have closed,
+// possibly just as the client sends a request on it.
+func crowded(ctx context.Context) bool {
+	lc, ok := ctx.Value(connKey{}).(*limitConn)
+	if !ok {
+		return false
+	}
+	lc.l.mu.Lock()
+	defer lc.l.mu.Unlock()
+	return time.Now().Before(lc.l.crowdedUntil)
+}
+
 func (l *connLimiter) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -120,6 +145,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			return lc, nil
 		}
+		l.crowdedUntil = time.Now().Add(crowdedFor)
 		victim := l.victimLocked()
 		l.mu.Unlock()
 		if victim != nil {

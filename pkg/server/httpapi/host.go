@@ -98,7 +98,7 @@ func (h *Host) Mount(path string, rt Route) { h.routes[path] = rt }
 // line per request.
 func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.s.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &statusRecorder{ResponseWriter: w, ctx: r.Context()}
 	log := &server.RequestLog{Time: start, Endpoint: r.Method + " " + r.URL.Path}
 	// A stream on this keep-alive connection may have left its write
 	// deadline behind (the server has no WriteTimeout to reset it).
@@ -343,23 +343,32 @@ func (h *Host) cors(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// statusRecorder remembers the status for the log line.
+// statusRecorder remembers the status for the log line, and closes the
+// connection after the response while the server is crowded (conns.go).
 type statusRecorder struct {
 	http.ResponseWriter
+	ctx    context.Context // the connection's
 	status int
 	wrote  bool
 }
 
+func (s *statusRecorder) first(code int) {
+	s.status, s.wrote = code, true
+	if s.ctx != nil && crowded(s.ctx) {
+		s.Header().Set("Connection", "close")
+	}
+}
+
 func (s *statusRecorder) WriteHeader(code int) {
 	if !s.wrote {
-		s.status, s.wrote = code, true
+		s.first(code)
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(p []byte) (int, error) {
 	if !s.wrote {
-		s.status, s.wrote = http.StatusOK, true
+		s.first(http.StatusOK)
 	}
 	return s.ResponseWriter.Write(p)
 }
