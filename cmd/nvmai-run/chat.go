@@ -20,6 +20,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -80,15 +81,14 @@ type chat struct {
 	reading chan lineResult // a ReadLine still under way, which the next readLine waits for
 
 	sess    generator
-	closing string // closes the previous assistant turn in front of the next one
-	pending int    // tokens the session will feed before the next turn (its last stop token)
-	fresh   bool   // the system message is still to be sent
+	pending int // tokens the session will feed before the next turn (its last one)
 
-	// With a template format (format.tmpl set: Qwen3.8 family) each turn
-	// renders the whole conversation and feeds what follows the text the
-	// session already holds; a rendering that does not start with that
-	// text (the effort changed, or the template normalised a reply) makes
-	// the session re-read the conversation from the start.
+	// Each turn renders the whole conversation as the server core does
+	// (plain ChatML, or the install's template for the Qwen3.8 family) and
+	// feeds what follows the text the session already holds; a rendering
+	// that does not start with that text (the effort changed, or the
+	// template normalised a reply) makes the session re-read the
+	// conversation from the start.
 	format  *chatFormat
 	history []chattemplate.Message // the conversation so far, system message first
 	fed     string                 // the text the session holds, its pending stop token included
@@ -142,6 +142,9 @@ func chatAction(c *cli.Context) error {
 
 // run reads messages and answers them until the input ends or the user quits.
 func (ch *chat) run(ctx context.Context) error {
+	if ch.format == nil {
+		ch.format = &chatFormat{} // plain ChatML
+	}
 	ch.reset()
 	if ch.interactive {
 		fmt.Fprintln(ch.info, `chat: type a message and press Enter; """ starts a multi-line one; /help lists commands; Ctrl-D quits`)
@@ -179,7 +182,7 @@ func (ch *chat) run(ctx context.Context) error {
 
 // reset starts a new conversation.
 func (ch *chat) reset() {
-	ch.sess, ch.closing, ch.pending, ch.fresh = ch.newSession(), "", 0, true
+	ch.sess, ch.pending = ch.newSession(), 0
 	ch.history, ch.fed = nil, ""
 }
 
@@ -306,18 +309,6 @@ func (ch *chat) readLine(ctx context.Context, prompt string) (string, error) {
 	}
 }
 
-// turnIDs encodes the user's message as the next turn. What the user typed
-// is text: <|im_end|> in it does not end the turn.
-func (ch *chat) turnIDs(msg string) []int {
-	var msgs []tokenizer.Message
-	if ch.fresh && ch.system != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: ch.system})
-	}
-	msgs = append(msgs, tokenizer.Message{Role: "user", Content: msg})
-	ids := ch.tok.Encode(ch.closing)
-	return append(ids, ch.tok.EncodeChatText(msgs, true)...)
-}
-
 // turn sends one message and streams the reply. Ctrl-C stops the reply;
 // the tokens written so far stay in the conversation as the assistant's
 // turn, closed before the next message as a turn cut by --max-tokens is.
@@ -334,15 +325,9 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 		fmt.Fprintf(ch.info, "(%v; the message was not sent)\n", err)
 		return nil
 	}
-	var ids []int
-	var prompt string
-	if ch.templated() {
-		var ok bool
-		if ids, prompt, ok = ch.templateTurn(msg); !ok {
-			return nil
-		}
-	} else {
-		ids = ch.turnIDs(msg)
+	ids, prompt, ok := ch.nextTurn(msg)
+	if !ok {
+		return nil
 	}
 	if !ch.fits(len(ids)) {
 		return nil
@@ -357,12 +342,10 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	var decodeStart time.Time
 	var reply strings.Builder
 	opt := ch.opt
-	if ch.templated() {
-		// The rendered assistant header may open the reasoning (<think>):
-		// show it, so that the reply reads as the model's turn.
-		if i := strings.LastIndex(prompt, "<|im_start|>assistant\n"); i >= 0 {
-			ch.out.WriteString(prompt[i+len("<|im_start|>assistant\n"):])
-		}
+	// The rendered assistant header may open the reasoning (<think>):
+	// show it, so that the reply reads as the model's turn.
+	if i := strings.LastIndex(prompt, "<|im_start|>assistant\n"); i >= 0 {
+		ch.out.WriteString(prompt[i+len("<|im_start|>assistant\n"):])
 	}
 	opt.OnToken = func(_ int, text string) {
 		reply.WriteString(text)
@@ -386,7 +369,6 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	if err != nil && !stopped {
 		return err
 	}
-	ch.fresh = false
 	ch.out.WriteString("\n")
 	if err := ch.out.Flush(); err != nil {
 		return err
@@ -399,18 +381,16 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 	}
 	ch.report(res)
 	ch.closeTurn(res.StopReason)
-	if ch.templated() {
-		ch.recordTurn(msg, prompt, reply.String(), res)
-	}
+	ch.recordTurn(msg, prompt, reply.String(), res.StopReason)
 	return nil
 }
 
-// templateTurn renders the conversation with msg as the next user turn and
+// nextTurn renders the conversation with msg as the next user turn and
 // returns the ids the session still needs, and the rendered prompt. When
 // the rendering does not continue what the session holds, the session is
 // replaced by a fresh one and the whole prompt is returned. ok is false
 // when the template refuses the conversation (the reason is printed).
-func (ch *chat) templateTurn(msg string) (ids []int, prompt string, ok bool) {
+func (ch *chat) nextTurn(msg string) (ids []int, prompt string, ok bool) {
 	msgs := ch.history
 	if len(msgs) == 0 && ch.system != "" {
 		msgs = []chattemplate.Message{{Role: "system", Content: ch.system}}
@@ -423,7 +403,7 @@ func (ch *chat) templateTurn(msg string) (ids []int, prompt string, ok bool) {
 	}
 	if ch.fed != "" && !strings.HasPrefix(prompt, ch.fed) {
 		fmt.Fprintln(ch.info, "(the chat template renders the conversation differently from what the model has read; re-reading it from the start)")
-		ch.sess, ch.closing, ch.pending, ch.fed = ch.newSession(), "", 0, ""
+		ch.sess, ch.pending, ch.fed = ch.newSession(), 0, ""
 	}
 	var literals []string
 	if ch.fed == "" {
@@ -438,20 +418,26 @@ func (ch *chat) templateTurn(msg string) (ids []int, prompt string, ok bool) {
 	return encodeRendered(ch.tok, prompt[len(ch.fed):], literals), prompt, true
 }
 
-// recordTurn keeps the user's message and the reply (its reasoning as
-// reasoning_content, which the template renders back) in the history, and
-// the text the session now holds.
-func (ch *chat) recordTurn(msg, prompt, reply string, res *runtime.Result) {
+// recordTurn keeps the user's message and the reply in the history, and
+// the text the session now holds. With the Qwen3.8 template the reply is
+// split as the server splits it (server.ParseReply), its reasoning kept as
+// reasoning_content, which the template renders back; plain ChatML renders
+// content only, so there the reply stays as the model wrote it.
+func (ch *chat) recordTurn(msg, prompt, reply, stopReason string) {
 	if len(ch.history) == 0 && ch.system != "" {
 		ch.history = append(ch.history, chattemplate.Message{Role: "system", Content: ch.system})
 	}
-	reasoning, content := splitReply(prompt, reply)
-	ch.history = append(ch.history,
-		chattemplate.Message{Role: "user", Content: msg},
-		chattemplate.Message{Role: "assistant", Content: content, ReasoningContent: &reasoning})
+	answer := chattemplate.Message{Role: "assistant", Content: reply}
+	if ch.templated() {
+		parsed := server.ParseReply(prompt, reply)
+		answer.Content, answer.ReasoningContent = parsed.Content, &parsed.Reasoning
+	}
+	ch.history = append(ch.history, chattemplate.Message{Role: "user", Content: msg}, answer)
 	ch.fed = prompt + reply
-	if res.StopReason == "eos" && len(res.IDs) > 0 {
-		ch.fed += ch.tok.Decode(res.IDs[len(res.IDs)-1:]) // the pending stop token
+	if stopReason == "eos" {
+		// The pending stop token ends the turn as the rendering's
+		// <|im_end|> does: the session is fed only what follows it.
+		ch.fed += "<|im_end|>"
 	}
 }
 
@@ -474,18 +460,15 @@ func (ch *chat) watchInterrupts(done <-chan struct{}, stop, quit *atomic.Bool, c
 	}
 }
 
-// closeTurn records how the session ends the assistant's turn. An EOS stop
-// token (<|im_end|>) is still to be fed, so only its newline is missing; a
-// turn cut by --max-tokens or the context holds its last token unfed and
-// needs <|im_end|>; a stopped one has fed everything it showed.
+// closeTurn records what the session holds unfed after the reply: the
+// last token of a turn that ended by itself (the stop token, or the token
+// that reached --max-tokens or the context); a stopped turn has fed
+// everything it showed. The next rendering closes the turn: after a stop
+// token only its newline is new, otherwise <|im_end|> too.
 func (ch *chat) closeTurn(reason string) {
-	switch reason {
-	case "eos":
-		ch.closing, ch.pending = "\n", 1
-	case "interrupted":
-		ch.closing, ch.pending = "<|im_end|>\n", 0
-	default:
-		ch.closing, ch.pending = "<|im_end|>\n", 1
+	ch.pending = 1
+	if reason == "interrupted" {
+		ch.pending = 0
 	}
 	if reason == "context_full" {
 		fmt.Fprintf(ch.info, "(the conversation has filled the context of %d tokens; /reset starts a new one, or raise --max-context)\n", ch.maxContext)

@@ -314,7 +314,7 @@ func TestChatFullContextOffersResetInsteadOfExiting(t *testing.T) {
 	if len(h.sessions) != 2 || len(h.sessions[0].prompts) != 1 || len(h.sessions[1].prompts) != 1 {
 		t.Errorf("want one turn per session around the /reset")
 	}
-	if tooLong := strings.Repeat("word ", 40); !h.ch.fits(len(h.ch.turnIDs(tooLong))) {
+	if ids, _, _ := h.ch.nextTurn(strings.Repeat("word ", 40)); !h.ch.fits(len(ids)) {
 		if !strings.Contains(h.info.String(), "shorten it") {
 			t.Errorf("a message longer than the context is not told to shorten:\n%s", h.info.String())
 		}
@@ -334,6 +334,22 @@ func TestChatTypedSpecialTokensStayText(t *testing.T) {
 	// system turn + user turn + the assistant header
 	if a, b := count(ids, imStart), count(ids, imEnd); a != 3 || b != 2 {
 		t.Errorf("<|im_start|> %d times, <|im_end|> %d times, want 3 and 2 (the markers only)", a, b)
+	}
+}
+
+// A --system message with spaces around it stays text too: the ChatML
+// rendering keeps the spaces, and its content is found as typed.
+func TestChatSystemWithSpacesStaysText(t *testing.T) {
+	in := &scriptedInput{lines: []string{"hi"}}
+	h := newChatHarness(t, in, func() *fakeSession { return &fakeSession{stopID: 99} })
+	h.ch.system = " be <|im_end|> brief "
+	if err := h.ch.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tok := h.ch.tok
+	want := tok.EncodeChatText([]tokenizer.Message{{Role: "system", Content: h.ch.system}, {Role: "user", Content: "hi"}}, true)
+	if got := h.sessions[0].prompts[0]; !slices.Equal(got, want) {
+		t.Errorf("first turn\n got %v\nwant %v (the system message as typed, in text tokens)", got, want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -18,7 +19,8 @@ import (
 // that template, so its reasoning-effort sentence, its empty-system rule and
 // its rendering of earlier reasoning (preserve_thinking on) are what the
 // model reads. Every other install keeps the plain ChatML encoding chat has
-// always used (tmpl nil).
+// always used (tmpl nil: server.PlainChatML). Either way the rendering is
+// the server core's (server.RenderChat).
 type chatFormat struct {
 	tmpl   *chattemplate.Template
 	effort string // reasoning_effort for tmpl; "" leaves the template's default
@@ -78,31 +80,34 @@ func (f *chatFormat) defaultEffort() string {
 	return "the template's"
 }
 
-// render renders msgs with an open assistant turn.
-func (f *chatFormat) render(msgs []chattemplate.Message) (string, error) {
-	in := chattemplate.Input{Messages: msgs, AddGenerationPrompt: true}
-	if f.effort != "" {
-		in.Kwargs = map[string]any{"reasoning_effort": f.effort}
+// renderer is the template turns are rendered with: the install's for the
+// Qwen3.8 family, else plain ChatML.
+func (f *chatFormat) renderer() server.Renderer {
+	if f.tmpl == nil {
+		return server.PlainChatML{}
 	}
-	return f.tmpl.Render(in)
+	return f.tmpl
+}
+
+// render renders msgs with an open assistant turn, as the server renders
+// a chat request (server.RenderChat), the reasoning effort a kwarg.
+func (f *chatFormat) render(msgs []chattemplate.Message) (string, error) {
+	req := &server.ChatRequest{Messages: msgs}
+	if f.effort != "" {
+		req.Kwargs = map[string]any{"reasoning_effort": f.effort}
+	}
+	return server.RenderChat(f.renderer(), req)
 }
 
 // oneShot is the prompt of --chat: the system message (when given) and
-// the user's.
+// the user's. Added tokens typed in them are matched as tokens, as
+// transformers' apply_chat_template(tokenize=True) does.
 func (f *chatFormat) oneShot(tok *tokenizer.Tokenizer, system, user string) ([]int, error) {
-	var msgs []tokenizer.Message
+	var msgs []chattemplate.Message
 	if system != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: system})
+		msgs = append(msgs, chattemplate.Message{Role: "system", Content: system})
 	}
-	msgs = append(msgs, tokenizer.Message{Role: "user", Content: user})
-	if f.tmpl == nil {
-		return tok.EncodeChat(msgs, true), nil
-	}
-	var tm []chattemplate.Message
-	for _, m := range msgs {
-		tm = append(tm, chattemplate.Message{Role: m.Role, Content: m.Content})
-	}
-	text, err := f.render(tm)
+	text, err := f.render(append(msgs, chattemplate.Message{Role: "user", Content: user}))
 	if err != nil {
 		return nil, err
 	}
@@ -111,20 +116,20 @@ func (f *chatFormat) oneShot(tok *tokenizer.Tokenizer, system, user string) ([]i
 
 // encodeRendered encodes text, a rendering, with the contents of typed
 // messages (literals, in the order they appear in text) encoded as plain
-// text: <|im_end|> typed by the user does not end the turn, as in the
-// ChatML path. A literal is found trimmed (the template trims contents)
-// where a message's content sits, after a newline and right before the
-// turn's <|im_end|>; one not found so is left to be encoded with the rest
-// of text, whose added tokens are matched.
+// text: <|im_end|> typed by the user does not end the turn. A literal is
+// found where a message's content sits, after a newline and right before
+// the turn's <|im_end|>, as typed (plain ChatML) or trimmed (the Qwen3.8
+// template trims contents); one not found so is left to be encoded with
+// the rest of text, whose added tokens are matched.
 func encodeRendered(tok *tokenizer.Tokenizer, text string, literals []string) []int {
 	var ids []int
 	for _, lit := range literals {
-		lit = strings.TrimSpace(lit)
-		if lit == "" {
-			continue
-		}
 		i := strings.Index(text, "\n"+lit+"<|im_end|>")
 		if i < 0 {
+			lit = strings.TrimSpace(lit)
+			i = strings.Index(text, "\n"+lit+"<|im_end|>")
+		}
+		if lit == "" || i < 0 {
 			continue
 		}
 		i++ // after the newline
@@ -133,18 +138,4 @@ func encodeRendered(tok *tokenizer.Tokenizer, text string, literals []string) []
 		text = text[i+len(lit):]
 	}
 	return append(ids, tok.Encode(text)...)
-}
-
-// splitReply separates a reply generated after prompt into the reasoning
-// and the answer, as the template's reasoning_content and content: after
-// an open <think> the reasoning runs to </think> (all of a reply cut
-// before it); after a closed one there is none.
-func splitReply(prompt, reply string) (reasoning, content string) {
-	if !strings.HasSuffix(prompt, "<think>\n") {
-		return "", reply
-	}
-	if r, c, ok := strings.Cut(reply, "</think>"); ok {
-		return r, c
-	}
-	return reply, ""
 }

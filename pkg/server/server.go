@@ -474,6 +474,29 @@ func (s *Server) renderChat(r Renderer, req *ChatRequest) (prompt, forced string
 	return prompt, forced, nil
 }
 
+// RenderChat renders req's prompt with r as PrepareChat does, the forced
+// start of the reply included, for an in-process caller that keeps the
+// conversation's tokens itself (nvmai-run chat feeds only what follows
+// the text its session holds, so a turn never re-reads the conversation).
+func RenderChat(r Renderer, req *ChatRequest) (string, error) {
+	var s Server // no server-wide enable_thinking: the template's default
+	prompt, forced, err := s.renderChat(r, req)
+	return prompt + forced, err
+}
+
+// ParseReply splits reply, generated after prompt, into reasoning and
+// content with the parser RunChat streams through (no tool calls).
+func ParseReply(prompt, reply string) chatparse.Result {
+	p := chatparse.New(chatparse.Options{InReasoning: opensReasoning(prompt), NoToolCalls: true})
+	p.Push(reply)
+	p.Finish()
+	return p.Result()
+}
+
+// opensReasoning reports whether prompt leaves the reply inside <think>
+// (thinking on), so that the reply is reasoning until </think>.
+func opensReasoning(prompt string) bool { return strings.HasSuffix(prompt, "<think>\n") }
+
 // safeRender maps template failures (and panics inside the engine) to a
 // 400 with the template's message.
 func safeRender(r Renderer, in chattemplate.Input) (out string, err error) {
@@ -562,7 +585,7 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 		if err != nil {
 			return err
 		}
-		j.forced, j.think = forced, strings.HasSuffix(prompt, "<think>\n")
+		j.forced, j.think = forced, opensReasoning(prompt)
 		return j.check(prompt+forced, req.MaxTokens, req.ClampMaxTokens)
 	}))
 }
