@@ -146,13 +146,13 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			return lc, nil
 		}
 		l.crowdedUntil = time.Now().Add(crowdedFor)
-		victim := l.victimLocked()
+		victim, wait := l.victimLocked()
 		l.mu.Unlock()
 		if victim != nil {
 			victim.Close()
 			continue
 		}
-		t := time.NewTimer(idleGrace / 4) // a connection may come of age
+		t := time.NewTimer(wait)
 		select {
 		case <-l.changed:
 		case <-t.C:
@@ -165,38 +165,54 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	}
 }
 
+// maxAcceptWait bounds how long a newcomer at the limit waits before
+// the connections are looked at again: closes and connections going idle
+// are signalled, a body that starts arriving is not.
+const maxAcceptWait = 250 * time.Millisecond
+
 // victimLocked picks the connection to close for a newcomer: the one
 // idle the longest (for idleGrace at least), else one that has sent
 // nothing or part of its headers for newConnGrace, else one whose request
-// body has been arriving for bodyGrace.
-func (l *connLimiter) victimLocked() *limitConn {
+// body has been arriving for bodyGrace. Without one, it returns how long
+// until the first connection comes of age (a newcomer waits that long,
+// not a fixed poll, since a long wait is latency for a client that
+// merely opened a new connection).
+func (l *connLimiter) victimLocked() (*limitConn, time.Duration) {
 	var idle, fresh, trickle *limitConn
 	now := time.Now()
+	wait := maxAcceptWait
+	eligible := func(since time.Time, grace time.Duration) bool {
+		age := now.Sub(since)
+		if age < grace {
+			wait = min(wait, grace-age)
+		}
+		return age >= grace
+	}
 	for c := range l.conns {
 		switch c.state {
 		case http.StateActive:
-			if !c.bodySince.IsZero() && now.Sub(c.bodySince) >= bodyGrace && (trickle == nil || c.bodySince.Before(trickle.bodySince)) {
+			if !c.bodySince.IsZero() && eligible(c.bodySince, bodyGrace) && (trickle == nil || c.bodySince.Before(trickle.bodySince)) {
 				trickle = c
 			}
 		case http.StateIdle:
-			if now.Sub(c.since) >= idleGrace && (idle == nil || c.since.Before(idle.since)) {
+			if eligible(c.since, idleGrace) && (idle == nil || c.since.Before(idle.since)) {
 				idle = c
 			}
 		case http.StateNew:
-			if now.Sub(c.since) >= newConnGrace && (fresh == nil || c.since.Before(fresh.since)) {
+			if eligible(c.since, newConnGrace) && (fresh == nil || c.since.Before(fresh.since)) {
 				fresh = c
 			}
 		}
 	}
 	switch {
 	case idle != nil:
-		return idle
+		return idle, 0
 	case fresh != nil:
-		return fresh
+		return fresh, 0
 	case trickle != nil:
-		return trickle
+		return trickle, 0
 	}
-	return nil
+	return nil, max(wait, time.Millisecond)
 }
 
 func (l *connLimiter) setState(c *limitConn, s http.ConnState) {

@@ -517,3 +517,41 @@ func TestIdleConnectionAboutToBeReusedIsNotClosed(t *testing.T) {
 		t.Fatalf("newcomer: %s after %v", r.status, r.took)
 	}
 }
+
+// A stream's write deadline does not outlive it: a plain request on the
+// same keep-alive connection after the stream write timeout has passed
+// is answered (#44, suspected in serve-load's failures; net/http and the
+// host each clear the deadline between requests).
+func TestStreamWriteDeadlineDoesNotReachTheNextRequest(t *testing.T) {
+	oh := fakeHandler(httpapi.Options{StreamWriteTimeout: 100 * time.Millisecond})
+	hs := httptest.NewUnstartedServer(oh)
+	hs.Config = httpapi.NewHTTPServer(oh)
+	hs.Start()
+	defer hs.Close()
+	addr := hs.Listener.Addr().String()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i, body := range []string{
+		`{"stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond) // past the stream's last write deadline
+		}
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d: %s, close %v, %v: %.200s", i, resp.Status, resp.Close, err, b)
+		}
+	}
+}
