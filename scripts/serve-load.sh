@@ -16,7 +16,11 @@
 # answers, many refused with 429) a short run shows the slow readers costing the others
 # nothing rather than their cut-off. `-- -slow-tokens 4000 -slow-pipeline 40` fills the
 # buffers within about a minute (look for "stream cut off" in the server log), at the
-# engine cost of any client asking for long answers.
+# engine cost of any client asking for long answers. While the hogs keep the server at its
+# connection limit it answers with Connection: close, so a slow reader's connection often ends
+# after its first answer (its other pipelined requests never run), and the other clients open a
+# connection per request. A FAIL line names the connection a request failed on (new, or reused
+# after how long idle): a POST failing on a reused one met the server closing it.
 #
 #   scripts/serve-load.sh [--clients N] [--duration 60s] [--hogs | --compare-hogs] [--stream-write-timeout 5s] [-- serveload flags]
 set -euo pipefail

@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"slices"
@@ -201,9 +202,24 @@ func one(client *http.Client, base string, rng *rand.Rand, c *counters) {
 }
 
 func post(ctx context.Context, client *http.Client, u, body string) (*http.Response, error) {
+	var conn httptrace.GotConnInfo
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i }})
 	req, _ := http.NewRequestWithContext(ctx, "POST", u, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	return client.Do(req)
+	resp, err := client.Do(req)
+	if err != nil {
+		// Which connection it was tells a server closing a connection in
+		// use from one closing an idle one as the client reused it.
+		switch {
+		case conn.Reused:
+			err = fmt.Errorf("%w (on a connection reused after %v idle)", err, conn.IdleTime.Round(time.Millisecond))
+		case conn.WasIdle:
+			err = fmt.Errorf("%w (on a new connection that waited %v unused in the client's pool)", err, conn.IdleTime.Round(time.Millisecond))
+		default:
+			err = fmt.Errorf("%w (on a new connection)", err)
+		}
+	}
+	return resp, err
 }
 
 // call checks a request that may succeed (or be refused with 429).
