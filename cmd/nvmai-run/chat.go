@@ -44,6 +44,8 @@ var (
 	errPromptInterrupt = errors.New("interrupted at the prompt")
 	// errStopped ends a reply the user stopped with Ctrl-C.
 	errStopped = errors.New("reply stopped")
+	// errNotSent refuses a turn whose reason the chat has printed.
+	errNotSent = errors.New("message not sent")
 	// errQuitByInterrupt leaves the chat with exit status 130 and no message.
 	errQuitByInterrupt = cli.Exit("", cliutil.ExitInterrupted)
 )
@@ -81,7 +83,16 @@ type chat struct {
 	reading chan lineResult // a ReadLine still under way, which the next readLine waits for
 
 	sess    generator
-	pending int // tokens the session will feed before the next turn (its last one)
+	pending int   // tokens the session will feed before the next turn (its last one)
+	held    []int // the tokens the session stands for, its pending one included
+
+	// The server core runs each turn (PrepareChat, RunChat) with the chat
+	// as its engine; turnOpt is the turn's generation options, last the
+	// session's result, failed the session's error.
+	core    *server.Server
+	turnOpt runtime.GenerateOptions
+	last    *runtime.Result
+	failed  error
 
 	// Each turn renders the whole conversation as the server core does
 	// (plain ChatML, or the install's template for the Qwen3.8 family) and
@@ -145,6 +156,8 @@ func (ch *chat) run(ctx context.Context) error {
 	if ch.format == nil {
 		ch.format = &chatFormat{} // plain ChatML
 	}
+	ch.core = server.New(server.Config{Log: func(server.RequestLog) {}})
+	ch.core.SetEngine(ch, ch.format.renderer())
 	ch.reset()
 	if ch.interactive {
 		fmt.Fprintln(ch.info, `chat: type a message and press Enter; """ starts a multi-line one; /help lists commands; Ctrl-D quits`)
@@ -182,7 +195,7 @@ func (ch *chat) run(ctx context.Context) error {
 
 // reset starts a new conversation.
 func (ch *chat) reset() {
-	ch.sess, ch.pending = ch.newSession(), 0
+	ch.sess, ch.pending, ch.held = ch.newSession(), 0, nil
 	ch.history, ch.fed = nil, ""
 }
 
@@ -325,13 +338,6 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 		fmt.Fprintf(ch.info, "(%v; the message was not sent)\n", err)
 		return nil
 	}
-	ids, prompt, ok := ch.nextTurn(msg)
-	if !ok {
-		return nil
-	}
-	if !ch.fits(len(ids)) {
-		return nil
-	}
 	var stop, quit atomic.Bool
 	turnCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -341,18 +347,46 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 
 	var decodeStart time.Time
 	var reply strings.Builder
-	opt := ch.opt
+	msgs := ch.conversation(msg)
+	req := &server.ChatRequest{Endpoint: "chat", Messages: msgs, Sampling: ch.opt.Sampling, MaxTokens: ch.opt.MaxTokens, ClampMaxTokens: true}
+	if ch.format.effort != "" {
+		req.Kwargs = map[string]any{"reasoning_effort": ch.format.effort}
+	}
+	var prompt string
+	req.Tokenize = func(rendered string) ([]int, error) {
+		prompt = rendered
+		ids := ch.continueWith(msgs, rendered)
+		if !ch.fits(len(ids)) {
+			return nil, errNotSent
+		}
+		return slices.Concat(ch.held, ids), nil
+	}
+	job, err := ch.core.PrepareChat(req)
+	var refused *server.Error
+	switch {
+	case errors.Is(err, errNotSent):
+		return nil
+	case errors.As(err, &refused) && refused.Kind == server.KindInvalid:
+		fmt.Fprintf(ch.info, "(the chat template refuses this conversation: %v)\n", err)
+		return nil
+	case errors.As(err, &refused):
+		fmt.Fprintf(ch.info, "(%v; the message was not sent)\n", err)
+		return nil
+	case err != nil:
+		return err
+	}
 	// The rendered assistant header may open the reasoning (<think>):
 	// show it, so that the reply reads as the model's turn.
 	if i := strings.LastIndex(prompt, "<|im_start|>assistant\n"); i >= 0 {
 		ch.out.WriteString(prompt[i+len("<|im_start|>assistant\n"):])
 	}
-	opt.OnToken = func(_ int, text string) {
+	ch.turnOpt = ch.opt
+	ch.turnOpt.OnToken = func(_ int, text string) {
 		reply.WriteString(text)
 		ch.out.WriteString(text)
 		ch.out.Flush()
 	}
-	opt.OnStep = func() error { // not OnLogits: a GPU session would copy every row for it
+	ch.turnOpt.OnStep = func() error { // not OnLogits: a GPU session would copy every row for it
 		if decodeStart.IsZero() {
 			decodeStart = time.Now()
 		}
@@ -361,84 +395,128 @@ func (ch *chat) turn(ctx context.Context, msg string) error {
 		}
 		return nil
 	}
-	res, err := ch.sess.Generate(turnCtx, ids, opt)
+	parsed, err := job.RunChat(turnCtx, nil)
 	if quit.Load() {
 		return errQuitByInterrupt
 	}
-	stopped := errors.Is(err, errStopped)
-	if err != nil && !stopped {
-		return err
+	if err != nil {
+		return ch.genErr(err)
 	}
+	res := ch.last
 	ch.out.WriteString("\n")
 	if err := ch.out.Flush(); err != nil {
 		return err
 	}
-	if stopped {
-		res.StopReason = "interrupted"
+	if res.StopReason == "interrupted" {
 		if d := time.Since(decodeStart).Seconds(); d > 0 {
 			res.DecodeTokS = float64(len(res.IDs)) / d
 		}
 	}
 	ch.report(res)
 	ch.closeTurn(res.StopReason)
-	ch.recordTurn(msg, prompt, reply.String(), res.StopReason)
+	ch.recordTurn(msgs, prompt, reply.String(), parsed, res.StopReason)
 	return nil
 }
 
-// nextTurn renders the conversation with msg as the next user turn and
-// returns the ids the session still needs, and the rendered prompt. When
-// the rendering does not continue what the session holds, the session is
-// replaced by a fresh one and the whole prompt is returned. ok is false
-// when the template refuses the conversation (the reason is printed).
-func (ch *chat) nextTurn(msg string) (ids []int, prompt string, ok bool) {
+// genErr is the session's own error for a failed generation (the core
+// wraps it for HTTP clients), else err.
+func (ch *chat) genErr(err error) error {
+	if ch.failed != nil {
+		return ch.failed
+	}
+	return err
+}
+
+// conversation is the conversation so far with msg as the next user turn.
+func (ch *chat) conversation(msg string) []chattemplate.Message {
 	msgs := ch.history
 	if len(msgs) == 0 && ch.system != "" {
 		msgs = []chattemplate.Message{{Role: "system", Content: ch.system}}
 	}
-	msgs = append(slices.Clip(msgs), chattemplate.Message{Role: "user", Content: msg})
-	prompt, err := ch.format.render(msgs)
-	if err != nil {
-		fmt.Fprintf(ch.info, "(the chat template refuses this conversation: %v)\n", err)
-		return nil, "", false
-	}
+	return append(slices.Clip(msgs), chattemplate.Message{Role: "user", Content: msg})
+}
+
+// continueWith returns the ids of prompt, msgs rendered, that the session
+// still needs. When the rendering does not continue what the session
+// holds, the session is replaced by a fresh one and the whole prompt is
+// returned.
+func (ch *chat) continueWith(msgs []chattemplate.Message, prompt string) []int {
 	if ch.fed != "" && !strings.HasPrefix(prompt, ch.fed) {
 		fmt.Fprintln(ch.info, "(the chat template renders the conversation differently from what the model has read; re-reading it from the start)")
-		ch.sess, ch.pending, ch.fed = ch.newSession(), 0, ""
+		ch.sess, ch.pending, ch.fed, ch.held = ch.newSession(), 0, "", nil
 	}
-	var literals []string
+	literals := []string{msgs[len(msgs)-1].Content}
 	if ch.fed == "" {
+		literals = nil
 		for _, m := range msgs {
 			if m.Role != "assistant" {
 				literals = append(literals, m.Content)
 			}
 		}
-	} else {
-		literals = []string{msg}
 	}
-	return encodeRendered(ch.tok, prompt[len(ch.fed):], literals), prompt, true
+	return encodeRendered(ch.tok, prompt[len(ch.fed):], literals)
 }
 
 // recordTurn keeps the user's message and the reply in the history, and
 // the text the session now holds. With the Qwen3.8 template the reply is
-// split as the server splits it (server.ParseReply), its reasoning kept as
-// reasoning_content, which the template renders back; plain ChatML renders
-// content only, so there the reply stays as the model wrote it.
-func (ch *chat) recordTurn(msg, prompt, reply, stopReason string) {
-	if len(ch.history) == 0 && ch.system != "" {
-		ch.history = append(ch.history, chattemplate.Message{Role: "system", Content: ch.system})
-	}
+// kept as the server core split it (reasoning as reasoning_content, which
+// the template renders back); plain ChatML renders content only, so there
+// the reply stays as the model wrote it.
+func (ch *chat) recordTurn(msgs []chattemplate.Message, prompt, reply string, parsed *server.ChatResult, stopReason string) {
 	answer := chattemplate.Message{Role: "assistant", Content: reply}
 	if ch.templated() {
-		parsed := server.ParseReply(prompt, reply)
 		answer.Content, answer.ReasoningContent = parsed.Content, &parsed.Reasoning
 	}
-	ch.history = append(ch.history, chattemplate.Message{Role: "user", Content: msg}, answer)
+	ch.history = append(msgs, answer)
 	ch.fed = prompt + reply
 	if stopReason == "eos" {
 		// The pending stop token ends the turn as the rendering's
 		// <|im_end|> does: the session is fed only what follows it.
 		ch.fed += "<|im_end|>"
 	}
+}
+
+// Info, Tokenize and Generate make the chat the server core's engine: its
+// session holds the conversation, and every prompt extends what the
+// session holds (the request's Tokenize hook builds it so), so a turn
+// feeds only its new tokens.
+func (ch *chat) Info() server.ModelInfo {
+	return server.ModelInfo{ID: "chat", Context: ch.maxContext, Sampling: ch.opt.Sampling}
+}
+
+func (ch *chat) Tokenize(text string, limit int) ([]int, bool) {
+	return ch.tok.EncodeLimit(text, limit)
+}
+
+func (ch *chat) Generate(ctx context.Context, g server.Generation, onToken func(string) bool) (server.Outcome, error) {
+	opt := ch.turnOpt
+	opt.Sampling = g.Sampling
+	// MaxTokens stays the flag's: g.MaxTokens is it clamped to the
+	// context, which the session enforces itself, naming the stop
+	// context_full.
+	show := opt.OnToken
+	opt.OnToken = func(id int, text string) {
+		show(id, text)
+		onToken(text) // no stop strings or tools: it never asks to stop
+	}
+	ch.failed = nil
+	res, err := ch.sess.Generate(ctx, g.Prompt[len(ch.held):], opt)
+	if errors.Is(err, errStopped) {
+		res.StopReason, err = "interrupted", nil
+	}
+	if err != nil {
+		ch.failed = err
+		return server.Outcome{}, err
+	}
+	ch.last, ch.held = res, slices.Concat(g.Prompt, res.IDs)
+	out := server.Outcome{CompletionTokens: len(res.IDs), Finish: server.FinishLength}
+	switch res.StopReason {
+	case "eos":
+		out.Finish = server.FinishEOS
+	case "interrupted":
+		out.Finish = server.FinishStopped
+	}
+	return out, nil
 }
 
 // watchInterrupts turns Ctrl-C during a reply into a stop and a second one
@@ -475,14 +553,15 @@ func (ch *chat) closeTurn(reason string) {
 	}
 }
 
-// fits reports whether a turn of n tokens fits the context, and says what
-// to do when it does not, instead of ending the chat.
+// fits reports whether a turn of n tokens fits the context with room for
+// one token of the reply (the server core refuses a prompt that fills the
+// context), and says what to do when it does not, instead of ending the chat.
 func (ch *chat) fits(n int) bool {
 	held := ch.sess.Len() + ch.pending
-	if held+n <= ch.maxContext {
+	if held+n < ch.maxContext {
 		return true
 	}
-	if n > ch.maxContext {
+	if n >= ch.maxContext {
 		fmt.Fprintf(ch.info, "(this message is %d tokens, more than the context limit of %d; shorten it or raise --max-context)\n", n, ch.maxContext)
 	} else if held >= ch.maxContext {
 		fmt.Fprintf(ch.info, "(the conversation fills the context of %d tokens; /reset starts a new conversation, or raise --max-context)\n", ch.maxContext)

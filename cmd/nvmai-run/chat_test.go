@@ -314,10 +314,29 @@ func TestChatFullContextOffersResetInsteadOfExiting(t *testing.T) {
 	if len(h.sessions) != 2 || len(h.sessions[0].prompts) != 1 || len(h.sessions[1].prompts) != 1 {
 		t.Errorf("want one turn per session around the /reset")
 	}
-	if ids, _, _ := h.ch.nextTurn(strings.Repeat("word ", 40)); !h.ch.fits(len(ids)) {
-		if !strings.Contains(h.info.String(), "shorten it") {
-			t.Errorf("a message longer than the context is not told to shorten:\n%s", h.info.String())
-		}
+	if err := h.ch.turn(context.Background(), strings.Repeat("word ", 40)); err != nil || len(h.sessions[1].prompts) != 1 {
+		t.Errorf("a message longer than the context: %v, %d turns sent; want it not sent and the chat going on", err, len(h.sessions[1].prompts)-1)
+	}
+	if !strings.Contains(h.info.String(), "shorten it") {
+		t.Errorf("a message longer than the context is not told to shorten:\n%s", h.info.String())
+	}
+}
+
+// A message that would fill the context to its last token leaves no room
+// for the reply: it is not sent (the server core refuses such a prompt;
+// the chat says why first) and the chat goes on.
+func TestChatMessageFillingTheContextIsNotSent(t *testing.T) {
+	in := &scriptedInput{lines: []string{"hello there", "hi"}}
+	h := newChatHarness(t, in, func() *fakeSession { return &fakeSession{reply: []int{10}, stopID: 99} })
+	h.ch.maxContext = len(h.ch.tok.EncodeChatText([]tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "hello there"}}, true))
+	if err := h.ch.run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if p := h.sessions[0].prompts; len(p) != 1 || !strings.Contains(h.ch.tok.Decode(p[0]), "user\nhi<|im_end|>") {
+		t.Errorf("turns sent %d, want only the one that leaves room for a reply", len(p))
+	}
+	if !strings.Contains(h.info.String(), "shorten it") {
+		t.Errorf("notices:\n%s", h.info.String())
 	}
 }
 

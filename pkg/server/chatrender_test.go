@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
@@ -10,19 +12,16 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 
-// An in-process caller (nvmai-run chat) renders a conversation and splits
-// a reply exactly as a request through the queue does: RenderChat is
-// ApplyTemplate's prompt, and ParseReply is RunChat's content and
-// reasoning, so the terminal chat and the server are one conversation layer.
-func TestInProcessRenderingAndParsingAreTheCores(t *testing.T) {
+// An in-process caller (nvmai-run chat) renders a conversation as a request
+// through the queue does: RenderChat is ApplyTemplate's prompt, the
+// reasoning effort included.
+func TestRenderChatIsTheCoresPrompt(t *testing.T) {
 	tmpl, err := chattemplate.Load(filepath.Join("..", "chattemplate", "testdata", "models", "qwen38"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply := []string{"R", "\n</think>\n\n", "A"}
-	eng := &servertest.Engine{Script: func(string) []string { return reply }}
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	s.SetEngine(eng, tmpl)
+	s.SetEngine(&servertest.Engine{}, tmpl)
 	reasoning := "earlier"
 	msgs := []chattemplate.Message{
 		{Role: "system", Content: "Be brief."},
@@ -36,24 +35,48 @@ func TestInProcessRenderingAndParsingAreTheCores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := server.RenderChat(tmpl, req)
-		if err != nil || got != want {
+		if got, err := server.RenderChat(tmpl, req); err != nil || got != want {
 			t.Fatalf("kwargs %v: RenderChat %q, %v; ApplyTemplate %q", kwargs, got, err, want)
-		}
-		job, err := s.PrepareChat(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := job.RunChat(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parsed := server.ParseReply(got, reply[0]+reply[1]+reply[2])
-		if parsed.Reasoning != res.Reasoning || parsed.Content != res.Content || parsed.Reasoning == "" {
-			t.Errorf("kwargs %v: ParseReply %+v, RunChat reasoning %q content %q", kwargs, parsed, res.Reasoning, res.Content)
 		}
 	}
 	if _, err := server.RenderChat(tmpl, &server.ChatRequest{Messages: msgs, Kwargs: map[string]any{"reasoning_effort": "high"}}); err == nil {
 		t.Error("RenderChat took a reasoning effort the template does not")
+	}
+}
+
+// A request's Tokenize hook (the chat's: the tokens its session holds,
+// then the new text) gives the prompt the engine is asked for; its error
+// refuses the request as it is and gives the queue place back.
+func TestChatRequestTokenizeHook(t *testing.T) {
+	eng := &servertest.Engine{Script: func(string) []string { return []string{"R", "\n</think>\n\n", "A"} }}
+	s := server.New(server.Config{Log: func(server.RequestLog) {}, QueueLimit: 1})
+	s.SetEngine(eng, servertest.Renderer{})
+	var rendered string
+	held := []int{7, 8, 9}
+	req := &server.ChatRequest{Messages: userTurn("x"), Tokenize: func(p string) ([]int, error) {
+		rendered = p
+		return append(slices.Clone(held), 1, 2), nil
+	}}
+	job, err := s.PrepareChat(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := job.RunChat(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens := eng.Generations()
+	if want := []int{7, 8, 9, 1, 2}; len(gens) != 1 || !slices.Equal(gens[0].Prompt, want) || res.Usage.PromptTokens != len(want) {
+		t.Errorf("engine asked for %v (%d prompt tokens), want the hook's %v", gens, res.Usage.PromptTokens, want)
+	}
+	if want, _ := s.ApplyTemplate(&server.ChatRequest{Messages: userTurn("x")}); rendered != want {
+		t.Errorf("the hook got %q, want the rendered prompt %q", rendered, want)
+	}
+	refusal := errors.New("not sent")
+	req.Tokenize = func(string) ([]int, error) { return nil, refusal }
+	for range 3 { // more than the queue holds: each refusal gives its place back
+		if _, err := s.PrepareChat(req); !errors.Is(err, refusal) {
+			t.Fatalf("PrepareChat: %v, want the hook's error", err)
+		}
 	}
 }

@@ -281,6 +281,12 @@ type ChatRequest struct {
 	// text.format, output_format) with jsonconstrain, answering a schema
 	// that does not compile with 400 before calling the core.
 	Format *jsonconstrain.Schema
+	// Tokenize, set by an in-process caller that keeps a conversation's
+	// tokens (nvmai-run chat), tokenizes the rendered prompt in place of
+	// the engine: the tokens its engine already holds, then only the new
+	// text, the contents typed by the user as text. Its error refuses the
+	// request as it is.
+	Tokenize func(prompt string) ([]int, error)
 }
 
 // CompletionRequest is a raw-prompt completion.
@@ -484,15 +490,6 @@ func RenderChat(r Renderer, req *ChatRequest) (string, error) {
 	return prompt + forced, err
 }
 
-// ParseReply splits reply, generated after prompt, into reasoning and
-// content with the parser RunChat streams through (no tool calls).
-func ParseReply(prompt, reply string) chatparse.Result {
-	p := chatparse.New(chatparse.Options{InReasoning: opensReasoning(prompt), NoToolCalls: true})
-	p.Push(reply)
-	p.Finish()
-	return p.Result()
-}
-
 // opensReasoning reports whether prompt leaves the reply inside <think>
 // (thinking on), so that the reply is reasoning until </think>.
 func opensReasoning(prompt string) bool { return strings.HasSuffix(prompt, "<think>\n") }
@@ -586,6 +583,13 @@ func (s *Server) PrepareChat(req *ChatRequest) (*Job, error) {
 			return err
 		}
 		j.forced, j.think = forced, opensReasoning(prompt)
+		if req.Tokenize != nil {
+			ids, err := req.Tokenize(prompt + forced)
+			if err != nil {
+				return err
+			}
+			return j.checkIDs(ids, req.MaxTokens, req.ClampMaxTokens)
+		}
 		return j.check(prompt+forced, req.MaxTokens, req.ClampMaxTokens)
 	}))
 }
@@ -679,14 +683,20 @@ func (j *Job) admit(maxTokens int, p sample.Params, prepare func() error) error 
 // check tokenizes text and checks it and maxTokens against the context;
 // clamp lowers maxTokens to what fits instead of refusing.
 func (j *Job) check(text string, maxTokens int, clamp bool) error {
-	if limit := j.s.cfg.Defaults.MaxTokens; limit > 0 && (maxTokens == 0 || maxTokens > limit) {
-		maxTokens = limit
-	}
 	ctxLen := j.e.Info().Context
 	prompt, over := j.s.tokenize(j.e, text, ctxLen)
 	if over {
 		return overflow(ctxLen)
 	}
+	return j.checkIDs(prompt, maxTokens, clamp)
+}
+
+// checkIDs checks the prompt's tokens and maxTokens against the context.
+func (j *Job) checkIDs(prompt []int, maxTokens int, clamp bool) error {
+	if limit := j.s.cfg.Defaults.MaxTokens; limit > 0 && (maxTokens == 0 || maxTokens > limit) {
+		maxTokens = limit
+	}
+	ctxLen := j.e.Info().Context
 	j.prompt = prompt
 	if len(j.prompt) >= ctxLen {
 		return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", len(j.prompt), ctxLen)}
