@@ -49,12 +49,7 @@ func TestChatPipedLineTooLongIsNotSentAndChatGoesOn(t *testing.T) {
 	if err := h.ch.run(context.Background()); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	var users []string
-	for _, p := range h.sessions[0].prompts {
-		text := h.ch.tok.Decode(p)
-		start := strings.Index(text, "<|im_start|>user\n") + len("<|im_start|>user\n")
-		users = append(users, text[start:strings.LastIndex(text, "<|im_end|>")])
-	}
+	users := h.userMessages(0)
 	if want := []string{"first message", "second message", "third message"}; strings.Join(users, "|") != strings.Join(want, "|") {
 		t.Errorf("messages %q, want %q", users, want)
 	}

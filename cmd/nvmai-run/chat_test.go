@@ -137,6 +137,17 @@ func newChatHarness(t *testing.T, in lineReader, session func() *fakeSession) *c
 	return h
 }
 
+// userMessages is the user message of each turn session i was fed.
+func (h *chatHarness) userMessages(i int) []string {
+	var users []string
+	for _, p := range h.sessions[i].prompts {
+		text := h.ch.tok.Decode(p)
+		start := strings.Index(text, "<|im_start|>user\n") + len("<|im_start|>user\n")
+		users = append(users, text[start:strings.LastIndex(text, "<|im_end|>")])
+	}
+	return users
+}
+
 func loadEmbeddedTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
 	dir := testfix.Embedded(t)
@@ -174,14 +185,21 @@ func interruptAt(t *testing.T, h *chatHarness, at, presses int) func(context.Con
 	}
 }
 
-func TestChatCtrlCStopsTheReplyAndKeepsTheConversation(t *testing.T) {
-	in := &scriptedInput{lines: []string{"tell me a story", "go on"}}
+// interruptedHarness is a chat whose sessions reply with four tokens and
+// get Ctrl-C pressed presses times at step at of the first reply.
+func interruptedHarness(t *testing.T, in lineReader, at, presses int) *chatHarness {
 	var h *chatHarness
 	h = newChatHarness(t, in, func() *fakeSession {
 		s := &fakeSession{reply: []int{10, 11, 12, 13}, stopID: 99}
-		s.atStep = interruptAt(t, h, 2, 1)
+		s.atStep = interruptAt(t, h, at, presses)
 		return s
 	})
+	return h
+}
+
+func TestChatCtrlCStopsTheReplyAndKeepsTheConversation(t *testing.T) {
+	in := &scriptedInput{lines: []string{"tell me a story", "go on"}}
+	h := interruptedHarness(t, in, 2, 1)
 	if err := h.ch.run(context.Background()); err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -210,12 +228,7 @@ func TestChatCtrlCStopsTheReplyAndKeepsTheConversation(t *testing.T) {
 
 func TestChatSecondCtrlCWithinASecondQuits(t *testing.T) {
 	in := &scriptedInput{lines: []string{"tell me a story", "never sent"}}
-	var h *chatHarness
-	h = newChatHarness(t, in, func() *fakeSession {
-		s := &fakeSession{reply: []int{10, 11, 12, 13}, stopID: 99}
-		s.atStep = interruptAt(t, h, 1, 2)
-		return s
-	})
+	h := interruptedHarness(t, in, 1, 2)
 	err := h.ch.run(context.Background())
 	if !errors.Is(err, errQuitByInterrupt) || cliutil.ExitCode(err) != cliutil.ExitInterrupted {
 		t.Fatalf("run: %v (exit %d), want the quit of exit status 130", err, cliutil.ExitCode(err))
@@ -284,12 +297,7 @@ func TestChatMultiLineMessages(t *testing.T) {
 	if err := h.ch.run(context.Background()); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	var users []string
-	for _, p := range h.sessions[0].prompts {
-		text := h.ch.tok.Decode(p)
-		start := strings.Index(text, "<|im_start|>user\n") + len("<|im_start|>user\n")
-		users = append(users, text[start:strings.LastIndex(text, "<|im_end|>")])
-	}
+	users := h.userMessages(0)
 	want := []string{"first line\n\nsecond line", "one line in quotes", "/reset"}
 	if !slices.Equal(users, want) {
 		t.Errorf("messages %q, want %q", users, want)
