@@ -76,18 +76,33 @@ func newDiskTier(e *runtime.Engine, sess *runtime.Session, opt RuntimeOptions) *
 // file's sha256, so any changed weight or tokenizer changes it), the
 // payloads' identity (each file's size and modification time, so a file
 // changed after its receipt was written, which the receipt does not see,
-// changes the key), and the RoPE scaling in use (YaRN changes every cached
-// key). Device and inode are left out: a reboot may renumber devices, and
-// a copy that kept the times holds the same bytes (VerifyInstall checks
-// them before a server uses the disk cache).
+// changes the key), the RoPE scaling in use (YaRN changes every cached
+// key), and, for an engine other than the CPU's, the engine and its
+// device (diskKey). The file's device and inode are left out: a reboot may
+// renumber devices, and a copy that kept the times holds the same bytes
+// (VerifyInstall checks them before a server uses the disk cache).
 func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.Key, error) {
+	return diskKey(e.Install.Dir, e.Info(), templateSHA256, kvBits)
+}
+
+// diskKey is DiskKey of the install in dir loaded as info says. The
+// engines round differently, so a snapshot resumes only on the engine
+// that took it: on another its reader refuses it, and the disk cache
+// deletes an entry that does not read back as damaged. A GPU server and a
+// CPU server at --kv-bits 32 over one --prompt-cache-dir would otherwise
+// share keys and delete each other's entries. So the key names the
+// engine and device (info.Name: "gpu (NVIDIA H100 80GB HBM3, sm_90)", so
+// a card of another kind, whose kernels may round differently, misses
+// too). The CPU engine's keys are as before the GPU was served, so the
+// entries of an existing cache directory still hit.
+func diskKey(dir string, info model.Info, templateSHA256 string, kvBits int) (promptcache.Key, error) {
 	var k promptcache.Key
 	t, err := hex.DecodeString(templateSHA256)
 	if err != nil || len(t) != len(k.Template) {
 		return k, fmt.Errorf("the chat template digest %q is not a hex sha256", templateSHA256)
 	}
 	copy(k.Template[:], t)
-	rc, err := receipt.Read(filepath.Join(e.Install.Dir, packexperts.ReceiptFile))
+	rc, err := receipt.Read(filepath.Join(dir, packexperts.ReceiptFile))
 	if err != nil {
 		return k, err
 	}
@@ -98,13 +113,16 @@ func DiskKey(e *runtime.Engine, templateSHA256 string, kvBits int) (promptcache.
 	hs := sha256.New()
 	hs.Write(canon)
 	for _, f := range rc.Files {
-		fi, err := os.Stat(filepath.Join(e.Install.Dir, filepath.FromSlash(f.Name)))
+		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Name)))
 		if err != nil {
 			return k, err
 		}
 		fmt.Fprintf(hs, "\x00file=%q size=%d mtime=%d", f.Name, fi.Size(), fi.ModTime().UnixNano())
 	}
-	fmt.Fprintf(hs, "\x00rope_scaling=%+v", e.Info().RopeScaling)
+	fmt.Fprintf(hs, "\x00rope_scaling=%+v", info.RopeScaling)
+	if info.Device != model.CPU {
+		fmt.Fprintf(hs, "\x00device=%q engine=%q", info.Device, info.Name)
+	}
 	hs.Sum(k.Model[:0])
 	k.KVBits = uint32(kvBits)
 	return k, nil

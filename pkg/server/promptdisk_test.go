@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -122,6 +125,75 @@ func TestDiskCacheNeverResumesOnADamagedInstall(t *testing.T) {
 		r, _ := diskEngine(t, loadDir(t, damaged), cache, RuntimeOptions{})
 		if _, out := collect(t, r, second, 12); out.CachedTokens != 0 {
 			t.Errorf("a damaged install resumed %d tokens of the intact install's snapshots", out.CachedTokens)
+		}
+	}
+}
+
+// The disk key names the engine and device: a GPU server and a CPU server
+// at --kv-bits 32 sharing a --prompt-cache-dir never look up each other's
+// entries. They used to share a key, so each read the other's snapshot,
+// its reader refused it by magic, and the disk cache deleted the entry as
+// damaged. Cards of another kind get keys of their own; the same engine
+// gets the same key every time.
+func TestDiskKeyNamesTheEngine(t *testing.T) {
+	e := tinyEngine(t)
+	dir, cpu := e.Install.Dir, e.Info()
+	gpu := func(name string) model.Info {
+		in := cpu
+		in.Device, in.Name = model.GPU, name
+		return in
+	}
+	engines := []struct {
+		name string
+		info model.Info
+	}{
+		{"cpu", cpu},
+		{"H100", gpu("gpu (NVIDIA H100 80GB HBM3, sm_90)")},
+		{"H200", gpu("gpu (NVIDIA H200, sm_90)")},
+	}
+	keys := map[promptcache.Key]string{}
+	for _, en := range engines {
+		k, err := diskKey(dir, en.info, PlainChatMLSHA256(), model.KVFloat32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := diskKey(dir, en.info, PlainChatMLSHA256(), model.KVFloat32); again != k {
+			t.Errorf("%s: the key changed between two calls", en.name)
+		}
+		if other, ok := keys[k]; ok {
+			t.Errorf("%s and %s share a disk key", en.name, other)
+		}
+		keys[k] = en.name
+	}
+	if k, _ := DiskKey(e, PlainChatMLSHA256(), model.KVFloat32); keys[k] != "cpu" {
+		t.Errorf("DiskKey of the CPU engine is not its diskKey")
+	}
+
+	// A GPU server's entry in the directory is neither resumed nor
+	// deleted by a CPU server at the same KV width.
+	cacheDir := t.TempDir()
+	tok := e.Tokenizer
+	prompt := tok.Encode("<|im_start|>system\nYou are a coding agent with tools.<|im_end|>\n<|im_start|>user\nHi.<|im_end|>\n<|im_start|>assistant\n")
+	gpuKey, _ := diskKey(dir, engines[1].info, PlainChatMLSHA256(), model.KVFloat32)
+	d := openDisk(t, cacheDir)
+	if err := d.Put(gpuKey, prompt[:len(prompt)-1], func(w io.Writer) error {
+		_, err := w.Write([]byte("NGPS, a GPU state the CPU cannot read"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	written := entryFiles(t, cacheDir)
+	r, _ := diskEngine(t, e, cacheDir, RuntimeOptions{KVBits: model.KVFloat32})
+	if _, out := collect(t, r, prompt, 4); out.CachedTokens != 0 {
+		t.Errorf("the CPU server resumed %d tokens from the GPU server's entry", out.CachedTokens)
+	}
+	if st := r.DiskCacheStats(); st.Corrupt != 0 {
+		t.Errorf("the CPU server read the GPU server's entry and found it damaged: %+v", st)
+	}
+	for _, p := range written {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the GPU server's entry is gone: %v", err)
 		}
 	}
 }
