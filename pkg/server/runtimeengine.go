@@ -33,6 +33,16 @@ type RuntimeOptions struct {
 	// DiskMinTokens is the shortest prefix whose snapshot goes to disk
 	// (default DefaultDiskMinTokens).
 	DiskMinTokens int
+	// SnapshotGap is the fewest prompt tokens between two snapshots a
+	// request takes before its first token (and between the first and
+	// where the request resumed): a point closer to the last one is
+	// skipped, since resuming there would save re-feeding fewer tokens
+	// than the snapshot costs. 0 keeps every point (the CPU engine, whose
+	// prefill is slow beside its copy); the GPU engine copies hundreds of
+	// MiB to host memory per snapshot and feeds tens of tokens in that
+	// time. The end of the reply is always kept: the next turn resumes
+	// there.
+	SnapshotGap int
 }
 
 // RuntimeEngine serves an nvmai runtime.Engine: one session, whose state is
@@ -207,6 +217,8 @@ func (r *RuntimeEngine) prefill(ctx context.Context, prompt []int, from int) err
 // snapshotPoints are the last Boundaries message starts after from, and
 // the prompt's last token but one: the longest prefix an identical
 // request (a client's retry) can reuse, since one token is always fed.
+// With SnapshotGap, a point fewer than that many tokens after from or
+// after the point kept before it is dropped.
 func (r *RuntimeEngine) snapshotPoints(prompt []int, from int) []int {
 	end := len(prompt) - 1
 	var starts []int
@@ -221,7 +233,16 @@ func (r *RuntimeEngine) snapshotPoints(prompt []int, from int) []int {
 	if end > from {
 		starts = append(starts, end)
 	}
-	return starts
+	if r.opt.SnapshotGap <= 0 {
+		return starts
+	}
+	kept, last := starts[:0], from
+	for _, p := range starts {
+		if p-last >= r.opt.SnapshotGap {
+			kept, last = append(kept, p), p
+		}
+	}
+	return kept
 }
 
 func (r *RuntimeEngine) put(tokens []int) {

@@ -234,3 +234,52 @@ func otherInstall(t *testing.T) *runtime.Engine {
 	t.Helper()
 	return loadTiny(t, 16)
 }
+
+// SnapshotGap drops the snapshot points closer than the gap to where the
+// request resumed or to the point kept before them (the GPU engine's
+// snapshot costs more than re-feeding a few tokens); 0 keeps them all.
+func TestSnapshotPointsKeepTheGap(t *testing.T) {
+	const S = 9 // <|im_start|>
+	// Message starts at 2, 10 and 13; the prompt ends at 16.
+	prompt := []int{1, 1, S, 1, 1, 1, 1, 1, 1, 1, S, 1, 1, S, 1, 1, 1}
+	cases := []struct {
+		from, gap int
+		want      []int
+	}{
+		{0, 0, []int{10, 13, 16}},
+		{0, 4, []int{10, 16}},
+		{0, 11, []int{13}},
+		{0, 17, nil},
+		{11, 0, []int{13, 16}},
+		{11, 3, []int{16}},
+		{11, 2, []int{13, 16}},
+		{16, 0, nil},
+	}
+	for _, c := range cases {
+		r := &RuntimeEngine{opt: RuntimeOptions{Boundaries: 2, SnapshotGap: c.gap}, imStart: S}
+		if got := r.snapshotPoints(prompt, c.from); !slices.Equal(got, c.want) {
+			t.Errorf("from %d, gap %d: points %v, want %v", c.from, c.gap, got, c.want)
+		}
+	}
+}
+
+// With a gap, a second turn still resumes (from the end of the first
+// reply, always kept) and generates what a cold engine does.
+func TestRuntimeEngineWithAGapResumesBitIdentical(t *testing.T) {
+	e := tinyEngine(t)
+	warm := NewRuntimeEngine(e, RuntimeOptions{CacheBytes: 64 << 20, PrefillChunk: 8, SnapshotGap: 64})
+	cold := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 8})
+	tok := e.Tokenizer
+	turn1 := tok.Encode("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n")
+	reply, _ := collect(t, warm, turn1, 12)
+	if st := warm.CacheStats(); st.Entries != 1 {
+		t.Fatalf("a %d-token prompt under a 64-token gap left %d snapshots, want the end of the reply only", len(turn1), st.Entries)
+	}
+	turn2 := append(slices.Clone(turn1), tok.Encode(reply+"<|im_end|>\n<|im_start|>user\nAnother.<|im_end|>\n<|im_start|>assistant\n")...)
+	collect(t, warm, tok.Encode("<|im_start|>user\nSomething else.<|im_end|>\n<|im_start|>assistant\n"), 4) // the live session moves on
+	want, _ := collect(t, cold, turn2, 12)
+	got, out := collect(t, warm, turn2, 12)
+	if got != want || out.CachedTokens == 0 {
+		t.Fatalf("second turn %q reusing %d tokens, cold %q", got, out.CachedTokens, want)
+	}
+}
