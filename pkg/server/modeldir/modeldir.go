@@ -152,7 +152,7 @@ func (s *Set) Load(id string) (server.Engine, server.Renderer, error) {
 	s.mu.Lock()
 	s.loaded[id] = loadedModel{e, re}
 	s.mu.Unlock()
-	if f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{Experts: s.opt.Load.Experts, KVBits: ro.KVBits, MaxContext: ro.MaxContext, Threads: s.opt.Load.Threads}); err == nil {
+	if f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{Experts: s.opt.Load.Experts, Device: s.opt.Load.Device, KVBits: ro.KVBits, MaxContext: ro.MaxContext, Threads: s.opt.Load.Threads}); err == nil {
 		s.note("%s: %s", id, f)
 	}
 	return re, r, nil
