@@ -18,6 +18,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	nvmodel "github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/server"
@@ -68,9 +69,6 @@ when its turn comes (one in memory at a time).`,
 func serveAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected argument %q", c.Args().First())
-	}
-	if c.String("engine") == "gpu" {
-		return cliutil.Usagef("serve runs on --engine cpu for now: the GPU engine keeps no prompt-cache snapshots yet")
 	}
 	host := c.String("host")
 	if !isLoopback(host) && c.String("api-key") == "" {
@@ -144,13 +142,12 @@ func serveAction(c *cli.Context) error {
 	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
-		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer),
+		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c),
 	})
 	srv.SetEngine(re, renderer)
 	info := re.Info()
-	budget := expertcache.FormatSize(e.ExpertStats().BudgetBytes)
-	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | expert budget %s | prompt cache %s\n",
-		ln.Addr(), info.ID, info.Context, budget, expertcache.FormatSize(cacheBytes))
+	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | %s | prompt cache %s\n",
+		ln.Addr(), info.ID, info.Context, engineLine(e), expertcache.FormatSize(cacheBytes))
 	return serveUntilDone(c, hs, oh, errc)
 }
 
@@ -293,7 +290,7 @@ func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr, disk *prom
 	notice := func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }
 	set, err := modeldir.Open(modeldir.Options{
 		Dir: c.String("models-dir"), Load: lopt, MaxContext: c.Int("max-context"), Notice: notice,
-		Runtime: server.RuntimeOptions{Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), CacheBytes: cacheBytes, Disk: disk},
+		Runtime: server.RuntimeOptions{Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), CacheBytes: cacheBytes, Disk: disk, SnapshotGap: snapshotGap(c)},
 	})
 	if err != nil {
 		return nil, err
@@ -313,6 +310,33 @@ func openModelsDir(c *cli.Context, srv *server.Server, addr net.Addr, disk *prom
 	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | %d models, loaded on demand, one at a time: %s | idle unload %s | prompt cache %s\n",
 		addr, len(ids), strings.Join(ids, ", "), idle, expertcache.FormatSize(cacheBytes))
 	return set, nil
+}
+
+// engineLine names where the model runs for the ready line: the expert
+// budget on the CPU, the device on the GPU (which holds every expert).
+func engineLine(e *runtime.Engine) string {
+	if e.Info().Device == nvmodel.CPU {
+		return "expert budget " + expertcache.FormatSize(e.ExpertStats().BudgetBytes)
+	}
+	return "engine " + e.Info().Name
+}
+
+// gpuSnapshotGap is the fewest tokens between two prompt-cache snapshots
+// of one request on the GPU. There a snapshot copies the whole sequence
+// state to host memory (for the 35B-A3B at 4,000 tokens, 60 MiB of Gated
+// DeltaNet state and 160 MiB of float32 KV rows: tens of milliseconds),
+// while a prefill pass feeds 64 tokens in about as long; so a snapshot
+// that would save re-feeding fewer tokens than this costs more than it
+// saves, and delays the first token besides. The CPU prefills a hundred
+// times slower and keeps every snapshot point.
+const gpuSnapshotGap = 64
+
+// snapshotGap is server.RuntimeOptions.SnapshotGap for --engine.
+func snapshotGap(c *cli.Context) int {
+	if engineDevice(c) == nvmodel.CPU {
+		return 0
+	}
+	return gpuSnapshotGap
 }
 
 // responsesKeep maps the flag (0 = none) onto responses.Options.Keep.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
@@ -31,5 +33,20 @@ func TestServeModelsFlags(t *testing.T) {
 	r := clitest.Run(t, app(), "serve", "--models-dir", dir, "--port", "0")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "holds no verified nvmai install (0 found)") {
 		t.Errorf("an empty --models-dir: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+}
+
+// serve --engine gpu is no longer refused: without a GPU the load fails
+// naming the driver (exit 1), with one the server starts and stops when
+// the context ends (the GPU test in pkg/server checks what it serves).
+func TestServeEngineGPUIsServed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--engine", "gpu", "--model", tinyInstall(t), "--port", "0")
+	if r.Code == cliutil.ExitUsage || strings.Contains(r.Stderr, "serve runs on --engine cpu") {
+		t.Fatalf("exit %d, stderr %q: serve refused --engine gpu", r.Code, r.Stderr)
+	}
+	if r.Code != 0 && !strings.Contains(r.Stderr, "--engine gpu: ") {
+		t.Errorf("exit %d, stderr %q: want the server to start, or the GPU load's error", r.Code, r.Stderr)
 	}
 }
