@@ -6,14 +6,19 @@
 #      from the prompt cache, against the same turn cold, interleaved pairs.
 #
 #   scripts/serve-bench.sh [--only overhead|ttft] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G] [--threads N] [--prefix-words N]
+#                          [--engine cpu|gpu] [--bin DIR]
 #
 # --install defaults to models/synth-l4, created with
 #   bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output DIR
 # when missing. Prints the numbers; the VM is noisy, so compare the ratios of one run.
+# --engine gpu serves and runs on the GPU (every weight on the device: --ram-budget and
+# --threads do not apply, and the tiny model's overhead run is left out); give --install
+# (e.g. the 40-layer 4-bit synthetic gpu-check.sh makes). --bin DIR takes nvmai-convert,
+# nvmai-run and servebench from DIR instead of building them into bin/ (a machine without Go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780
+install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780 engine=cpu bin=
 while [ $# -gt 0 ]; do
   case $1 in
     --install) install=$2; shift 2 ;;
@@ -23,12 +28,18 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --prefix-words) words=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --engine) engine=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
     *) echo "serve-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-go build -o bin/ ./cmd/nvmai-convert ./cmd/nvmai-run ./scripts/internal/servebench
+case $engine in cpu | gpu) ;; *) echo "serve-bench.sh: --engine $engine: use cpu or gpu" >&2; exit 2 ;; esac
+if [ -z "$bin" ]; then
+  go build -o bin/ ./cmd/nvmai-convert ./cmd/nvmai-run ./scripts/internal/servebench
+  bin=bin
+fi
 if [ ! -d "$install" ]; then
-  bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output "$install"
+  "$bin/nvmai-convert" synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output "$install"
 fi
 work=$(mktemp -d /tmp/nvmai-serve-bench.XXXXXX)
 server_pid=
@@ -39,10 +50,11 @@ stop_server() {
 cleanup() { stop_server; rm -rf "$work"; }
 trap cleanup EXIT
 flags=(--threads "$threads" --ram-budget "$budget" --max-context 8192)
+[ "$engine" = gpu ] && flags=(--engine gpu --max-context 8192)
 # start_server INSTALL: serves INSTALL on a free loopback port, sets $url.
 start_server() {
   port=$(( 20000 + RANDOM % 20000 ))
-  bin/nvmai-run serve --model "$1" --port "$port" --prompt-cache 2G "${flags[@]}" 2>"$work/server.log" &
+  "$bin/nvmai-run" serve --model "$1" --port "$port" --prompt-cache 2G "${flags[@]}" 2>"$work/server.log" &
   server_pid=$!
   for _ in $(seq 600); do
     curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -52,21 +64,23 @@ start_server() {
   grep ready "$work/server.log"
   url=http://127.0.0.1:$port
 }
-bin/nvmai-convert --input testdata/tiny-moe-fused --output "$work/tiny" --bits 8 >/dev/null
+"$bin/nvmai-convert" --input testdata/tiny-moe-fused --output "$work/tiny" --bits 8 >/dev/null
 
 if [ "$only" != ttft ]; then
-echo "== server overhead per token, synthetic 35B-A3B geometry ($runs interleaved pairs, a fresh server per pair so both start with a cold expert cache; its tokens decode to almost no text)"
+echo "== server overhead per token, $(basename "$install") on the $engine ($runs interleaved pairs, a fresh server per pair so both start with a cold expert cache and decode graph; its tokens decode to almost no text)"
 port=$(( 20000 + RANDOM % 20000 ))
-bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$install" -runs "$runs" -tokens 128 -run-flags "${flags[*]}"
+"$bin/servebench" -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run "$bin/nvmai-run" -model "$install" -runs "$runs" -tokens 128 -run-flags "${flags[*]}"
 
+if [ "$engine" = cpu ]; then
 echo "== server overhead per token, tiny model (every token streams text: the SSE cost in full; a fresh server per pair)"
 port=$(( 20000 + RANDOM % 20000 ))
-bin/servebench -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run bin/nvmai-run -model "$work/tiny" -runs "$runs" -tokens 256 -run-flags "${flags[*]}"
+"$bin/servebench" -mode overhead -fresh-server -url "http://127.0.0.1:$port" -nvmai-run "$bin/nvmai-run" -model "$work/tiny" -runs "$runs" -tokens 256 -run-flags "${flags[*]}"
+fi
 
 fi
 if [ "$only" != overhead ]; then
-echo "== time to first token, second turn reusing the prefix vs cold ($ttft_runs interleaved pairs)"
+echo "== time to first token, second turn reusing the prefix vs cold, $(basename "$install") on the $engine ($ttft_runs interleaved pairs)"
 start_server "$install"
-bin/servebench -mode ttft -url "$url" -runs "$ttft_runs" -prefix-words "$words"
+"$bin/servebench" -mode ttft -url "$url" -runs "$ttft_runs" -prefix-words "$words"
 stop_server
 fi

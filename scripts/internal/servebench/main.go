@@ -5,7 +5,11 @@
 //	          on the same prompt and token count, runs interleaved;
 //	ttft:     time to first token of a second chat turn that reuses a long
 //	          prefix (prompt cache) vs the same turn with the prefix changed
-//	          in its first token (cold), interleaved.
+//	          in its first token (cold), interleaved;
+//	equal:    the tokens a /v1/completions request is served equal those
+//	          `nvmai-run --json` generates for the same prompt, sampling and
+//	          seed (greedy and sampled), each request sent twice (the second
+//	          resumes from the prompt cache).
 package main
 
 import (
@@ -24,7 +28,7 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "overhead", "overhead or ttft")
+	mode := flag.String("mode", "overhead", "overhead, ttft or equal")
 	base := flag.String("url", "http://127.0.0.1:8080", "server URL")
 	runBin := flag.String("nvmai-run", "bin/nvmai-run", "nvmai-run binary (overhead mode)")
 	model := flag.String("model", "", "install dir (overhead mode: for nvmai-run)")
@@ -41,6 +45,8 @@ func main() {
 		err = overhead(*base, *runBin, *model, *runs, *tokens, strings.Fields(*extra))
 	case "ttft":
 		err = ttft(*base, *runs, *prefix)
+	case "equal":
+		err = equal(*base, *runBin, *model, *tokens, strings.Fields(*extra))
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -301,4 +307,69 @@ func chat(base string, msgs []map[string]string) (string, float64, int, int, err
 		first = time.Since(start).Seconds() // no visible token (e.g. EOS first): time to the end
 	}
 	return reply.String(), first, cached, prompt, sc.Err()
+}
+
+// equal compares served completions with nvmai-run's, token count and
+// text, for greedy and seeded sampling; each request goes twice, the
+// second resuming from the server's prompt cache.
+func equal(base, runBin, model string, tokens int, extra []string) error {
+	settings := []struct {
+		name string
+		args []string
+		body string
+	}{
+		{"greedy", []string{"--temperature", "0"}, `"temperature":0`},
+		{"T 0.7, top-k 20, top-p 0.95, seed 7", []string{"--temperature", "0.7", "--top-k", "20", "--top-p", "0.95", "--seed", "7"}, `"temperature":0.7,"top_k":20,"top_p":0.95,"seed":7`},
+		{"T 1, no filter, seed 11", []string{"--temperature", "1", "--top-k", "0", "--top-p", "1", "--seed", "11"}, `"temperature":1,"top_k":0,"top_p":1,"seed":11`},
+	}
+	failed := 0
+	for _, st := range settings {
+		args := append([]string{"--model", model, "--prompt", prompt, "--max-tokens", fmt.Sprint(tokens), "--json"}, append(st.args, extra...)...)
+		out, err := exec.Command(runBin, args...).Output()
+		if err != nil {
+			return fmt.Errorf("nvmai-run %s: %v", strings.Join(args, " "), err)
+		}
+		var cli struct {
+			IDs  []int  `json:"ids"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(out, &cli); err != nil {
+			return err
+		}
+		for try := range 2 {
+			body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,%s}`, prompt, tokens, st.body)
+			resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			var v struct {
+				Choices []struct {
+					Text string `json:"text"`
+				} `json:"choices"`
+				Usage struct {
+					Completion int `json:"completion_tokens"`
+					Details    struct {
+						Cached int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || len(v.Choices) == 0 {
+				return fmt.Errorf("completion (%s): status %d, %v", st.name, resp.StatusCode, err)
+			}
+			same := v.Choices[0].Text == cli.Text && v.Usage.Completion == len(cli.IDs)
+			fmt.Printf("equal %s, request %d (%d prompt tokens from the cache): served %d tokens, nvmai-run %d: %s\n",
+				st.name, try+1, v.Usage.Details.Cached, v.Usage.Completion, len(cli.IDs), map[bool]string{true: "same text", false: "DIFFERENT"}[same])
+			if !same {
+				failed++
+				fmt.Printf("  served   %q\n  nvmai-run %q\n", v.Choices[0].Text, cli.Text)
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d served completions differ from nvmai-run's", failed)
+	}
+	fmt.Println("RESULT: served tokens equal nvmai-run's")
+	return nil
 }
