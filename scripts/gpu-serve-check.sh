@@ -161,7 +161,7 @@ ok=0
 check servetest "$(verdict $ok)" "served tokens equal a cold runtime session's on the GPU (greedy, seeded; RAM and disk prompt cache bit for bit; --models-dir; device memory steady) [servetest.log]"
 ok=0
 [ "${rc[equal]:-}" = 0 ] && grep -q '^RESULT: served tokens equal' "$OUT/equal.log" && ok=1
-check equal "$(verdict $ok)" "serve --engine gpu serves the tokens of nvmai-run --engine gpu (tiny model, greedy and 2 seeded settings, cold and from the prompt cache) [equal.log]"
+check equal "$(verdict $ok)" "serve --engine gpu serves the tokens of nvmai-run --engine gpu (tiny model, greedy and 2 seeded settings, each sent twice) [equal.log]"
 line=$(grep -h '^TTFT second turn' "$OUT/ttft.log" 2>/dev/null | tail -1)
 speedup=$(sed -nE 's/.*speed-up ([0-9.]+)×.*/\1/p' <<<"$line")
 reused=$(sed -nE 's/.*reusing ([0-9]+) of ([0-9]+) tokens.*/\1/p' <<<"$line")

@@ -9,7 +9,7 @@
 //	equal:    the tokens a /v1/completions request is served equal those
 //	          `nvmai-run --json` generates for the same prompt, sampling and
 //	          seed (greedy and sampled), each request sent twice (the second
-//	          resumes from the prompt cache).
+//	          may resume from the prompt cache).
 package main
 
 import (
@@ -311,7 +311,7 @@ func chat(base string, msgs []map[string]string) (string, float64, int, int, err
 
 // equal compares served completions with nvmai-run's, token count and
 // text, for greedy and seeded sampling; each request goes twice, the
-// second resuming from the server's prompt cache.
+// second resuming from the server's prompt cache where it kept a snapshot.
 func equal(base, runBin, model string, tokens int, extra []string) error {
 	settings := []struct {
 		name string
