@@ -16,7 +16,7 @@
 # the 8-bit report, e.g. SYNTH=40 SYNTH_BITS=8 STEPS="bench cli".
 # CHECK_SYNTH=0 skips comparing the synthetic installs with the CPU engine.
 # BENCH_VARIANTS (default group,pipe512,par512,reg512) lists the launch strategies the bench
-# compares in one process (pkg/runtime/gpu/bench_test.go: all = the
+# compares in one process (pkg/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
 # nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
 # par, par512, reg, reg512);
@@ -53,9 +53,9 @@ if [ -z "$bin" ]; then
 	mkdir -p "$bin"
 	stamp "building test binaries"
 	(cd "$root" && export CGO_ENABLED=0 &&
-		go test -c -o "$bin/cuda.test" ./pkg/cuda &&
-		go test -c -o "$bin/gpukernels.test" ./pkg/gpukernels &&
-		go test -c -o "$bin/gpu.test" ./pkg/runtime/gpu &&
+		go test -c -o "$bin/cuda.test" ./pkg/gpu/cuda &&
+		go test -c -o "$bin/gpukernels.test" ./pkg/gpu/gpukernels &&
+		go test -c -o "$bin/gpu.test" ./pkg/gpu &&
 		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert &&
 		go build -o "$bin/nvmai-run" ./cmd/nvmai-run) || { echo "build failed"; exit 1; }
 fi

@@ -21,7 +21,7 @@ echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
 # The race run takes a subset of the long bitwise matrices (the concurrent cases); this runs them whole.
 echo "== the long bitwise tests without the race detector"
-go test -count=1 -run 'BitwiseInvisible' ./pkg/runtime/ ./pkg/runtime/qwen35/
+go test -count=1 -run 'BitwiseInvisible' ./pkg/runtime/ ./pkg/models/qwen35/
 echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
@@ -32,8 +32,8 @@ if command -v qemu-aarch64-static >/dev/null 2>&1; then
   GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
   (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
   # arm64 fuses multiply-adds where amd64 does not: sample.Exp must not.
-  GOARCH=arm64 go test -c -o "$scratch/sample.arm64" ./pkg/runtime/sample/
-  (cd pkg/runtime/sample && qemu-aarch64-static "$scratch/sample.arm64" -test.count=1 -test.run 'Exp|Finish|Step')
+  GOARCH=arm64 go test -c -o "$scratch/sample.arm64" ./pkg/sample/
+  (cd pkg/sample && qemu-aarch64-static "$scratch/sample.arm64" -test.count=1 -test.run 'Exp|Finish|Step')
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 fi

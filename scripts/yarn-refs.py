@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference logits for nvmai's long-context tests (pkg/runtime/qwen35/testdata).
+"""Reference logits for nvmai's long-context tests (pkg/models/qwen35/testdata).
 
 Runs transformers (float32, CPU, eager attention) on the tiny-moe-fused fixture twice:
 

@@ -18,7 +18,7 @@ import (
 
 	// The GPU engine registers itself (model.GPU) for --engine gpu; the
 	// CPU architectures come with package runtime.
-	_ "github.com/nvmai/nvmai/pkg/runtime/gpu"
+	_ "github.com/nvmai/nvmai/pkg/gpu"
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a

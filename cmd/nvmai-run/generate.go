@@ -19,7 +19,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/runtime"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // maxPromptFile bounds --prompt-file (and stdin): far beyond any context.

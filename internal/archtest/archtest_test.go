@@ -47,15 +47,10 @@ func rel(path string) string { return strings.TrimPrefix(path, module+"/") }
 
 // architectures are the packages that implement a model (or its blocks)
 // for a device; the runtime loads them through package model's registry.
-var architectures = []string{"pkg/runtime/qwen35", "pkg/runtime/qwen38", "pkg/runtime/blocks", "pkg/runtime/gpu"}
-
-// sampleLeaf is the sampling package: a leaf (the standard library only)
-// that model's Sampler names. It moves to pkg/sample with the layout
-// (#36 item 3); until then it is the one pkg/runtime path below the surface.
-const sampleLeaf = "pkg/runtime/sample"
+var architectures = []string{"pkg/models/qwen35", "pkg/models/qwen38", "pkg/models/blocks", "pkg/gpu"}
 
 func underRuntime(p string) bool {
-	return (p == "pkg/runtime" || strings.HasPrefix(p, "pkg/runtime/")) && p != sampleLeaf
+	return p == "pkg/runtime" || strings.HasPrefix(p, "pkg/runtime/")
 }
 
 // knownExceptions are imports a rule forbids that the tree still has,
@@ -92,7 +87,7 @@ var rules = []rule{
 		to:   func(_, d string) bool { return d == "pkg/runtime" }, direct: true},
 	{name: "the commands import no architecture (the registry wires them)",
 		from: func(p string) bool { return strings.HasPrefix(p, "cmd/") },
-		to:   func(_, d string) bool { return slices.Contains(architectures, d) && d != "pkg/runtime/gpu" }, direct: true},
+		to:   func(_, d string) bool { return slices.Contains(architectures, d) && d != "pkg/gpu" }, direct: true},
 	{name: "the HTTP host knows no protocol (each mounts on it)",
 		from: func(p string) bool { return p == "pkg/server/httpapi" },
 		to:   func(_, d string) bool { return protocolOf(d) != "" }},
@@ -142,7 +137,7 @@ func TestImportsPointDown(t *testing.T) {
 func TestCommandsImportTheGPUEngineBlank(t *testing.T) {
 	pkgs := listPackages(t)
 	for path, info := range pkgs {
-		if !strings.HasPrefix(rel(path), "cmd/") || !slices.Contains(info.imports, module+"/pkg/runtime/gpu") {
+		if !strings.HasPrefix(rel(path), "cmd/") || !slices.Contains(info.imports, module+"/pkg/gpu") {
 			continue
 		}
 		for _, name := range info.files {
@@ -152,8 +147,8 @@ func TestCommandsImportTheGPUEngineBlank(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, imp := range f.Imports {
-				if p, _ := strconv.Unquote(imp.Path.Value); p == module+"/pkg/runtime/gpu" && (imp.Name == nil || imp.Name.Name != "_") {
-					t.Errorf("%s imports pkg/runtime/gpu by name; import it blank (it registers itself with package model)", file)
+				if p, _ := strconv.Unquote(imp.Path.Value); p == module+"/pkg/gpu" && (imp.Name == nil || imp.Name.Name != "_") {
+					t.Errorf("%s imports pkg/gpu by name; import it blank (it registers itself with package model)", file)
 				}
 			}
 		}

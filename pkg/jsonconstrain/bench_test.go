@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // synthetic248k is a vocabulary the size of Qwen3.5's (248,320 ids): the

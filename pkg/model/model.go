@@ -18,7 +18,7 @@ package model
 import (
 	"io"
 
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // Devices a model runs on. A device is a name in the registry; these are

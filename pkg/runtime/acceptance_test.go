@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 type refPromptFull struct {

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/model"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // nextFake is the fakeBackend the "fake" device loads next.

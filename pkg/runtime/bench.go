@@ -23,7 +23,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // BenchPrompt is one fixed prompt of the benchmark.
@@ -195,7 +195,7 @@ type BenchReport struct {
 	// Phases splits the decode steps of every prompt by what they spend
 	// their time on (model.StepProfile), in the model's order.
 	Phases []BenchPhase `json:"phases"`
-	// GPU is the backend's own report (pkg/runtime/gpu: device, copy
+	// GPU is the backend's own report (pkg/gpu: device, copy
 	// bandwidth, kernels per token, GEMV bandwidth), when one runs.
 	GPU any `json:"gpu,omitempty"`
 }

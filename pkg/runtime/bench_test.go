@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
 // TestBench runs the benchmark on the 4-bit tiny MoE and checks its report:

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // allowSet is a Constraint that allows only the ids in set (all of them

@@ -17,7 +17,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -27,7 +27,7 @@ type Options struct {
 	Experts ExpertOptions
 	// Device is where the model runs: "" or model.CPU for this machine's
 	// cores, model.GPU for the GPU engine (registered by importing
-	// pkg/runtime/gpu). The tokenizer and sampling stay here.
+	// pkg/gpu). The tokenizer and sampling stay here.
 	Device string
 	// RopeScaling "yarn" extends the model's context to MaxContext tokens
 	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 func fixturePath(t testing.TB, name string) string {

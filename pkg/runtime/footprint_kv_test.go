@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 // TestComputeFootprint: the KV figure is what a session of that width

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/expertcache"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 // TestFootprintTable prints docs/kv-cache.md's KV table for the full

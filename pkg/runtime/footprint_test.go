@@ -12,9 +12,9 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 // footprintOverhead is the documented fixed part of a generating process's

@@ -13,10 +13,10 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen38"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen38"
 )
 
 // A qwen4_exp install (Qwen3.8-Flash-Next) runs on package qwen38. This

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 // TestSnapshotCodecRoundTrip: at every KV width, a snapshot taken after a

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/model"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 // A session over a state without model.Resetter is reset by closing the

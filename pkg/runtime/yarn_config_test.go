@@ -94,7 +94,7 @@ func TestYaRNFromConfig(t *testing.T) {
 	if _, err := Load(dir, Options{Threads: 1, RopeScaling: "yarn"}); err == nil || !strings.Contains(err.Error(), "drop --rope-scaling") {
 		t.Errorf("--rope-scaling yarn over the config's YaRN: %v, want a refusal", err)
 	}
-	// The GPU engine's refusal of YaRN is its own (pkg/runtime/gpu,
+	// The GPU engine's refusal of YaRN is its own (pkg/gpu,
 	// TestGPURegistersAndRefusesYaRNFirst).
 	if testing.Short() || raceEnabled {
 		t.Skip("the 1,300-token prompt runs without -short and -race")

@@ -3,7 +3,7 @@ package server_test
 // The server over the GPU engine (nvmai-run serve --engine gpu). These
 // tests run where a GPU is usable and skip elsewhere with one line; with
 // NVMAI_GPU=1 a missing GPU fails them (scripts/gpu-serve-check.sh sets
-// it). Like pkg/runtime/gpu's tests they take the tiny fixture from
+// it). Like pkg/gpu's tests they take the tiny fixture from
 // $NVMAI_GPU_FIXTURES when set, else the embedded copy in testdata.
 
 import (
@@ -19,16 +19,16 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
-	"github.com/nvmai/nvmai/pkg/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
 
-	_ "github.com/nvmai/nvmai/pkg/runtime/gpu" // registers the gpu device
+	_ "github.com/nvmai/nvmai/pkg/gpu" // registers the gpu device
 )
 
 var (

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
-	"github.com/nvmai/nvmai/pkg/runtime/moe"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -168,18 +168,18 @@ func Widen(dt safetensors.DType, b []byte) ([]float32, error) {
 // Expert slices expert e of layer out of the fused tensors (docs §2.3:
 // gate rows [0, I), up rows [I, 2I), no transpose), or reads the
 // per-expert tensors when the snapshot has those.
-func (s *Snapshot) Expert(layer, e int) (moe.ExpertMats, error) {
+func (s *Snapshot) Expert(layer, e int) (model.ExpertMats, error) {
 	prefix := fmt.Sprintf("model.language_model.layers.%d.mlp.experts.", layer)
 	gu, fused := s.Tensors[prefix+"gate_up_proj"]
 	if !fused {
-		var em moe.ExpertMats
+		var em model.ExpertMats
 		for _, p := range []struct {
 			dst  **kernels.Matrix
 			name string
 		}{{&em.Gate, "gate_proj"}, {&em.Up, "up_proj"}, {&em.Down, "down_proj"}} {
 			m, err := s.Matrix(fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", layer, e, p.name))
 			if err != nil {
-				return moe.ExpertMats{}, fmt.Errorf("expert %d %s: %w", e, p.name, err)
+				return model.ExpertMats{}, fmt.Errorf("expert %d %s: %w", e, p.name, err)
 			}
 			*p.dst = m
 		}
@@ -188,7 +188,7 @@ func (s *Snapshot) Expert(layer, e int) (moe.ExpertMats, error) {
 	down := s.Tensors[prefix+"down_proj"]
 	E, twoI, H := int(gu.Shape[0]), int(gu.Shape[1]), int(gu.Shape[2])
 	if e < 0 || e >= E {
-		return moe.ExpertMats{}, fmt.Errorf("expert %d of %d", e, E)
+		return model.ExpertMats{}, fmt.Errorf("expert %d of %d", e, E)
 	}
 	I := twoI / 2
 	es := 2 // bytes per BF16 element
@@ -197,5 +197,5 @@ func (s *Snapshot) Expert(layer, e int) (moe.ExpertMats, error) {
 	up, _ := MatrixOf(gu.DType, I, H, gu.Data[base+I*H*es:base+2*I*H*es])
 	db := e * H * I * es
 	dn, _ := MatrixOf(down.DType, H, I, down.Data[db:db+H*I*es])
-	return moe.ExpertMats{Gate: gate, Up: up, Down: dn}, nil
+	return model.ExpertMats{Gate: gate, Up: up, Down: dn}, nil
 }

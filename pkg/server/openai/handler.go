@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
-	"github.com/nvmai/nvmai/pkg/runtime/sample"
+	"github.com/nvmai/nvmai/pkg/sample"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
 

@@ -31,8 +31,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmai/nvmai/internal/pagecache"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/runtime/qwen35"
 )
 
 const usage = `usage:

@@ -1,0 +1,487 @@
+// Package gpu is nvmai's GPU engine: the Qwen3.5 decoder (qwen3_5_moe and
+// qwen3_5) with every weight resident in VRAM, run by the CUDA kernels of
+// pkg/gpu/gpukernels through the purego bindings of pkg/gpu/cuda (no cgo). It reads
+// the install format unchanged and plugs into pkg/runtime as a Backend.
+//
+// It follows the CPU engine's math (pkg/models/qwen35) operation for
+// operation: Q4/Q8 products through int8 activations are bitwise the CPU's,
+// float products and the reductions of norms and softmaxes differ only in
+// summation order.
+package gpu
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+)
+
+// Weights is what the engine reads from an install (runtime.Install).
+type Weights interface {
+	qwen35.Weights
+}
+
+// Model is the decoder's weights in device memory.
+type Model struct {
+	dev  *cuda.Device
+	ks   *gpukernels.Set
+	cfg  qwen35.Config
+	geom geometry
+
+	embed, lmHead *gpukernels.Mat
+	norm          cuda.DevicePtr
+	invFreq       cuda.DevicePtr
+	layers        []layerW
+
+	// fuse runs decode steps with the fused launches (mgemv, moe_down), on
+	// unless NVMAI_GPU_FUSE=0. group runs prefill's expert products expert
+	// by expert (moe_group, qgemv_grouped / qgemm_grouped_mma): on with the
+	// tensor cores (mma), where it is faster (2,263–2,268 against
+	// 1,979–1,982 tok/s for 512 tokens on the H200, and the fixture
+	// fidelity suite passed with it), off with CUDA-core dots, where it is
+	// slower (70 against 54 ms a 256-token chunk). NVMAI_GPU_GROUP=0 or 1
+	// overrides. Bitwise the same either way.
+	fuse, group bool
+	// splitGDN runs the delta rule 32 columns a block (gdn_rec, gdn_norm)
+	// instead of a block a head (gdn_heads); NVMAI_GPU_GDNSPLIT=0 turns it
+	// off. Bitwise the same.
+	splitGDN bool
+	// mma runs prefill's Q4/Q8 products on the integer tensor cores
+	// (sm_80 and newer; NVMAI_GPU_MMA=0 turns it off): 1,968 against
+	// 1,192 tok/s for a 512-token prompt on the H200. Bitwise the same.
+	mma bool
+	// chunk is the most tokens one prefill pass carries (NVMAI_GPU_CHUNK,
+	// default DefaultChunk, at most MaxChunkLimit): a longer chunk gives each
+	// grouped expert more rows. Bitwise the same for any length.
+	chunk int
+	// gdnPipe runs the delta rule as gdn_rec_pipe (NVMAI_GPU_GDNPIPE=0 turns
+	// it off): bitwise gdn_rec.
+	gdnPipe bool
+	// gdnPar runs it as gdn_rec_par (NVMAI_GPU_GDNPAR=0 turns it off):
+	// bitwise gdn_rec.
+	gdnPar bool
+	// gdnReg runs it as gdn_rec_reg, the state in registers
+	// (NVMAI_GPU_GDNREG=0 keeps gdn_rec_par): bitwise gdn_rec.
+	gdnReg bool
+
+	allocs      []cuda.DevicePtr
+	WeightBytes int64 // bytes uploaded
+	TokenBytes  int64 // weight bytes one decode token reads
+	phaseBytes  map[string]int64
+}
+
+type layerW struct {
+	kind              qwen35.LayerKind
+	inNorm, postNorm  cuda.DevicePtr
+	qkv, z, b, a, out *gpukernels.Mat
+	conv, negExpA     cuda.DevicePtr
+	dtBias, gdnNorm   cuda.DevicePtr
+	q, k, v, o        *gpukernels.Mat
+	qNorm, kNorm      cuda.DevicePtr
+	router, sharedG   *gpukernels.Mat
+	// ab is a over b, routerG the router over the shared-expert gate, when
+	// each pair shares an encoding: one launch each instead of two.
+	ab, routerG       *gpukernels.Mat
+	sGate, sUp, sDown *gpukernels.Mat
+	eGate, eUp, eDown *gpukernels.Mat
+	gate, up, down    *gpukernels.Mat
+	// moeFused: the routed and shared experts share one quantized shape,
+	// so a decode step runs them as one gate+up launch and one moe_down.
+	moeFused bool
+	// moeGrouped: the routed experts are quantized, so prefill can run
+	// them expert by expert.
+	moeGrouped bool
+}
+
+// geometry is the derived sizes the forward pass uses.
+type geometry struct {
+	H, V, C, K, kd, vd, kvd, E, k, I, Is, Inter int
+	gdn                                         gpukernels.GDNShape
+	attn                                        gpukernels.AttnShape
+	eps                                         float32
+}
+
+func newGeometry(c qwen35.Config) geometry {
+	g := geometry{H: c.HiddenSize, V: c.VocabSize, C: c.ConvChannels(), K: c.ConvKernel,
+		kd: c.LinearKeyHeads * c.LinearKeyDim, vd: c.LinearValueHeads * c.LinearValueDim, kvd: c.NumKVHeads * c.HeadDim,
+		E: c.NumExperts, k: c.ExpertsPerToken, I: c.ExpertIntermediate, Is: c.SharedIntermediate, Inter: c.Intermediate,
+		eps: c.RMSNormEps}
+	g.gdn = gpukernels.GDNShape{C: g.C, Hk: c.LinearKeyHeads, Hv: c.LinearValueHeads, Dk: c.LinearKeyDim, Dv: c.LinearValueDim}
+	g.attn = gpukernels.AttnShape{Hq: c.NumHeads, Hkv: c.NumKVHeads, Dh: c.HeadDim, Half: c.RotaryDim / 2}
+	return g
+}
+
+// Load uploads every weight of the install at dir (resident tensors from w,
+// routed experts from the expert files described by ex) to dev.
+func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packexperts.Experts) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
+		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
+	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
+	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
+	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
+	m.gdnReg = m.gdnPar && os.Getenv("NVMAI_GPU_GDNREG") != "0"
+	var err error
+	if m.chunk, err = chunkFromEnv(os.Getenv("NVMAI_GPU_CHUNK")); err != nil {
+		return nil, err
+	}
+	err = dev.Do(func(c *cuda.Ctx) error {
+		ks, err := gpukernels.Load(c)
+		if err != nil {
+			return err
+		}
+		m.ks = ks
+		return m.upload(c, w, dir, ex)
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// uploader copies tensors to the device, remembering the first error.
+type uploader struct {
+	m     *Model
+	c     *cuda.Ctx
+	w     Weights
+	err   error
+	phase string // whose bytes matrix counts
+}
+
+func (u *uploader) bytes(b []byte) cuda.DevicePtr {
+	if u.err != nil || len(b) == 0 {
+		return 0
+	}
+	p, err := u.c.AllocCopy(b)
+	if err != nil {
+		u.err = err
+		return 0
+	}
+	u.m.allocs = append(u.m.allocs, p)
+	u.m.WeightBytes += int64(len(b))
+	return p
+}
+
+func (u *uploader) matrix(name string, rows, cols int) *gpukernels.Mat {
+	if u.err != nil {
+		return nil
+	}
+	km, err := u.w.Matrix(name)
+	if err == nil && (km.Rows != rows || km.Cols != cols) {
+		err = fmt.Errorf("shape [%d, %d], the geometry needs [%d, %d]", km.Rows, km.Cols, rows, cols)
+	}
+	if err == nil {
+		err = km.Validate()
+	}
+	if err != nil {
+		u.err = fmt.Errorf("gpu: tensor %s: %w", name, err)
+		return nil
+	}
+	mat := &gpukernels.Mat{Rows: rows, Cols: cols, Enc: km.Enc, Data: u.bytes(km.Data), Scales: u.bytes(km.Scales), Biases: u.bytes(km.Biases)}
+	n := int64(len(km.Data) + len(km.Scales) + len(km.Biases))
+	u.m.TokenBytes += n
+	u.m.phaseBytes[u.phase] += n
+	return mat
+}
+
+// stacked uploads matrices of one encoding and width as one, rows of the
+// first then of the second …; nil (and nothing uploaded) when they differ.
+func (u *uploader) stacked(names []string, rows []int, cols int) *gpukernels.Mat {
+	if u.err != nil {
+		return nil
+	}
+	var data, scales, biases []byte
+	var enc kernels.Encoding
+	total := 0
+	for i, name := range names {
+		km, err := u.w.Matrix(name)
+		if err != nil || km.Rows != rows[i] || km.Cols != cols || km.Validate() != nil {
+			return nil // the one-by-one path reports it
+		}
+		if i == 0 {
+			enc = km.Enc
+		} else if km.Enc != enc {
+			return nil
+		}
+		data, scales, biases = append(data, km.Data...), append(scales, km.Scales...), append(biases, km.Biases...)
+		total += rows[i]
+	}
+	return &gpukernels.Mat{Rows: total, Cols: cols, Enc: enc, Data: u.bytes(data), Scales: u.bytes(scales), Biases: u.bytes(biases)}
+}
+
+func (u *uploader) vector(name string, n int, onePlus bool) cuda.DevicePtr {
+	if u.err != nil {
+		return 0
+	}
+	v, err := u.w.Vector(name)
+	if err == nil && len(v) != n {
+		err = fmt.Errorf("%d values, the geometry needs %d", len(v), n)
+	}
+	if err != nil {
+		u.err = fmt.Errorf("gpu: tensor %s: %w", name, err)
+		return 0
+	}
+	if onePlus { // 1 + w rounded to float32, as qwen35.onePlus
+		for i := range v {
+			v[i] = 1 + v[i]
+		}
+	}
+	return u.bytes(cuda.Bytes(v))
+}
+
+func (u *uploader) floats(v []float32) cuda.DevicePtr { return u.bytes(cuda.Bytes(v)) }
+
+func layerName(i int, s string) string { return fmt.Sprintf("model.layers.%d.%s", i, s) }
+
+func (m *Model) upload(c *cuda.Ctx, w Weights, dir string, ex *packexperts.Experts) error {
+	cfg, g := m.cfg, m.geom
+	m.phaseBytes = map[string]int64{}
+	u := &uploader{m: m, c: c, w: w, phase: PhaseEmbed}
+	m.embed = u.matrix("model.embed_tokens.weight", g.V, g.H)
+	m.TokenBytes, m.phaseBytes[PhaseEmbed] = 0, 0 // one row a token, not the table
+	u.phase = PhaseHead
+	m.norm = u.vector("model.norm.weight", g.H, true)
+	switch {
+	case w.Has("lm_head.weight"):
+		m.lmHead = u.matrix("lm_head.weight", g.V, g.H)
+	case cfg.TiedEmbeddings:
+		m.lmHead = m.embed
+		if km, err := w.Matrix("model.embed_tokens.weight"); err == nil {
+			n := int64(len(km.Data) + len(km.Scales) + len(km.Biases))
+			m.TokenBytes += n
+			m.phaseBytes[PhaseHead] += n
+		}
+	default:
+		return fmt.Errorf("gpu: tensor lm_head.weight is missing and tie_word_embeddings is false; the install is incomplete")
+	}
+	m.invFreq = u.floats(invFreq(cfg.RopeTheta, cfg.RotaryDim))
+	m.layers = make([]layerW, len(cfg.Layers))
+	for i, kind := range cfg.Layers {
+		m.layers[i] = m.uploadLayer(u, i, kind)
+	}
+	if u.err != nil {
+		return u.err
+	}
+	if cfg.Arch == qwen35.ArchMoE {
+		return m.uploadExperts(u, dir, ex)
+	}
+	return nil
+}
+
+func (m *Model) uploadLayer(u *uploader, i int, kind qwen35.LayerKind) layerW {
+	cfg, g := m.cfg, m.geom
+	n := func(s string) string { return layerName(i, s) }
+	u.phase = PhaseGDN
+	if kind == qwen35.FullAttention {
+		u.phase = PhaseAttention
+	}
+	ly := layerW{kind: kind, inNorm: u.vector(n("input_layernorm.weight"), g.H, true), postNorm: u.vector(n("post_attention_layernorm.weight"), g.H, true)}
+	switch kind {
+	case qwen35.LinearAttention:
+		Hv := cfg.LinearValueHeads
+		ly.qkv = u.matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
+		ly.z = u.matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
+		ly.b = u.matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
+		ly.a = u.matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
+		ly.out = u.matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
+		ly.ab = u.stacked([]string{n("linear_attn.in_proj_a.weight"), n("linear_attn.in_proj_b.weight")}, []int{Hv, Hv}, g.H)
+		ly.conv = u.vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
+		ly.dtBias = u.vector(n("linear_attn.dt_bias"), Hv, false)
+		ly.gdnNorm = u.vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
+		if aLog, err := u.w.Vector(n("linear_attn.A_log")); err == nil && len(aLog) == Hv {
+			neg := make([]float32, Hv)
+			for h, v := range aLog {
+				neg[h] = -float32(math.Exp(float64(v))) // qwen35: −exp32(A_log)
+			}
+			ly.negExpA = u.floats(neg)
+		} else if u.err == nil {
+			u.err = fmt.Errorf("gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
+		}
+	case qwen35.FullAttention:
+		Dh := cfg.HeadDim
+		ly.q = u.matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
+		ly.k = u.matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
+		ly.v = u.matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
+		ly.o = u.matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
+		ly.qNorm = u.vector(n("self_attn.q_norm.weight"), Dh, true)
+		ly.kNorm = u.vector(n("self_attn.k_norm.weight"), Dh, true)
+	}
+	u.phase = PhaseMLP
+	if cfg.Arch == qwen35.ArchMoE {
+		u.phase = PhaseMoE
+		ly.router = u.matrix(n("mlp.gate.weight"), g.E, g.H)
+		ly.sGate = u.matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
+		ly.sUp = u.matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
+		ly.sDown = u.matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
+		ly.sharedG = u.matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
+		ly.routerG = u.stacked([]string{n("mlp.gate.weight"), n("mlp.shared_expert_gate.weight")}, []int{g.E, 1}, g.H)
+	} else {
+		ly.gate = u.matrix(n("mlp.gate_proj.weight"), g.Inter, g.H)
+		ly.up = u.matrix(n("mlp.up_proj.weight"), g.Inter, g.H)
+		ly.down = u.matrix(n("mlp.down_proj.weight"), g.H, g.Inter)
+	}
+	return ly
+}
+
+// uploadExperts copies each MoE layer's expert file whole into one device
+// buffer: expert e's matrices sit e·Stride after expert 0's, which is what
+// the gathered GEMV indexes with the ids route wrote.
+func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) error {
+	g := m.geom
+	if ex == nil {
+		return fmt.Errorf("gpu: architecture %s needs routed experts; the manifest lists none", m.cfg.Arch)
+	}
+	if ex.Count != g.E || ex.TopK != g.k {
+		return fmt.Errorf("gpu: the manifest's experts are %d top-%d, the geometry says %d top-%d", ex.Count, ex.TopK, g.E, g.k)
+	}
+	rec := make([]byte, ex.Stride)
+	gate, up, down, err := packexperts.ExpertViews(rec, ex.Parts)
+	if err != nil {
+		return err
+	}
+	for _, mt := range []*kernels.Matrix{gate, up, down} {
+		if err := mt.Validate(); err != nil {
+			return fmt.Errorf("gpu: expert record: %w", err)
+		}
+	}
+	offsets := func(mt *kernels.Matrix) (d, s, b int64) {
+		base := &rec[0]
+		off := func(p []byte) int64 {
+			if len(p) == 0 {
+				return 0
+			}
+			return int64(uintptrOf(&p[0]) - uintptrOf(base))
+		}
+		return off(mt.Data), off(mt.Scales), off(mt.Biases)
+	}
+	byLayer := map[int]string{}
+	for _, l := range ex.Layers {
+		byLayer[l.Layer] = l.File
+	}
+	size := int64(ex.Count) * ex.Stride
+	buf := make([]byte, min(size, 256<<20))
+	for i := range m.layers {
+		file, ok := byLayer[i]
+		if !ok {
+			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
+		}
+		base, err := m.uploadFile(u.c, filepath.Join(dir, file), size, buf)
+		if err != nil {
+			return err
+		}
+		ly := &m.layers[i]
+		for _, pr := range []struct {
+			dst **gpukernels.Mat
+			mt  *kernels.Matrix
+		}{{&ly.eGate, gate}, {&ly.eUp, up}, {&ly.eDown, down}} {
+			d, s, b := offsets(pr.mt)
+			if d%16 != 0 || ex.Stride%16 != 0 {
+				return fmt.Errorf("gpu: expert part at offset %d (stride %d) is not 16-byte aligned", d, ex.Stride)
+			}
+			mat := &gpukernels.Mat{Rows: pr.mt.Rows, Cols: pr.mt.Cols, Enc: pr.mt.Enc, Data: base + cuda.DevicePtr(d), EData: ex.Stride, EScale: ex.Stride}
+			if pr.mt.Enc == kernels.Q4 || pr.mt.Enc == kernels.Q8 {
+				mat.Scales, mat.Biases = base+cuda.DevicePtr(s), base+cuda.DevicePtr(b)
+			}
+			*pr.dst = mat
+			n := int64(g.k) * int64(len(pr.mt.Data)+len(pr.mt.Scales)+len(pr.mt.Biases))
+			m.TokenBytes += n
+			m.phaseBytes[PhaseMoE] += n
+		}
+		ly.moeGrouped = ly.eGate.Quantized() && ly.eUp.Quantized() && ly.eDown.Quantized()
+		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
+			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
+	}
+	return nil
+}
+
+// uploadFile copies a file of exactly size bytes into new device memory,
+// through buf.
+func (m *Model) uploadFile(c *cuda.Ctx, path string, size int64, buf []byte) (cuda.DevicePtr, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("gpu: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != size {
+		return 0, fmt.Errorf("gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, size)
+	}
+	p, err := c.Alloc(uint64(size))
+	if err != nil {
+		return 0, fmt.Errorf("gpu: no room for the experts of %s (%d MiB): %w", filepath.Base(path), size>>20, err)
+	}
+	m.allocs = append(m.allocs, p)
+	m.WeightBytes += size
+	for off := int64(0); off < size; {
+		n, err := io.ReadFull(f, buf[:min(int64(len(buf)), size-off)])
+		if err != nil {
+			return 0, fmt.Errorf("gpu: reading %s at %d: %w", path, off, err)
+		}
+		if err := c.HtoD(p+cuda.DevicePtr(off), buf[:n]); err != nil {
+			return 0, err
+		}
+		off += int64(n)
+	}
+	return p, nil
+}
+
+// invFreq is qwen35's RoPE inverse frequencies, computed the same way.
+func invFreq(theta float64, rd int) []float32 {
+	inv := make([]float32, rd/2)
+	for j := range inv {
+		exponent := float32(2*j) / float32(rd)
+		inv[j] = 1 / float32(math.Pow(theta, float64(exponent)))
+	}
+	return inv
+}
+
+// Close frees the weights.
+func (m *Model) Close() {
+	if m.dev == nil {
+		return
+	}
+	m.dev.Do(func(c *cuda.Ctx) error {
+		for _, p := range m.allocs {
+			c.Free(p)
+		}
+		return nil
+	})
+	m.allocs = nil
+}
+
+// Config is the model's geometry.
+func (m *Model) Config() qwen35.Config { return m.cfg }
+
+// groupedPrefill decides Model.group from NVMAI_GPU_GROUP and whether the
+// tensor cores run prefill.
+func groupedPrefill(env string, mma bool) bool {
+	switch env {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return mma
+}
+
+// chunkFromEnv reads NVMAI_GPU_CHUNK: prefill tokens per pass.
+func chunkFromEnv(v string) (int, error) {
+	if v == "" {
+		return DefaultChunk, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxChunkLimit {
+		return 0, fmt.Errorf("gpu: NVMAI_GPU_CHUNK=%q: want a number of tokens from 1 to %d", v, MaxChunkLimit)
+	}
+	return n, nil
+}

@@ -1,0 +1,408 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+)
+
+// A sequence's state between two Forward calls is its position (host and
+// device copies), each Gated DeltaNet layer's conv window and recurrent
+// matrices, each attention layer's K and V rows [0, pos), and the last
+// row's logits and greedy pick. Everything else on the device is scratch a
+// forward pass rewrites before reading, or a cache keyed by its own
+// content (the sampling counts remember the history they hold and recount
+// for any other), so a State restored from a Snapshot continues exactly as
+// the State it was taken from: the same tokens, the same bits.
+//
+// The KV cache's capacity is not part of the state: the kernels take it
+// as a row stride only, so the results do not depend on it. Restore grows
+// the cache when the snapshot needs more rows, which drops the captured
+// decode graph (allocKV); otherwise the graph's buffers and capacity are
+// unchanged and it stays valid, the position being read from device
+// memory at every replay.
+
+var (
+	_ model.Snapshotter    = (*State)(nil)
+	_ model.SnapshotReader = (*State)(nil)
+	_ io.WriterTo          = (*Snapshot)(nil)
+)
+
+// SnapshotVersion is the version of the layout Snapshot.WriteTo writes
+// and ReadSnapshot reads (docs/gpu.md, "State snapshots").
+const SnapshotVersion = 1
+
+// snapshotMagic opens a serialized GPU state. It differs from the CPU
+// engine's ("Q35S"): the engines round differently, so neither resumes the
+// other's state.
+var snapshotMagic = [4]byte{'N', 'G', 'P', 'S'}
+
+// maxSnapshotLayers bounds the layer count a header may declare.
+const maxSnapshotLayers = 1024
+
+// snapLayout is what sizes a snapshot's arrays: the model's layer kinds
+// and widths. It is the geometry a serialized snapshot declares and is
+// checked against before anything is allocated.
+type snapLayout struct {
+	kinds   []qwen35.LayerKind
+	kvRow   int // floats of one token's K (or V) row in one layer: Hkv·Dh
+	convLen int // floats of one GDN layer's conv window: (K−1)·C
+	recLen  int // floats of one GDN layer's recurrent matrices: Hv·Dk·Dv
+	vocab   int // floats of the logits row
+}
+
+func (m *Model) snapLayout() snapLayout {
+	g := m.geom
+	return snapLayout{kinds: m.cfg.Layers, kvRow: g.kvd, convLen: (g.K - 1) * g.C,
+		recLen: g.gdn.Hv * g.gdn.Dk * g.gdn.Dv, vocab: g.V}
+}
+
+// Snapshot is a copy of a State in host memory (plain Go memory). It is
+// never changed once made, so WriteTo may run while a State restores from
+// it.
+type Snapshot struct {
+	m         *Model // the model it belongs to (Restore refuses another's)
+	lay       snapLayout
+	pos       int
+	next      int32       // the greedy pick of the last row (−1: a NaN)
+	conv, rec [][]float32 // per layer; nil for attention layers
+	k, v      [][]float32 // per layer, pos·kvRow values; nil for GDN layers
+	logits    []float32   // the last row
+}
+
+// Len is the number of tokens the snapshot holds.
+func (sn *Snapshot) Len() int { return sn.pos }
+
+// Bytes is the host memory the snapshot holds.
+func (sn *Snapshot) Bytes() int64 {
+	n := int64(len(sn.logits))
+	for l := range sn.lay.kinds {
+		n += int64(len(sn.conv[l]) + len(sn.rec[l]) + len(sn.k[l]) + len(sn.v[l]))
+	}
+	return 4*n + 64
+}
+
+func newSnapshot(lay snapLayout, pos int) *Snapshot {
+	n := len(lay.kinds)
+	return &Snapshot{lay: lay, pos: pos, conv: make([][]float32, n), rec: make([][]float32, n),
+		k: make([][]float32, n), v: make([][]float32, n)}
+}
+
+// Snapshot implements model.Snapshotter: it copies the state to host
+// memory.
+func (st *State) Snapshot() (model.Snapshot, error) {
+	if st.failed != nil {
+		return nil, fmt.Errorf("gpu: cannot snapshot a sequence whose last forward failed: %w", st.failed)
+	}
+	lay := st.m.snapLayout()
+	sn := newSnapshot(lay, st.pos)
+	sn.m = st.m
+	sn.logits = make([]float32, lay.vocab)
+	var dev [2]int32 // the device's position and greedy pick
+	err := st.m.dev.Do(func(c *cuda.Ctx) error {
+		if err := c.DtoH(cuda.Bytes(dev[:1]), st.dpos); err != nil {
+			return err
+		}
+		if err := c.DtoH(cuda.Bytes(dev[1:]), st.next); err != nil {
+			return err
+		}
+		if err := c.DtoH(cuda.Bytes(sn.logits), st.s.logits); err != nil {
+			return err
+		}
+		for l, kind := range lay.kinds {
+			if kind == qwen35.LinearAttention {
+				sn.conv[l], sn.rec[l] = make([]float32, lay.convLen), make([]float32, lay.recLen)
+				if err := c.DtoH(cuda.Bytes(sn.conv[l]), st.conv[l]); err != nil {
+					return err
+				}
+				if err := c.DtoH(cuda.Bytes(sn.rec[l]), st.rec[l]); err != nil {
+					return err
+				}
+				continue
+			}
+			// Rows [0, pos) are the cache's first pos·kvRow values.
+			sn.k[l], sn.v[l] = make([]float32, st.pos*lay.kvRow), make([]float32, st.pos*lay.kvRow)
+			if err := c.DtoH(cuda.Bytes(sn.k[l]), st.kc[l]); err != nil {
+				return err
+			}
+			if err := c.DtoH(cuda.Bytes(sn.v[l]), st.vc[l]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: copying a %d-token sequence to host memory: %w", st.pos, err)
+	}
+	if int(dev[0]) != st.pos {
+		return nil, fmt.Errorf("gpu: the sequence's device position is %d, its host position %d; it cannot be copied", dev[0], st.pos)
+	}
+	sn.next = dev[1]
+	return sn, nil
+}
+
+// Restore implements model.Snapshotter: the state becomes the one sn was
+// taken from. The KV cache grows to hold it (a cache already larger is
+// kept, and so is the decode graph captured for it).
+func (st *State) Restore(s model.Snapshot) error {
+	sn, ok := s.(*Snapshot)
+	if !ok || sn == nil {
+		return fmt.Errorf("gpu: the snapshot (%T) does not come from a GPU session", s)
+	}
+	if sn.m != st.m {
+		return fmt.Errorf("gpu: the snapshot comes from another model")
+	}
+	if sn.pos > st.maxCtx {
+		return fmt.Errorf("gpu: the snapshot holds %d tokens, more than the sequence's context of %d", sn.pos, st.maxCtx)
+	}
+	pos := []int32{int32(sn.pos), sn.next}
+	err := st.m.dev.Do(func(c *cuda.Ctx) error {
+		if st.failed != nil && st.graph != nil {
+			// A failed Forward may have replaced some caches (allocKV stops
+			// at the first allocation that fails): capture afresh.
+			c.DestroyGraph(st.graph)
+			st.graph = nil
+		}
+		if sn.pos > st.kcap {
+			capacity := max(st.kcap, 1)
+			for capacity < sn.pos {
+				capacity *= 2
+			}
+			if err := st.allocKV(c, min(capacity, st.maxCtx), 0); err != nil {
+				return err
+			}
+		}
+		// Asynchronous copies from Go memory the snapshot never changes,
+		// then one wait: the driver stages pageable memory itself.
+		copies := []hostCopy{{st.dpos, cuda.Bytes(pos[:1])}, {st.next, cuda.Bytes(pos[1:])}, {st.s.logits, cuda.Bytes(sn.logits)}}
+		for l, kind := range sn.lay.kinds {
+			if kind == qwen35.LinearAttention {
+				copies = append(copies, hostCopy{st.conv[l], cuda.Bytes(sn.conv[l])}, hostCopy{st.rec[l], cuda.Bytes(sn.rec[l])})
+			} else {
+				copies = append(copies, hostCopy{st.kc[l], cuda.Bytes(sn.k[l])}, hostCopy{st.vc[l], cuda.Bytes(sn.v[l])})
+			}
+		}
+		for _, cp := range copies {
+			if err := c.HtoDAsync(cp.dst, cp.src); err != nil {
+				return err
+			}
+		}
+		return c.Sync()
+	})
+	if err != nil {
+		st.failed = err
+		return fmt.Errorf("gpu: restoring a %d-token snapshot: %w", sn.pos, err)
+	}
+	st.pos, st.failed = sn.pos, nil
+	return nil
+}
+
+// hostCopy is one copy of Restore's, from host memory to the device.
+type hostCopy struct {
+	dst cuda.DevicePtr
+	src []byte
+}
+
+// ReadSnapshot implements model.SnapshotReader: it reads a snapshot that
+// Snapshot.WriteTo wrote for this model, refusing one of another geometry
+// or longer than this sequence's context before allocating its arrays.
+func (st *State) ReadSnapshot(r io.Reader) (model.Snapshot, error) {
+	sn, err := readSnapshot(r, st.m.snapLayout(), st.maxCtx)
+	if err != nil {
+		return nil, err
+	}
+	sn.m = st.m
+	return sn, nil
+}
+
+// snapHeaderFixed is the header's length before the layer kinds: magic,
+// version, layer count.
+const snapHeaderFixed = 12
+
+// snapHeaderTail is the header's length after the layer kinds: KV row,
+// conv and recurrent floats, vocabulary (u32 each), position (u64), greedy
+// pick (i32).
+const snapHeaderTail = 4*4 + 8 + 4
+
+// WriteTo writes the snapshot: "NGPS", version u32, layer count u32, one
+// kind byte per layer (0 Gated DeltaNet, 1 attention), KV row floats u32,
+// conv floats u32, recurrent floats u32, vocabulary u32, position u64,
+// greedy pick i32; then per layer in order its conv window and recurrent
+// matrices, or its K rows then V rows [0, position); then the logits row.
+// Numbers are little-endian and floats are written as their bits, so a
+// round trip is exact.
+func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	lay := sn.lay
+	b := make([]byte, 0, snapCodecChunk)
+	b = append(b, snapshotMagic[:]...)
+	b = binary.LittleEndian.AppendUint32(b, SnapshotVersion)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(lay.kinds)))
+	for _, k := range lay.kinds {
+		b = append(b, byte(k))
+	}
+	for _, v := range []int{lay.kvRow, lay.convLen, lay.recLen, lay.vocab} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(sn.pos))
+	b = binary.LittleEndian.AppendUint32(b, uint32(sn.next))
+	sw := &snapWriter{w: w, buf: b}
+	for l, kind := range lay.kinds {
+		if kind == qwen35.LinearAttention {
+			sw.floats(sn.conv[l])
+			sw.floats(sn.rec[l])
+		} else {
+			sw.floats(sn.k[l])
+			sw.floats(sn.v[l])
+		}
+	}
+	sw.floats(sn.logits)
+	sw.flush()
+	return sw.n, sw.err
+}
+
+// readSnapshot reads a snapshot of layout lay holding at most maxCtx
+// tokens. Every length is checked against lay before anything is
+// allocated, and each array is allocated only when its turn comes, so a
+// truncated or hostile input allocates at most one array past what it
+// holds, and never more than a state of lay filled to maxCtx.
+func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
+	var fixed [snapHeaderFixed]byte
+	if _, err := io.ReadFull(r, fixed[:]); err != nil {
+		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", noEOF(err))
+	}
+	if [4]byte(fixed[:4]) != snapshotMagic {
+		return nil, fmt.Errorf("gpu: not a GPU engine snapshot (magic %q, want %q); it was written by another engine or is damaged", fixed[:4], snapshotMagic[:])
+	}
+	if v := binary.LittleEndian.Uint32(fixed[4:]); v != SnapshotVersion {
+		return nil, fmt.Errorf("gpu: snapshot version %d; this build reads version %d", v, SnapshotVersion)
+	}
+	layers := binary.LittleEndian.Uint32(fixed[8:])
+	if layers > maxSnapshotLayers || int(layers) != len(lay.kinds) {
+		return nil, fmt.Errorf("gpu: the snapshot has %d layers, this model %d: it was written for another model", layers, len(lay.kinds))
+	}
+	rest := make([]byte, int(layers)+snapHeaderTail)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", noEOF(err))
+	}
+	for l, k := range lay.kinds {
+		if got := qwen35.LayerKind(rest[l]); got != k {
+			return nil, fmt.Errorf("gpu: layer %d of the snapshot is %v, of this model %v: it was written for another model", l, got, k)
+		}
+	}
+	h := rest[layers:]
+	u32 := func(i int) int { return int(binary.LittleEndian.Uint32(h[4*i:])) }
+	switch kvRow, conv, rec, vocab := u32(0), u32(1), u32(2), u32(3); {
+	case kvRow != lay.kvRow:
+		return nil, fmt.Errorf("gpu: the snapshot's KV rows hold %d floats, this model's %d: it was written for another model", kvRow, lay.kvRow)
+	case conv != lay.convLen || rec != lay.recLen:
+		return nil, fmt.Errorf("gpu: the snapshot's Gated DeltaNet layers hold %d+%d floats, this model's %d+%d: it was written for another model", conv, rec, lay.convLen, lay.recLen)
+	case vocab != lay.vocab:
+		return nil, fmt.Errorf("gpu: the snapshot's logits row holds %d floats, this model's vocabulary %d: it was written for another model", vocab, lay.vocab)
+	}
+	pos := binary.LittleEndian.Uint64(h[16:])
+	if pos > uint64(maxCtx) {
+		return nil, fmt.Errorf("gpu: the snapshot holds %d tokens, more than the sequence's context of %d", pos, maxCtx)
+	}
+	next := int32(binary.LittleEndian.Uint32(h[24:]))
+	if next < -1 || int(next) >= lay.vocab {
+		return nil, fmt.Errorf("gpu: the snapshot's greedy pick %d is outside the vocabulary of %d", next, lay.vocab)
+	}
+	sn := newSnapshot(lay, int(pos))
+	sn.next = next
+	sr := &snapReader{r: r}
+	for l, kind := range lay.kinds {
+		if kind == qwen35.LinearAttention {
+			sn.conv[l] = sr.floats(lay.convLen)
+			sn.rec[l] = sr.floats(lay.recLen)
+		} else {
+			sn.k[l] = sr.floats(sn.pos * lay.kvRow)
+			sn.v[l] = sr.floats(sn.pos * lay.kvRow)
+		}
+	}
+	sn.logits = sr.floats(lay.vocab)
+	if sr.err != nil {
+		return nil, fmt.Errorf("gpu: reading a %d-token snapshot after %d bytes of state: %w", pos, sr.n, sr.err)
+	}
+	return sn, nil
+}
+
+// noEOF makes a clean EOF inside the snapshot a truncation.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// snapCodecChunk is the staging buffer's size: floats are converted this
+// many bytes at a time.
+const snapCodecChunk = 64 << 10
+
+// snapWriter writes little-endian floats through a staging buffer and
+// keeps the first error.
+type snapWriter struct {
+	w   io.Writer
+	buf []byte
+	n   int64
+	err error
+}
+
+func (sw *snapWriter) flush() {
+	if sw.err == nil && len(sw.buf) > 0 {
+		n, err := sw.w.Write(sw.buf)
+		sw.n += int64(n)
+		sw.err = err
+	}
+	sw.buf = sw.buf[:0]
+}
+
+func (sw *snapWriter) floats(x []float32) {
+	for len(x) > 0 && sw.err == nil {
+		if len(sw.buf)+4 > snapCodecChunk {
+			sw.flush()
+		}
+		k := min(len(x), (snapCodecChunk-len(sw.buf))/4)
+		for _, v := range x[:k] {
+			sw.buf = binary.LittleEndian.AppendUint32(sw.buf, math.Float32bits(v))
+		}
+		x = x[k:]
+	}
+}
+
+// snapReader is snapWriter's inverse.
+type snapReader struct {
+	r   io.Reader
+	buf []byte
+	n   int64
+	err error
+}
+
+func (sr *snapReader) floats(n int) []float32 {
+	if sr.err != nil {
+		return nil
+	}
+	if sr.buf == nil {
+		sr.buf = make([]byte, snapCodecChunk)
+	}
+	x := make([]float32, n)
+	for i := 0; i < n; {
+		k := min(n-i, snapCodecChunk/4)
+		b := sr.buf[:4*k]
+		if _, err := io.ReadFull(sr.r, b); err != nil {
+			sr.err = noEOF(err)
+			return nil
+		}
+		sr.n += int64(len(b))
+		for j := range k {
+			x[i+j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+		}
+		i += k
+	}
+	return x
+}

@@ -1,0 +1,690 @@
+package gpu
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/sample"
+)
+
+func uintptrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
+
+// Phases of a decode step, as BenchInfo splits it.
+const (
+	PhaseEmbed     = "embed"
+	PhaseGDN       = "gdn"       // norm, projections, conv, delta rule, out projection
+	PhaseAttention = "attention" // norm, projections, KV, attention, out projection
+	PhaseMoE       = "moe"       // norm, router, shared and routed experts, combine
+	PhaseMLP       = "mlp"
+	PhaseHead      = "lm_head" // final norm, lm_head, argmax
+)
+
+// DefaultChunk is the most tokens one forward pass carries by default
+// (prefill chunks; NVMAI_GPU_CHUNK sets it, up to MaxChunkLimit). 512
+// rather than 256 gives each grouped expert twice the rows (2,410 → 2,708
+// tok/s for a 512-token prompt on the H200, docs/gpu.md); the attention
+// scores scratch is 4·chunk·Hq·KV-capacity bytes.
+const DefaultChunk = 512
+
+// MaxChunkLimit is the longest prefill chunk NVMAI_GPU_CHUNK may ask for.
+const MaxChunkLimit = 1024
+
+// StateOptions size a sequence's KV cache.
+type StateOptions struct {
+	KVInitial  int // starting capacity in tokens (default 1024); doubles on demand
+	MaxContext int // default the model's maximum
+	NoGraph    bool
+}
+
+// State is one sequence on the device: recurrent and conv state, the KV
+// cache and the scratch of a forward pass. Decode steps replay one captured
+// CUDA graph per KV capacity; the position lives in device memory.
+type State struct {
+	m            *Model
+	pos          int // host mirror of *dpos
+	chunkLen     int // prefill tokens per pass (Model.chunk when allocated)
+	maxCtx, kcap int
+	noGraph      bool
+
+	dpos, tokens, next cuda.DevicePtr
+	cand               cuda.DevicePtr   // topk_cand's header and (id, logit) pairs
+	samp               *sampBuffers     // allocated by the first sampled step
+	sampled            int              // steps Sample decided on the device (tests)
+	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
+	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
+	s                  scratch
+	graph              *cuda.Graph
+	graphKernels       int
+	failed             error
+	allocs             []cuda.DevicePtr // everything but the KV cache
+}
+
+// scratch is a forward pass's device buffers for up to State.chunkLen tokens.
+type scratch struct {
+	x, u, proj, convOut, z, a, b, o    cuda.DevicePtr
+	q2, k, v, scores                   cuda.DevicePtr
+	router, sel, weight, sg, su, gates cuda.DevicePtr
+	eg, eu, routed, shared, g, up      cuda.DevicePtr
+	offs, list                         cuda.DevicePtr // prefill's entries by expert (moe_group)
+	oraw                               cuda.DevicePtr // gdn_rec's outputs before the gated norm
+	final, logits                      cuda.DevicePtr
+	qa                                 gpukernels.QAct
+}
+
+// NewState allocates a sequence.
+func (m *Model) NewState(opt StateOptions) (*State, error) {
+	cfg := m.cfg
+	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph, chunkLen: max(m.chunk, 1)}
+	if st.maxCtx <= 0 || st.maxCtx > cfg.MaxContext {
+		st.maxCtx = cfg.MaxContext
+	}
+	st.kcap = opt.KVInitial
+	if st.kcap <= 0 {
+		st.kcap = 1024
+	}
+	st.kcap = min(st.kcap, st.maxCtx)
+	err := m.dev.Do(func(c *cuda.Ctx) error { return st.alloc(c) })
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *State) alloc(c *cuda.Ctx) error {
+	g, cfg := st.m.geom, st.m.cfg
+	var err error
+	a := func(n int) cuda.DevicePtr {
+		if err != nil {
+			return 0
+		}
+		p, e := c.Alloc(uint64(max(n, 4)))
+		if e != nil {
+			err = e
+			return 0
+		}
+		st.allocs = append(st.allocs, p)
+		if e := c.Memset32(p, 0, uint64(max(n, 4)/4)); e != nil && err == nil {
+			err = e
+		}
+		return p
+	}
+	T := st.chunkLen
+	f := func(n int) cuda.DevicePtr { return a(4 * T * n) }
+	st.dpos, st.tokens, st.next = a(4), a(4*T), a(4)
+	st.cand = a(4 * (4 + 2*MaxCandidates))
+	st.conv = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.rec = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.kc = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.vc = make([]cuda.DevicePtr, len(cfg.Layers))
+	for l, kind := range cfg.Layers {
+		if kind == qwen35.LinearAttention {
+			st.conv[l] = a(4 * (g.K - 1) * g.C)
+			st.rec[l] = a(4 * g.gdn.Hv * g.gdn.Dk * g.gdn.Dv)
+		}
+	}
+	s := &st.s
+	s.x, s.u = f(g.H), f(g.H)
+	s.proj, s.convOut, s.z, s.o = f(g.C), f(g.C), f(g.vd), f(max(g.vd, g.attn.Hq*g.attn.Dh))
+	s.a, s.b = f(2*g.gdn.Hv), f(g.gdn.Hv)
+	s.q2, s.k, s.v = f(2*g.attn.Hq*g.attn.Dh), f(g.kvd), f(g.kvd)
+	s.router, s.sel, s.weight = f(g.E+1), f(max(g.k, 1)), f(max(g.k, 1))
+	s.sg, s.su, s.gates = f(max(g.Is, 1)), f(max(g.Is, 1)), f(1)
+	s.eg, s.eu, s.routed = f(max(g.k*g.I, 1)), f(max(g.k*g.I, 1)), f(max(g.k*g.H, 1))
+	s.shared, s.g, s.up = f(g.H), f(max(g.Inter, 1)), f(max(g.Inter, 1))
+	s.offs, s.list = a(4*(g.E+1)), f(max(g.k, 1))
+	s.oraw = f(max(g.vd, 1))
+	s.final, s.logits = a(4*g.H), a(4*g.V)
+	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
+	q8, q4, ds := gpukernels.QActBytes(T, widest)
+	s.qa = gpukernels.QAct{Q8: a(int(q8)), Q4: a(int(q4)), DX: a(int(ds)), SX: a(int(ds))}
+	if err != nil {
+		return fmt.Errorf("gpu: allocating a sequence: %w", err)
+	}
+	return st.allocKV(c, st.kcap, 0)
+}
+
+// allocKV gives every attention layer a cache of capacity tokens, keeping
+// the first keep tokens, and sizes the score scratch to match.
+func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
+	g, cfg := st.m.geom, st.m.cfg
+	row := uint64(4 * g.kvd)
+	for l, kind := range cfg.Layers {
+		if kind != qwen35.FullAttention {
+			continue
+		}
+		for _, buf := range []*cuda.DevicePtr{&st.kc[l], &st.vc[l]} {
+			p, err := c.Alloc(row * uint64(capacity))
+			if err != nil {
+				return fmt.Errorf("gpu: no room for a KV cache of %d tokens: %w", capacity, err)
+			}
+			if *buf != 0 {
+				if keep > 0 {
+					if err := c.DtoD(p, *buf, row*uint64(keep)); err != nil {
+						return err
+					}
+				}
+				if err := c.Sync(); err != nil {
+					return err
+				}
+				c.Free(*buf)
+			}
+			*buf = p
+		}
+	}
+	if st.s.scores != 0 {
+		c.Free(st.s.scores)
+	}
+	p, err := c.Alloc(uint64(4 * st.chunkLen * max(g.attn.Hq, 1) * capacity))
+	if err != nil {
+		return fmt.Errorf("gpu: no room for attention scores over %d tokens: %w", capacity, err)
+	}
+	st.s.scores = p
+	if st.graph != nil { // captured with the old buffers
+		c.DestroyGraph(st.graph)
+		st.graph = nil
+	}
+	st.kcap = capacity
+	return nil
+}
+
+// Close frees the sequence's device memory.
+func (st *State) Close() {
+	st.m.dev.Do(func(c *cuda.Ctx) error {
+		c.DestroyGraph(st.graph)
+		st.graph = nil
+		for _, p := range st.allocs {
+			c.Free(p)
+		}
+		for l := range st.kc {
+			if st.kc[l] != 0 {
+				c.Free(st.kc[l])
+				c.Free(st.vc[l])
+			}
+		}
+		if st.s.scores != 0 {
+			c.Free(st.s.scores)
+		}
+		return nil
+	})
+	st.allocs = nil
+}
+
+// Len is the number of tokens the sequence holds.
+func (st *State) Len() int { return st.pos }
+
+// MaxContext is the most tokens the sequence may hold.
+func (st *State) MaxContext() int { return st.maxCtx }
+
+// GraphKernels is the number of kernels in the decode graph (0 before the
+// first decode step or without graphs).
+func (st *State) GraphKernels() int { return st.graphKernels }
+
+// Forward feeds ids; afterwards the last token's logits and greedy pick are
+// on the device (Logits, Argmax).
+func (st *State) Forward(ids []int) error {
+	if st.failed != nil {
+		return fmt.Errorf("gpu: the sequence failed earlier (%v); start a new one", st.failed)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("gpu: Forward: no tokens")
+	}
+	for i, id := range ids {
+		if id < 0 || id >= st.m.geom.V {
+			return fmt.Errorf("gpu: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, st.m.geom.V)
+		}
+	}
+	if st.pos+len(ids) > st.maxCtx {
+		return fmt.Errorf("gpu: Forward: %d tokens after %d would pass the max context of %d", len(ids), st.pos, st.maxCtx)
+	}
+	err := st.m.dev.Do(func(c *cuda.Ctx) error {
+		if need := st.pos + len(ids); need > st.kcap {
+			capacity := st.kcap
+			for capacity < need {
+				capacity *= 2
+			}
+			if err := st.allocKV(c, min(capacity, st.maxCtx), st.pos); err != nil {
+				return err
+			}
+		}
+		for start := 0; start < len(ids); start += st.chunkLen {
+			chunk := ids[start:min(start+st.chunkLen, len(ids))]
+			if err := st.chunk(c, chunk); err != nil {
+				return err
+			}
+		}
+		if len(ids) > 1 {
+			return c.Sync() // prefill: its time belongs to the prompt, not the first decode step
+		}
+		return nil
+	})
+	if err != nil {
+		st.failed = err
+	}
+	return err
+}
+
+func (st *State) chunk(c *cuda.Ctx, ids []int) error {
+	tok := make([]int32, len(ids))
+	for i, id := range ids {
+		tok[i] = int32(id)
+	}
+	// Async: pageable memory is staged at the call, and the stream orders
+	// the copy after the previous step's kernels, which read the old ids.
+	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
+		return err
+	}
+	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar, GDNReg: st.m.gdnReg}
+	if len(ids) == 1 && !st.noGraph {
+		if st.graph == nil {
+			if err := c.BeginCapture(); err != nil {
+				return err
+			}
+			ferr := st.m.forward(l, st, 1, nil)
+			g, err := c.EndCapture()
+			if ferr != nil {
+				return ferr
+			}
+			if err != nil {
+				return err
+			}
+			st.graph, st.graphKernels = g, l.Count
+		}
+		if err := c.LaunchGraph(st.graph); err != nil {
+			return err
+		}
+	} else if err := st.m.forward(l, st, len(ids), nil); err != nil {
+		return err
+	}
+	st.pos += len(ids)
+	return nil
+}
+
+// Logits copies the last token's logits into dst [V].
+func (st *State) Logits(dst []float32) error {
+	if len(dst) != st.m.geom.V {
+		return fmt.Errorf("gpu: Logits: %d values, want vocab %d", len(dst), st.m.geom.V)
+	}
+	return st.m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(dst), st.s.logits) })
+}
+
+// Argmax returns the greedy next token (computed on the device after the
+// last Forward: the lowest id among equal maxima, an error on NaN logits).
+func (st *State) Argmax() (int, error) {
+	var id [1]int32
+	if err := st.m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(id[:]), st.next) }); err != nil {
+		return 0, err
+	}
+	if id[0] < 0 {
+		return 0, fmt.Errorf("gpu: the logits hold a NaN: the forward pass is broken")
+	}
+	return int(id[0]), nil
+}
+
+// MaxCandidates is the most top-k candidates samp_cand takes (ties with
+// the k-th included); a row with more is sampled on the host.
+const MaxCandidates = 1024
+
+// sampBuffers are the device buffers of sampling on the device.
+type sampBuffers struct {
+	row     cuda.DevicePtr // the logits after penalties [V]
+	counts  cuda.DevicePtr // the penalties' history as counts [V]
+	maxID   cuda.DevicePtr // argmax of row
+	w, bsum cuda.DevicePtr // samp_rows' weights [V] (float64) and block sums
+	keys    cuda.DevicePtr // samp_rows' order keys [V] (uint64), for top-p
+	cut     cuda.DevicePtr // top-p's cut (float64)
+	out     cuda.DevicePtr // [0] the token, [1] samp_rows' status
+	ids     cuda.DevicePtr // history tokens to count, sampUpload at a time
+	synced  []int32        // the history counts holds
+}
+
+// sampUpload is how many history tokens one copy adds to the counts.
+const sampUpload = 4096
+
+func (st *State) sampAlloc(c *cuda.Ctx) (*sampBuffers, error) {
+	if st.samp != nil {
+		return st.samp, nil
+	}
+	V := st.m.geom.V
+	b := &sampBuffers{}
+	for _, a := range []struct {
+		p *cuda.DevicePtr
+		n int
+	}{{&b.row, 4 * V}, {&b.counts, 4 * V}, {&b.maxID, 4}, {&b.w, 8 * V}, {&b.keys, 8 * V}, {&b.cut, 8},
+		{&b.bsum, 8 * gpukernels.SampBlocks(V)}, {&b.out, 16}, {&b.ids, 4 * sampUpload}} {
+		p, err := c.Alloc(uint64(a.n))
+		if err != nil {
+			return nil, err
+		}
+		st.allocs = append(st.allocs, p)
+		*a.p = p
+	}
+	if err := c.Memset32(b.counts, 0, uint64(V)); err != nil {
+		return nil, err
+	}
+	st.samp = b
+	return b, nil
+}
+
+// syncCounts makes the device's counts those of history: the new tokens
+// are added, or, for another sampler's history, counted afresh.
+func (b *sampBuffers) syncCounts(c *cuda.Ctx, l *gpukernels.Launcher, history []int32, V int) error {
+	if len(history) < len(b.synced) || !slices.Equal(history[:len(b.synced)], b.synced) {
+		if err := c.Memset32(b.counts, 0, uint64(V)); err != nil {
+			return err
+		}
+		b.synced = b.synced[:0]
+	}
+	for add := history[len(b.synced):]; len(add) > 0; {
+		n := min(len(add), sampUpload)
+		if err := c.HtoD(b.ids, cuda.Bytes(add[:n])); err != nil {
+			return err
+		}
+		if err := l.SampCount(b.counts, b.ids, n, V); err != nil {
+			return err
+		}
+		b.synced = append(b.synced, add[:n]...)
+		add = add[n:]
+	}
+	return nil
+}
+
+// Sample picks st's token from the last logits on the device, as
+// sample.Sampler.Finish does (docs/sampling.md), so only the id comes back.
+// ok is false when the host must take the row: it holds a NaN or +Inf or
+// no finite logit (the host reports those), or more than MaxCandidates
+// tie for a top-k filter.
+func (st *State) Sample(step sample.Step, history []int32) (id int, ok bool, err error) {
+	V := st.m.geom.V
+	var out [2]int32
+	err = st.m.dev.Do(func(c *cuda.Ctx) error {
+		b, err := st.sampAlloc(c)
+		if err != nil {
+			return err
+		}
+		l := &gpukernels.Launcher{C: c, K: st.m.ks}
+		row, maxID := st.s.logits, st.next
+		if step.Penalized() {
+			if err := b.syncCounts(c, l, history, V); err != nil {
+				return err
+			}
+			if err := l.SampPenalize(b.row, row, b.counts, V, step.RepetitionPenalty, step.PresencePenalty, step.FrequencyPenalty); err != nil {
+				return err
+			}
+			row, maxID = b.row, b.maxID
+			if err := l.Argmax(maxID, row, V); err != nil {
+				return err
+			}
+			if step.Temperature == 0 {
+				return c.DtoH(cuda.Bytes(out[:1]), maxID)
+			}
+		}
+		if err := c.Memset32(b.out, 0, 2); err != nil {
+			return err
+		}
+		if err := st.sampleRow(l, b, step, row, maxID); err != nil {
+			return err
+		}
+		return c.DtoH(cuda.Bytes(out[:]), b.out)
+	})
+	if err != nil || out[0] < 0 || out[1] != 0 {
+		return 0, false, err
+	}
+	st.sampled++
+	return int(out[0]), true, nil
+}
+
+// sampleRow enqueues the sampled step's kernels over row: a top-k filter
+// of at most MaxCandidates is finished over its list; otherwise the whole
+// row is weighed (twice with top-p: for its cut, then within it) and drawn
+// from.
+func (st *State) sampleRow(l *gpukernels.Launcher, b *sampBuffers, step sample.Step, row, maxID cuda.DevicePtr) error {
+	V := st.m.geom.V
+	k := step.TopK
+	if k >= V {
+		k = 0
+	}
+	if k > 0 && k <= MaxCandidates {
+		if err := l.TopKCand(st.cand, row, V, k, MaxCandidates); err != nil {
+			return err
+		}
+		return l.SampCand(b.out, st.cand, step.Temperature, step.TopP, step.LogMinP, step.U)
+	}
+	var thr, cut cuda.DevicePtr
+	if k > 0 {
+		if err := l.TopKCand(st.cand, row, V, k, 1); err != nil {
+			return err
+		}
+		thr = st.cand + 8 // out[2], the threshold
+	}
+	T, status := step.Temperature, b.out+4
+	if step.TopP > 0 {
+		if err := l.SampRows(b.w, b.bsum, b.keys, status, row, maxID, thr, 0, V, T, 0, false); err != nil {
+			return err
+		}
+		if err := l.SampNucleus(b.cut, b.keys, b.w, V, step.TopP); err != nil {
+			return err
+		}
+		cut = b.cut
+	}
+	if err := l.SampRows(b.w, b.bsum, 0, status, row, maxID, thr, cut, V, T, step.LogMinP, true); err != nil {
+		return err
+	}
+	return l.SampDraw(b.out, b.w, b.bsum, status, V, step.U)
+}
+
+// forward enqueues the whole decoder for T tokens at the device position:
+// the same launches whether captured into a graph or run directly.
+func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phase string)) error {
+	if mark == nil {
+		mark = func(string) {}
+	}
+	g, s := m.geom, &st.s
+	var err error
+	do := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	// gemv quantizes x into the scratch (when any of ws is quantized) and
+	// multiplies every w of ws by it.
+	// held is what the quantized scratch holds, so x read by several
+	// launches in a row is quantized once.
+	type quantized struct {
+		x             cuda.DevicePtr
+		vectors, cols int
+	}
+	var held quantized
+	grouped := false // the layer's MoEGroup ran: gathered products go expert by expert
+	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
+		for _, w := range ws {
+			if w.Quantized() && held != (quantized{x, vectors, cols}) {
+				do(l.Quantize(&s.qa, x, vectors, cols))
+				held = quantized{x, vectors, cols}
+				break
+			}
+		}
+		for _, o := range outs {
+			if o == held.x { // the product overwrites what was quantized
+				held = quantized{}
+			}
+		}
+		for i, w := range ws {
+			if sel != 0 && T > 1 && grouped && w.Quantized() { // prefill: expert by expert (MoEGroup ran)
+				do(l.GEMVGrouped(outs[i], w, &s.qa, s.offs, s.list, slots, g.E, xslot))
+				continue
+			}
+			do(l.GEMV(outs[i], w, x, &s.qa, res, sel, slots, xslot, T))
+		}
+	}
+	// multi runs several products of x [T, cols] in one launch (decode).
+	multi := func(x cuda.DevicePtr, cols int, segs ...gpukernels.Seg) {
+		var q *gpukernels.QAct
+		for _, sg := range segs {
+			if sg.M.Quantized() {
+				if held != (quantized{x, T, cols}) {
+					do(l.Quantize(&s.qa, x, T, cols))
+					held = quantized{x, T, cols}
+				}
+				q = &s.qa
+				break
+			}
+		}
+		for _, sg := range segs {
+			if sg.Y == held.x {
+				held = quantized{}
+			}
+		}
+		do(l.MGEMV(segs, x, q, T))
+	}
+	fused := T == 1 && m.fuse
+	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
+		gemv(x, T, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
+	}
+	anyQuantized := func(ws ...*gpukernels.Mat) bool {
+		for _, w := range ws {
+			if w != nil && w.Quantized() {
+				return true
+			}
+		}
+		return false
+	}
+	// norm is RMSNorm into u, quantized in the same launch when a product
+	// that reads u is quantized.
+	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
+		if anyQuantized(readers...) {
+			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, T, g.eps))
+			held = quantized{s.u, T, g.H}
+			return
+		}
+		do(l.RMSNorm(s.u, s.x, scale, g.H, T, g.eps))
+		held = quantized{}
+	}
+	// swiglu is g = silu(g)·u over vectors·cols, quantized in the same
+	// launch when its reader is.
+	swiglu := func(gp, up cuda.DevicePtr, vectors, cols int, reader *gpukernels.Mat) {
+		if reader.Quantized() {
+			do(l.SwiGLUQuantize(&s.qa, gp, up, vectors, cols))
+			held = quantized{gp, vectors, cols}
+			return
+		}
+		do(l.SwiGLU(gp, up, vectors*cols))
+	}
+	do(l.Embed(s.x, m.embed, st.tokens, T))
+	mark(PhaseEmbed)
+	for i := range m.layers {
+		ly := &m.layers[i]
+		norm(ly.inNorm, ly.qkv, ly.z, ly.ab, ly.a, ly.b, ly.q, ly.k, ly.v)
+		switch ly.kind {
+		case qwen35.LinearAttention:
+			a, b, abStride := s.a, s.b, g.gdn.Hv
+			switch {
+			case fused && ly.ab != nil:
+				multi(s.u, g.H, gpukernels.Seg{Y: s.proj, M: ly.qkv}, gpukernels.Seg{Y: s.z, M: ly.z}, gpukernels.Seg{Y: s.a, M: ly.ab})
+				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
+			case fused:
+				multi(s.u, g.H, gpukernels.Seg{Y: s.proj, M: ly.qkv}, gpukernels.Seg{Y: s.z, M: ly.z}, gpukernels.Seg{Y: s.b, M: ly.b}, gpukernels.Seg{Y: s.a, M: ly.a})
+			case ly.ab != nil: // one product gives a then b per token
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.ab}, 0, 0, 1, false)
+				b, abStride = s.a+cuda.DevicePtr(4*g.gdn.Hv), 2*g.gdn.Hv
+			default:
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
+			}
+			do(l.GDNConv(s.convOut, s.proj, st.conv[i], ly.conv, g.C, g.K, T))
+			if m.splitGDN && gpukernels.GDNSplitFits(g.gdn, st.chunkLen) {
+				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
+				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))
+					held = quantized{s.o, T, g.vd}
+				} else {
+					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, nil))
+					held = quantized{}
+				}
+			} else {
+				do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
+			}
+			one(s.o, g.vd, s.x, ly.out, s.x)
+			mark(PhaseGDN)
+		case qwen35.FullAttention:
+			if fused {
+				multi(s.u, g.H, gpukernels.Seg{Y: s.q2, M: ly.q}, gpukernels.Seg{Y: s.k, M: ly.k}, gpukernels.Seg{Y: s.v, M: ly.v})
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
+			}
+			do(l.AttnKV(st.kc[i], st.vc[i], s.k, s.v, ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, T))
+			do(l.AttnHeads(s.o, s.scores, s.q2, st.kc[i], st.vc[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, T))
+			one(s.o, g.attn.Hq*g.attn.Dh, s.x, ly.o, s.x)
+			mark(PhaseAttention)
+		}
+		norm(ly.postNorm, ly.routerG, ly.router, ly.sGate, ly.sUp, ly.sharedG, ly.eGate, ly.eUp, ly.gate, ly.up)
+		if ly.router != nil && fused && ly.moeFused {
+			m.moeStep(l, st, ly, multi, do)
+			held = quantized{} // moeStep leaves the experts' activations quantized
+			mark(PhaseMoE)
+		} else if ly.router != nil {
+			gates, stride, gstride := s.gates, g.E, 1
+			if ly.routerG != nil { // one product gives the router logits then the gate
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su}, []*gpukernels.Mat{ly.routerG, ly.sGate, ly.sUp}, 0, 0, 1, false)
+				gates, stride, gstride = s.router+cuda.DevicePtr(4*g.E), g.E+1, g.E+1
+			} else {
+				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
+			}
+			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
+			grouped = T > 1 && m.group && ly.moeGrouped
+			if grouped {
+				do(l.MoEGroup(s.offs, s.list, s.sel, T*g.k, g.E))
+			}
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
+			swiglu(s.sg, s.su, T, g.Is, ly.sDown)
+			one(s.sg, g.Is, s.shared, ly.sDown, 0)
+			swiglu(s.eg, s.eu, T*g.k, g.I, ly.eDown)
+			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{ly.eDown}, 0, s.sel, g.k, true)
+			do(l.Combine(s.x, s.routed, s.weight, s.shared, gates, g.k, g.H, T, gstride))
+			mark(PhaseMoE)
+		} else {
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.g, s.up}, []*gpukernels.Mat{ly.gate, ly.up}, 0, 0, 1, false)
+			swiglu(s.g, s.up, T, g.Inter, ly.down)
+			one(s.g, g.Inter, s.x, ly.down, s.x)
+			mark(PhaseMLP)
+		}
+	}
+	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
+	// lm_head reads one row: run it as a one-token GEMV.
+	if m.lmHead.Quantized() {
+		do(l.RMSNormQuantize(&s.qa, s.final, last, m.norm, g.H, 1, g.eps))
+	} else {
+		do(l.RMSNorm(s.final, last, m.norm, g.H, 1, g.eps))
+	}
+	do(l.GEMV(s.logits, m.lmHead, s.final, &s.qa, 0, 0, 1, false, 1))
+	do(l.Argmax(st.next, s.logits, g.V))
+	do(l.Advance(st.dpos, T))
+	mark(PhaseHead)
+	return err
+}
+
+// moeStep is a decode step's MoE block in four launches: the router (with
+// the shared expert's gate logit) and the shared expert's gate and up in
+// one, routing, the picked experts' gate and up in one (the shared
+// expert's activation sits in slot k after the routed ones'), SwiGLU with
+// quantization over the k+1 slots, and moe_down (down products and
+// combine, into x). Bitwise the unfused path.
+func (m *Model) moeStep(l *gpukernels.Launcher, st *State, ly *layerW, multi func(cuda.DevicePtr, int, ...gpukernels.Seg), do func(error)) {
+	g, s := m.geom, &st.s
+	sg, su := s.eg+cuda.DevicePtr(4*g.k*g.I), s.eu+cuda.DevicePtr(4*g.k*g.I)
+	gates, stride, gstride := s.gates, g.E, 1
+	if ly.routerG != nil { // the router logits then the gate
+		multi(s.u, g.H, gpukernels.Seg{Y: s.router, M: ly.routerG}, gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
+		gates, stride, gstride = s.router+cuda.DevicePtr(4*g.E), g.E+1, g.E+1
+	} else {
+		multi(s.u, g.H, gpukernels.Seg{Y: s.router, M: ly.router}, gpukernels.Seg{Y: s.gates, M: ly.sharedG},
+			gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
+	}
+	do(l.Route(s.sel, s.weight, s.router, g.E, g.k, 1, stride))
+	multi(s.u, g.H, gpukernels.Seg{Y: s.eg, M: ly.eGate, Sel: s.sel, Slots: g.k}, gpukernels.Seg{Y: s.eu, M: ly.eUp, Sel: s.sel, Slots: g.k})
+	do(l.SwiGLUQuantize(&s.qa, s.eg, s.eu, g.k+1, g.I))
+	do(l.MoEDown(s.x, ly.eDown, ly.sDown, &s.qa, s.sel, s.weight, gates, g.k, gstride, 1))
+}
