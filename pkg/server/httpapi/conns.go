@@ -35,17 +35,9 @@ const (
 	// bodyGrace is that for a request whose body is still arriving.
 	bodyGrace = 3 * time.Second
 	// crowdedFor is how long after a newcomer found every connection
-	// open and none to close responses say Connection: close, so that
-	// clients let go of connections knowingly instead of having idle ones
-	// closed under them.
+	// open responses say Connection: close, so that clients let go of
+	// connections knowingly instead of having idle ones closed under them.
 	crowdedFor = time.Second
-	// closingGrace is how long a connection that answered a refusal
-	// before reading the body keeps its place once the answer is flushed.
-	// net/http then waits 500 ms before closing it (so that the client
-	// reads the answer before the reset its unread body causes), holding
-	// the place for nothing: clients refused 413 at a high rate would fill
-	// the server. A client on loopback or a LAN has the answer long before.
-	closingGrace = 20 * time.Millisecond
 )
 
 // LimitConnections returns ln serving at most n connections of hs at once,
@@ -55,8 +47,8 @@ const (
 // requests, or one that has sent nothing or only part of its headers for
 // a second) is closed to make room, else one whose request body has been
 // arriving for 3 s, so that idle and trickling connections cannot lock
-// clients out; only when none of them is there does the newcomer wait,
-// and for a second after that responses carry Connection: close (see
+// clients out; only when none of them is there does the newcomer wait.
+// For a second after that, responses carry Connection: close (see
 // crowded). It chains hs.ConnState and hs.ConnContext, which must be set
 // before.
 func LimitConnections(hs *http.Server, ln net.Listener, n int) net.Listener {
@@ -104,7 +96,6 @@ type limitConn struct {
 	state     http.ConnState
 	since     time.Time
 	bodySince time.Time // zero unless a request body is being read
-	closing   time.Time // zero unless the connection closes after its answer
 }
 
 type connKey struct{}
@@ -127,7 +118,7 @@ func readingBody(ctx context.Context, on bool) {
 
 // crowded reports whether the connection of the request whose context
 // is ctx should be closed after its response: a newcomer found every
-// connection open and none to close less than crowdedFor ago. The client then opens a new
+// connection open less than crowdedFor ago. The client then opens a new
 // connection for its next request, which the server admits as this one
 // closes, instead of keeping one idle that a newcomer would have closed,
 // possibly just as the client sends a request on it.
@@ -139,19 +130,6 @@ func crowded(ctx context.Context) bool {
 	lc.l.mu.Lock()
 	defer lc.l.mu.Unlock()
 	return time.Now().Before(lc.l.crowdedUntil)
-}
-
-// closingAfterAnswer records that the connection of the request whose
-// context is ctx closes once its answer is written: after closingGrace
-// a newcomer may take its place (conns.go's victimLocked).
-func closingAfterAnswer(ctx context.Context) {
-	lc, ok := ctx.Value(connKey{}).(*limitConn)
-	if !ok {
-		return
-	}
-	lc.l.mu.Lock()
-	lc.closing = time.Now()
-	lc.l.mu.Unlock()
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -167,12 +145,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			return lc, nil
 		}
-		victim, wait, closing := l.victimLocked()
-		if victim == nil && !closing {
-			// The newcomer waits: the next answers close their
-			// connections (crowded), not only idle ones that come of age.
-			l.crowdedUntil = time.Now().Add(crowdedFor)
-		}
+		l.crowdedUntil = time.Now().Add(crowdedFor)
+		victim, wait := l.victimLocked()
 		l.mu.Unlock()
 		if victim != nil {
 			victim.Close()
@@ -196,20 +170,17 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 // are signalled, a body that starts arriving is not.
 const maxAcceptWait = 250 * time.Millisecond
 
-// victimLocked picks the connection to close for a newcomer: one that
-// closes after its answer (for closingGrace; closing reports such a
-// victim, or that one will be there within closingGrace), else
-// the one idle the longest (for idleGrace at least), else one that has sent
+// victimLocked picks the connection to close for a newcomer: the one
+// idle the longest (for idleGrace at least), else one that has sent
 // nothing or part of its headers for newConnGrace, else one whose request
 // body has been arriving for bodyGrace. Without one, it returns how long
 // until the first connection comes of age (a newcomer waits that long,
 // not a fixed poll, since a long wait is latency for a client that
 // merely opened a new connection).
-func (l *connLimiter) victimLocked() (victim *limitConn, wait time.Duration, closing bool) {
-	var closed, idle, fresh, trickle *limitConn
-	anyClosing := false
+func (l *connLimiter) victimLocked() (*limitConn, time.Duration) {
+	var idle, fresh, trickle *limitConn
 	now := time.Now()
-	wait = maxAcceptWait
+	wait := maxAcceptWait
 	eligible := func(since time.Time, grace time.Duration) bool {
 		age := now.Sub(since)
 		if age < grace {
@@ -218,13 +189,6 @@ func (l *connLimiter) victimLocked() (victim *limitConn, wait time.Duration, clo
 		return age >= grace
 	}
 	for c := range l.conns {
-		if !c.closing.IsZero() {
-			anyClosing = true
-			if eligible(c.closing, closingGrace) && (closed == nil || c.closing.Before(closed.closing)) {
-				closed = c
-			}
-			continue
-		}
 		switch c.state {
 		case http.StateActive:
 			if !c.bodySince.IsZero() && eligible(c.bodySince, bodyGrace) && (trickle == nil || c.bodySince.Before(trickle.bodySince)) {
@@ -241,18 +205,14 @@ func (l *connLimiter) victimLocked() (victim *limitConn, wait time.Duration, clo
 		}
 	}
 	switch {
-	case closed != nil:
-		return closed, 0, true
 	case idle != nil:
-		return idle, 0, false
+		return idle, 0
 	case fresh != nil:
-		return fresh, 0, false
+		return fresh, 0
 	case trickle != nil:
-		return trickle, 0, false
+		return trickle, 0
 	}
-	// A connection about to close frees a place soon: no need to close
-	// idle ones (crowded).
-	return nil, max(wait, time.Millisecond), anyClosing
+	return nil, max(wait, time.Millisecond)
 }
 
 func (l *connLimiter) setState(c *limitConn, s http.ConnState) {

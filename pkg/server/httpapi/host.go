@@ -156,10 +156,6 @@ func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// at once and its drain after the handler fails at once.
 				rec.Header().Set("Connection", "close")
 				http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-				h.writeErrorFor(r.URL.Path)(rec, err)
-				http.NewResponseController(w).Flush()
-				closingAfterAnswer(r.Context())
-				return
 			}
 			h.writeErrorFor(r.URL.Path)(rec, err)
 		}

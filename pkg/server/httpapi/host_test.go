@@ -556,30 +556,27 @@ func TestStreamWriteDeadlineDoesNotReachTheNextRequest(t *testing.T) {
 	}
 }
 
-// A connection closing after a refusal written before its body was read
-// (413 on a declared Content-Length) gives its place to a newcomer within
-// closingGrace, not after the 500 ms net/http waits before closing it
-// (#44, serve-load: 6% of its requests are refused 413, and their
-// lingering connections kept the server at its limit without any hostile
-// client).
-func TestRefusedConnectionGivesItsPlaceSoon(t *testing.T) {
+// A client still writing a body the server refused before reading it
+// (413 on a declared Content-Length) gets the 413: the connection is not
+// closed until net/http's 500 ms linger has let the client read it. Go's
+// client reports the reset its unread body causes instead of the answer
+// when the reset comes first (#44, serve-load: a variant that closed such
+// connections 20 ms after the answer for a newcomer failed 3 times in
+// 137,000 requests with "write: connection reset by peer").
+func TestRefusalReachesAClientStillWritingItsBody(t *testing.T) {
 	oh := fakeHandler(httpapi.Options{MaxBody: 1 << 10})
 	hs := limitedServer(oh, 1)
 	defer hs.Close()
-	addr := hs.Listener.Addr().String()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n%s", addr, strings.Repeat("x", 64<<10))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("want 413: %v %v", resp, err)
-	}
-	st, _, took := rawExchange(t, addr, fmt.Sprintf("GET /health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr))
-	if !strings.HasPrefix(st, "200") || took > 350*time.Millisecond {
-		t.Fatalf("newcomer: %s after %v, want 200 within about 100 ms", st, took)
+	body := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 8<<20) + `"}]}`
+	for i := range 10 {
+		resp, err := hs.Client().Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("request %d: %s, want 413", i, resp.Status)
+		}
 	}
 }
