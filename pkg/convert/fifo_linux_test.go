@@ -2,12 +2,12 @@ package convert
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // probe C9: a FIFO put where a snapshot file belongs is refused at once,
@@ -17,28 +17,16 @@ func TestSnapshotFIFOIsRefusedAtOnce(t *testing.T) {
 		"model.safetensors.index.json", "model-00001-of-00004.safetensors"} {
 		t.Run(name, func(t *testing.T) {
 			src := embeddedSnapshot(t)
-			p := filepath.Join(src, name)
-			if err := os.Remove(p); err != nil {
-				t.Fatal(err)
-			}
-			if err := syscall.Mkfifo(p, 0o644); err != nil {
-				t.Skipf("mkfifo: %v", err)
-			}
+			testfix.MakeFIFO(t, filepath.Join(src, name))
 			parent := t.TempDir()
-			done := make(chan error, 1)
-			go func() {
+			err := testfix.Within(t, 20*time.Second, "converting with a FIFO at "+name, func() error {
 				_, err := Run(context.Background(), Options{Input: src, Targets: []Target{{4, filepath.Join(parent, "out")}}, Threads: 2})
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), name) {
-					t.Fatalf("converting with a FIFO at %s: %v; want a refusal naming it", name, err)
-				}
-				assertNoLeftovers(t, parent)
-			case <-time.After(20 * time.Second):
-				t.Fatalf("converting with a FIFO at %s blocked", name)
+				return err
+			})
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("converting with a FIFO at %s: %v; want a refusal naming it", name, err)
 			}
+			assertNoLeftovers(t, parent)
 		})
 	}
 }
