@@ -27,7 +27,7 @@ func SHA256Context(ctx context.Context, path string) (size int64, sum string, er
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
+	n, err := io.CopyBuffer(h, ContextReader(ctx, f), make([]byte, 1<<20))
 	if ctx.Err() != nil {
 		return 0, "", ctx.Err()
 	}
@@ -37,7 +37,10 @@ func SHA256Context(ctx context.Context, path string) (size int64, sum string, er
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// ctxReader fails its next Read once ctx is done.
+// ContextReader reads r but fails its next Read with ctx's error once ctx
+// is done, so that hashing a large file stops promptly on Ctrl-C.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader

@@ -88,15 +88,7 @@ func verifyContent(file *os.File, f RemoteFile) error {
 		return &VerifyError{Path: f.Path, What: "size", Want: strconv.FormatInt(f.Size, 10),
 			Got: strconv.FormatInt(st.Size(), 10)}
 	}
-	var h hash.Hash
-	what, want := "sha256", f.SHA256
-	if f.IsLFS() {
-		h = sha256.New()
-	} else {
-		h = sha1.New()
-		fmt.Fprintf(h, "blob %d\x00", f.Size)
-		what, want = "git blob sha1", f.GitOID
-	}
+	h, what, want := contentHash(f, f.Size)
 	if _, err := io.Copy(h, io.NewSectionReader(file, 0, f.Size)); err != nil {
 		return fmt.Errorf("hash %s: %w", file.Name(), err)
 	}
@@ -104,6 +96,18 @@ func verifyContent(file *os.File, f RemoteFile) error {
 		return &VerifyError{Path: f.Path, What: what, Want: want, Got: got}
 	}
 	return nil
+}
+
+// contentHash returns the hash f is named by, primed for a file of size
+// bytes (sha256 for an LFS file, else git's blob sha1, whose header counts
+// the bytes), its name for errors, and the hex digest f expects.
+func contentHash(f RemoteFile, size int64) (h hash.Hash, what, want string) {
+	if f.IsLFS() {
+		return sha256.New(), "sha256", f.SHA256
+	}
+	h = sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", size)
+	return h, "git blob sha1", f.GitOID
 }
 
 // existingCopy reports whether path already holds f. A file that exists but

@@ -2,12 +2,9 @@ package download
 
 import (
 	"context"
-	"crypto/sha1"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -16,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nvmai/nvmai/internal/filehash"
 	"github.com/nvmai/nvmai/pkg/limits"
 )
 
@@ -187,16 +185,8 @@ func verifyCachedFile(ctx context.Context, path string, f RemoteFile) error {
 		return err
 	}
 	defer file.Close()
-	var h hash.Hash
-	what, want := "sha256", f.SHA256
-	if f.IsLFS() {
-		h = sha256.New()
-	} else {
-		h = sha1.New()
-		fmt.Fprintf(h, "blob %d\x00", st.Size())
-		what, want = "git blob sha1", f.GitOID
-	}
-	if _, err := io.CopyBuffer(h, ctxReader{ctx, file}, make([]byte, 1<<20)); err != nil {
+	h, what, want := contentHash(f, st.Size())
+	if _, err := io.CopyBuffer(h, filehash.ContextReader(ctx, file), make([]byte, 1<<20)); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -206,20 +196,6 @@ func verifyCachedFile(ctx context.Context, path string, f RemoteFile) error {
 		return &CachedBlobError{Path: f.Path, Blob: blob, What: what, Want: want, Got: got}
 	}
 	return nil
-}
-
-// ctxReader fails its next Read once ctx is done, so hashing a large file
-// stops promptly on Ctrl-C.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 func localFiles(dir string, include func(string) bool) ([]RemoteFile, error) {
