@@ -7,12 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
-	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -32,29 +31,9 @@ func fixture(t testing.TB, name string) string {
 	return testfix.Shared(t, "dev/"+name)
 }
 
-var (
-	gpuOnce sync.Once
-	gpuErr  error
-)
-
 // needGPU skips (one line saying why) unless a GPU is usable; NVMAI_GPU=1
 // turns the skip into a failure.
-func needGPU(t testing.TB) {
-	t.Helper()
-	gpuOnce.Do(func() {
-		dev, err := cuda.Open(0)
-		if err == nil {
-			dev.Close()
-		}
-		gpuErr = err
-	})
-	if gpuErr != nil {
-		if os.Getenv("NVMAI_GPU") == "1" {
-			t.Fatalf("NVMAI_GPU=1 but no usable GPU: %v", gpuErr)
-		}
-		t.Skipf("no usable GPU: %v", gpuErr)
-	}
-}
+func needGPU(t testing.TB) { cudatest.Need(t) }
 
 // install converts a fixture snapshot once per test run (fixinstall).
 func install(t testing.TB, snapshot string, bits int) string {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix"
@@ -20,6 +19,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/promptcache"
@@ -29,11 +29,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/modeldir"
 
 	_ "github.com/nvmai/nvmai/pkg/gpu" // registers the gpu device
-)
-
-var (
-	gpuOnce sync.Once
-	gpuErr  error
 )
 
 // onCPU says the tests serve the CPU engine instead
@@ -56,19 +51,7 @@ func needGPU(t *testing.T) {
 	if onCPU() {
 		return
 	}
-	gpuOnce.Do(func() {
-		dev, err := cuda.Open(0)
-		if err == nil {
-			dev.Close()
-		}
-		gpuErr = err
-	})
-	if gpuErr != nil {
-		if os.Getenv("NVMAI_GPU") == "1" {
-			t.Fatalf("NVMAI_GPU=1 but no usable GPU: %v", gpuErr)
-		}
-		t.Skipf("no usable GPU: %v", gpuErr)
-	}
+	cudatest.Need(t)
 }
 
 // gpuTinyInstall converts tiny-moe-fused at 8 bits (once per test binary).

@@ -3,12 +3,12 @@ package gpukernels
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/quant"
 )
@@ -29,12 +29,7 @@ func device(t *testing.T) (*cuda.Device, *Set) {
 		}
 		devErr = dev.Do(func(c *cuda.Ctx) (err error) { set, err = Load(c); return })
 	})
-	if devErr != nil {
-		if os.Getenv("NVMAI_GPU") == "1" {
-			t.Fatalf("NVMAI_GPU=1 but the GPU is not usable: %v", devErr)
-		}
-		t.Skipf("no usable GPU: %v", devErr)
-	}
+	cudatest.Unusable(t, devErr)
 	return dev, set
 }
 
