@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
 
 	"github.com/nvmai/nvmai/pkg/limits"
+	"github.com/nvmai/nvmai/pkg/receipt"
 )
 
 // Baseline is a stored golden generation. Prompt, Tokens, Seed and Bits must
@@ -143,26 +143,10 @@ func ReadBaseline(path string) (*Baseline, error) {
 	return b, nil
 }
 
-// writeBaseline stores b at path atomically, readable by everyone (it is
-// committed to the repository).
+// writeBaseline stores b at path atomically, mode 0644 less the umask (it
+// is committed to the repository).
 func writeBaseline(path string, b *Baseline) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b.Encode()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return receipt.WriteFileAtomic(path, b.Encode())
 }
 
 // mismatch describes how b disagrees with target t, or "" when its header

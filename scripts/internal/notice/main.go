@@ -33,6 +33,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/receipt"
 )
 
 // releaseArches are the targets scripts/release.sh builds (its ARCHES); NOTICE covers their union.
@@ -90,7 +92,7 @@ func main() {
 			fmt.Println("notice: NOTICE is current")
 		}
 	case *write:
-		if err := writeAtomic(path, text); err != nil {
+		if err := receipt.WriteFileAtomic(path, []byte(text)); err != nil {
 			fail(err)
 		}
 	default:
@@ -563,24 +565,4 @@ func parseVersionM(out string) (goVersion string, deps []string, err error) {
 		}
 	}
 	return goVersion, deps, nil
-}
-
-func writeAtomic(path, text string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".NOTICE.*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.WriteString(text); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

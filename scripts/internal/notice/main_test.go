@@ -13,21 +13,16 @@ import (
 // a module added, removed or upgraded in go.mod, or a new toolchain, needs
 // `go run ./scripts/internal/notice -w`. It reads only the module cache (offline).
 func TestNoticeIsCurrent(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := collect(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, n := collectModule(t)
 	if err := checkFile(filepath.Join(root, "NOTICE"), n.render()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// The listing holds what the commands link and nothing that only tests use.
-func TestNoticeListsLinkedModulesOnly(t *testing.T) {
+// collectModule collects the notices of the module the test runs in and
+// returns its root with them.
+func collectModule(t *testing.T) (string, *notices) {
+	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +31,12 @@ func TestNoticeListsLinkedModulesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root, n
+}
+
+// The listing holds what the commands link and nothing that only tests use.
+func TestNoticeListsLinkedModulesOnly(t *testing.T) {
+	root, n := collectModule(t)
 	listed := map[string]bool{}
 	for _, m := range n.modules {
 		listed[m.path] = true
