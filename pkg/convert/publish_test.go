@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,15 +88,7 @@ func TestOverwriteWithoutExchange(t *testing.T) {
 // one that is the only copy of the install (NAME missing), and anything
 // nvmai did not name are left alone.
 func TestSweepOfReplacedInstalls(t *testing.T) {
-	live := exec.Command("sleep", "60")
-	if err := live.Start(); err != nil {
-		t.Skipf("cannot start a stand-in process: %v", err)
-	}
-	defer func() { live.Process.Kill(); live.Wait() }()
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Skipf("cannot run a stand-in process: %v", err)
-	}
+	live, dead := standInPIDs(t)
 	cases := []struct {
 		name       string
 		leftover   string
@@ -105,12 +96,12 @@ func TestSweepOfReplacedInstalls(t *testing.T) {
 		finalThere bool
 		kept       bool
 	}{
-		{"its writer is gone and m holds an install", fmt.Sprintf(".m.old-%d", dead.Process.Pid), false, true, false},
-		{"its writer is gone and m is missing (the only copy)", fmt.Sprintf(".m.old-%d", dead.Process.Pid), false, false, true},
-		{"its writer runs", fmt.Sprintf(".m.old-%d", live.Process.Pid), false, true, true},
+		{"its writer is gone and m holds an install", fmt.Sprintf(".m.old-%d", dead), false, true, false},
+		{"its writer is gone and m is missing (the only copy)", fmt.Sprintf(".m.old-%d", dead), false, false, true},
+		{"its writer runs", fmt.Sprintf(".m.old-%d", live), false, true, true},
 		{"not a PID", ".m.old-backup", false, true, true},
-		{"another output's", fmt.Sprintf(".mm.old-%d", dead.Process.Pid), false, true, true},
-		{"a file, not a directory", fmt.Sprintf(".m.old-%d", dead.Process.Pid), true, true, true},
+		{"another output's", fmt.Sprintf(".mm.old-%d", dead), false, true, true},
+		{"a file, not a directory", fmt.Sprintf(".m.old-%d", dead), true, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

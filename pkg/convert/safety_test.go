@@ -228,27 +228,36 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
+// standInPIDs returns the PID of a process that runs until the test ends
+// and that of one that has exited, for the writers of leftovers, skipping
+// the test where no process can be started.
+func standInPIDs(t *testing.T) (live, dead int) {
+	t.Helper()
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Skipf("cannot start a stand-in process: %v", err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Skipf("cannot run a stand-in process: %v", err)
+	}
+	return sleeper.Process.Pid, gone.Process.Pid
+}
+
 // review L20: a second run for the same output deleted the first run's live
 // staging directory. Only staging left by a writer that is gone is removed.
 func TestStaleStagingOnlyWhenItsWriterIsGone(t *testing.T) {
-	live := exec.Command("sleep", "60")
-	if err := live.Start(); err != nil {
-		t.Skipf("cannot start a stand-in process: %v", err)
-	}
-	defer func() { live.Process.Kill(); live.Wait() }()
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Skipf("cannot run a stand-in process: %v", err)
-	}
+	live, dead := standInPIDs(t)
 	cases := []struct {
 		name   string
 		pid    int
 		locked bool
 		kept   bool
 	}{
-		{"its process runs", live.Process.Pid, false, true},
-		{"its process is gone but the lock is held", dead.Process.Pid, true, true},
-		{"its process is gone", dead.Process.Pid, false, false},
+		{"its process runs", live, false, true},
+		{"its process is gone but the lock is held", dead, true, true},
+		{"its process is gone", dead, false, false},
 		{"named with our PID and unlocked (a reused PID)", os.Getpid(), false, false},
 	}
 	for _, tc := range cases {
