@@ -1,6 +1,7 @@
 package packexperts
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,22 +32,10 @@ func TestLayoutExpertsKnownAnswers(t *testing.T) {
 				got = append(got, p.Scales.Offset, p.Biases.Offset)
 			}
 		}
-		if tc.offsets != nil && !equal(got, tc.offsets) {
+		if tc.offsets != nil && !slices.Equal(got, tc.offsets) {
 			t.Errorf("%v: offsets %v, want %v", tc.enc, got, tc.offsets)
 		}
 	}
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // validManifest is a small MoE manifest that passes Validate.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func TestRoundTrip(t *testing.T) {
 		if !ok {
 			t.Fatalf("tensor %q missing", want.Name)
 		}
-		if got.DType != want.DType || !equalShape(got.Shape, want.Shape) || got.Size() != int64(len(want.Data)) {
+		if got.DType != want.DType || !slices.Equal(got.Shape, want.Shape) || got.Size() != int64(len(want.Data)) {
 			t.Errorf("tensor %d: got %+v, want %s %v (%d bytes)", i, got, want.DType, want.Shape, len(want.Data))
 		}
 		buf := make([]byte, got.Size())
@@ -299,7 +300,7 @@ func TestFixtureShards(t *testing.T) {
 				continue
 			}
 			found++
-			if ti.DType != w.dtype || !equalShape(ti.Shape, w.shape) {
+			if ti.DType != w.dtype || !slices.Equal(ti.Shape, w.shape) {
 				t.Errorf("%s: %s %v, want %s %v", name, ti.DType, ti.Shape, w.dtype, w.shape)
 			}
 			buf := make([]byte, ti.Size())
@@ -365,16 +366,4 @@ func seq(n int) []byte {
 		b[i] = byte(i + 1)
 	}
 	return b
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

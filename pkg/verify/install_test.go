@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,7 +239,7 @@ func TestInstallReissue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ManifestSHA256 != orig.ManifestSHA256 || !equalFiles(got.Files, orig.Files) {
+		if got.ManifestSHA256 != orig.ManifestSHA256 || !slices.Equal(got.Files, orig.Files) {
 			t.Errorf("reissued receipt lists other files or hashes than the original")
 		}
 		if rep, err := Install(dir, 2, false); err != nil || !rep.OK() {
@@ -270,19 +271,6 @@ func TestInstallNotADirectory(t *testing.T) {
 		t.Error("no error for a missing directory")
 	}
 }
-
-func equalFiles(a, b []receipt.File) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func hasProblem(rep *Report, file, text string) bool {
 	for _, p := range rep.Problems {
 		if p.File == file && strings.Contains(p.Expected+" "+p.Found, text) {

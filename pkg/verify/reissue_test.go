@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,7 +121,7 @@ func TestReissueRules(t *testing.T) {
 				t.Fatalf("report %+v, want reissued %v trusted %v", rep, tc.reissue, tc.trusted)
 			}
 			got := readReceipt(t, dir)
-			if got.ManifestSHA256 != orig.ManifestSHA256 || !equalFiles(got.Files, orig.Files) {
+			if got.ManifestSHA256 != orig.ManifestSHA256 || !slices.Equal(got.Files, orig.Files) {
 				t.Error("the reissued receipt lists other files or hashes than the original")
 			}
 			if rep, err := Install(dir, 2, false); err != nil || !rep.OK() {
