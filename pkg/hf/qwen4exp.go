@@ -321,25 +321,10 @@ func Qwen4ExpResidentNames(g *packexperts.Geometry) []string {
 
 // classifyQwen4 is Classify for qwen4_exp.
 func classifyQwen4(name string, g *packexperts.Geometry) (Class, error) {
-	c := Class{Canonical: name, Layer: -1, Expert: -1}
-	switch {
-	case strings.HasPrefix(name, prefixMTP):
-		c.Role = MTP
-		return c, nil
-	case strings.HasPrefix(name, prefixVisual):
-		c.Role = Visual
-		return c, nil
-	case name == lmHead:
-		c.Role = Resident
-		return c, nil
+	c, rest, settled, err := classifyOuter(name, ArchQwen4Exp)
+	if settled {
+		return c, err
 	}
-	rest, ok := strings.CutPrefix(name, prefixVL)
-	if !ok {
-		if rest, ok = strings.CutPrefix(name, prefixText); !ok {
-			return c, unknown(name, ArchQwen4Exp)
-		}
-	}
-	c.Role, c.Canonical = Resident, canonicalRoot+rest
 	if slices.Contains(q4Globals, rest) {
 		return c, nil
 	}

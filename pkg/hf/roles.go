@@ -77,6 +77,33 @@ type Class struct {
 	NGramShard int    // NGramTable: shard index, -1 for the unsharded table
 }
 
+// classifyOuter settles the names every architecture shares: MTP and
+// visual tensors, lm_head, and a name under neither language-model prefix
+// (unknown to arch). Any other name is settled false, with the rest of its
+// name below the prefix and a resident Class under its canonical name.
+func classifyOuter(name, arch string) (c Class, rest string, settled bool, err error) {
+	c = Class{Canonical: name, Layer: -1, Expert: -1}
+	switch {
+	case strings.HasPrefix(name, prefixMTP):
+		c.Role = MTP
+		return c, "", true, nil
+	case strings.HasPrefix(name, prefixVisual):
+		c.Role = Visual
+		return c, "", true, nil
+	case name == lmHead:
+		c.Role = Resident
+		return c, "", true, nil
+	}
+	rest, ok := strings.CutPrefix(name, prefixVL)
+	if !ok {
+		if rest, ok = strings.CutPrefix(name, prefixText); !ok {
+			return c, "", true, unknown(name, arch)
+		}
+	}
+	c.Role, c.Canonical = Resident, canonicalRoot+rest
+	return c, rest, false, nil
+}
+
 // Classify names the role of a source tensor of architecture arch ("qwen3_5_moe"
 // or "qwen3_5") with geometry g. A name that is not one of the architecture's
 // tensors (docs/qwen35-architecture.md §2) wraps ErrUnknownTensor; a layer or
@@ -85,26 +112,10 @@ func Classify(name, arch string, g *packexperts.Geometry) (Class, error) {
 	if arch == ArchQwen4Exp {
 		return classifyQwen4(name, g)
 	}
-	c := Class{Canonical: name, Layer: -1, Expert: -1}
-	switch {
-	case strings.HasPrefix(name, prefixMTP):
-		c.Role = MTP
-		return c, nil
-	case strings.HasPrefix(name, prefixVisual):
-		c.Role = Visual
-		return c, nil
-	case name == lmHead:
-		c.Role = Resident
-		return c, nil
+	c, rest, settled, err := classifyOuter(name, arch)
+	if settled {
+		return c, err
 	}
-	rest, ok := strings.CutPrefix(name, prefixVL)
-	if !ok {
-		if rest, ok = strings.CutPrefix(name, prefixText); !ok {
-			return c, unknown(name, arch)
-		}
-	}
-	c.Role = Resident
-	c.Canonical = canonicalRoot + rest
 	if rest == "embed_tokens.weight" || rest == "norm.weight" {
 		return c, nil
 	}
