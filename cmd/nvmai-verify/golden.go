@@ -74,7 +74,7 @@ func goldenAction(c *cli.Context) error {
 	out := c.App.Writer
 	ts, err := verify.ReadTargets(targetsPath)
 	if err != nil {
-		return goldenError(c, err)
+		return notRun(c, c.String("models-dir"), err)
 	}
 	opt := verify.GateOptions{
 		ModelsDir: c.String("models-dir"), GoldenDir: c.String("golden-dir"), Targets: ts,
@@ -85,31 +85,12 @@ func goldenAction(c *cli.Context) error {
 	}
 	rep, err := verify.Gate(c.Context, opt)
 	if err != nil {
-		return goldenError(c, err)
+		return notRun(c, c.String("models-dir"), err)
 	}
-	if c.Bool("json") {
-		if err := writeJSON(out, struct {
-			OK bool `json:"ok"`
-			*verify.GateReport
-		}{rep.OK(), rep}); err != nil {
-			return err
-		}
-	} else {
-		printGateSummary(out, rep)
-	}
-	if !rep.OK() {
-		return cli.Exit("golden gate failed", cliutil.ExitFailure)
-	}
-	return nil
-}
-
-// goldenError prints, with --json, an error object on stdout for a gate
-// that could not run, and returns err.
-func goldenError(c *cli.Context, err error) error {
-	if c.Bool("json") {
-		writeJSON(c.App.Writer, jsonError{Dir: c.String("models-dir"), Error: err.Error()})
-	}
-	return err
+	return outcome(c, rep.OK(), struct {
+		OK bool `json:"ok"`
+		*verify.GateReport
+	}{rep.OK(), rep}, func(w io.Writer) { printGateSummary(w, rep) }, "golden gate failed")
 }
 
 // printResult prints one target's line. Release tooling greps the

@@ -59,27 +59,39 @@ func verifyInstall(c *cli.Context) error {
 	}
 	rep, err := verify.CheckInstall(c.Context, c.String("verify-install"), verify.InstallOptions{
 		Threads: c.Int("threads"), Reissue: c.Bool("reissue"), TrustCurrentBytes: c.Bool("trust-current-bytes")})
-	out := c.App.Writer
 	if err != nil {
-		if c.Bool("json") {
-			writeJSON(out, jsonError{Dir: c.String("verify-install"), Error: err.Error()})
-		}
-		return err
+		return notRun(c, c.String("verify-install"), err)
 	}
+	return outcome(c, rep.OK(), struct {
+		OK bool `json:"ok"`
+		*verify.Report
+	}{rep.OK(), rep}, func(w io.Writer) { printReport(w, rep) }, "")
+}
+
+// outcome writes a finished check's report: v (the report with its "ok")
+// on stdout under --json, else print's lines; a report that is not ok
+// exits 1 with failure as the message.
+func outcome(c *cli.Context, ok bool, v any, print func(io.Writer), failure string) error {
 	if c.Bool("json") {
-		if err := writeJSON(out, struct {
-			OK bool `json:"ok"`
-			*verify.Report
-		}{rep.OK(), rep}); err != nil {
+		if err := writeJSON(c.App.Writer, v); err != nil {
 			return err
 		}
 	} else {
-		printReport(out, rep)
+		print(c.App.Writer)
 	}
-	if !rep.OK() {
-		return cli.Exit("", cliutil.ExitFailure)
+	if !ok {
+		return cli.Exit(failure, cliutil.ExitFailure)
 	}
 	return nil
+}
+
+// notRun prints, with --json, an error object naming dir on stdout for a
+// check that could not run, and returns err.
+func notRun(c *cli.Context, dir string, err error) error {
+	if c.Bool("json") {
+		writeJSON(c.App.Writer, jsonError{Dir: dir, Error: err.Error()})
+	}
+	return err
 }
 
 // jsonError is what --json prints on stdout when no report could be made,
