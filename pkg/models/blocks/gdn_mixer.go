@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // GDN runs Gated DeltaNet layers of one geometry.
@@ -45,7 +46,7 @@ type GDNScratch struct {
 	b, a    []float32 // [T, Hv]
 	o       []float32 // gated-normed outputs [T, Hv·Dv]
 	workers []gdnWorker
-	Prof    *StepProfile // the state's profile during a decode step, else nil
+	Prof    *model.StepProfile // the state's profile during a decode step, else nil
 }
 
 // gdnWorker is one thread's scratch for the recurrence.
@@ -64,20 +65,20 @@ func (g *GDN) Mixer(w *GDNWeights, conv, rec []float32, sc *GDNScratch, u, out [
 	b := Grow(&sc.b, T*Hv)
 	a := Grow(&sc.a, T*Hv)
 	MatMulMulti(g.Pool, [][]float32{proj, z, b, a}, []*kernels.Matrix{w.QKV, w.Z, w.B, w.A}, u, T)
-	sc.Prof.MarkProducts(PhaseGDNProjections, w.QKV, w.Z, w.B, w.A)
+	sc.Prof.MarkProducts(model.PhaseGDNProjections, w.QKV, w.Z, w.B, w.A)
 
 	mc := Grow(&sc.conv, T*C)
 	CausalConv(g.Pool, C, g.Kernel, w.Conv, conv, proj, mc, T)
-	sc.Prof.Mark(PhaseGDNConv, int64(4*(len(conv)+len(w.Conv))))
+	sc.Prof.Mark(model.PhaseGDNConv, int64(4*(len(conv)+len(w.Conv))))
 
 	o := Grow(&sc.o, T*vd)
 	sc.workers = WorkerSlots(sc.workers, g.Pool.Threads())
 	g.Pool.Parallel(Hv, func(worker, lo, hi int) {
 		g.heads(w, rec, &sc.workers[worker], mc, z, a, b, o, T, lo, hi)
 	})
-	sc.Prof.Mark(PhaseGDNHeads, int64(4*len(rec)))
+	sc.Prof.Mark(model.PhaseGDNHeads, int64(4*len(rec)))
 	MatMul(g.Pool, out, w.Out, o, T)
-	sc.Prof.MarkProducts(PhaseGDNOut, w.Out)
+	sc.Prof.MarkProducts(model.PhaseGDNOut, w.Out)
 }
 
 // heads runs the gated delta rule and the gated norm for value heads

@@ -53,10 +53,10 @@ type MoEScratch struct {
 	groupDsts, groupIns [][]float32
 	groupMats           []*kernels.Matrix
 
-	shared   pendingProduct // the shared expert's down product, until it has run
-	combined []float32      // one token's combined expert output [H] per thread
-	sigma    []float32      // one token's shared-expert gate per thread
-	Prof     *StepProfile   // the state's profile during a decode step, else nil
+	shared   pendingProduct     // the shared expert's down product, until it has run
+	combined []float32          // one token's combined expert output [H] per thread
+	sigma    []float32          // one token's shared-expert gate per thread
+	Prof     *model.StepProfile // the state's profile during a decode step, else nil
 }
 
 // pendingProduct is a single-token dst = m·x that may join another job.
@@ -83,7 +83,7 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 	gates := Grow(&sc.sharedGate, T)
 	MatMulMulti(m.Pool, [][]float32{logits, sg, su, gates},
 		[]*kernels.Matrix{w.Router, w.Shared.Gate, w.Shared.Up, w.SharedGate}, u, T)
-	sc.Prof.MarkProducts(PhaseRouter, w.Router, w.Shared.Gate, w.Shared.Up, w.SharedGate)
+	sc.Prof.MarkProducts(model.PhaseRouter, w.Router, w.Shared.Gate, w.Shared.Up, w.SharedGate)
 	if cap(sc.sel) < T*k {
 		sc.sel = make([]int, T*k)
 	}
@@ -101,7 +101,7 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 
 	routed := Grow(&sc.routed, T*k*H)
 	SwiGLU(sg, su)
-	sc.Prof.Mark(PhaseRouting, 0)
+	sc.Prof.Mark(model.PhaseRouting, 0)
 	// The shared expert's down product rides along with the routed experts'
 	// (runExpertGroup) when they run fused; otherwise it runs on its own.
 	sc.shared = pendingProduct{dst: out[:T*H], m: w.Shared.Down, x: sg}
@@ -109,14 +109,14 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 		sc.shared = pendingProduct{}
 		return err
 	}
-	sc.Prof.Mark(PhaseExpertWait, 0)
+	sc.Prof.Mark(model.PhaseExpertWait, 0)
 	if sc.shared.m != nil {
 		MatMul(m.Pool, out, sc.shared.m, sc.shared.x, T) // out = shared expert output
-		sc.Prof.MarkProducts(PhaseSharedDown, sc.shared.m)
+		sc.Prof.MarkProducts(model.PhaseSharedDown, sc.shared.m)
 		sc.shared = pendingProduct{}
 	}
 	m.combineExperts(sc, gates, weight, routed, sc.rowOf[:T*k], out, T)
-	sc.Prof.Mark(PhaseCombine, 0)
+	sc.Prof.Mark(model.PhaseCombine, 0)
 	return nil
 }
 
@@ -353,9 +353,9 @@ func (m *MoE) runExpertGroup(layer int, idx []int, mats []model.ExpertMats, sc *
 		sc.groupDsts = append(sc.groupDsts, gate[j*I:(j+1)*I], up[j*I:(j+1)*I])
 		sc.groupMats = append(sc.groupMats, em.Gate, em.Up)
 	}
-	sc.Prof.Mark(PhaseExpertWait, 0)
+	sc.Prof.Mark(model.PhaseExpertWait, 0)
 	MatMulMulti(m.Pool, sc.groupDsts, sc.groupMats, u[:H], 1)
-	sc.Prof.MarkProducts(PhaseExpertGateUp, sc.groupMats...)
+	sc.Prof.MarkProducts(model.PhaseExpertGateUp, sc.groupMats...)
 	SwiGLU(gate, up)
 	sc.groupDsts, sc.groupMats, sc.groupIns = sc.groupDsts[:0], sc.groupMats[:0], sc.groupIns[:0]
 	for j, em := range mats {
@@ -371,7 +371,7 @@ func (m *MoE) runExpertGroup(layer int, idx []int, mats []model.ExpertMats, sc *
 		sc.shared = pendingProduct{}
 	}
 	m.Pool.MatVecFastEach(sc.groupDsts, sc.groupMats, sc.groupIns)
-	sc.Prof.MarkProducts(PhaseExpertDown, sc.groupMats...)
+	sc.Prof.MarkProducts(model.PhaseExpertDown, sc.groupMats...)
 	return nil
 }
 
@@ -398,12 +398,12 @@ func (m *MoE) runExpert(layer, e int, em model.ExpertMats, sc *MoEScratch, u, ro
 	}
 	g := Grow(&sc.gate, n*I)
 	up := Grow(&sc.up, n*I)
-	sc.Prof.Mark(PhaseExpertWait, 0)
+	sc.Prof.Mark(model.PhaseExpertWait, 0)
 	MatMulMulti(m.Pool, [][]float32{g, up}, []*kernels.Matrix{em.Gate, em.Up}, xs, n)
-	sc.Prof.MarkProducts(PhaseExpertGateUp, em.Gate, em.Up)
+	sc.Prof.MarkProducts(model.PhaseExpertGateUp, em.Gate, em.Up)
 	SwiGLU(g, up)
 	MatMul(m.Pool, routed[first*H:(first+n)*H], em.Down, g, n)
-	sc.Prof.MarkProducts(PhaseExpertDown, em.Down)
+	sc.Prof.MarkProducts(model.PhaseExpertDown, em.Down)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
@@ -16,7 +17,7 @@ type attnScratch struct {
 	qAll      []float32 // attnSplit: every head's normed, rotated query [Hq, Dh]
 	scoresAll []float32 // attnSplit: one KV head's group of scores [heads, positions]
 	workers   []attnWorker
-	prof      *StepProfile
+	prof      *model.StepProfile
 }
 
 // attnWorker is one thread's scratch for the per-head attention.
@@ -41,7 +42,7 @@ func (m *Model) attnMixer(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 	k := blocks.Grow(&sc.k, T*kvd)
 	v := blocks.Grow(&sc.v, T*kvd)
 	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v}, []*kernels.Matrix{w.Q, w.K, w.V}, u, T)
-	sc.prof.MarkProducts(PhaseAttnProjections, w.Q, w.K, w.V)
+	sc.prof.MarkProducts(model.PhaseAttnProjections, w.Q, w.K, w.V)
 
 	// Keys are quantized after k_norm and RoPE, values as projected; a
 	// float32 cache takes the keys in place.
@@ -72,9 +73,9 @@ func (m *Model) attnMixer(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 		})
 	}
-	sc.prof.Mark(PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
+	sc.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
 	blocks.MatMul(m.pool, out, w.O, o, T)
-	sc.prof.MarkProducts(PhaseAttnOut, w.O)
+	sc.prof.MarkProducts(model.PhaseAttnOut, w.O)
 }
 
 // attnHeads computes the gated attention output of query heads [lo, hi)

@@ -3,6 +3,7 @@ package qwen35
 import (
 	"fmt"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
@@ -35,7 +36,7 @@ type workspace struct {
 	mlp       mlpScratch
 	final     []float32
 	predict   predictScratch
-	prof      *StepProfile // the state's profile during a decode step, else nil
+	prof      *model.StepProfile // the state's profile during a decode step, else nil
 }
 
 // Forward feeds ids to the sequence st. When logits is non-nil it receives
@@ -80,11 +81,11 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	for l := range m.layers {
 		ly := &m.layers[l]
 		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
-		ws.prof.Mark(PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		m.mixer(l, st, u, mix, T)
 		blocks.AddTo(x, mix)
 		blocks.RMSNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
-		ws.prof.Mark(PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		if ly.moe != nil {
 			if err := m.moe.Block(l, ly.moe, &ws.moe, u, mix, T); err != nil {
 				return err
@@ -93,7 +94,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 			m.denseMLP(ly.mlp, &ws.mlp, u, mix, T)
 		}
 		blocks.AddTo(x, mix)
-		ws.prof.Mark(PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		if T == 1 {
 			m.prefetchNext(ws, l+1, x)
 		}
@@ -115,7 +116,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	}
 	if out != nil {
 		blocks.MatMul(m.pool, out, m.lmHead, final, rows)
-		ws.prof.MarkProducts(PhaseLMHead, m.lmHead)
+		ws.prof.MarkProducts(model.PhaseLMHead, m.lmHead)
 	}
 	st.pos += T
 	return nil
@@ -123,7 +124,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 
 // setProfile hands p to every part of a T-token Forward when T is 1 (a
 // decode step), and nil otherwise.
-func (ws *workspace) setProfile(p *StepProfile, T int) {
+func (ws *workspace) setProfile(p *model.StepProfile, T int) {
 	if T != 1 {
 		p = nil
 	}

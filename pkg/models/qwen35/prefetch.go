@@ -1,6 +1,9 @@
 package qwen35
 
-import "github.com/nvmai/nvmai/pkg/models/blocks"
+import (
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
+)
 
 // predictScratch holds prefetchNext's buffers.
 type predictScratch struct {
@@ -30,5 +33,5 @@ func (m *Model) prefetchNext(ws *workspace, next int, x []float32) {
 	blocks.MatMul(m.pool, logits, ly.moe.Router, u, 1)
 	sc.ids = blocks.TopIndices(logits, width, sc.ids[:0])
 	pf.Prefetch(next, sc.ids)
-	ws.prof.MarkProducts(PhasePrefetch, ly.moe.Router)
+	ws.prof.MarkProducts(model.PhasePrefetch, ly.moe.Router)
 }

@@ -3,6 +3,8 @@ package qwen35
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // DefaultKVInitial is the KV capacity in tokens a State starts with: small
@@ -30,7 +32,7 @@ type State struct {
 	layers     []layerState
 	failed     error // set when a Forward failed half-way; the state is then inconsistent
 	tap        Tap
-	profile    *StepProfile // decode steps' phase times, or nil
+	profile    *model.StepProfile // decode steps' phase times, or nil
 	ws         workspace
 }
 

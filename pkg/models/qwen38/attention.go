@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
@@ -49,7 +50,7 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	q2, k, v := blocks.Grow(&sc.q2, T*2*Hq*Dh), blocks.Grow(&sc.k, T*kvd), blocks.Grow(&sc.v, T*kvd)
 	qk := blocks.Grow(&sc.qk, T*qkw)
 	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v, qk}, []*kernels.Matrix{w.Q, w.K, w.V, w.index}, x, T)
-	ws.prof.MarkProducts(blocks.PhaseAttnProjections, w.Q, w.K, w.V, w.index)
+	ws.prof.MarkProducts(model.PhaseAttnProjections, w.Q, w.K, w.V, w.index)
 
 	as.k = slices.Grow(as.k, T*kvd)[:(pos0+T)*kvd]
 	as.v = append(as.v[:pos0*kvd], v[:T*kvd]...)
@@ -72,9 +73,9 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	m.pool.Parallel(Hq, func(worker, lo, hi int) {
 		m.attnHeads(w, as, sc, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
-	ws.prof.Mark(blocks.PhaseAttnHeads, int64(4*(len(as.k)+len(as.v)+len(as.kraw))))
+	ws.prof.Mark(model.PhaseAttnHeads, int64(4*(len(as.k)+len(as.v)+len(as.kraw))))
 	blocks.MatMul(m.pool, out, w.O, o, T)
-	ws.prof.MarkProducts(blocks.PhaseAttnOut, w.O)
+	ws.prof.MarkProducts(model.PhaseAttnOut, w.O)
 }
 
 // completeBlocks computes the block key of every block complete at n

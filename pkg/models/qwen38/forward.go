@@ -1,6 +1,9 @@
 package qwen38
 
-import "github.com/nvmai/nvmai/pkg/models/blocks"
+import (
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
+)
 
 // maxChunk bounds the tokens one pass through the layers carries, and so
 // the scratch memory of a long prefill. Chunking never changes results.
@@ -12,7 +15,7 @@ var maxChunk = 256
 func MaxChunk() int { return maxChunk }
 
 // StepProfile is the decode-step profile shared with qwen35.
-type StepProfile = blocks.StepProfile
+type StepProfile = model.StepProfile
 
 // TapPoint says which hidden state a Tap sees.
 type TapPoint uint8
@@ -114,7 +117,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 			}
 		}
 		m.read(&ly.attnHC, &ws.hc, R, x, T)
-		ws.prof.Mark(blocks.PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		st.observe(TapAttnRead, l, x)
 		st.observe(TapAttnGates, l, ws.hc.c)
 		ls := &st.layers[l]
@@ -127,7 +130,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		st.observe(TapMixer, l, y)
 		m.write(R, ws.hc.c, y, T)
 		m.read(&ly.mlpHC, &ws.hc, R, x, T)
-		ws.prof.Mark(blocks.PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		st.observe(TapMLPRead, l, x)
 		st.observe(TapMLPGates, l, ws.hc.c)
 		if err := m.moe.Block(l, &ly.moe, &ws.moe, x, y, T); err != nil {
@@ -135,7 +138,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 		}
 		st.observe(TapMoE, l, y)
 		m.write(R, ws.hc.c, y, T)
-		ws.prof.Mark(blocks.PhaseNorms, 0)
+		ws.prof.Mark(model.PhaseNorms, 0)
 		if T == 1 {
 			m.prefetchNext(ws, l+1, R)
 		}
@@ -156,7 +159,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	}
 	if out != nil {
 		blocks.MatMul(m.pool, out, m.lmHead, final, rows)
-		ws.prof.MarkProducts(blocks.PhaseLMHead, m.lmHead)
+		ws.prof.MarkProducts(model.PhaseLMHead, m.lmHead)
 	}
 	st.pos += T
 	return nil

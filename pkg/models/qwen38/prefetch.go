@@ -33,5 +33,5 @@ func (m *Model) prefetchNext(ws *workspace, next int, R []float32) {
 	blocks.MatMul(m.pool, logits, ly.moe.Router, x, 1)
 	sc.ids = blocks.TopIndices(logits, width, sc.ids[:0])
 	pf.Prefetch(next, sc.ids)
-	ws.prof.MarkProducts(blocks.PhasePrefetch, ly.mlpHC.down, ly.mlpHC.up, ly.mlpHC.inject, ly.moe.Router)
+	ws.prof.MarkProducts(model.PhasePrefetch, ly.mlpHC.down, ly.mlpHC.up, ly.mlpHC.inject, ly.moe.Router)
 }
