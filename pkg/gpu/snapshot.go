@@ -2,11 +2,10 @@ package gpu
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 
+	"github.com/nvmai/nvmai/internal/lecodec"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
@@ -239,8 +238,7 @@ const snapHeaderTail = 4*4 + 8 + 4
 // round trip is exact.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	lay := sn.lay
-	b := make([]byte, 0, snapCodecChunk)
-	b = append(b, snapshotMagic[:]...)
+	b := append([]byte(nil), snapshotMagic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, SnapshotVersion)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(lay.kinds)))
 	for _, k := range lay.kinds {
@@ -251,19 +249,20 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(sn.pos))
 	b = binary.LittleEndian.AppendUint32(b, uint32(sn.next))
-	sw := &snapWriter{w: w, buf: b}
+	sw := lecodec.NewWriter(w)
+	sw.Raw(b)
 	for l, kind := range lay.kinds {
 		if kind == qwen35.LinearAttention {
-			sw.floats(sn.conv[l])
-			sw.floats(sn.rec[l])
+			sw.F32s(sn.conv[l])
+			sw.F32s(sn.rec[l])
 		} else {
-			sw.floats(sn.k[l])
-			sw.floats(sn.v[l])
+			sw.F32s(sn.k[l])
+			sw.F32s(sn.v[l])
 		}
 	}
-	sw.floats(sn.logits)
-	sw.flush()
-	return sw.n, sw.err
+	sw.F32s(sn.logits)
+	sw.Flush()
+	return sw.N, sw.Err
 }
 
 // readSnapshot reads a snapshot of layout lay holding at most maxCtx
@@ -274,7 +273,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 	var fixed [snapHeaderFixed]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", noEOF(err))
+		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", lecodec.NoEOF(err))
 	}
 	if [4]byte(fixed[:4]) != snapshotMagic {
 		return nil, fmt.Errorf("gpu: not a GPU engine snapshot (magic %q, want %q); it was written by another engine or is damaged", fixed[:4], snapshotMagic[:])
@@ -288,7 +287,7 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 	}
 	rest := make([]byte, int(layers)+snapHeaderTail)
 	if _, err := io.ReadFull(r, rest); err != nil {
-		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", noEOF(err))
+		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", lecodec.NoEOF(err))
 	}
 	for l, k := range lay.kinds {
 		if got := qwen35.LayerKind(rest[l]); got != k {
@@ -315,94 +314,27 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 	}
 	sn := newSnapshot(lay, int(pos))
 	sn.next = next
-	sr := &snapReader{r: r}
+	sr := lecodec.NewReader(r)
+	floats := func(n int) []float32 {
+		if sr.Err != nil {
+			return nil // allocate nothing past a short input
+		}
+		x := make([]float32, n)
+		sr.F32s(x)
+		return x
+	}
 	for l, kind := range lay.kinds {
 		if kind == qwen35.LinearAttention {
-			sn.conv[l] = sr.floats(lay.convLen)
-			sn.rec[l] = sr.floats(lay.recLen)
+			sn.conv[l] = floats(lay.convLen)
+			sn.rec[l] = floats(lay.recLen)
 		} else {
-			sn.k[l] = sr.floats(sn.pos * lay.kvRow)
-			sn.v[l] = sr.floats(sn.pos * lay.kvRow)
+			sn.k[l] = floats(sn.pos * lay.kvRow)
+			sn.v[l] = floats(sn.pos * lay.kvRow)
 		}
 	}
-	sn.logits = sr.floats(lay.vocab)
-	if sr.err != nil {
-		return nil, fmt.Errorf("gpu: reading a %d-token snapshot after %d bytes of state: %w", pos, sr.n, sr.err)
+	sn.logits = floats(lay.vocab)
+	if sr.Err != nil {
+		return nil, fmt.Errorf("gpu: reading a %d-token snapshot after %d bytes of state: %w", pos, sr.N, sr.Err)
 	}
 	return sn, nil
-}
-
-// noEOF makes a clean EOF inside the snapshot a truncation.
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// snapCodecChunk is the staging buffer's size: floats are converted this
-// many bytes at a time.
-const snapCodecChunk = 64 << 10
-
-// snapWriter writes little-endian floats through a staging buffer and
-// keeps the first error.
-type snapWriter struct {
-	w   io.Writer
-	buf []byte
-	n   int64
-	err error
-}
-
-func (sw *snapWriter) flush() {
-	if sw.err == nil && len(sw.buf) > 0 {
-		n, err := sw.w.Write(sw.buf)
-		sw.n += int64(n)
-		sw.err = err
-	}
-	sw.buf = sw.buf[:0]
-}
-
-func (sw *snapWriter) floats(x []float32) {
-	for len(x) > 0 && sw.err == nil {
-		if len(sw.buf)+4 > snapCodecChunk {
-			sw.flush()
-		}
-		k := min(len(x), (snapCodecChunk-len(sw.buf))/4)
-		for _, v := range x[:k] {
-			sw.buf = binary.LittleEndian.AppendUint32(sw.buf, math.Float32bits(v))
-		}
-		x = x[k:]
-	}
-}
-
-// snapReader is snapWriter's inverse.
-type snapReader struct {
-	r   io.Reader
-	buf []byte
-	n   int64
-	err error
-}
-
-func (sr *snapReader) floats(n int) []float32 {
-	if sr.err != nil {
-		return nil
-	}
-	if sr.buf == nil {
-		sr.buf = make([]byte, snapCodecChunk)
-	}
-	x := make([]float32, n)
-	for i := 0; i < n; {
-		k := min(n-i, snapCodecChunk/4)
-		b := sr.buf[:4*k]
-		if _, err := io.ReadFull(sr.r, b); err != nil {
-			sr.err = noEOF(err)
-			return nil
-		}
-		sr.n += int64(len(b))
-		for j := range k {
-			x[i+j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
-		}
-		i += k
-	}
-	return x
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/lecodec"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -171,7 +172,7 @@ func TestSnapshotWriteToReportsWriteErrors(t *testing.T) {
 	big := snapLayout{kinds: []qwen35.LayerKind{qwen35.FullAttention, qwen35.LinearAttention}, kvRow: 4099, convLen: 3, recLen: 20000, vocab: 17000}
 	sn := randomSnapshot(big, 9, 2)
 	size := len(encodeSnapshot(t, sn))
-	for _, room := range []int{0, 10, snapCodecChunk - 1, snapCodecChunk + 5, size - 1} {
+	for _, room := range []int{0, 10, lecodec.Chunk - 1, lecodec.Chunk + 5, size - 1} {
 		n, err := sn.WriteTo(&failingWriter{room: room})
 		if !errors.Is(err, errDiskFull) || n != int64(room) {
 			t.Errorf("room %d of %d: n %d, err %v; want n %d and the writer's error", room, size, n, err, room)

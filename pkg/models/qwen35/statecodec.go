@@ -2,10 +2,10 @@ package qwen35
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"math"
+
+	"github.com/nvmai/nvmai/internal/lecodec"
 )
 
 // StateCodecVersion is the version of the layout WriteTo writes and
@@ -39,20 +39,19 @@ func (s *State) WriteTo(w io.Writer) (int64, error) {
 	if s.failed != nil {
 		return 0, fmt.Errorf("qwen35: cannot serialize a state whose last forward failed: %w", s.failed)
 	}
-	cw := &codecWriter{w: w, buf: make([]byte, 0, codecChunk)}
-	h := s.model.codecHeader(s.kvBits, uint64(s.pos))
-	cw.header(h)
+	cw := lecodec.NewWriter(w)
+	cw.Raw(encodeStateHeader(s.model.codecHeader(s.kvBits, uint64(s.pos))))
 	for _, ls := range s.layers {
 		if ls.kv == nil {
-			cw.f32s(ls.conv)
-			cw.f32s(ls.rec)
+			cw.F32s(ls.conv)
+			cw.F32s(ls.rec)
 			continue
 		}
-		cw.rows(&ls.kv.k, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
-		cw.rows(&ls.kv.v, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
+		writeRows(cw, &ls.kv.k, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
+		writeRows(cw, &ls.kv.v, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
 	}
-	cw.flush()
-	return cw.n, cw.err
+	cw.Flush()
+	return cw.N, cw.Err
 }
 
 // ReadState reads a state WriteTo wrote for this model. opts gives the
@@ -78,18 +77,18 @@ func (m *Model) ReadState(r io.Reader, opts StateOptions) (*State, error) {
 	}
 	pos := int(h.tokens)
 	st := m.NewState(StateOptions{KVInitial: max(pos, 1), MaxContext: maxCtx, KVBits: bits})
-	cr := &codecReader{r: r, buf: make([]byte, codecChunk)}
+	cr := lecodec.NewReader(r)
 	for _, ls := range st.layers {
 		if ls.kv == nil {
-			cr.f32s(ls.conv)
-			cr.f32s(ls.rec)
+			cr.F32s(ls.conv)
+			cr.F32s(ls.rec)
 			continue
 		}
-		cr.rows(&ls.kv.k, pos*ls.kv.row, kvGroup(ls.kv.dh))
-		cr.rows(&ls.kv.v, pos*ls.kv.row, kvGroup(ls.kv.dh))
+		readRows(cr, &ls.kv.k, pos*ls.kv.row, kvGroup(ls.kv.dh))
+		readRows(cr, &ls.kv.v, pos*ls.kv.row, kvGroup(ls.kv.dh))
 	}
-	if cr.err != nil {
-		return nil, fmt.Errorf("qwen35: reading a %d-token state: %w", pos, cr.err)
+	if cr.Err != nil {
+		return nil, fmt.Errorf("qwen35: reading a %d-token state: %w", pos, cr.Err)
 	}
 	st.pos = pos
 	return st, nil
@@ -133,7 +132,7 @@ func (m *Model) checkCodecHeader(h stateHeader, bits, maxCtx int) error {
 // tokens u64.
 var stateMagic = [4]byte{'Q', '3', '5', 'S'}
 
-func (cw *codecWriter) header(h stateHeader) {
+func encodeStateHeader(h stateHeader) []byte {
 	b := append([]byte(nil), stateMagic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, h.version)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.kinds)))
@@ -143,15 +142,14 @@ func (cw *codecWriter) header(h stateHeader) {
 	for _, v := range []uint32{h.kvBits, h.kvRow, h.headDim, h.convLen, h.recLen} {
 		b = binary.LittleEndian.AppendUint32(b, v)
 	}
-	b = binary.LittleEndian.AppendUint64(b, h.tokens)
-	cw.raw(b)
+	return binary.LittleEndian.AppendUint64(b, h.tokens)
 }
 
 func readStateHeader(r io.Reader) (stateHeader, error) {
 	var h stateHeader
 	var fixed [12]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return h, fmt.Errorf("qwen35: reading the state header: %w", noEOF(err))
+		return h, fmt.Errorf("qwen35: reading the state header: %w", lecodec.NoEOF(err))
 	}
 	if [4]byte(fixed[:4]) != stateMagic {
 		return h, fmt.Errorf("qwen35: not a serialized state (magic %q, want %q)", fixed[:4], stateMagic[:])
@@ -166,7 +164,7 @@ func readStateHeader(r io.Reader) (stateHeader, error) {
 	}
 	rest := make([]byte, int(n)+5*4+8)
 	if _, err := io.ReadFull(r, rest); err != nil {
-		return h, fmt.Errorf("qwen35: reading the state header: %w", noEOF(err))
+		return h, fmt.Errorf("qwen35: reading the state header: %w", lecodec.NoEOF(err))
 	}
 	h.kinds = make([]LayerKind, n)
 	for i := range h.kinds {
@@ -179,169 +177,29 @@ func readStateHeader(r io.Reader) (stateHeader, error) {
 	return h, nil
 }
 
-// noEOF turns a clean EOF inside a structure into ErrUnexpectedEOF: a
-// state cut anywhere is truncated.
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// codecChunk is the staging buffer's size: values are converted to bytes
-// this many at a time.
-const codecChunk = 64 << 10
-
-// codecWriter writes little-endian values through a staging buffer and
-// keeps the first error.
-type codecWriter struct {
-	w   io.Writer
-	buf []byte
-	n   int64
-	err error
-}
-
-func (cw *codecWriter) raw(b []byte) {
-	if len(cw.buf)+len(b) > cap(cw.buf) {
-		cw.flush()
-	}
-	if len(b) > cap(cw.buf) {
-		cw.write(b)
-		return
-	}
-	cw.buf = append(cw.buf, b...)
-}
-
-func (cw *codecWriter) flush() {
-	cw.write(cw.buf)
-	cw.buf = cw.buf[:0]
-}
-
-func (cw *codecWriter) write(b []byte) {
-	if cw.err != nil || len(b) == 0 {
-		return
-	}
-	n, err := cw.w.Write(b)
-	cw.n += int64(n)
-	cw.err = err
-}
-
-func (cw *codecWriter) room(n int) []byte {
-	if len(cw.buf)+n > cap(cw.buf) {
-		cw.flush()
-	}
-	return cw.buf
-}
-
-func (cw *codecWriter) f32s(x []float32) {
-	for len(x) > 0 {
-		k := min(len(x), codecChunk/4)
-		b := cw.room(4 * k)
-		for _, v := range x[:k] {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-		}
-		cw.buf, x = b, x[k:]
-	}
-}
-
-func (cw *codecWriter) u16s(x []uint16) {
-	for len(x) > 0 {
-		k := min(len(x), codecChunk/2)
-		b := cw.room(2 * k)
-		for _, v := range x[:k] {
-			b = binary.LittleEndian.AppendUint16(b, v)
-		}
-		cw.buf, x = b, x[k:]
-	}
-}
-
-func (cw *codecWriter) i8s(x []int8) {
-	for len(x) > 0 {
-		k := min(len(x), codecChunk)
-		b := cw.room(k)
-		for _, v := range x[:k] {
-			b = append(b, byte(v))
-		}
-		cw.buf, x = b, x[k:]
-	}
-}
-
-// rows writes the first n values of one cache (the written tokens' rows)
-// and, for int8, their scales (one per group of values).
-func (cw *codecWriter) rows(r *kvRows, n, group int) {
+// writeRows writes the first n values of one cache (the written tokens'
+// rows) and, for int8, their scales (one per group of values).
+func writeRows(cw *lecodec.Writer, r *kvRows, n, group int) {
 	switch {
 	case r.f32 != nil:
-		cw.f32s(r.f32[:n])
+		cw.F32s(r.f32[:n])
 	case r.b16 != nil:
-		cw.u16s(r.b16[:n])
+		cw.U16s(r.b16[:n])
 	default:
-		cw.i8s(r.q8[:n])
-		cw.f32s(r.scales[:n/group])
+		cw.I8s(r.q8[:n])
+		cw.F32s(r.scales[:n/group])
 	}
 }
 
-// codecReader is codecWriter's inverse.
-type codecReader struct {
-	r   io.Reader
-	buf []byte
-	err error
-}
-
-func (cr *codecReader) fill(n int) []byte {
-	if cr.err != nil {
-		return nil
-	}
-	if _, err := io.ReadFull(cr.r, cr.buf[:n]); err != nil {
-		cr.err = noEOF(err)
-		return nil
-	}
-	return cr.buf[:n]
-}
-
-func (cr *codecReader) f32s(x []float32) {
-	for len(x) > 0 && cr.err == nil {
-		k := min(len(x), codecChunk/4)
-		if b := cr.fill(4 * k); b != nil {
-			for i := range x[:k] {
-				x[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			}
-		}
-		x = x[k:]
-	}
-}
-
-func (cr *codecReader) u16s(x []uint16) {
-	for len(x) > 0 && cr.err == nil {
-		k := min(len(x), codecChunk/2)
-		if b := cr.fill(2 * k); b != nil {
-			for i := range x[:k] {
-				x[i] = binary.LittleEndian.Uint16(b[2*i:])
-			}
-		}
-		x = x[k:]
-	}
-}
-
-func (cr *codecReader) i8s(x []int8) {
-	for len(x) > 0 && cr.err == nil {
-		k := min(len(x), codecChunk)
-		if b := cr.fill(k); b != nil {
-			for i := range x[:k] {
-				x[i] = int8(b[i])
-			}
-		}
-		x = x[k:]
-	}
-}
-
-func (cr *codecReader) rows(r *kvRows, n, group int) {
+// readRows is writeRows' inverse.
+func readRows(cr *lecodec.Reader, r *kvRows, n, group int) {
 	switch {
 	case r.f32 != nil:
-		cr.f32s(r.f32[:n])
+		cr.F32s(r.f32[:n])
 	case r.b16 != nil:
-		cr.u16s(r.b16[:n])
+		cr.U16s(r.b16[:n])
 	default:
-		cr.i8s(r.q8[:n])
-		cr.f32s(r.scales[:n/group])
+		cr.I8s(r.q8[:n])
+		cr.F32s(r.scales[:n/group])
 	}
 }
