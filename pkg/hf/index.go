@@ -7,6 +7,8 @@ import (
 	"io"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/nvmai/nvmai/internal/jsonobj"
 )
 
 // Index is a parsed model.safetensors.index.json.
@@ -104,7 +106,7 @@ func countKeys(data []byte) int {
 func parseWeightMapStrict(data []byte) (map[string]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var weightMap map[string]string
-	err := walkObject(dec, func(key string) error {
+	err := jsonobj.Walk(dec, func(key string) error {
 		if key != "weight_map" {
 			var skip json.RawMessage // "metadata" and anything else carry nothing we need
 			return dec.Decode(&skip)
@@ -126,10 +128,10 @@ func parseWeightMapStrict(data []byte) (map[string]string, error) {
 
 func decodeWeightMap(dec *json.Decoder) (map[string]string, error) {
 	m := map[string]string{}
-	err := walkObject(dec, func(tensor string) error {
+	err := jsonobj.Walk(dec, func(tensor string) error {
 		var shard string
 		if err := dec.Decode(&shard); err != nil {
-			return fmt.Errorf("weight_map[%q]: want a file name: %v", tensor, noEOF(err))
+			return fmt.Errorf("weight_map[%q]: want a file name: %v", tensor, jsonobj.NoEOF(err))
 		}
 		m[tensor] = shard
 		return nil
@@ -138,40 +140,4 @@ func decodeWeightMap(dec *json.Decoder) (map[string]string, error) {
 		return nil, fmt.Errorf("weight_map: %w", err)
 	}
 	return m, nil
-}
-
-// walkObject reads one JSON object from dec and calls field for each key;
-// field must consume the value. A repeated key is an error.
-func walkObject(dec *json.Decoder, field func(key string) error) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return noEOF(err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("expected a JSON object, found %v", tok)
-	}
-	keys := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return noEOF(err)
-		}
-		key := tok.(string) // inside an object, Token only yields string keys
-		if keys[key] {
-			return fmt.Errorf("key %q appears twice", key)
-		}
-		keys[key] = true
-		if err := field(key); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // the closing '}'
-	return noEOF(err)
-}
-
-func noEOF(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/nvmai/nvmai/internal/jsonobj"
 	"github.com/nvmai/nvmai/pkg/limits"
 )
 
@@ -123,7 +124,7 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	seen := map[string]bool{}
-	err := walkObject(dec, func(key string) error {
+	err := jsonobj.Walk(dec, func(key string) error {
 		entryOff := 8 + dec.InputOffset()
 		if seen[key] {
 			return fail(entryOff, key, "appears twice in the header")
@@ -132,14 +133,14 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 		if key == metadataKey {
 			m, err := decodeMetadata(dec)
 			if err != nil {
-				return fail(entryOff, "", "__metadata__: %v", noEOF(err))
+				return fail(entryOff, "", "__metadata__: %v", jsonobj.NoEOF(err))
 			}
 			h.Metadata = m
 			return nil
 		}
 		t, err := decodeTensorInfo(dec, key)
 		if err != nil {
-			return fail(entryOff, key, "invalid entry: %v", noEOF(err))
+			return fail(entryOff, key, "invalid entry: %v", jsonobj.NoEOF(err))
 		}
 		h.Tensors = append(h.Tensors, t)
 		return nil
@@ -149,42 +150,13 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 		if errors.As(err, &fe) {
 			return err
 		}
-		return fail(8+dec.InputOffset(), "", "invalid header JSON: %v", noEOF(err))
+		return fail(8+dec.InputOffset(), "", "invalid header JSON: %v", jsonobj.NoEOF(err))
 	}
 	// Padding after the object must be whitespace only.
 	if _, err := dec.Token(); err != io.EOF {
 		return fail(8+dec.InputOffset(), "", "unexpected data after the header's JSON object")
 	}
 	return nil
-}
-
-// walkObject reads one JSON object from dec and calls field for each key;
-// field must consume the value. A repeated key is an error.
-func walkObject(dec *json.Decoder, field func(key string) error) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("expected a JSON object, found %v", tok)
-	}
-	keys := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key := tok.(string) // inside an object, Token only yields string keys
-		if keys[key] {
-			return fmt.Errorf("key %q appears twice", key)
-		}
-		keys[key] = true
-		if err := field(key); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // the closing '}'
-	return err
 }
 
 func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
@@ -197,7 +169,7 @@ func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
 	}
 	inner := json.NewDecoder(bytes.NewReader(raw))
 	m := map[string]string{}
-	err := walkObject(inner, func(key string) error {
+	err := jsonobj.Walk(inner, func(key string) error {
 		var v json.RawMessage
 		if err := inner.Decode(&v); err != nil {
 			return err
@@ -219,7 +191,7 @@ func decodeTensorInfo(dec *json.Decoder, name string) (TensorInfo, error) {
 	t := TensorInfo{Name: name}
 	var offsets []int64
 	var haveDType bool
-	err := walkObject(dec, func(key string) error {
+	err := jsonobj.Walk(dec, func(key string) error {
 		switch key {
 		case "dtype":
 			var s string
@@ -340,15 +312,6 @@ func mulInt64(a, b int64) (int64, bool) {
 		return 0, false
 	}
 	return int64(lo), true
-}
-
-// noEOF reports a JSON document that stopped early as such rather than as a
-// bare "EOF", which reads like an I/O problem.
-func noEOF(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 func truncate(b []byte) string {
