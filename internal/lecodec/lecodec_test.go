@@ -57,28 +57,3 @@ func TestRoundTripAcrossChunks(t *testing.T) {
 		t.Fatalf("a cut input: %v, want io.ErrUnexpectedEOF", cut.Err)
 	}
 }
-
-type fullWriter struct{ room int }
-
-var errFull = errors.New("disk full")
-
-func (w *fullWriter) Write(p []byte) (int, error) {
-	if len(p) > w.room {
-		n := w.room
-		w.room = 0
-		return n, errFull
-	}
-	w.room -= len(p)
-	return len(p), nil
-}
-
-// The first write error stops the writer; N counts what went out.
-func TestWriterKeepsTheFirstError(t *testing.T) {
-	w := NewWriter(&fullWriter{room: 100})
-	w.F32s(make([]float32, Chunk))
-	w.U16s(make([]uint16, 10))
-	w.Flush()
-	if !errors.Is(w.Err, errFull) || w.N != 100 {
-		t.Fatalf("N %d, err %v; want 100 and the writer's error", w.N, w.Err)
-	}
-}
