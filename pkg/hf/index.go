@@ -8,7 +8,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
-	"github.com/nvmai/nvmai/internal/jsonobj"
+	"github.com/nvmai/nvmai/internal/jsonwalk"
 )
 
 // Index is a parsed model.safetensors.index.json.
@@ -106,7 +106,7 @@ func countKeys(data []byte) int {
 func parseWeightMapStrict(data []byte) (map[string]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var weightMap map[string]string
-	err := jsonobj.Walk(dec, func(key string) error {
+	err := jsonwalk.Object(dec, func(key string) error {
 		if key != "weight_map" {
 			var skip json.RawMessage // "metadata" and anything else carry nothing we need
 			return dec.Decode(&skip)
@@ -128,10 +128,10 @@ func parseWeightMapStrict(data []byte) (map[string]string, error) {
 
 func decodeWeightMap(dec *json.Decoder) (map[string]string, error) {
 	m := map[string]string{}
-	err := jsonobj.Walk(dec, func(tensor string) error {
+	err := jsonwalk.Object(dec, func(tensor string) error {
 		var shard string
 		if err := dec.Decode(&shard); err != nil {
-			return fmt.Errorf("weight_map[%q]: want a file name: %v", tensor, jsonobj.NoEOF(err))
+			return fmt.Errorf("weight_map[%q]: want a file name: %v", tensor, jsonwalk.NoEOF(err))
 		}
 		m[tensor] = shard
 		return nil

@@ -20,7 +20,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
-	"github.com/nvmai/nvmai/internal/jsonobj"
+	"github.com/nvmai/nvmai/internal/jsonwalk"
 	"github.com/nvmai/nvmai/pkg/limits"
 )
 
@@ -124,7 +124,7 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	seen := map[string]bool{}
-	err := jsonobj.Walk(dec, func(key string) error {
+	err := jsonwalk.Object(dec, func(key string) error {
 		entryOff := 8 + dec.InputOffset()
 		if seen[key] {
 			return fail(entryOff, key, "appears twice in the header")
@@ -133,14 +133,14 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 		if key == metadataKey {
 			m, err := decodeMetadata(dec)
 			if err != nil {
-				return fail(entryOff, "", "__metadata__: %v", jsonobj.NoEOF(err))
+				return fail(entryOff, "", "__metadata__: %v", jsonwalk.NoEOF(err))
 			}
 			h.Metadata = m
 			return nil
 		}
 		t, err := decodeTensorInfo(dec, key)
 		if err != nil {
-			return fail(entryOff, key, "invalid entry: %v", jsonobj.NoEOF(err))
+			return fail(entryOff, key, "invalid entry: %v", jsonwalk.NoEOF(err))
 		}
 		h.Tensors = append(h.Tensors, t)
 		return nil
@@ -150,7 +150,7 @@ func (h *Header) decode(raw []byte, fail failFunc) error {
 		if errors.As(err, &fe) {
 			return err
 		}
-		return fail(8+dec.InputOffset(), "", "invalid header JSON: %v", jsonobj.NoEOF(err))
+		return fail(8+dec.InputOffset(), "", "invalid header JSON: %v", jsonwalk.NoEOF(err))
 	}
 	// Padding after the object must be whitespace only.
 	if _, err := dec.Token(); err != io.EOF {
@@ -169,7 +169,7 @@ func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
 	}
 	inner := json.NewDecoder(bytes.NewReader(raw))
 	m := map[string]string{}
-	err := jsonobj.Walk(inner, func(key string) error {
+	err := jsonwalk.Object(inner, func(key string) error {
 		var v json.RawMessage
 		if err := inner.Decode(&v); err != nil {
 			return err
@@ -191,7 +191,7 @@ func decodeTensorInfo(dec *json.Decoder, name string) (TensorInfo, error) {
 	t := TensorInfo{Name: name}
 	var offsets []int64
 	var haveDType bool
-	err := jsonobj.Walk(dec, func(key string) error {
+	err := jsonwalk.Object(dec, func(key string) error {
 		switch key {
 		case "dtype":
 			var s string

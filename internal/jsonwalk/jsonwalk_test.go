@@ -1,4 +1,4 @@
-package jsonobj
+package jsonwalk
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestWalk(t *testing.T) {
+func TestObject(t *testing.T) {
 	for _, tc := range []struct {
 		doc, keys, err string
 	}{
@@ -21,7 +21,7 @@ func TestWalk(t *testing.T) {
 	} {
 		dec := json.NewDecoder(strings.NewReader(tc.doc))
 		var keys []string
-		err := Walk(dec, func(key string) error {
+		err := Object(dec, func(key string) error {
 			keys = append(keys, key)
 			var v any
 			return dec.Decode(&v)

@@ -1,7 +1,7 @@
-// Package jsonobj reads a JSON object key by key, refusing a repeated key
+// Package jsonwalk reads a JSON object key by key, refusing a repeated key
 // (which encoding/json would silently let win): the safetensors header and
 // the Hugging Face index reader share it.
-package jsonobj
+package jsonwalk
 
 import (
 	"encoding/json"
@@ -9,10 +9,10 @@ import (
 	"io"
 )
 
-// Walk reads one JSON object from dec and calls field for each key; field
+// Object reads one JSON object from dec and calls field for each key; field
 // must consume the value. A repeated key is an error, and so is a document
 // that stops early (NoEOF).
-func Walk(dec *json.Decoder, field func(key string) error) error {
+func Object(dec *json.Decoder, field func(key string) error) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return NoEOF(err)
