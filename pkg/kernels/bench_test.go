@@ -57,7 +57,7 @@ func BenchmarkMemRead(b *testing.B) {
 			b.SetBytes(int64(size))
 			var sink uint64
 			for b.Loop() {
-				sink += sumWords(buf)
+				sink += SumWords(buf)
 			}
 			if sink == 1 {
 				b.Log(sink)
@@ -74,18 +74,6 @@ func matrixBytes(enc Encoding, rows, cols int) int {
 		return rows*cols + 2*rows*cols/GroupSize*2
 	}
 	return rows * cols * 2
-}
-
-func sumWords(buf []uint64) uint64 {
-	var a, b, c, d uint64
-	for i := 0; i+4 <= len(buf); i += 4 {
-		v := buf[i : i+4 : i+4]
-		a += v[0]
-		b += v[1]
-		c += v[2]
-		d += v[3]
-	}
-	return a + b + c + d
 }
 
 // fastBenchShapes are the integer path's benchmark shapes: square, the MoE
@@ -145,14 +133,14 @@ func BenchmarkMemReadShapes(b *testing.B) {
 func sumSplit(buf []uint64, sums []uint64) {
 	n := len(sums)
 	if n == 1 {
-		sums[0] += sumWords(buf)
+		sums[0] += SumWords(buf)
 		return
 	}
 	var wg sync.WaitGroup
 	for t := 1; t < n; t++ {
-		wg.Go(func() { sums[t] += sumWords(buf[len(buf)*t/n : len(buf)*(t+1)/n]) })
+		wg.Go(func() { sums[t] += SumWords(buf[len(buf)*t/n : len(buf)*(t+1)/n]) })
 	}
-	sums[0] += sumWords(buf[:len(buf)/n])
+	sums[0] += SumWords(buf[:len(buf)/n])
 	wg.Wait()
 }
 
@@ -213,7 +201,7 @@ func BenchmarkMatMulFastQ4(b *testing.B) {
 }
 
 // BenchmarkMatVecFastVsRead alternates, within one process and repetition by
-// repetition, MatVecFast and a plain read (sumWords, as BenchmarkMemRead)
+// repetition, MatVecFast and a plain read (SumWords, as BenchmarkMemRead)
 // of the same number of bytes, and reports the median of each in GB/s and
 // their ratio: on a shared, noisy machine this is steadier than comparing
 // separate benchmark runs. 16384×8192 (72 MiB at Q4) is far beyond L3.

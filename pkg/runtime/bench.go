@@ -671,20 +671,6 @@ func MemReadRates(size int64, threads int) (med, best map[int]float64) {
 // second of reading at this machine's rates.
 const memReadPasses = 24
 
-// sumWords sums 8 bytes at a time with four accumulators, as the kernels'
-// plain-read benchmark does (a tail of fewer than four words is left out).
-func sumWords(buf []uint64) uint64 {
-	var a, b, c, d uint64
-	for i := 0; i+4 <= len(buf); i += 4 {
-		v := buf[i : i+4 : i+4]
-		a += v[0]
-		b += v[1]
-		c += v[2]
-		d += v[3]
-	}
-	return a + b + c + d
-}
-
 // DiskReadRate reads n random whole experts (stride bytes each, from random
 // layers) on threads readers, the way mode (an expertcache read mode:
 // "direct", "dontcache", "dropbehind" or "buffered") reads, and returns

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/nvmai/nvmai/pkg/kernels"
 )
 
 // weightMemoryPasses is how many rounds WeightMemoryRates alternates over.
@@ -104,7 +106,7 @@ func sumRange(spans [][]byte, lo, hi int) uint64 {
 		a, b := max(lo-at, 0), min(hi-at, n)
 		if a < b {
 			words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(span[a:]))), (b-a)/8)
-			s += sumWords(words) // four words at a time; the tail below
+			s += kernels.SumWords(words) // four words at a time; the tail below
 			for _, w := range words[len(words)&^3:] {
 				s += w
 			}
