@@ -127,7 +127,7 @@ func target(c *cli.Context) (registry.Entry, []int, error) {
 	}
 	if name != args[0] || e.Width != 0 {
 		if !slices.Equal(widths, named) {
-			return e, nil, cliutil.Usagef("%q asks for %d-bit but %q for %s", args[0], named[0], args[1], widthList(widths))
+			return e, nil, cliutil.Usagef("%q asks for %d-bit but %q for %s", args[0], named[0], args[1], registry.WidthList(widths))
 		}
 	}
 	return e, widths, nil
@@ -172,18 +172,10 @@ func parseWidths(arg string, e registry.Entry) ([]int, error) {
 	}
 	for _, w := range widths {
 		if w != 16 && !slices.Contains(e.Widths, w) {
-			return nil, cliutil.Usagef("%s comes in %s (and 16-bit, the exact bf16 copy), not %d-bit", e.Name, widthList(e.Widths), w)
+			return nil, cliutil.Usagef("%s comes in %s (and 16-bit, the exact bf16 copy), not %d-bit", e.Name, registry.WidthList(e.Widths), w)
 		}
 	}
 	return widths, nil
-}
-
-func widthList(ws []int) string {
-	s := make([]string, len(ws))
-	for i, w := range ws {
-		s[i] = strconv.Itoa(w) + "-bit"
-	}
-	return strings.Join(s, " and ")
 }
 
 func printStatus(w io.Writer, modelsDir string) error {

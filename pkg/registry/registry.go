@@ -190,7 +190,7 @@ func Lookup(name string) (Entry, error) {
 			return e, fmt.Errorf("%w: %s: %s", ErrUnsupported, e.Name, e.Reason)
 		}
 		if width != 0 && !slices.Contains(e.Widths, width) {
-			return e, fmt.Errorf("%w: %s comes in %s, not %d-bit", ErrUnsupported, e.Name, widthList(e.Widths), width)
+			return e, fmt.Errorf("%w: %s comes in %s, not %d-bit", ErrUnsupported, e.Name, WidthList(e.Widths), width)
 		}
 		return e, nil
 	}
@@ -218,7 +218,7 @@ func ParseTarget(args []string) (Entry, []int, error) {
 			return Entry{}, nil, err
 		}
 		if e.Width != 0 && !slices.Equal(asked, widths) {
-			return Entry{}, nil, fmt.Errorf("%q asks for %d-bit but %q for %s", args[0], e.Width, args[1], widthList(asked))
+			return Entry{}, nil, fmt.Errorf("%q asks for %d-bit but %q for %s", args[0], e.Width, args[1], WidthList(asked))
 		}
 		widths = asked
 	}
@@ -239,13 +239,14 @@ func parseWidths(arg string, e Entry) ([]int, error) {
 	}
 	for _, w := range widths {
 		if !slices.Contains(e.Widths, w) {
-			return nil, fmt.Errorf("%w: %s comes in %s, not %d-bit", ErrUnsupported, e.Name, widthList(e.Widths), w)
+			return nil, fmt.Errorf("%w: %s comes in %s, not %d-bit", ErrUnsupported, e.Name, WidthList(e.Widths), w)
 		}
 	}
 	return widths, nil
 }
 
-func widthList(ws []int) string {
+// WidthList names widths for a message: "4-bit and 8-bit".
+func WidthList(ws []int) string {
 	s := make([]string, len(ws))
 	for i, w := range ws {
 		s[i] = strconv.Itoa(w) + "-bit"
