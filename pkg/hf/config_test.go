@@ -28,6 +28,18 @@ func encode(t *testing.T, cfg map[string]any) []byte {
 	return b
 }
 
+// parseEdited parses the fixture config after edit changed it.
+func parseEdited(t *testing.T, edit func(cfg map[string]any)) (string, packexperts.Geometry) {
+	t.Helper()
+	cfg := fixtureConfig(t)
+	edit(cfg)
+	arch, g, err := ParseConfig(encode(t, cfg), "config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return arch, g
+}
+
 func TestParseConfigDefaults(t *testing.T) {
 	lin, full := LinearAttention, FullAttention
 	cases := []struct {
@@ -78,12 +90,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := fixtureConfig(t)
-			c.edit(cfg)
-			arch, g, err := ParseConfig(encode(t, cfg), "config.json")
-			if err != nil {
-				t.Fatal(err)
-			}
+			arch, g := parseEdited(t, c.edit)
 			if arch != ArchMoE || !c.check(g) {
 				t.Errorf("arch %s geometry %+v", arch, g)
 			}

@@ -48,12 +48,7 @@ func TestParseConfigYaRN(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := fixtureConfig(t)
-			c.edit(cfg)
-			_, g, err := ParseConfig(encode(t, cfg), "config.json")
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, g := parseEdited(t, c.edit)
 			if g.RopeScaling == nil || *g.RopeScaling != c.want {
 				t.Fatalf("rope scaling %+v, want %+v", g.RopeScaling, c.want)
 			}
