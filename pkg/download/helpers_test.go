@@ -81,6 +81,19 @@ func newTestHub(t *testing.T) (*fakehub.Hub, string, map[string][]byte) {
 	return h, h.AddRepo(testRepo, files, fakehub.RepoOptions{}), files
 }
 
+// downloadedHub is newTestHub with its repository already downloaded once
+// by a test client into a new cache: the client and the cache come back too.
+func downloadedHub(t *testing.T) (h *fakehub.Hub, c *Client, cache, commit string, files map[string][]byte) {
+	t.Helper()
+	h, commit, files = newTestHub(t)
+	c = testClient(t, h)
+	cache = t.TempDir()
+	if _, err := snapshot(t, c, cache, nil); err != nil {
+		t.Fatal(err)
+	}
+	return h, c, cache, commit, files
+}
+
 // checkSnapshot asserts every file is in the snapshot with its bytes.
 func checkSnapshot(t *testing.T, dir string, files map[string][]byte) {
 	t.Helper()

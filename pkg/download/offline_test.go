@@ -29,12 +29,7 @@ func TestOfflineFromEnvironment(t *testing.T) {
 // An offline client finds a snapshot downloaded earlier by branch or by
 // commit, and makes no request at all.
 func TestOfflineSnapshotFromTheCacheMakesNoRequest(t *testing.T) {
-	h, commit, files := newTestHub(t)
-	c := testClient(t, h)
-	cache := t.TempDir()
-	if _, err := snapshot(t, c, cache, nil); err != nil {
-		t.Fatal(err)
-	}
+	h, c, cache, commit, files := downloadedHub(t)
 	h.ResetRequests()
 	h.ForbidRequests(t)
 	c.Offline = true
@@ -146,12 +141,7 @@ func TestOfflineSnapshotRefusesADamagedBlob(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h, commit, files := newTestHub(t)
-			c := testClient(t, h)
-			cache := t.TempDir()
-			if _, err := snapshot(t, c, cache, nil); err != nil {
-				t.Fatal(err)
-			}
+			_, c, cache, commit, files := downloadedHub(t)
 			snapDir := SnapshotDir(cache, testRepo, commit)
 			if _, err := LocalSnapshot(context.Background(), cache, testRepo, "main", nil, nil); err != nil {
 				t.Fatalf("a sound cache: %v", err)

@@ -283,12 +283,7 @@ func TestResumeAfterTheTempFileWasTruncated(t *testing.T) {
 }
 
 func TestSecondSnapshotMakesNoDataRequests(t *testing.T) {
-	h, commit, files := newTestHub(t)
-	c := testClient(t, h)
-	cache := t.TempDir()
-	if _, err := snapshot(t, c, cache, nil); err != nil {
-		t.Fatal(err)
-	}
+	h, c, cache, commit, files := downloadedHub(t)
 	h.ResetRequests()
 	rec := &recorder{}
 	snap, err := snapshot(t, c, cache, rec)
