@@ -40,6 +40,18 @@ func (c *allowSet) Advance(id int) (bool, error) {
 	return c.endAfter > 0 && c.steps == c.endAfter, nil
 }
 
+// constraintEngine loads the tiny MoE at 8 bits (closed when the test
+// ends) and returns it with the prompt the constraint tests generate from.
+func constraintEngine(t *testing.T) (*Engine, []int) {
+	t.Helper()
+	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, loadRefs(t, "tiny-moe.refs.json")[1].IDs
+}
+
 var constraintSamplings = []struct {
 	name string
 	p    sample.Params
@@ -52,12 +64,7 @@ var constraintSamplings = []struct {
 // A constraint that allows everything must not change a single token:
 // the hook itself costs nothing to the output.
 func TestConstraintAllowingAllChangesNothing(t *testing.T) {
-	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	prompt := loadRefs(t, "tiny-moe.refs.json")[1].IDs
+	e, prompt := constraintEngine(t)
 	for _, tc := range constraintSamplings {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := GenerateOptions{MaxTokens: 16, IgnoreEOS: true, Sampling: tc.p}
@@ -84,12 +91,7 @@ func TestConstraintAllowingAllChangesNothing(t *testing.T) {
 // The mask goes on before penalties, temperature, top-k and top-p: every
 // token comes from the allowed set, and OnLogits sees the masked row.
 func TestConstraintMasksBeforeSampling(t *testing.T) {
-	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	prompt := loadRefs(t, "tiny-moe.refs.json")[1].IDs
+	e, prompt := constraintEngine(t)
 	allowed := []int{11, 500, 1234, 4000}
 	for _, tc := range constraintSamplings {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,13 +124,8 @@ func TestConstraintMasksBeforeSampling(t *testing.T) {
 }
 
 func TestConstraintEndsGeneration(t *testing.T) {
-	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e, prompt := constraintEngine(t)
 	s := e.NewSession(SessionOptions{})
-	prompt := loadRefs(t, "tiny-moe.refs.json")[1].IDs
 	res, err := s.Generate(context.Background(), prompt, GenerateOptions{MaxTokens: 20, IgnoreEOS: true, Constraint: &allowSet{endAfter: 5}})
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +141,7 @@ func TestConstraintEndsGeneration(t *testing.T) {
 // A constraint that leaves nothing allowed ends generation with an error
 // naming it, not with a token the mask refused.
 func TestConstraintDeadEndIsAnError(t *testing.T) {
-	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	prompt := loadRefs(t, "tiny-moe.refs.json")[1].IDs
+	e, prompt := constraintEngine(t)
 	for _, tc := range constraintSamplings {
 		_, err := e.NewSession(SessionOptions{}).Generate(context.Background(), prompt, GenerateOptions{
 			MaxTokens: 4, Sampling: tc.p, Constraint: &allowSet{set: []int{}},
