@@ -44,6 +44,13 @@ func Shared(t testing.TB, rel string) string {
 	return p
 }
 
+// Dev returns the dev fixture NAME, ../shared/fixtures/dev/NAME next to
+// the repository (Shared), skipping the test when it is absent.
+func Dev(t testing.TB, name string) string {
+	t.Helper()
+	return Shared(t, "dev/"+name)
+}
+
 // Embedded returns the embedded default model's snapshot, testdata/tiny-moe-fused.
 func Embedded(t testing.TB) string {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
 	"github.com/nvmai/nvmai/pkg/receipt"
@@ -45,7 +46,7 @@ func readFile(t *testing.T, p string) []byte {
 // The two fixture layouts hold the same weights, so their installs must
 // agree byte for byte in every expert file and in the resident file.
 func TestFusedAndPerExpertLayoutsAgree(t *testing.T) {
-	fused, perExpert := fixtureDir(t, "tiny-moe-fused"), fixtureDir(t, "tiny-moe-perexpert")
+	fused, perExpert := testfix.Dev(t, "tiny-moe-fused"), testfix.Dev(t, "tiny-moe-perexpert")
 	for _, bits := range []int{4, 16} {
 		t.Run(fmt.Sprint(bits), func(t *testing.T) {
 			a, ma := convertOne(t, fused, bits)
@@ -65,7 +66,7 @@ func TestFusedAndPerExpertLayoutsAgree(t *testing.T) {
 
 // At 16 bits every packed expert is the source tensors, bit for bit.
 func TestSixteenBitExpertsAreSourceBits(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-perexpert")
+	src := testfix.Dev(t, "tiny-moe-perexpert")
 	dir, m := convertOne(t, src, 16)
 	checkExpertsEqualSource(t, dir, m, loadTensors(t, src))
 }
@@ -92,7 +93,7 @@ func checkExpertsEqualSource(t *testing.T, dir string, m *packexperts.Manifest, 
 // a shuffled order spread over shards and must each land at their own index.
 // An accumulator that appends in arrival order fails it.
 func TestExpertOrderProbe(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-perexpert")
+	src := testfix.Dev(t, "tiny-moe-perexpert")
 	all := loadTensors(t, src)
 	for _, seed := range []uint64{1, 2, 3} {
 		snap := filepath.Join(t.TempDir(), "snap")
@@ -106,7 +107,7 @@ func TestExpertOrderProbe(t *testing.T) {
 // source: half a step of rounding, plus up to one step of clipping at the far
 // end of the group, because MLX rescales the step so that 0 is exact.
 func TestQuantizedExpertsRoundTrip(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-perexpert")
+	src := testfix.Dev(t, "tiny-moe-perexpert")
 	all := loadTensors(t, src)
 	for _, bits := range []int{4, 8} {
 		dir, m := convertOne(t, src, bits)
@@ -146,7 +147,7 @@ func abs32(f float32) float32 {
 // The written install is self-consistent: valid manifest, a receipt that
 // re-hashes clean, and per-tensor widths as documented.
 func TestInstallIsVerifiable(t *testing.T) {
-	dir, m := convertOne(t, fixtureDir(t, "tiny-moe-fused"), 4)
+	dir, m := convertOne(t, testfix.Dev(t, "tiny-moe-fused"), 4)
 	rc, err := receipt.Read(filepath.Join(dir, packexperts.ReceiptFile))
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +186,7 @@ func TestInstallIsVerifiable(t *testing.T) {
 // --bits 4,8 writes both installs from one read, named OUTPUT-4bit and OUTPUT-8bit,
 // identical to converting each width alone.
 func TestTwoWidthsFromOneRead(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-fused")
+	src := testfix.Dev(t, "tiny-moe-fused")
 	out := filepath.Join(t.TempDir(), "m")
 	if _, err := Run(context.Background(), Options{Input: src, Targets: Targets(out, []int{4, 8})}); err != nil {
 		t.Fatal(err)

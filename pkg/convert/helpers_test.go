@@ -8,16 +8,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
-
-// fixtureDir returns ../shared/fixtures/dev/NAME relative to the repository
-// root, skipping the test when the fixtures are not there.
-func fixtureDir(t testing.TB, name string) string {
-	t.Helper()
-	return testfix.Shared(t, "dev/"+name)
-}
 
 // loadTensors reads every tensor of a snapshot's shards.
 func loadTensors(t testing.TB, dir string) map[string]safetensors.Tensor {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -45,8 +46,8 @@ func rawSafetensors(header string, data int) []byte {
 // Every hostile input fails with an error naming what is wrong, and leaves
 // nothing in the output's parent directory.
 func TestHostileInputs(t *testing.T) {
-	fused := fixtureDir(t, "tiny-moe-fused")
-	perExpert := fixtureDir(t, "tiny-moe-perexpert")
+	fused := testfix.Dev(t, "tiny-moe-fused")
+	perExpert := testfix.Dev(t, "tiny-moe-perexpert")
 	const shard = "model-00002-of-00004.safetensors"
 	cases := []struct {
 		name   string

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
@@ -33,7 +34,7 @@ func payloadNames(m *packexperts.Manifest) []string {
 // The two qwen3.8 fixture layouts hold the same weights: every weight file
 // of their installs must agree byte for byte, at every width.
 func TestQwen38LayoutsGiveIdenticalInstalls(t *testing.T) {
-	fused, perExpert := fixtureDir(t, "tiny-qwen38-fused"), fixtureDir(t, "tiny-qwen38-perexpert")
+	fused, perExpert := testfix.Dev(t, "tiny-qwen38-fused"), testfix.Dev(t, "tiny-qwen38-perexpert")
 	for _, bits := range []int{4, 8, 16} {
 		t.Run(fmt.Sprint(bits), func(t *testing.T) {
 			a, ma := convertOne(t, fused, bits)
@@ -59,7 +60,7 @@ func TestQwen38LayoutsGiveIdenticalInstalls(t *testing.T) {
 // At 16 bits the table file holds the checkpoint's shards, concatenated, at
 // the documented row addresses, with zero padding.
 func TestQwen38TableRowsAreSourceRows(t *testing.T) {
-	src := fixtureDir(t, "tiny-qwen38-fused")
+	src := testfix.Dev(t, "tiny-qwen38-fused")
 	dir, m := convertOne(t, src, 16)
 	tensors := loadTensors(t, src)
 	var rows []byte
@@ -87,7 +88,7 @@ func TestQwen38TableRowsAreSourceRows(t *testing.T) {
 
 // The resident encodings follow docs/qwen38.md.
 func TestQwen38ResidentEncodings(t *testing.T) {
-	_, m := convertOne(t, fixtureDir(t, "tiny-qwen38-perexpert"), 4)
+	_, m := convertOne(t, testfix.Dev(t, "tiny-qwen38-perexpert"), 4)
 	want := map[string]string{
 		"model.embed_tokens.weight":                                       "U32/8",
 		"lm_head.weight":                                                  "U32/8",
@@ -120,7 +121,7 @@ func TestQwen38ResidentEncodings(t *testing.T) {
 // changed by edit (which may add, drop or rename), into one shard.
 func qwen38Variant(t *testing.T, edit func(map[string]safetensors.Tensor)) string {
 	t.Helper()
-	src := fixtureDir(t, "tiny-qwen38-perexpert")
+	src := testfix.Dev(t, "tiny-qwen38-perexpert")
 	all := loadTensors(t, src)
 	edit(all)
 	dir := filepath.Join(t.TempDir(), "snap")
@@ -198,7 +199,7 @@ func TestQwen38NGramShardsRefused(t *testing.T) {
 
 // One unsharded table is accepted and gives the same install as the shards.
 func TestQwen38UnshardedTable(t *testing.T) {
-	src := fixtureDir(t, "tiny-qwen38-perexpert")
+	src := testfix.Dev(t, "tiny-qwen38-perexpert")
 	snap := qwen38Variant(t, func(m map[string]safetensors.Tensor) {
 		var data []byte
 		for s := 0; s < 4; s++ {
@@ -337,7 +338,7 @@ func TestSynthQwen38FlashPlan(t *testing.T) {
 // The receipt covers the n-gram table: one flipped bit in it fails
 // nvmai-verify, naming the file.
 func TestQwen38VerifyCatchesTableCorruption(t *testing.T) {
-	dir, m := convertOne(t, fixtureDir(t, "tiny-qwen38-fused"), 8)
+	dir, m := convertOne(t, testfix.Dev(t, "tiny-qwen38-fused"), 8)
 	p := filepath.Join(dir, m.NGram[0].File)
 	b := readFile(t, p)
 	b[m.NGram[0].RowOffset(777)] ^= 1
@@ -358,7 +359,7 @@ func TestQwen38VerifyCatchesTableCorruption(t *testing.T) {
 
 // --bits 4,8 writes from one read exactly what two single-width runs write.
 func TestQwen38OneReadManyWidths(t *testing.T) {
-	src := fixtureDir(t, "tiny-qwen38-perexpert")
+	src := testfix.Dev(t, "tiny-qwen38-perexpert")
 	base := filepath.Join(t.TempDir(), "q38")
 	targets := Targets(base, []int{4, 8})
 	if _, err := Run(context.Background(), Options{Input: src, Targets: targets, Threads: 2}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/hf"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
@@ -96,7 +97,7 @@ func TestSynthMatchesConverterLayout(t *testing.T) {
 		{"tiny-qwen38-fused", "tiny-qwen38", 4}, {"tiny-qwen38-perexpert", "tiny-qwen38", 8}, {"tiny-qwen38-fused", "tiny-qwen38", 16}}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s-%d", tc.geometry, tc.bits), func(t *testing.T) {
-			_, conv := convertOne(t, fixtureDir(t, tc.fixture), tc.bits)
+			_, conv := convertOne(t, testfix.Dev(t, tc.fixture), tc.bits)
 			syn, err := PlanSynth(SynthOptions{Geometry: tc.geometry, Bits: tc.bits})
 			if err != nil {
 				t.Fatal(err)

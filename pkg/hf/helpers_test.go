@@ -13,13 +13,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
-// fixtureDir finds ../shared/fixtures/dev/<name> next to the repository root
-// (the directory holding go.mod), or skips the test when it is absent.
-func fixtureDir(t testing.TB, name string) string {
-	t.Helper()
-	return testfix.Shared(t, "dev/"+name)
-}
-
 // fakeTensor is one tensor of a snapshot the tests assemble and then write.
 type fakeTensor struct {
 	name  string
@@ -52,7 +45,7 @@ var (
 // deep copy the caller may modify.
 func loadFake(t testing.TB, name string) *fakeSnapshot {
 	t.Helper()
-	dir := fixtureDir(t, name)
+	dir := testfix.Dev(t, name)
 	fixtureCacheMu.Lock()
 	defer fixtureCacheMu.Unlock()
 	fs, ok := fixtureCache[name]

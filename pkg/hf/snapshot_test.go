@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/safetensors"
@@ -54,7 +55,7 @@ func TestFixtures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := Open(fixtureDir(t, c.name))
+			s, err := Open(testfix.Dev(t, c.name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +80,7 @@ func TestFixtures(t *testing.T) {
 }
 
 func TestFixtureGeometry(t *testing.T) {
-	s, err := Open(fixtureDir(t, "tiny-moe-fused"))
+	s, err := Open(testfix.Dev(t, "tiny-moe-fused"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestFixtureGeometry(t *testing.T) {
 		!slices.Equal(g.EOSTokenIDs, []int{4098, 4096}) || *g.PadTokenID != 4096 || g.BOSTokenID != nil {
 		t.Errorf("generation config %+v", g)
 	}
-	dense, err := Open(fixtureDir(t, "tiny-dense"))
+	dense, err := Open(testfix.Dev(t, "tiny-dense"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func geometryEqual(a, b packexperts.Geometry) bool {
 }
 
 func TestClassifyFixtureNames(t *testing.T) {
-	s, err := Open(fixtureDir(t, "tiny-moe-perexpert"))
+	s, err := Open(testfix.Dev(t, "tiny-moe-perexpert"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestClassifyFixtureNames(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("tensors not found: %v", want)
 	}
-	fused, err := Open(fixtureDir(t, "tiny-moe-fused"))
+	fused, err := Open(testfix.Dev(t, "tiny-moe-fused"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestClassifyErrors(t *testing.T) {
 func TestFlatTextConfig(t *testing.T) {
 	for _, name := range []string{"tiny-moe-fused", "tiny-dense"} {
 		t.Run(name, func(t *testing.T) {
-			orig, err := Open(fixtureDir(t, name))
+			orig, err := Open(testfix.Dev(t, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -433,7 +434,7 @@ func TestLargeIndexAccepted(t *testing.T) {
 // In the Hugging Face cache every snapshot file is a relative symlink into
 // ../../blobs/<hash>.
 func TestHFCacheLayout(t *testing.T) {
-	src := fixtureDir(t, "tiny-moe-fused")
+	src := testfix.Dev(t, "tiny-moe-fused")
 	root := t.TempDir()
 	snap := filepath.Join(root, "snapshots", "0123abcd")
 	for _, d := range []string{filepath.Join(root, "blobs"), snap} {

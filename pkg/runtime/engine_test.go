@@ -15,22 +15,17 @@ import (
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
-func fixturePath(t testing.TB, name string) string {
-	t.Helper()
-	return testfix.Shared(t, "dev/"+name)
-}
-
 type refPrompt = testfix.RefPrompt
 
 func loadRefs(t testing.TB, name string) []refPrompt {
 	t.Helper()
-	return testfix.LoadRefs(t, fixturePath(t, name))
+	return testfix.LoadRefs(t, testfix.Dev(t, name))
 }
 
 // loadJSON decodes the "prompts" array of a refs file into prompts.
 func loadJSON(t testing.TB, name string, prompts any) {
 	t.Helper()
-	raw, err := os.ReadFile(fixturePath(t, name))
+	raw, err := os.ReadFile(testfix.Dev(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +40,7 @@ func loadJSON(t testing.TB, name string, prompts any) {
 // install converts a fixture snapshot once per test run (fixinstall).
 func install(t testing.TB, snapshot string, bits int) string {
 	t.Helper()
-	return fixinstall.Install(t, fixturePath(t, snapshot), bits)
+	return fixinstall.Install(t, testfix.Dev(t, snapshot), bits)
 }
 
 func TestMain(m *testing.M) { fixinstall.Main(m) }

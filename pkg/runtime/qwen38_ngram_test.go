@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
@@ -23,7 +24,7 @@ import (
 // checked against.
 func fixtureNgramRows(t *testing.T, layout string, ids []int64) ([]float32, int) {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(fixturePath(t, layout), "*.safetensors"))
+	paths, err := filepath.Glob(filepath.Join(testfix.Dev(t, layout), "*.safetensors"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no safetensors in %s: %v", layout, err)
 	}

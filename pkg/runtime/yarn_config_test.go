@@ -10,10 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/convert"
 )
 
-// yarnRefs is the "yarn" part of qwen35/testdata/long-refs.json
+// yarnRefs is the "yarn" part of pkg/models/qwen35/testdata/long-refs.json
 // (scripts/yarn-refs.py): transformers over the tiny-moe fixture with
 // rope_parameters switched to YaRN.
 type yarnRefs struct {
@@ -25,7 +26,7 @@ type yarnRefs struct {
 
 func loadYaRNRefs(t *testing.T) yarnRefs {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("qwen35", "testdata", "long-refs.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "models", "qwen35", "testdata", "long-refs.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func yarnInstall(t *testing.T, rp map[string]any) string {
 	t.Helper()
 	root := t.TempDir()
 	snap := filepath.Join(root, "tiny-moe-yarn")
-	if err := os.CopyFS(snap, os.DirFS(fixturePath(t, "tiny-moe-fused"))); err != nil {
+	if err := os.CopyFS(snap, os.DirFS(testfix.Dev(t, "tiny-moe-fused"))); err != nil {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(snap, "config.json")

@@ -15,13 +15,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 )
 
-// fixtureDir finds ../shared/fixtures/dev/<name> next to the repository root
-// (the directory holding go.mod), or skips the test when it is absent.
-func fixtureDir(t *testing.T, name string) string {
-	t.Helper()
-	return testfix.Shared(t, "dev/"+name)
-}
-
 func TestRoundTrip(t *testing.T) {
 	tensors := []Tensor{
 		{Name: "w", DType: BF16, Shape: []int64{2, 3}, Data: seq(12)},
@@ -266,7 +259,7 @@ func TestParseHeaderAccepts(t *testing.T) {
 }
 
 func TestFixtureShards(t *testing.T) {
-	dir := fixtureDir(t, "tiny-moe-fused")
+	dir := testfix.Dev(t, "tiny-moe-fused")
 	shards, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	if err != nil || len(shards) != 5 {
 		t.Fatalf("found shards %v (%v), want 5", shards, err)
