@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -24,30 +23,8 @@ func TestAttendKVSpeed(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("NVMAI_KV_SPEED_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	const heads, d, kvd = 8, 256, 512
 	for _, n := range []int{4096, 32768, 131072} {
-		rng := rand.New(rand.NewPCG(1, 2))
-		q, kf, vf := randomVector(rng, heads*d), randomVector(rng, n*kvd), randomVector(rng, n*kvd)
-		scores, qi, o := make([]float32, heads*n), make([]float32, heads*d), make([]float32, heads*d)
-		scratch := make([]float32, AttendScratch(heads, d))
-		kq, vq := q8Cache(kf, kvd, 64), q8Cache(vf, kvd, 64)
-		kb, vb := make([]uint16, len(kf)), make([]uint16, len(vf))
-		ToBF16(kb, kf)
-		ToBF16(vb, vf)
-		widths := []struct {
-			name string
-			run  func()
-		}{
-			{"f32", func() { AttendScores(scores, q, d, kf, kvd, n, 0.0625, qi); AttendValues(o, scores, d, vf, kvd, n) }},
-			{"bf16", func() {
-				AttendScoresBF16(scores, q, d, BF16Rows{kb, kvd}, n, 0.0625, qi, scratch)
-				AttendValuesBF16(o, scores, d, BF16Rows{vb, kvd}, n, scratch)
-			}},
-			{"q8", func() {
-				AttendScoresQ8(scores, q, d, kq, n, 0.0625, qi, scratch)
-				AttendValuesQ8(o, scores, d, vq, n, scratch)
-			}},
-		}
+		widths := kvWidthRuns(n)
 		times := make([][]time.Duration, len(widths))
 		for range rounds {
 			for i, w := range widths {

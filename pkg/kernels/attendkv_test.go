@@ -174,35 +174,50 @@ func TestToBF16(t *testing.T) {
 // over n cached positions at every cache width, in positions per second;
 // n = 32768 leaves the cache in memory rather than in L2.
 func BenchmarkAttendKV(b *testing.B) {
-	const heads, d, kvd = 8, 256, 512
 	for _, n := range []int{4096, 32768} {
-		rng := rand.New(rand.NewPCG(1, 2))
-		q, kf, vf := randomVector(rng, heads*d), randomVector(rng, n*kvd), randomVector(rng, n*kvd)
-		scores, qi, o := make([]float32, heads*n), make([]float32, heads*d), make([]float32, heads*d)
-		scratch := make([]float32, AttendScratch(heads, d))
-		kq, vq := q8Cache(kf, kvd, 64), q8Cache(vf, kvd, 64)
-		kb, vb := make([]uint16, len(kf)), make([]uint16, len(vf))
-		ToBF16(kb, kf)
-		ToBF16(vb, vf)
-		run := func(name string, f func()) {
-			b.Run(fmt.Sprintf("n=%d/%s", n, name), func(b *testing.B) {
+		for _, w := range kvWidthRuns(n) {
+			b.Run(fmt.Sprintf("n=%d/%s", n, w.name), func(b *testing.B) {
 				for b.Loop() {
-					f()
+					w.run()
 				}
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "pos/s")
 			})
 		}
-		run("f32", func() {
+	}
+}
+
+// kvWidthRun is one cache width's scores and values kernels over fixed
+// inputs.
+type kvWidthRun struct {
+	name string
+	run  func()
+}
+
+// kvWidthRuns builds one KV head's attention inputs (8 query heads of 256
+// in a 512-wide KV row, the 35B-A3B group) over n cached positions and
+// returns a run of the kernels at each cache width: f32, bf16 and q8.
+func kvWidthRuns(n int) []kvWidthRun {
+	const heads, d, kvd = 8, 256, 512
+	rng := rand.New(rand.NewPCG(1, 2))
+	q, kf, vf := randomVector(rng, heads*d), randomVector(rng, n*kvd), randomVector(rng, n*kvd)
+	scores, qi, o := make([]float32, heads*n), make([]float32, heads*d), make([]float32, heads*d)
+	scratch := make([]float32, AttendScratch(heads, d))
+	kq, vq := q8Cache(kf, kvd, 64), q8Cache(vf, kvd, 64)
+	kb, vb := make([]uint16, len(kf)), make([]uint16, len(vf))
+	ToBF16(kb, kf)
+	ToBF16(vb, vf)
+	return []kvWidthRun{
+		{"f32", func() {
 			AttendScores(scores, q, d, kf, kvd, n, 0.0625, qi)
 			AttendValues(o, scores, d, vf, kvd, n)
-		})
-		run("bf16", func() {
+		}},
+		{"bf16", func() {
 			AttendScoresBF16(scores, q, d, BF16Rows{kb, kvd}, n, 0.0625, qi, scratch)
 			AttendValuesBF16(o, scores, d, BF16Rows{vb, kvd}, n, scratch)
-		})
-		run("q8", func() {
+		}},
+		{"q8", func() {
 			AttendScoresQ8(scores, q, d, kq, n, 0.0625, qi, scratch)
 			AttendValuesQ8(o, scores, d, vq, n, scratch)
-		})
+		}},
 	}
 }
