@@ -177,29 +177,25 @@ func readStateHeader(r io.Reader) (stateHeader, error) {
 	return h, nil
 }
 
-// writeRows writes the first n values of one cache (the written tokens'
-// rows) and, for int8, their scales (one per group of values).
-func writeRows(cw *lecodec.Writer, r *kvRows, n, group int) {
+// rowsParts hands each part of one cache's first n values (the written
+// tokens' rows) to the codec's function for its type: the values and, for
+// int8, their scales (one per group of values).
+func rowsParts(r *kvRows, n, group int, f32s func([]float32), u16s func([]uint16), i8s func([]int8)) {
 	switch {
 	case r.f32 != nil:
-		cw.F32s(r.f32[:n])
+		f32s(r.f32[:n])
 	case r.b16 != nil:
-		cw.U16s(r.b16[:n])
+		u16s(r.b16[:n])
 	default:
-		cw.I8s(r.q8[:n])
-		cw.F32s(r.scales[:n/group])
+		i8s(r.q8[:n])
+		f32s(r.scales[:n/group])
 	}
 }
 
-// readRows is writeRows' inverse.
+func writeRows(cw *lecodec.Writer, r *kvRows, n, group int) {
+	rowsParts(r, n, group, cw.F32s, cw.U16s, cw.I8s)
+}
+
 func readRows(cr *lecodec.Reader, r *kvRows, n, group int) {
-	switch {
-	case r.f32 != nil:
-		cr.F32s(r.f32[:n])
-	case r.b16 != nil:
-		cr.U16s(r.b16[:n])
-	default:
-		cr.I8s(r.q8[:n])
-		cr.F32s(r.scales[:n/group])
-	}
+	rowsParts(r, n, group, cr.F32s, cr.U16s, cr.I8s)
 }
