@@ -19,6 +19,21 @@ func newCore(t *testing.T, eng *servertest.Engine) *server.Server {
 	return s
 }
 
+// runChat prepares req on s and runs it to its end, failing the test on
+// an error from either.
+func runChat(t *testing.T, s *server.Server, req *server.ChatRequest) *server.ChatResult {
+	t.Helper()
+	job, err := s.PrepareChat(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := job.RunChat(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func userTurn(text string) []chattemplate.Message {
 	return []chattemplate.Message{{Role: "user", Content: text}}
 }
@@ -41,14 +56,7 @@ func TestChatResultNamesTheStopString(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			job, err := s.PrepareChat(&server.ChatRequest{Messages: userTurn("x"), Stop: c.stops, Kwargs: map[string]any{"enable_thinking": false}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := job.RunChat(context.Background(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := runChat(t, s, &server.ChatRequest{Messages: userTurn("x"), Stop: c.stops, Kwargs: map[string]any{"enable_thinking": false}})
 			if res.StopSequence != c.want || res.Content != c.text {
 				t.Fatalf("stop %q content %q, want %q %q", res.StopSequence, res.Content, c.want, c.text)
 			}

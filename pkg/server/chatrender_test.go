@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -57,14 +56,7 @@ func TestChatRequestTokenizeHook(t *testing.T) {
 		rendered = p
 		return append(slices.Clone(held), 1, 2), nil
 	}}
-	job, err := s.PrepareChat(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := job.RunChat(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runChat(t, s, req)
 	gens := eng.Generations()
 	if want := []int{7, 8, 9, 1, 2}; len(gens) != 1 || !slices.Equal(gens[0].Prompt, want) || res.Usage.PromptTokens != len(want) {
 		t.Errorf("engine asked for %v (%d prompt tokens), want the hook's %v", gens, res.Usage.PromptTokens, want)

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/server"
@@ -18,14 +17,7 @@ func TestServerDefaultsCapMaxTokensAndSetSampling(t *testing.T) {
 		MaxTokens: 3, Temperature: &temp, TopK: &topK, TopP: &topP, Seed: &seed}})
 	s.SetEngine(eng, servertest.Renderer{})
 	for _, tc := range []struct{ ask, want int }{{0, 3}, {100, 3}, {2, 2}} {
-		job, err := s.PrepareChat(&server.ChatRequest{Messages: userTurn("hi"), MaxTokens: tc.ask})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := job.RunChat(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := runChat(t, s, &server.ChatRequest{Messages: userTurn("hi"), MaxTokens: tc.ask})
 		gens := eng.Generations()
 		if got := gens[len(gens)-1].MaxTokens; got != tc.want || res.Finish != "length" {
 			t.Errorf("max_tokens %d: generated with MaxTokens %d (finish %s), want %d", tc.ask, got, res.Finish, tc.want)

@@ -339,14 +339,7 @@ func TestGPUServeDiskCacheSurvivesRestart(t *testing.T) {
 	re := server.NewRuntimeEngine(cpu, opt)
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
 	s.SetEngine(re, server.PlainChatML{})
-	job, err := s.PrepareChat(&server.ChatRequest{Messages: turn2(r1.Content), MaxTokens: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := job.RunChat(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runChat(t, s, &server.ChatRequest{Messages: turn2(r1.Content), MaxTokens: 8})
 	if res.Usage.CachedTokens != 0 {
 		t.Errorf("a CPU server resumed %d tokens from the GPU server's snapshots", res.Usage.CachedTokens)
 	}
