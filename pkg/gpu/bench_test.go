@@ -23,11 +23,7 @@ import (
 // writes bench-<name>.json to $NVMAI_GPU_BENCH_OUT when set.
 func TestBench(t *testing.T) {
 	needGPU(t)
-	dirs := os.Getenv("NVMAI_GPU_BENCH")
-	if dirs == "" {
-		t.Skip("NVMAI_GPU_BENCH names no install to bench")
-	}
-	for _, dir := range filepath.SplitList(dirs) {
+	for _, dir := range envDirs(t, "NVMAI_GPU_BENCH", "install to bench") {
 		name := filepath.Base(dir)
 		start := time.Now()
 		e := loadEngine(t, dir, true)

@@ -220,16 +220,24 @@ func TestChunkedPrefillEqualsSteps(t *testing.T) {
 	}
 }
 
+// envDirs returns the directories the environment variable name lists
+// (filepath.SplitList), skipping the test when it names no such install
+// (what).
+func envDirs(t *testing.T, name, what string) []string {
+	t.Helper()
+	dirs := os.Getenv(name)
+	if dirs == "" {
+		t.Skipf("%s names no %s", name, what)
+	}
+	return filepath.SplitList(dirs)
+}
+
 // A synthetic install named by NVMAI_SYNTH_DIRS (comma-separated; made on
 // the GPU machine by nvmai-convert synth): GPU vs CPU engine logits and 64
 // greedy tokens.
 func TestSyntheticMatchesCPUEngine(t *testing.T) {
 	needGPU(t)
-	dirs := os.Getenv("NVMAI_SYNTH_DIRS")
-	if dirs == "" {
-		t.Skip("NVMAI_SYNTH_DIRS names no synthetic install")
-	}
-	for _, dir := range filepath.SplitList(dirs) {
+	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			cpu, gpu := loadEngine(t, dir, false), loadEngine(t, dir, true)
 			ids := make([]int, 24)
