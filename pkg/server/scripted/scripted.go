@@ -16,6 +16,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/internal/jsonobj"
+	"github.com/nvmai/nvmai/pkg/server/servertest"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
@@ -183,18 +184,7 @@ func (e *Engine) Generate(ctx context.Context, g server.Generation, onToken func
 }
 
 func (e *Engine) pause(ctx context.Context) error {
-	d := time.Duration(e.script.TokenDelayMS) * time.Millisecond
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return servertest.Sleep(ctx, time.Duration(e.script.TokenDelayMS)*time.Millisecond)
 }
 
 func (e *Engine) logf(format string, args ...any) {

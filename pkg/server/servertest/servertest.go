@@ -67,7 +67,7 @@ func (e *Engine) Generate(ctx context.Context, g server.Generation, onToken func
 	e.gens = append(e.gens, g)
 	e.mu.Unlock()
 	start := time.Now()
-	if err := sleep(ctx, e.PrefillDelay); err != nil {
+	if err := Sleep(ctx, e.PrefillDelay); err != nil {
 		return server.Outcome{}, err
 	}
 	out := server.Outcome{Prefill: time.Since(start), Finish: server.FinishEOS}
@@ -80,7 +80,7 @@ func (e *Engine) Generate(ctx context.Context, g server.Generation, onToken func
 			out.Finish = server.FinishLength
 			break
 		}
-		if err := sleep(ctx, e.TokenDelay); err != nil {
+		if err := Sleep(ctx, e.TokenDelay); err != nil {
 			return out, err
 		}
 		if i == 0 {
@@ -112,7 +112,9 @@ func (e *Engine) Generations() []server.Generation {
 	return append([]server.Generation(nil), e.gens...)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx is done (its error); d ≤ 0 waits not at all.
+// The scripted engine paces its tokens with it too.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
