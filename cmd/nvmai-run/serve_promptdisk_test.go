@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,14 +18,7 @@ func TestServePromptDiskRefuses(t *testing.T) {
 	damaged := filepath.Join(t.TempDir(), "damaged")
 	testfix.CopyTree(t, tinyInstall(t), damaged)
 	resident := filepath.Join(damaged, packexperts.ResidentFile)
-	raw, err := os.ReadFile(resident)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)/2] ^= 0x5a
-	if err := os.WriteFile(resident, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testfix.FlipByte(t, resident, testfix.Middle, 0x5a)
 	cache := filepath.Join(t.TempDir(), "prompts")
 	for _, tc := range []struct {
 		args []string

@@ -160,3 +160,33 @@ func Quick(race bool) bool {
 	}
 	return race || testing.Short()
 }
+
+// Middle, as FlipByte's offset, names the file's middle byte.
+const Middle = -1
+
+// FlipByte flips the bits of mask in the byte at offset off (or the middle
+// byte: Middle) of the file at path, in place, for tests of what a damaged
+// file does.
+func FlipByte(t testing.TB, path string, off int64, mask byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if off == Middle {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		off = fi.Size() / 2
+	}
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= mask
+	if _, err := f.WriteAt(b[:], off); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -229,24 +229,6 @@ func journaledChunks(j journal) string {
 	return strings.Join(done, ",")
 }
 
-// damage flips one byte of the file at path.
-func damage(t *testing.T, path string, off int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var b [1]byte
-	if _, err := f.ReadAt(b[:], off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b[:], off); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // fixtureDir finds shared/fixtures/<rel> next to the repository root (the
 // folder holding go.mod), or skips.
 func fixtureDir(t *testing.T, rel string) string {

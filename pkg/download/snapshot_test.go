@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/download/fakehub"
 )
 
@@ -224,7 +225,7 @@ func TestResumeRefetchesOnlyBadAndMissingChunks(t *testing.T) {
 	if done := journaledChunks(j); done != "0,1,2" {
 		t.Fatalf("journaled chunks %s, want 0,1,2", done)
 	}
-	damage(t, dataPath, testChunk+10)
+	testfix.FlipByte(t, dataPath, testChunk+10, 0xff)
 
 	h.ResetRequests()
 	rec = &recorder{}
@@ -311,7 +312,7 @@ func TestSecondSnapshotMakesNoDataRequests(t *testing.T) {
 
 	// A blob damaged in the cache: detected and downloaded again.
 	blob := filepath.Join(cache, "models--acme--tiny", "blobs", sha256Hex(files[bigFile]))
-	damage(t, blob, 5)
+	testfix.FlipByte(t, blob, 5, 0xff)
 	h.ResetRequests()
 	if _, err := snapshot(t, c, cache, nil); err != nil {
 		t.Fatal(err)

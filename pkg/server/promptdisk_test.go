@@ -49,14 +49,7 @@ func flipMiddle(t *testing.T, p string, keepTime bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)/2] ^= 0x5a
-	if err := os.WriteFile(p, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testfix.FlipByte(t, p, testfix.Middle, 0x5a)
 	if keepTime {
 		if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
 			t.Fatal(err)

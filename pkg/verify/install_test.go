@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/filehash"
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
 )
@@ -75,7 +76,7 @@ func TestInstallTamper(t *testing.T) {
 		wantFile string // a problem must name this file
 		wantText string // and mention this in expected or found
 	}{
-		{"expert byte flipped", func(t *testing.T, dir string) { flipByte(t, filepath.Join(dir, expertFile), 5000) }, expertFile, "sha256"},
+		{"expert byte flipped", func(t *testing.T, dir string) { testfix.FlipByte(t, filepath.Join(dir, expertFile), 5000, 0x01) }, expertFile, "sha256"},
 		{"resident truncated", func(t *testing.T, dir string) { truncate(t, filepath.Join(dir, packexperts.ResidentFile), -100) }, packexperts.ResidentFile, "bytes"},
 		{"expert file truncated", func(t *testing.T, dir string) { truncate(t, filepath.Join(dir, expertFile), -4096) }, expertFile, "bytes"},
 		{"stray file added", func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "experts", "notes.txt"), "hello") }, "experts/notes.txt", "stray"},
@@ -152,7 +153,7 @@ func TestInstallFlippedByteNamesBothHashes(t *testing.T) {
 			want = f.SHA256
 		}
 	}
-	flipByte(t, filepath.Join(dir, name), 1)
+	testfix.FlipByte(t, filepath.Join(dir, name), 1, 0x01)
 	_, got, err := filehash.SHA256(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +191,7 @@ func TestInstallReissue(t *testing.T) {
 		dir := installCopy(t, 4)
 		rcPath := filepath.Join(dir, packexperts.ReceiptFile)
 		before, _ := os.ReadFile(rcPath)
-		flipByte(t, filepath.Join(dir, packexperts.ResidentFile), 100)
+		testfix.FlipByte(t, filepath.Join(dir, packexperts.ResidentFile), 100, 0x01)
 		rep, err := Install(dir, 2, true)
 		if err == nil || !strings.Contains(err.Error(), "not reissuing") {
 			t.Fatalf("reissue over a damaged payload: err %v", err)
@@ -253,7 +254,7 @@ func TestInstallReissue(t *testing.T) {
 func TestInstallBrokenManifestStillChecksPayloads(t *testing.T) {
 	dir := installCopy(t, 4)
 	writeFile(t, filepath.Join(dir, packexperts.ManifestFile), "{not json")
-	flipByte(t, filepath.Join(dir, "experts/layer-002.bin"), 7)
+	testfix.FlipByte(t, filepath.Join(dir, "experts/layer-002.bin"), 7, 0x01)
 	writeFile(t, filepath.Join(dir, "stray.txt"), "x")
 	rep, err := Install(dir, 2, true)
 	if err == nil {
@@ -286,23 +287,6 @@ func problems(rep *Report) string {
 		b.WriteString("  " + p.String() + "\n")
 	}
 	return b.String()
-}
-
-func flipByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x01
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // truncate shortens path by -delta bytes (delta < 0).

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/receipt"
 )
@@ -23,7 +24,7 @@ import (
 func TestReissueNeverBlessesDamageBehindAReformattedReceipt(t *testing.T) {
 	dir := installCopy(t, 4)
 	rcPath := filepath.Join(dir, packexperts.ReceiptFile)
-	flipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000)
+	testfix.FlipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000, 0x01)
 	editReceipt(t, rcPath, `"receipt_version": 1`, `"receipt_version": 1 `)
 	before, _ := os.ReadFile(rcPath)
 	rep, err := Install(dir, 2, true)
@@ -47,7 +48,7 @@ func TestReissueNeverBlessesDamageBehindAReformattedReceipt(t *testing.T) {
 func TestReissueWithoutReceiptNeedsTrust(t *testing.T) {
 	dir := installCopy(t, 4)
 	rcPath := filepath.Join(dir, packexperts.ReceiptFile)
-	flipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000)
+	testfix.FlipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000, 0x01)
 	remove(t, rcPath)
 	rep, err := Install(dir, 2, true)
 	if err == nil || !strings.Contains(err.Error(), "--trust-current-bytes") {
@@ -88,7 +89,7 @@ func TestReissueRules(t *testing.T) {
 		}, false, true, false, ""},
 		{"a receipt with an entry removed, over a damaged file", func(t *testing.T, dir string) {
 			dropReceiptEntry(t, dir, packexperts.ResidentFile)
-			flipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000)
+			testfix.FlipByte(t, filepath.Join(dir, packexperts.ResidentFile), 5000, 0x01)
 		}, true, false, false, "disagree with the manifest"},
 		{"a receipt whose hash was edited", func(t *testing.T, dir string) {
 			rc := readReceipt(t, dir)
