@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
@@ -18,11 +19,11 @@ type syntheticWeights struct {
 	cfg     Config
 	rng     *rand.Rand
 	mats    map[string]*kernels.Matrix
-	experts map[[2]int]ExpertMats
+	experts map[[2]int]model.ExpertMats
 }
 
 func newSyntheticWeights(cfg Config) *syntheticWeights {
-	return &syntheticWeights{cfg: cfg, rng: rand.New(rand.NewPCG(1, 2)), mats: map[string]*kernels.Matrix{}, experts: map[[2]int]ExpertMats{}}
+	return &syntheticWeights{cfg: cfg, rng: rand.New(rand.NewPCG(1, 2)), mats: map[string]*kernels.Matrix{}, experts: map[[2]int]model.ExpertMats{}}
 }
 
 func (s *syntheticWeights) random(rows, cols int, scale float64) *kernels.Matrix {
@@ -103,13 +104,13 @@ func (s *syntheticWeights) Vector(name string) ([]float32, error) {
 	return v, nil
 }
 
-func (s *syntheticWeights) Acquire(layer int, ids []int) ([]ExpertMats, func(), error) {
-	out := make([]ExpertMats, len(ids))
+func (s *syntheticWeights) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
+	out := make([]model.ExpertMats, len(ids))
 	for i, e := range ids {
 		em, ok := s.experts[[2]int{layer, e}]
 		if !ok {
 			I, H := s.cfg.ExpertIntermediate, s.cfg.HiddenSize
-			em = ExpertMats{Gate: s.random(I, H, 1/math.Sqrt(float64(H))), Up: s.random(I, H, 1/math.Sqrt(float64(H))), Down: s.random(H, I, 1/math.Sqrt(float64(I)))}
+			em = model.ExpertMats{Gate: s.random(I, H, 1/math.Sqrt(float64(H))), Up: s.random(I, H, 1/math.Sqrt(float64(H))), Down: s.random(H, I, 1/math.Sqrt(float64(I)))}
 			s.experts[[2]int{layer, e}] = em
 		}
 		out[i] = em

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // TestExpertsAcquiredOncePerChunk checks the grouping: in one Forward every
@@ -82,11 +83,11 @@ func TestPerExpertLayout(t *testing.T) {
 
 // failingExperts fails the n-th Acquire.
 type failingExperts struct {
-	Experts
+	model.Experts
 	calls, failAt int
 }
 
-func (f *failingExperts) Acquire(layer int, ids []int) ([]ExpertMats, func(), error) {
+func (f *failingExperts) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
 	f.calls++
 	if f.calls == f.failAt {
 		return nil, nil, errors.New("disk on fire")
@@ -134,7 +135,7 @@ type visitingExperts struct {
 	skip, twice bool
 }
 
-func (v *visitingExperts) Visit(layer int, ids []int, fn func(int, ExpertMats) error) error {
+func (v *visitingExperts) Visit(layer int, ids []int, fn func(int, model.ExpertMats) error) error {
 	v.visits++
 	var order []int
 	for i := len(ids) - 1; i >= 0; i-- {
@@ -222,7 +223,7 @@ type groupVisitingExperts struct {
 	groups, fused int
 }
 
-func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, []ExpertMats) error) error {
+func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, []model.ExpertMats) error) error {
 	var odd []int
 	for i := len(ids) - 1; i >= 0; i-- {
 		if i%2 == 1 {
@@ -237,7 +238,7 @@ func (v *groupVisitingExperts) VisitGroups(layer int, ids []int, fn func([]int, 
 		if len(g) == 0 {
 			continue
 		}
-		var mats []ExpertMats
+		var mats []model.ExpertMats
 		for _, i := range g {
 			em, err := v.Expert(layer, ids[i])
 			if err != nil {

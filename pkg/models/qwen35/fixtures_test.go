@@ -10,6 +10,7 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/hfsnap"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
@@ -59,8 +60,8 @@ var widen = hfsnap.Widen
 
 func (s *snapshotWeights) MaxAcquire() int { return s.maxAcquire }
 
-func (s *snapshotWeights) Acquire(layer int, ids []int) ([]ExpertMats, func(), error) {
-	mats := make([]ExpertMats, len(ids))
+func (s *snapshotWeights) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
+	mats := make([]model.ExpertMats, len(ids))
 	for i, e := range ids {
 		em, err := s.Expert(layer, e)
 		if err != nil {

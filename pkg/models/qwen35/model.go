@@ -18,6 +18,7 @@ import (
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
@@ -26,7 +27,7 @@ import (
 type Model struct {
 	cfg     Config
 	pool    *kernels.Pool
-	experts Experts
+	experts model.Experts
 
 	embed  *kernels.Matrix
 	lmHead *kernels.Matrix
@@ -52,7 +53,7 @@ type layer struct {
 // mismatched install fails here, naming the tensor, not in the middle of a
 // generation. ex serves routed experts and must be non-nil for ArchMoE.
 // pool may be nil (single-threaded kernels).
-func New(cfg Config, w Weights, ex Experts, pool *kernels.Pool) (*Model, error) {
+func New(cfg Config, w Weights, ex model.Experts, pool *kernels.Pool) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ type predictScratch struct {
 // only by the attention output in between, so on the models measured the
 // guesses mostly hold. Nothing computed here reaches the logits.
 func (m *Model) prefetchNext(ws *workspace, next int, x []float32) {
-	pf, ok := m.experts.(ExpertPrefetcher)
+	pf, ok := m.experts.(model.ExpertPrefetcher)
 	if !ok || next >= len(m.layers) || m.layers[next].moe == nil {
 		return
 	}

@@ -3,6 +3,8 @@ package qwen35
 import (
 	"slices"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // predictingExperts records every Prefetch and every layer's request.
@@ -22,7 +24,7 @@ func (p *predictingExperts) Prefetch(layer int, ids []int) {
 	p.guesses[layer] = append([]int(nil), ids...)
 }
 
-func (p *predictingExperts) Acquire(layer int, ids []int) ([]ExpertMats, func(), error) {
+func (p *predictingExperts) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
 	if g, ok := p.guesses[layer]; ok {
 		delete(p.guesses, layer)
 		p.guessRuns++

@@ -51,7 +51,7 @@ func LoadCPU(req model.Request) (model.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ex Experts
+	var ex model.Experts
 	if req.Experts != nil {
 		ex = req.Experts
 	}
