@@ -165,6 +165,20 @@ func Widen(dt safetensors.DType, b []byte) ([]float32, error) {
 	return nil, fmt.Errorf("dtype %s cannot be widened", dt)
 }
 
+// Experts returns the matrices of experts ids of layer (Expert each), for
+// a test's Experts.Acquire.
+func (s *Snapshot) Experts(layer int, ids []int) ([]model.ExpertMats, error) {
+	mats := make([]model.ExpertMats, len(ids))
+	for i, e := range ids {
+		em, err := s.Expert(layer, e)
+		if err != nil {
+			return nil, err
+		}
+		mats[i] = em
+	}
+	return mats, nil
+}
+
 // Expert slices expert e of layer out of the fused tensors (docs §2.3:
 // gate rows [0, I), up rows [I, 2I), no transpose), or reads the
 // per-expert tensors when the snapshot has those.

@@ -61,13 +61,9 @@ var widen = hfsnap.Widen
 func (s *snapshotWeights) MaxAcquire() int { return s.maxAcquire }
 
 func (s *snapshotWeights) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
-	mats := make([]model.ExpertMats, len(ids))
-	for i, e := range ids {
-		em, err := s.Expert(layer, e)
-		if err != nil {
-			return nil, nil, err
-		}
-		mats[i] = em
+	mats, err := s.Experts(layer, ids)
+	if err != nil {
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	s.acquires = append(s.acquires, append([]int(nil), ids...))

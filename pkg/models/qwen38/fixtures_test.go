@@ -88,13 +88,9 @@ func (s *snapshot) Rows(ple int, ids []int64, dst []float32) error {
 }
 
 func (s *snapshot) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
-	mats := make([]model.ExpertMats, len(ids))
-	for i, e := range ids {
-		em, err := s.Expert(layer, e)
-		if err != nil {
-			return nil, nil, err
-		}
-		mats[i] = em
+	mats, err := s.Experts(layer, ids)
+	if err != nil {
+		return nil, nil, err
 	}
 	return mats, func() {}, nil
 }
