@@ -40,6 +40,18 @@ func parseEdited(t *testing.T, edit func(cfg map[string]any)) (string, packexper
 	return arch, g
 }
 
+// refusesEdited checks that the fixture config, after edit changed it, is
+// refused with an error naming the file and containing want.
+func refusesEdited(t *testing.T, edit func(cfg map[string]any), want string) {
+	t.Helper()
+	cfg := fixtureConfig(t)
+	edit(cfg)
+	_, _, err := ParseConfig(encode(t, cfg), "x/config.json")
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "x/config.json") {
+		t.Errorf("got %v, want an error naming the file and containing %q", err, want)
+	}
+}
+
 func TestParseConfigDefaults(t *testing.T) {
 	lin, full := LinearAttention, FullAttention
 	cases := []struct {
@@ -131,12 +143,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := fixtureConfig(t)
-			c.edit(cfg)
-			_, _, err := ParseConfig(encode(t, cfg), "x/config.json")
-			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "x/config.json") {
-				t.Errorf("got %v, want an error naming the file and containing %q", err, c.want)
-			}
+			refusesEdited(t, c.edit, c.want)
 		})
 	}
 	for _, bad := range []string{"", "null", "[]", `{"model_type":`, `"qwen3_5"`} {
