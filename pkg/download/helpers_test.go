@@ -81,6 +81,18 @@ func newTestHub(t *testing.T) (*fakehub.Hub, string, map[string][]byte) {
 	return h, h.AddRepo(testRepo, files, fakehub.RepoOptions{}), files
 }
 
+// oneBigFileHub serves one repository holding bigFile, n random bytes
+// (seed), to a client that fetches one chunk at a time into a new cache.
+func oneBigFileHub(t *testing.T, seed uint64, n int) (h *fakehub.Hub, c *Client, cache string, content []byte) {
+	t.Helper()
+	h = fakehub.New(t, fakehub.Options{})
+	content = randomBytes(seed, n)
+	h.AddRepo(testRepo, map[string][]byte{bigFile: content}, fakehub.RepoOptions{})
+	c = testClient(t, h)
+	c.Parallel = 1
+	return h, c, t.TempDir(), content
+}
+
 // downloadedHub is newTestHub with its repository already downloaded once
 // by a test client into a new cache: the client and the cache come back too.
 func downloadedHub(t *testing.T) (h *fakehub.Hub, c *Client, cache, commit string, files map[string][]byte) {

@@ -202,12 +202,7 @@ func TestSnapshotRefusesWhatTheHubDidNotAdvertise(t *testing.T) {
 // Cancel after three chunks, damage one journaled chunk, resume: only the
 // damaged and the missing chunks travel again.
 func TestResumeRefetchesOnlyBadAndMissingChunks(t *testing.T) {
-	h := fakehub.New(t, fakehub.Options{})
-	content := randomBytes(7, 6*testChunk+123)
-	h.AddRepo(testRepo, map[string][]byte{bigFile: content}, fakehub.RepoOptions{})
-	c := testClient(t, h)
-	c.Parallel = 1
-	cache := t.TempDir()
+	h, c, cache, content := oneBigFileHub(t, 7, 6*testChunk+123)
 
 	ctx, cancel := contextWithTimeout(t)
 	rec := &recorder{onBytes: func(total int64) {
@@ -251,12 +246,7 @@ func TestResumeRefetchesOnlyBadAndMissingChunks(t *testing.T) {
 
 // A partial file cut short keeps the chunks before the cut.
 func TestResumeAfterTheTempFileWasTruncated(t *testing.T) {
-	h := fakehub.New(t, fakehub.Options{})
-	content := randomBytes(8, 5*testChunk)
-	h.AddRepo(testRepo, map[string][]byte{bigFile: content}, fakehub.RepoOptions{})
-	c := testClient(t, h)
-	c.Parallel = 1
-	cache := t.TempDir()
+	h, c, cache, content := oneBigFileHub(t, 8, 5*testChunk)
 	ctx, cancel := contextWithTimeout(t)
 	rec := &recorder{onBytes: func(total int64) {
 		if total >= 4*testChunk {
