@@ -31,10 +31,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"synth", "--geometry", "qwen3.5-35b-a3b", "--dry-run", "--bits", "5"}, "--bits 5 is not supported"},
 		{[]string{"--threads", "-2", "synth", "--geometry", "x"}, "--threads -2 is out of range: use 0 to 4096 (0 = all cores) (see nvmai-convert synth --help)"}, // moved to synth
 	} {
-		r := clitest.Run(t, app(), tc.args...)
-		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, tc.stderr) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, r.Code, r.Stdout, r.Stderr, tc.stderr)
-		}
+		clitest.UsageError(t, app(), tc.stderr, tc.args...)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
 )
 
@@ -32,10 +31,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"qwen36", "--parallel", "100000"}, "--parallel 100000 is out of range"},
 		{[]string{"qwen36", "--threads", "-1"}, "--threads -1 is out of range"},
 	} {
-		r := clitest.Run(t, app(), tc.args...)
-		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, tc.stderr) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, r.Code, r.Stdout, r.Stderr, tc.stderr)
-		}
+		clitest.UsageError(t, app(), tc.stderr, tc.args...)
 	}
 }
 

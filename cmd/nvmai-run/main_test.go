@@ -74,10 +74,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "--model", m, "--json", "--kv"}, "give --json or --kv, not both (see nvmai-run bench --help)"},
 		{[]string{"--prompt", "hi", "bench", "--model", m}, "--prompt does not apply to nvmai-run bench"},
 	} {
-		r := clitest.Run(t, app(), tc.args...)
-		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, tc.stderr) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, r.Code, r.Stdout, r.Stderr, tc.stderr)
-		}
+		clitest.UsageError(t, app(), tc.stderr, tc.args...)
 	}
 }
 

@@ -215,10 +215,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"golden", "--models-dir", models, "--threads", "0"}, "--threads 0 is out of range: use 1 to 4096 (see nvmai-verify golden --help)"},
 		{[]string{"--verify-install", models, "golden"}, "--verify-install does not apply to nvmai-verify golden"},
 	} {
-		r := clitest.Run(t, app(), tc.args...)
-		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, tc.stderr) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", tc.args, r.Code, r.Stdout, r.Stderr, tc.stderr)
-		}
+		clitest.UsageError(t, app(), tc.stderr, tc.args...)
 	}
 	if r := clitest.Run(t, app(), "--version"); r.Code != 0 || !strings.HasPrefix(r.Stdout, "nvmai-verify devel") {
 		t.Errorf("--version: exit %d, %q", r.Code, r.Stdout)

@@ -52,6 +52,17 @@ func RunWith(t testing.TB, app *cli.App, opt Options, args ...string) Result {
 	return r
 }
 
+// UsageError runs app with args and checks that it is refused as a usage
+// error: exit 2 (cliutil.ExitUsage), nothing on stdout and one line on
+// stderr holding want.
+func UsageError(t testing.TB, app *cli.App, want string, args ...string) {
+	t.Helper()
+	r := Run(t, app, args...)
+	if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, want) || strings.Count(r.Stderr, "\n") != 1 || r.Stdout != "" {
+		t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", args, r.Code, r.Stdout, r.Stderr, want)
+	}
+}
+
 // FailingWriter fails every write with Err.
 type FailingWriter struct{ Err error }
 
