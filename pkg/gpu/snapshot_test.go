@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/lecodec"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -241,6 +242,25 @@ func longestRef(t *testing.T, refs string) []int {
 	return ids
 }
 
+// snapshotAfter feeds ids to a new state of m (opt; closed when the test
+// ends) and returns the state with its snapshot.
+func snapshotAfter(t *testing.T, m *Model, opt StateOptions, ids []int) (*State, model.Snapshot) {
+	t.Helper()
+	st, err := m.NewState(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Forward(ids); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, snap
+}
+
 // A state restored from a snapshot continues exactly as the state it was
 // taken from: the same greedy tokens from bitwise the same logits, in a
 // fresh state whose smaller cache must grow (its decode graph captured
@@ -261,18 +281,7 @@ func TestSnapshotRestoreContinuesBitwise(t *testing.T) {
 			m := e.Model().(*Backend).Model
 			ids := longestRef(t, tc.refs)
 			const steps = 16
-			orig, err := m.NewState(StateOptions{KVInitial: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer orig.Close()
-			if err := orig.Forward(ids); err != nil {
-				t.Fatal(err)
-			}
-			snap, err := orig.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
+			orig, snap := snapshotAfter(t, m, StateOptions{KVInitial: 4}, ids)
 			if snap.Len() != len(ids) || snap.Bytes() <= 0 {
 				t.Fatalf("snapshot of %d tokens: Len %d, Bytes %d", len(ids), snap.Len(), snap.Bytes())
 			}
@@ -362,18 +371,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	moe := loadEngine(t, install(t, "tiny-moe-fused", 4), true).Model().(*Backend).Model
 	dense := loadEngine(t, install(t, "tiny-dense", 8), true).Model().(*Backend).Model
 	ids := longestRef(t, "tiny-moe.refs.json")[:40]
-	st, err := moe.NewState(StateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Forward(ids); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := st.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, snap := snapshotAfter(t, moe, StateOptions{}, ids)
 	var disk bytes.Buffer
 	if _, err := snap.(*Snapshot).WriteTo(&disk); err != nil {
 		t.Fatal(err)
