@@ -22,6 +22,9 @@ const (
 	MaxTraceIDs  = 64 << 20 // expert ids held in memory (4 bytes each)
 )
 
+// maxTraceIDs is MaxTraceIDs; a test lowers it to reach the limit quickly.
+var maxTraceIDs = MaxTraceIDs
+
 // Geometry is the routing shape of a model: layers with MoE, experts per
 // layer, and experts picked per token (top-k).
 type Geometry struct {
@@ -116,7 +119,7 @@ func Parse(r io.Reader, geom Geometry) (*Trace, error) {
 		return nil, err
 	}
 	perToken := geom.Layers * geom.TopK
-	maxTokens := MaxTraceIDs / perToken
+	maxTokens := maxTraceIDs / perToken
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 256), MaxLineBytes)
 	seen := make([]int, geom.Experts) // line number that last used an id, for distinctness
