@@ -42,7 +42,7 @@ does, not by the model's name) is rendered with its template: --reasoning-effort
 picks the effort, and earlier replies keep their reasoning, which the template renders back.`,
 			Flags:  modelFlags(),
 			Action: chatAction,
-		}, benchCommand(), templateCommand(), serveCommand()},
+		}, benchCommand(), templateCommand(), serveCommand(), routeTraceCommand()},
 	}
 }
 

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmai/nvmai/pkg/cliutil"
+	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/routing"
+)
+
+// routingOnlyGeometries are shapes the routing statistics were published
+// for that nvmai-convert synth cannot build (docs/routing.md).
+var routingOnlyGeometries = map[string]routing.Geometry{
+	"qwen3-30b-a3b": {Layers: 48, Experts: 128, TopK: 8},
+}
+
+func geometryFlags() []cli.Flag {
+	names := append(convert.SynthGeometryNames(), "qwen3-30b-a3b")
+	return []cli.Flag{
+		&cli.StringFlag{Name: "geometry", Aliases: []string{"g"}, Usage: "model shape `NAME` (a MoE one): " + strings.Join(names, ", ")},
+		cliutil.IntRange(&cli.IntFlag{Name: "layers", Usage: "MoE `LAYERS` (with --geometry: keep only the first N)"}, 0, routing.MaxLayers, "0 = the geometry's"),
+		cliutil.IntRange(&cli.IntFlag{Name: "experts", Usage: "experts per layer, `N` (instead of --geometry)"}, 0, routing.MaxExperts, ""),
+		cliutil.IntRange(&cli.IntFlag{Name: "top-k", Usage: "experts per token per layer, `K` (instead of --geometry)"}, 0, routing.MaxTopK, ""),
+	}
+}
+
+// routeGeometry reads --geometry (named as nvmai-convert synth names
+// shapes) or --experts, --top-k and --layers.
+func routeGeometry(c *cli.Context) (routing.Geometry, error) {
+	name, layers := c.String("geometry"), c.Int("layers")
+	if name != "" {
+		if c.IsSet("experts") || c.IsSet("top-k") {
+			return routing.Geometry{}, cliutil.Usagef("give --geometry or --experts and --top-k, not both")
+		}
+		if g, ok := routingOnlyGeometries[name]; ok {
+			if layers > 0 {
+				g.Layers = min(layers, g.Layers)
+			}
+			return g, nil
+		}
+		sg, err := convert.LookupSynthGeometry(name, min(layers, 1<<16))
+		if err != nil {
+			return routing.Geometry{}, cliutil.Usagef("%v", err)
+		}
+		if sg.Geometry.NumExperts == 0 {
+			return routing.Geometry{}, cliutil.Usagef("--geometry %s has no experts; choose a MoE geometry", name)
+		}
+		return routing.Geometry{Layers: sg.Geometry.NumLayers, Experts: sg.Geometry.NumExperts, TopK: sg.Geometry.NumExpertsPerTok}, nil
+	}
+	g := routing.Geometry{Layers: layers, Experts: c.Int("experts"), TopK: c.Int("top-k")}
+	if g.Layers == 0 || g.Experts == 0 || g.TopK == 0 {
+		return g, cliutil.Usagef("give --geometry NAME, or --experts N, --top-k K and --layers L")
+	}
+	if err := g.Validate(); err != nil {
+		return g, cliutil.Usagef("%v", err)
+	}
+	return g, nil
+}
+
+func routeTraceCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "route-trace",
+		Usage: "write a synthetic expert-routing trace, or replay one through cache simulators",
+		Description: `Routing traces are in the NVMAI_ROUTE_TRACE format: one line per token position and MoE layer,
+"position layer e0 … ek". gen draws one from a regime calibrated to published routing locality;
+sim replays one through a per-layer LRU cache and Belady's offline optimum. See docs/routing.md.`,
+		Subcommands: []*cli.Command{{
+			Name:      "gen",
+			Usage:     "write a synthetic routing trace",
+			UsageText: "nvmai-run route-trace gen --geometry NAME|--experts N --top-k K --layers L --regime diverse|agent|uniform --tokens N [--seed S] [-o FILE]",
+			Description: `The same geometry, regime, token count and seed write the same bytes on every machine.
+Without -o the trace goes to stdout; with it, to a temporary file renamed into place when complete.`,
+			Flags: append(geometryFlags(),
+				&cli.StringFlag{Name: "regime", Usage: "`REGIME`: diverse (varied text), agent (a long agent session) or uniform (no locality)"},
+				cliutil.IntRange(&cli.IntFlag{Name: "tokens", Usage: "token positions, `N`"}, 1, 1<<24, ""),
+				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "generator seed `S`"},
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout"},
+			),
+			Action: routeTraceGen,
+		}, {
+			Name:      "sim",
+			Usage:     "replay a routing trace through LRU and Belady caches",
+			UsageText: "nvmai-run route-trace sim --trace FILE --geometry NAME|--experts N --top-k K --layers L --slots N[,N…]",
+			Description: `Prints, for each per-layer slot count, the hit rate (overall and the per-layer minimum and
+maximum) and new experts per layer per token of a cold per-layer LRU cache and of Belady's
+offline optimum (the most any cache of that size can hit on the trace).`,
+			Flags: append(geometryFlags(),
+				&cli.StringFlag{Name: "trace", Usage: "trace `FILE`"},
+				&cli.IntSliceFlag{Name: "slots", Usage: "cache slots per layer, `N` (repeat or comma-separate for several)"},
+			),
+			Action: routeTraceSim,
+		}},
+	}
+}
+
+func routeTraceGen(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q", c.Args().First())
+	}
+	g, err := routeGeometry(c)
+	if err != nil {
+		return err
+	}
+	if c.String("regime") == "" {
+		return cliutil.Usagef("--regime is required: diverse, agent or uniform")
+	}
+	regime, err := routing.ParseRegime(c.String("regime"))
+	if err != nil {
+		return cliutil.Usagef("--regime: %v", err)
+	}
+	if !c.IsSet("tokens") {
+		return cliutil.Usagef("--tokens N is required")
+	}
+	t, err := routing.Generate(g, regime, c.Int("tokens"), c.Uint64("seed"))
+	if err != nil {
+		return cliutil.Usagef("%v", err)
+	}
+	out := c.String("output")
+	if out == "" {
+		_, err := t.WriteTo(c.App.Writer)
+		return err
+	}
+	if err := writeFileAtomic(out, t); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d positions of %s, synthetic %s seed=%d\n", out, t.Tokens(), g, regime, c.Uint64("seed"))
+	return nil
+}
+
+// writeFileAtomic writes t next to path and renames it into place, so a
+// failed write leaves no half trace under path.
+func writeFileAtomic(path string, t *routing.Trace) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("route-trace gen: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(f, 1<<16)
+	if _, err = t.WriteTo(w); err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("route-trace gen: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func routeTraceSim(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cliutil.Usagef("unexpected argument %q", c.Args().First())
+	}
+	g, err := routeGeometry(c)
+	if err != nil {
+		return err
+	}
+	path := c.String("trace")
+	if path == "" {
+		return cliutil.Usagef("--trace FILE is required")
+	}
+	slots := c.IntSlice("slots")
+	if len(slots) == 0 {
+		return cliutil.Usagef("--slots N is required (slots per layer; several as --slots 27,40)")
+	}
+	for _, s := range slots {
+		if s < g.TopK || s > g.Experts {
+			return cliutil.Usagef("--slots %d is out of range: use %d (top-k) to %d (experts)", s, g.TopK, g.Experts)
+		}
+	}
+	src, err := routing.OpenTrace(path, g, false)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return cliutil.Usagef("--trace: %v", err)
+		}
+		return err
+	}
+	t := src.Trace()
+	w := c.App.Writer
+	fmt.Fprintf(w, "%s: %d positions of %s\n", src.Describe(), t.Tokens(), g)
+	fmt.Fprintf(w, "%6s %9s  %-21s %9s  %-21s %9s\n", "slots", "residency", "LRU hit (layer range)", "LRU new", "Belady hit (range)", "Bel. new")
+	for _, s := range slots {
+		lru, opt := routing.SimulateLRU(t, s), routing.SimulateBelady(t, s)
+		fmt.Fprintf(w, "%6d %8.1f%%  %5.1f%% (%4.1f–%5.1f%%) %9.2f  %5.1f%% (%4.1f–%5.1f%%) %9.2f\n", s, 100*float64(s)/float64(g.Experts),
+			100*lru.HitRate, 100*lru.LayerMin, 100*lru.LayerMax, lru.NewPerLayerToken,
+			100*opt.HitRate, 100*opt.LayerMin, 100*opt.LayerMax, opt.NewPerLayerToken)
+	}
+	return nil
+}
