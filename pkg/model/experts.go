@@ -73,3 +73,22 @@ type PassWarmer interface {
 
 // ExpertMats are the three matrices of one routed expert.
 type ExpertMats struct{ Gate, Up, Down *kernels.Matrix }
+
+// RouteOverride names the experts a MoE layer routes the token at a
+// sequence position to, in place of the router's top-k: a benchmark
+// replaying a routing trace or a synthetic one (pkg/routing). Experts
+// appends the layer's top-k ids (in any order, distinct) to dst and
+// returns it; an error (a trace too short) ends the forward.
+type RouteOverride interface {
+	Experts(pos, layer int, dst []int) ([]int, error)
+}
+
+// RouteOverrider is a State whose MoE layers can take their experts from
+// o (nil: the router's own again). Everything else in the forward is
+// unchanged: the routed weights are the router's softmax at those ids,
+// renormalised as the model renormalises its own top-k. An engine whose
+// experts are not routed on the host (a device holding them) does not
+// implement it.
+type RouteOverrider interface {
+	SetRouteOverride(o RouteOverride)
+}

@@ -43,6 +43,7 @@ type Engine struct {
 	pool       *kernels.Pool
 	cache      *expertcache.Cache // nil for dense models and engines that hold their experts
 	trace      *tracedExperts     // set when NVMAI_ROUTE_TRACE names a file
+	counted    *countedExperts    // the cache's requests as the model sees them, counted by layer in a bench
 	experts    interface{ Close() error }
 	model      model.Model
 	info       model.Info
@@ -104,6 +105,12 @@ func (e *Engine) load(opt Options) error {
 			}
 			e.experts, req.Experts = e.trace, e.trace
 		}
+		next := expertRequests(e.cache)
+		if e.trace != nil {
+			next = e.trace
+		}
+		e.counted = newCountedExperts(e.cache, next, m.Geometry.NumLayers)
+		e.experts, req.Experts = e.counted, e.counted
 		if st := e.cache.Stats(); st.SlotsPerLayer < m.Geometry.NumExperts {
 			req.StreamedExpertBytes = st.BudgetBytes
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
@@ -92,3 +93,82 @@ func (t *tracedExperts) Close() error {
 	}
 	return err
 }
+
+// expertRequests is what the model asks of the streamed experts, the
+// cache's own or through the route trace.
+type expertRequests interface {
+	Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error)
+	Visit(layer int, ids []int, fn func(int, model.ExpertMats) error) error
+	VisitGroups(layer int, ids []int, fn func([]int, []model.ExpertMats) error) error
+	Close() error
+}
+
+// layerCount is one MoE layer's expert requests: experts served from a
+// slot, experts read on demand, and requests that waited for a read.
+type layerCount struct{ Hits, Misses, Waits int64 }
+
+// countedExperts splits the cache's hits and misses by layer while on (a
+// benchmark reports the spread across layers): each request's share is
+// the counters' change across it, since the cache counts hits, misses and
+// waits on the requesting goroutine. Off, it only passes requests on.
+type countedExperts struct {
+	*expertcache.Cache // everything the model finds by assertion: prefetch, warm reads, MaxAcquire
+	next               expertRequests
+	on                 bool
+	layers             []layerCount // by decoder layer
+}
+
+var _ model.ExpertGroupVisitor = (*countedExperts)(nil)
+
+func newCountedExperts(c *expertcache.Cache, next expertRequests, layers int) *countedExperts {
+	return &countedExperts{Cache: c, next: next, layers: make([]layerCount, layers)}
+}
+
+// count adds the counters' change since before to layer.
+func (c *countedExperts) count(layer int, before expertcache.Stats) {
+	if layer < 0 || layer >= len(c.layers) {
+		return
+	}
+	after := c.Cache.Stats()
+	lc := &c.layers[layer]
+	lc.Hits += after.Hits - before.Hits
+	lc.Misses += after.Misses - before.Misses
+	if after.WaitSeconds > before.WaitSeconds {
+		lc.Waits++
+	}
+}
+
+func (c *countedExperts) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
+	if !c.on {
+		return c.next.Acquire(layer, ids)
+	}
+	before := c.Cache.Stats()
+	mats, release, err := c.next.Acquire(layer, ids)
+	c.count(layer, before)
+	return mats, release, err
+}
+
+func (c *countedExperts) Visit(layer int, ids []int, fn func(int, model.ExpertMats) error) error {
+	if !c.on {
+		return c.next.Visit(layer, ids, fn)
+	}
+	before := c.Cache.Stats()
+	err := c.next.Visit(layer, ids, fn)
+	c.count(layer, before)
+	return err
+}
+
+func (c *countedExperts) VisitGroups(layer int, ids []int, fn func([]int, []model.ExpertMats) error) error {
+	if !c.on {
+		return c.next.VisitGroups(layer, ids, fn)
+	}
+	before := c.Cache.Stats()
+	err := c.next.VisitGroups(layer, ids, fn)
+	c.count(layer, before)
+	return err
+}
+
+func (c *countedExperts) Close() error { return c.next.Close() }
+
+// snapshot copies the per-layer counts.
+func (c *countedExperts) snapshot() []layerCount { return slices.Clone(c.layers) }

@@ -472,10 +472,11 @@ func (b *q38Model) NgramStats() NgramStats {
 }
 
 type q38State struct {
-	m       *qwen38.Model
-	st      *qwen38.State
-	profile *qwen38.StepProfile
-	logits  []float32
+	m        *qwen38.Model
+	st       *qwen38.State
+	profile  *qwen38.StepProfile
+	override model.RouteOverride
+	logits   []float32
 }
 
 // q38Snapshot is a copy of the sequence holding exactly the written tokens.
@@ -508,8 +509,15 @@ func (s *q38State) Restore(sn model.Snapshot) error {
 		return err
 	}
 	st.SetStepProfile(s.profile)
+	st.SetRouteOverride(s.override)
 	s.st = st
 	return nil
+}
+
+// SetRouteOverride implements model.RouteOverrider.
+func (s *q38State) SetRouteOverride(o model.RouteOverride) {
+	s.override = o
+	s.st.SetRouteOverride(o)
 }
 
 // SetStepProfile implements model.Profiler.

@@ -57,6 +57,14 @@ type MoEScratch struct {
 	combined []float32          // one token's combined expert output [H] per thread
 	sigma    []float32          // one token's shared-expert gate per thread
 	Prof     *model.StepProfile // the state's profile during a decode step, else nil
+
+	// Override, when set, names each token's experts in place of the
+	// router's top-k (model.RouteOverride: a benchmark replaying realistic
+	// routing); Pos is the sequence position of the pass's first token,
+	// which the model sets before each pass. The routed weights stay the
+	// router's softmax at those ids, renormalised as Route does.
+	Override model.RouteOverride
+	Pos      int
 }
 
 // pendingProduct is a single-token dst = m·x that may join another job.
@@ -91,7 +99,11 @@ func (m *MoE) Block(layer int, w *MoEWeights, sc *MoEScratch, u, out []float32, 
 	weight := Grow(&sc.weight, T*k)
 	probs := Grow(&sc.probs, m.Pool.Threads()*E)
 	// Tokens route independently: the pool's threads split a pass's.
-	if T >= parallelMinTokens {
+	if sc.Override != nil {
+		if err := m.overrideRoutes(layer, sc, logits, probs, sel, weight, T); err != nil {
+			return err
+		}
+	} else if T >= parallelMinTokens {
 		m.Pool.Parallel(T, func(worker, lo, hi int) {
 			routeTokens(logits, probs[worker*E:(worker+1)*E], sel, weight, k, lo, hi)
 		})
@@ -178,6 +190,30 @@ func routeTokens(logits, probs []float32, sel []int, weight []float32, k, lo, hi
 // index first on ties, and writes them in ascending id order with weights
 // renormalised over the selection.
 func Route(logits []float32, probs []float32, sel []int, weight []float32) {
+	routerSoftmax(logits, probs)
+	for s := range sel {
+		best := -1
+		for e, p := range probs {
+			if (best < 0 || p > probs[best]) && !slices.Contains(sel[:s], e) {
+				best = e
+			}
+		}
+		sel[s] = best
+	}
+	slices.Sort(sel)
+	renormalise(probs, sel, weight)
+}
+
+// RouteFixed is Route with the experts given: sel, ascending and distinct,
+// keeps its ids and weight gets the router's softmax at them, renormalised
+// over them exactly as Route renormalises its own pick.
+func RouteFixed(logits []float32, probs []float32, sel []int, weight []float32) {
+	routerSoftmax(logits, probs)
+	renormalise(probs, sel, weight)
+}
+
+// routerSoftmax is the router softmax in float64 rounded to float32.
+func routerSoftmax(logits, probs []float32) {
 	maxLogit := math.Inf(-1)
 	for _, l := range logits {
 		maxLogit = max(maxLogit, float64(l))
@@ -189,22 +225,64 @@ func Route(logits []float32, probs []float32, sel []int, weight []float32) {
 	for e, l := range logits {
 		probs[e] = float32(math.Exp(float64(l)-maxLogit) / sum)
 	}
-	for s := range sel {
-		best := -1
-		for e, p := range probs {
-			if (best < 0 || p > probs[best]) && !slices.Contains(sel[:s], e) {
-				best = e
-			}
-		}
-		sel[s] = best
-	}
-	slices.Sort(sel)
+}
+
+// renormalise sets weight to probs at sel over their float32 sum, summed
+// in sel's (ascending) order: the model's norm_topk_prob.
+func renormalise(probs []float32, sel []int, weight []float32) {
 	var total float32
 	for _, e := range sel {
 		total += probs[e]
 	}
 	for s, e := range sel {
 		weight[s] = probs[e] / total
+	}
+}
+
+// overrideRoutes routes tokens [0, T) to the experts sc.Override names for
+// their positions. The override is asked token by token on the caller (a
+// trace reader need not be safe for concurrent use); the softmax and the
+// weights then split over the pool's threads as routeTokens' do.
+func (m *MoE) overrideRoutes(layer int, sc *MoEScratch, logits, probs []float32, sel []int, weight []float32, T int) error {
+	E, k := m.NumExperts, m.TopK
+	for t := range T {
+		pos := sc.Pos + t
+		slot := sel[t*k : (t+1)*k]
+		// Capped at k, so an override that appends too many cannot
+		// overwrite the next token's experts.
+		ids, err := sc.Override.Experts(pos, layer, slot[:0:k])
+		if err != nil {
+			return fmt.Errorf(m.Name+": layer %d, position %d: routing override: %w", layer, pos, err)
+		}
+		if len(ids) != k {
+			return fmt.Errorf(m.Name+": layer %d, position %d: the routing override named %d experts, the model routes each token to %d", layer, pos, len(ids), k)
+		}
+		copy(slot, ids)
+		slices.Sort(slot)
+		for i, e := range slot {
+			if e < 0 || e >= E {
+				return fmt.Errorf(m.Name+": layer %d, position %d: the routing override named expert %d; the layer has experts 0 to %d", layer, pos, e, E-1)
+			}
+			if i > 0 && slot[i-1] == e {
+				return fmt.Errorf(m.Name+": layer %d, position %d: the routing override named expert %d twice", layer, pos, e)
+			}
+		}
+	}
+	if T >= parallelMinTokens {
+		m.Pool.Parallel(T, func(worker, lo, hi int) {
+			routeFixedTokens(logits, probs[worker*E:(worker+1)*E], sel, weight, k, lo, hi)
+		})
+	} else {
+		routeFixedTokens(logits, probs[:E], sel, weight, k, 0, T)
+	}
+	return nil
+}
+
+// routeFixedTokens is routeTokens for experts already in sel.
+func routeFixedTokens(logits, probs []float32, sel []int, weight []float32, k, lo, hi int) {
+	E := len(probs)
+	for t := lo; t < hi; t++ {
+		RouteFixed(logits[t*E:(t+1)*E], probs, sel[t*k:(t+1)*k], weight[t*k:(t+1)*k])
 	}
 }
 

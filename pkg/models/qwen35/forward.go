@@ -78,6 +78,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	ws.setProfile(st.profile, T)
 	ws.prof.Begin()
 	m.moe.BeginPass(T)
+	ws.moe.Pos = st.pos
 	for l := range m.layers {
 		ly := &m.layers[l]
 		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)

@@ -97,6 +97,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	ws.setProfile(st.profile, T)
 	ws.prof.Begin()
 	m.moe.BeginPass(T)
+	ws.moe.Pos = st.pos
 	m.pleRowsAhead(st, ids)
 	R := blocks.Grow(&ws.R, T*SH)
 	for t, id := range ids {
