@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -174,6 +175,49 @@ func TestSyntheticSourceMatchesGenerate(t *testing.T) {
 	}
 	if _, err := s.Experts(0, g.Layers, ids); err == nil {
 		t.Fatal("layer out of range accepted")
+	}
+}
+
+// The bench may ask from several goroutines; every caller sees the trace
+// Generate draws.
+func TestSyntheticSourceConcurrent(t *testing.T) {
+	g := Geometry{3, 32, 4}
+	want, err := Generate(g, Diverse, 200, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSynthetic(g, Spec{Diverse, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ids []int
+			for pos := w; pos < 200; pos += 3 {
+				for l := range g.Layers {
+					var err error
+					if ids, err = s.Experts(pos, l, ids); err != nil {
+						errs <- err
+						return
+					}
+					for j, e := range want.Row(pos, l) {
+						if ids[j] != int(e) {
+							errs <- fmt.Errorf("pos %d layer %d: %v, want %v", pos, l, ids, want.Row(pos, l))
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 

@@ -150,6 +150,9 @@ func Parse(r io.Reader, geom Geometry) (*Trace, error) {
 			if layer != 0 {
 				return nil, fmt.Errorf("routing trace line %d: position %d, want %d (layer %d of position %d is missing)", lineNo, p, pos, layer, pos)
 			}
+			if int(p) < pos {
+				return nil, fmt.Errorf("routing trace line %d: position %d, want %d (positions must follow one another; a trace holds one session, so split one that records several)", lineNo, p, pos)
+			}
 			return nil, fmt.Errorf("routing trace line %d: position %d, want %d (positions must follow one another)", lineNo, p, pos)
 		}
 		if int(l) != layer {

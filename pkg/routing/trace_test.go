@@ -45,7 +45,7 @@ func TestParseErrors(t *testing.T) {
 		{"layer missing", "0 0 1 2\n1 0 1 2\n", "line 2: position 1, want 0 (layer 1 of position 0 is missing)"},
 		{"layer repeated", "0 0 1 2\n0 0 1 2\n", "line 2: layer 0, want 1"},
 		{"position gap", "0 0 1 2\n0 1 1 2\n2 0 1 2\n2 1 1 2\n", "line 3: position 2, want 1 (positions must follow"},
-		{"position going back", "5 0 1 2\n5 1 1 2\n4 0 1 2\n", "line 3: position 4, want 6"},
+		{"position going back", "5 0 1 2\n5 1 1 2\n4 0 1 2\n", "line 3: position 4, want 6 (positions must follow one another; a trace holds one session"},
 		{"truncated", "0 0 1 2\n0 1 1 2\n1 0 1 2\n", "line 3: the trace ends after layer 0 of position 1; layers 1 to 1 are missing"},
 		{"blank line", "0 0 1 2\n\n", "line 2: 0 fields"},
 		{"long line", "0 0 1 " + strings.Repeat("2", MaxLineBytes) + "\n", "line 1: longer than 4096 bytes"},
