@@ -112,9 +112,10 @@ func regimeParams(geom Geometry, r Regime) params {
 	return params{}
 }
 
-// prob converts a constant probability to 1/65536ths; only constants reach
-// it, so the result is the same everywhere.
-func prob(p float64) uint64 { return uint64(p*65536 + 0.5) }
+// prob converts a constant probability to 1/65536ths. The explicit
+// float64 conversion rounds the product, so no platform fuses it into a
+// multiply-add with a different last bit: the result is the same everywhere.
+func prob(p float64) uint64 { return uint64(float64(p*65536) + 0.5) }
 
 type layerState struct {
 	perm    []int32   // popularity rank -> expert
