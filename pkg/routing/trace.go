@@ -131,7 +131,7 @@ func Parse(r io.Reader, geom Geometry) (*Trace, error) {
 		if len(fields) != 2+geom.TopK {
 			return nil, fmt.Errorf("routing trace line %d: %d fields, want %d (position, layer and %d expert ids)", lineNo, len(fields), 2+geom.TopK, geom.TopK)
 		}
-		p, err := parseField(fields[0], lineNo, "position", 1<<40)
+		p, err := parseField(fields[0], lineNo, "position", 1<<31-1-MaxTraceIDs) // positions stay in an int on 32-bit machines
 		if err != nil {
 			return nil, err
 		}
