@@ -12,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
+	nvmodel "github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -19,7 +21,7 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "measure prefill and decode speed on fixed prompts (greedy)",
-		UsageText: "nvmai-run bench --model DIR [--tokens 512] [--prompt-tokens N] [--json] [--cpuprofile FILE]",
+		UsageText: "nvmai-run bench --model DIR [--tokens 512] [--prompt-tokens N] [--routing-trace FILE [--routing-trace-wrap] | --routing synthetic:REGIME[:seed=N]] [--json] [--cpuprofile FILE]",
 		Description: `Generates --tokens tokens greedily (EOS ignored) from each fixed prompt (counting, prose,
 code) in a fresh session and reports per prompt prefill and decode tok/s, the decode's expert-cache
 hit rate, bytes read from disk per token and peak RSS, then the median across prompts, and how
@@ -29,7 +31,13 @@ measures, in the same process, the plain memory-read rate (1 … --threads gorou
 On a qwen4_exp install it adds the n-gram table reads per decode step (rows, bytes read from SSD,
 the time the PLE layer waited for them) and the prefill's n-gram bytes.
 Last it splits the decode steps by phase (projections, recurrences, attention, router, experts,
-lm_head …): each phase's share of a step and the rate it reads its weights or state at.`,
+lm_head …): each phase's share of a step and the rate it reads its weights or state at.
+Random-weight installs route almost uniformly, the worst case for the expert cache: --routing-trace
+replays a recorded trace (NVMAI_ROUTE_TRACE's format) and --routing a synthetic regime calibrated to
+published locality (docs/routing.md); each prompt token and decode step then takes its experts per
+layer from it, the rest of the forward unchanged. The report names the routing source and adds the
+decode's hit rate of the worst and best layer, the experts per layer per step read on demand, and
+the layers per step that waited for a read.`,
 		Flags: append(engineFlags(),
 			cliutil.IntRange(&cli.IntFlag{Name: "tokens", Value: 512, Usage: "tokens to generate per prompt (N tokens are N-1 decode steps: the first comes from the prefill)"}, 2, maxContextCeiling, "2 = one decode step"),
 			cliutil.IntRange(&cli.IntFlag{Name: "prompt-tokens", Usage: "repeat or cut every prompt to exactly `N` tokens", DefaultText: "the prompt's own length"}, 0, maxContextCeiling, ""),
@@ -43,6 +51,9 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 			cliutil.IntRange(&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"}, 0, maxContextCeiling, ""),
+			&cli.StringFlag{Name: "routing-trace", Usage: "take every token's experts per layer from the routing trace `FILE` (\"position layer e0 … ek\" lines, NVMAI_ROUTE_TRACE's format; each prompt replays it from its first token) instead of the router (CPU engine)"},
+			&cli.BoolFlag{Name: "routing-trace-wrap", Usage: "repeat the --routing-trace file when a prompt needs more positions than it has (the report says so), instead of failing"},
+			&cli.StringFlag{Name: "routing", Usage: "take every token's experts from a synthetic routing `SPEC`: synthetic:diverse, synthetic:agent or synthetic:uniform, optionally :seed=N (default seed 1; docs/routing.md)", DefaultText: "the router's own"},
 		),
 		Action: benchAction,
 	}
@@ -55,13 +66,21 @@ func benchAction(c *cli.Context) error {
 	if err := cliutil.Exclusive(c, "json", "kv"); err != nil {
 		return err
 	}
+	if err := checkRoutingFlags(c); err != nil {
+		return err
+	}
 	e, err := loadEngine(c)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
+	src, err := benchRouting(c, e)
+	if err != nil {
+		return err
+	}
 	opt := runtime.BenchOptions{Tokens: c.Int("tokens"), PromptTokens: c.Int("prompt-tokens"), Warmup: c.Int("warmup"), CPUProfile: c.String("cpuprofile"),
-		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: kvBits(c), FillContext: c.Int("fill-context"), PrefillChunk: c.Int("prefill-chunk")}
+		PrefillCPUProfile: c.String("prefill-cpuprofile"), KVBits: kvBits(c), FillContext: c.Int("fill-context"), PrefillChunk: c.Int("prefill-chunk"),
+		Routing: src}
 	if c.Bool("skip-bandwidth") {
 		opt.MemBandwidthBytes, opt.DiskReads = -1, -1
 	}
@@ -102,6 +121,50 @@ func benchAction(c *cli.Context) error {
 	return nil
 }
 
+// checkRoutingFlags refuses, before the model loads, routing flags that
+// cannot go together or an engine that cannot replay routing.
+func checkRoutingFlags(c *cli.Context) error {
+	if err := cliutil.Exclusive(c, "routing-trace", "routing"); err != nil {
+		return err
+	}
+	if c.Bool("routing-trace-wrap") && !c.IsSet("routing-trace") {
+		return cliutil.Usagef("--routing-trace-wrap repeats a --routing-trace file; give one")
+	}
+	if c.IsSet("routing") {
+		if _, err := routing.ParseSpec(c.String("routing")); err != nil {
+			return cliutil.Usagef("--routing: %v", err)
+		}
+	}
+	if (c.IsSet("routing-trace") || c.IsSet("routing")) && engineDevice(c) != nvmodel.CPU {
+		flag := "--routing-trace"
+		if c.IsSet("routing") {
+			flag = "--routing"
+		}
+		return cliutil.Usagef("%s needs an engine that streams experts: the CPU engine (--engine %s routes on the device)", flag, engineDevice(c))
+	}
+	return nil
+}
+
+// benchRouting opens the routing source the flags name for e's geometry
+// (nil: the router's own).
+func benchRouting(c *cli.Context, e *runtime.Engine) (routing.Source, error) {
+	if !c.IsSet("routing-trace") && !c.IsSet("routing") {
+		return nil, nil
+	}
+	geom, err := e.RoutingGeometry()
+	if err != nil {
+		return nil, err
+	}
+	if c.IsSet("routing-trace") {
+		return routing.OpenTrace(c.String("routing-trace"), geom, c.Bool("routing-trace-wrap"))
+	}
+	spec, err := routing.ParseSpec(c.String("routing"))
+	if err != nil {
+		return nil, cliutil.Usagef("--routing: %v", err)
+	}
+	return routing.NewSynthetic(geom, spec)
+}
+
 // printBenchProgress writes one line as each prompt starts and ends.
 func printBenchProgress(w io.Writer, i, n int, name string, run *runtime.BenchRun) {
 	if run == nil {
@@ -128,6 +191,7 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 	}
 	fmt.Fprintf(w, "decode/s counts decode steps: %d generated tokens are %s (the first comes from the prefill); read/tok is per step\n",
 		r.Median.Generated, plural(max(r.Median.Generated-1, 0), "step"))
+	printRouting(w, r)
 	if g, ok := r.GPU.(interface{ Summary() []string }); ok {
 		for _, line := range g.Summary() {
 			fmt.Fprintln(w, line)
@@ -164,6 +228,28 @@ func printBench(w io.Writer, r *runtime.BenchReport) {
 			r.IOMode, r.IOThreads, cliutil.Rate(r.DiskRead), r.DiskBound)
 	}
 	printPhases(w, r.Phases)
+}
+
+// printRouting names the routing source and, per prompt, the decode's
+// spread of hit rates across layers, the experts per layer per step read
+// on demand and the layers per step that waited for a read.
+func printRouting(w io.Writer, r *runtime.BenchReport) {
+	fmt.Fprintf(w, "routing: %s", r.Routing)
+	if r.RoutingWrapped {
+		fmt.Fprint(w, " (wrapped: the trace repeated to cover a prompt)")
+	}
+	fmt.Fprintln(w)
+	if r.Routing != runtime.UniformRouting && r.Prefetch > 0 {
+		fmt.Fprintf(w, "note: the read-ahead guesses (--prefetch %d) still come from the model's router, which the replayed routing overrides; --prefetch 0 measures without them\n", r.Prefetch)
+	}
+	if r.Experts == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%-9s %6s %14s %14s %12s %13s\n", "prompt", "hit", "layer hit min", "layer hit max", "new/layer/tok", "waits/tok")
+	for _, run := range append(r.Runs, r.Median) {
+		fmt.Fprintf(w, "%-9s %5.1f%% %13.1f%% %13.1f%% %13.2f %13.2f\n", run.Prompt, 100*run.HitRate,
+			100*run.LayerHitRateMin, 100*run.LayerHitRateMax, run.NewExpertsPerLayerToken, run.WaitsPerToken)
+	}
 }
 
 // printNgram writes the n-gram table reads of a qwen4_exp install (nothing
@@ -249,6 +335,8 @@ func printBenchKV(w io.Writer, r *runtime.BenchReport) {
 		m.PrefillChunk, m.PrefillBytesPerToken/mib, r.PrefillDiskTokS, m.PrefillComputeTokS, cmp.Or(r.PrefillBinding, "-"),
 		float64(m.PrefillWarmBytes)/gib, float64(m.PrefillWarmUsed)/gib)
 	fmt.Fprintf(w, " prefetch=%d guesses_tok=%.1f guesses_used=%.3f", r.Prefetch, m.GuessesPerToken, m.GuessesUsed)
+	fmt.Fprintf(w, " routing=%s routing_wrapped=%t layer_hit_min=%.3f layer_hit_max=%.3f new_layer_tok=%.2f waits_tok=%.2f",
+		strings.ReplaceAll(r.Routing, " ", "_"), r.RoutingWrapped, m.LayerHitRateMin, m.LayerHitRateMax, m.NewExpertsPerLayerToken, m.WaitsPerToken)
 	fmt.Fprintf(w, " ngram_kib_tok=%.2f ngram_rows_tok=%.1f ngram_wait_ms=%.2f pf_ngram_mib=%.2f phases=%s\n",
 		m.NgramBytesPerToken/1024, m.NgramRowsPerToken, 1e3*m.NgramWaitPerTok, float64(m.PrefillNgramBytes)/mib, strings.Join(phases, ","))
 }

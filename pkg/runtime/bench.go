@@ -23,6 +23,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
@@ -75,7 +76,18 @@ type BenchOptions struct {
 	// the context at exactly this many tokens: it measures the memory and
 	// attention cost of a long context without prefilling it, not quality.
 	FillContext int
+	// Routing, when set, names every prompt token's and decode step's
+	// experts in each MoE layer in place of the router's top-k (a replayed
+	// trace or a synthetic regime, pkg/routing); the rest of the forward is
+	// unchanged. Each prompt's run counts its positions from 0 at its first
+	// prompt token (after FillContext's rows). The warm-up keeps the
+	// router's own routing. Nil: the router's own (near uniform on a
+	// random-weight install).
+	Routing routing.Source
 }
+
+// UniformRouting is the report's routing source when the router picks.
+const UniformRouting = "uniform"
 
 // BenchRun is one prompt's measurement.
 type BenchRun struct {
@@ -137,25 +149,39 @@ type BenchRun struct {
 	// resident, not asked for yet).
 	PrefillWarmBytes int64 `json:"prefill_warm_bytes"`
 	PrefillWarmUsed  int64 `json:"prefill_warm_used_bytes"`
+	// The decode's hit rate of the MoE layer that hit least and most
+	// (HitRate is over all of them); NewExpertsPerLayerToken the experts a
+	// layer's step asked for that were not resident (read on demand), per
+	// layer per step; WaitsPerToken the layers per step that waited for at
+	// least one read (a miss, or a guess still in flight).
+	LayerHitRateMin         float64 `json:"hit_rate_layer_min"`
+	LayerHitRateMax         float64 `json:"hit_rate_layer_max"`
+	NewExpertsPerLayerToken float64 `json:"new_experts_per_layer_token"`
+	WaitsPerToken           float64 `json:"waits_per_token"`
 }
 
 // BenchReport is a whole benchmark: labels, every prompt and their median.
 type BenchReport struct {
-	Engine        string     `json:"engine"` // nvmai and the integer kernel this CPU runs
-	Model         string     `json:"model"`
-	ModelID       string     `json:"model_id"`
-	Layers        int        `json:"layers"`
-	Width         int        `json:"width_bits"`
-	BudgetBytes   int64      `json:"budget_bytes"`
-	SlotsPerLayer int        `json:"slots_per_layer"`
-	Experts       int        `json:"experts_per_layer"`
-	IOMode        string     `json:"io_mode"`
-	IOThreads     int        `json:"io_threads"`
-	Prefetch      int        `json:"prefetch"` // experts per layer read ahead on a guess
-	Threads       int        `json:"threads"`
-	CPU           string     `json:"cpu"`
-	Runs          []BenchRun `json:"runs"`
-	Median        BenchRun   `json:"median"`
+	Engine        string `json:"engine"` // nvmai and the integer kernel this CPU runs
+	Model         string `json:"model"`
+	ModelID       string `json:"model_id"`
+	Layers        int    `json:"layers"`
+	Width         int    `json:"width_bits"`
+	BudgetBytes   int64  `json:"budget_bytes"`
+	SlotsPerLayer int    `json:"slots_per_layer"`
+	Experts       int    `json:"experts_per_layer"`
+	IOMode        string `json:"io_mode"`
+	IOThreads     int    `json:"io_threads"`
+	Prefetch      int    `json:"prefetch"` // experts per layer read ahead on a guess
+	Threads       int    `json:"threads"`
+	CPU           string `json:"cpu"`
+	// Routing is where the experts came from: UniformRouting (the router),
+	// "trace FILE sha256 HEX" or "synthetic REGIME seed=N";
+	// RoutingWrapped says a trace repeated to cover a run.
+	Routing        string     `json:"routing"`
+	RoutingWrapped bool       `json:"routing_wrapped,omitempty"`
+	Runs           []BenchRun `json:"runs"`
+	Median         BenchRun   `json:"median"`
 
 	// WeightBytesPerToken is what one decode step reads from memory: every
 	// resident matrix but the embedding (one row), and top-k experts per
@@ -248,6 +274,17 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		opt.Prompts = BenchPrompts
 	}
 	r := e.benchLabels()
+	r.Routing = UniformRouting
+	if opt.Routing != nil {
+		if err := e.canOverrideRouting(); err != nil {
+			return nil, err
+		}
+		r.Routing = opt.Routing.Describe()
+	}
+	if e.counted != nil {
+		e.counted.on = true
+		defer func() { e.counted.on = false }()
+	}
 	if opt.Warmup > 0 {
 		if err := e.benchWarmup(ctx, opt.Warmup); err != nil {
 			return nil, err
@@ -266,7 +303,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		if opt.OnPrompt != nil {
 			opt.OnPrompt(i, len(opt.Prompts), p.Name, nil)
 		}
-		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, opt.PrefillChunk, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext})
+		run, err := e.benchOne(ctx, p.Name, ids, opt.Tokens, opt.PrefillChunk, prof, steps, benchKV{bits: opt.KVBits, fill: opt.FillContext, routing: opt.Routing})
 		if err != nil {
 			return nil, fmt.Errorf("bench prompt %q: %w", p.Name, err)
 		}
@@ -276,6 +313,7 @@ func (e *Engine) Bench(ctx context.Context, opt BenchOptions) (*BenchReport, err
 		r.Runs = append(r.Runs, run)
 	}
 	r.Median = medianRun(r.Runs)
+	r.RoutingWrapped = opt.Routing != nil && opt.Routing.Wrapped()
 	r.Phases = benchPhases(steps)
 	r.HugePageBytes = hugemem.ProcessHugeBytes()
 	if r.Median.DecodeTokS > 0 {
@@ -371,8 +409,12 @@ func repeatIDs(ids []int, n int) []int {
 // benchProfiles names the CPU profiles one prompt writes ("" for none).
 type benchProfiles struct{ prefill, decode string }
 
-// benchKV is a run's KV width and the context its synthetic rows fill to.
-type benchKV struct{ bits, fill int }
+// benchKV is a run's KV width, the context its synthetic rows fill to, and
+// the routing its MoE layers replay (nil: the router's).
+type benchKV struct {
+	bits, fill int
+	routing    routing.Source
+}
 
 // session starts a session for ids and tokens, its KV preallocated (no
 // growth during the run) and filled with synthetic rows as asked.
@@ -395,6 +437,13 @@ func (kv benchKV) session(e *Engine, ids []int, tokens int, steps *model.StepPro
 		if err := f.FillSynthetic(rows, 1); err != nil {
 			return nil, 0, err
 		}
+	}
+	if kv.routing != nil {
+		o, ok := sess.st.(model.RouteOverrider)
+		if !ok {
+			return nil, 0, e.routingRefusal()
+		}
+		o.SetRouteOverride(shiftedRoutes{src: kv.routing, first: rows})
 	}
 	return sess, rows, nil
 }
@@ -425,6 +474,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		}
 	}
 	var atDecode expertcache.Stats
+	var layersAtDecode []layerCount
 	var handoffs, parks uint64
 	var ngramAtDecode NgramStats
 	ngramStart := e.NgramStats()
@@ -437,6 +487,9 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 			}
 			first = false
 			atDecode, handoffs, parks = e.ExpertStats(), e.pool.Handoffs(), e.pool.Parks()
+			if e.counted != nil {
+				layersAtDecode = e.counted.snapshot()
+			}
 			ngramAtDecode = e.NgramStats()
 			stop()
 			if err != nil {
@@ -494,8 +547,80 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		if x.Prefetched > 0 {
 			run.GuessesUsed = float64(x.PrefetchHits) / float64(x.Prefetched)
 		}
+		if e.counted != nil && layersAtDecode != nil {
+			run.layerFigures(layersAtDecode, e.counted.snapshot(), steps)
+		}
 	}
 	return run, nil
+}
+
+// layerFigures sets the per-layer decode figures from the layer counts at
+// the decode's start and end, over steps steps. A layer no step asked
+// anything of (not MoE) is left out.
+func (run *BenchRun) layerFigures(start, end []layerCount, steps int) {
+	var layers int
+	var misses, waits int64
+	for l := range end {
+		hits, miss := end[l].Hits-start[l].Hits, end[l].Misses-start[l].Misses
+		if hits+miss == 0 {
+			continue
+		}
+		rate := float64(hits) / float64(hits+miss)
+		if layers == 0 || rate < run.LayerHitRateMin {
+			run.LayerHitRateMin = rate
+		}
+		if layers == 0 || rate > run.LayerHitRateMax {
+			run.LayerHitRateMax = rate
+		}
+		layers++
+		misses += miss
+		waits += end[l].Waits - start[l].Waits
+	}
+	if steps > 0 && layers > 0 {
+		run.NewExpertsPerLayerToken = float64(misses) / float64(layers*steps)
+		run.WaitsPerToken = float64(waits) / float64(steps)
+	}
+}
+
+// shiftedRoutes asks src for a run's positions: the sequence position less
+// the synthetic rows before the prompt, so a run replays from its source's
+// start whatever context it fills.
+type shiftedRoutes struct {
+	src   routing.Source
+	first int
+}
+
+func (s shiftedRoutes) Experts(pos, layer int, dst []int) ([]int, error) {
+	return s.src.Experts(pos-s.first, layer, dst)
+}
+
+// canOverrideRouting says why the bench cannot replay routing here, if it
+// cannot: a model with no routed experts, or an engine that routes
+// elsewhere.
+func (e *Engine) canOverrideRouting() error {
+	if e.Install.Manifest.Experts == nil {
+		return fmt.Errorf("%s: routing replay (--routing-trace, --routing) needs a Mixture-of-Experts model; this one has no routed experts", e.Install.Dir)
+	}
+	if e.cache == nil {
+		return e.routingRefusal()
+	}
+	return nil
+}
+
+func (e *Engine) routingRefusal() error {
+	return fmt.Errorf("--routing-trace and --routing need an engine that streams experts: the CPU engine (the %s engine holds its experts and routes on its own)", e.info.Name)
+}
+
+// RoutingGeometry is the routing shape of the loaded model, for
+// routing.Parse and the synthetic sources: its decoder layers (every one
+// has a MoE block in the architectures that stream experts), experts per
+// layer and top-k.
+func (e *Engine) RoutingGeometry() (routing.Geometry, error) {
+	m := e.Install.Manifest
+	if m.Experts == nil {
+		return routing.Geometry{}, fmt.Errorf("%s: routing replay needs a Mixture-of-Experts model; this one has no routed experts", e.Install.Dir)
+	}
+	return routing.Geometry{Layers: m.Geometry.NumLayers, Experts: m.Experts.Count, TopK: m.Experts.TopK}, nil
 }
 
 // meanStateBytes is the state a decode step reads, averaged over steps
@@ -568,6 +693,11 @@ func medianRun(runs []BenchRun) BenchRun {
 		PrefillComputeTokS:   med(func(r BenchRun) float64 { return r.PrefillComputeTokS }),
 		PrefillWarmBytes:     int64(med(func(r BenchRun) float64 { return float64(r.PrefillWarmBytes) })),
 		PrefillWarmUsed:      int64(med(func(r BenchRun) float64 { return float64(r.PrefillWarmUsed) })),
+
+		LayerHitRateMin:         med(func(r BenchRun) float64 { return r.LayerHitRateMin }),
+		LayerHitRateMax:         med(func(r BenchRun) float64 { return r.LayerHitRateMax }),
+		NewExpertsPerLayerToken: med(func(r BenchRun) float64 { return r.NewExpertsPerLayerToken }),
+		WaitsPerToken:           med(func(r BenchRun) float64 { return r.WaitsPerToken }),
 	}
 }
 

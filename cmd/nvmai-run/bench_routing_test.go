@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
+)
+
+// TestBenchRoutingFlags: bench --json with --routing names the synthetic
+// source and carries the per-layer figures in every run and the median;
+// the text report prints the source and their table.
+func TestBenchRoutingFlags(t *testing.T) {
+	m := model(t)
+	r := clitest.Run(t, app(), "bench", "--model", m, "--tokens", "3", "--prompt-tokens", "6", "--skip-bandwidth", "--quiet",
+		"--routing", "synthetic:agent:seed=3", "--json")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep["routing"] != "synthetic agent seed=3" {
+		t.Errorf("routing %v", rep["routing"])
+	}
+	runs := append(rep["runs"].([]any), rep["median"])
+	for _, run := range runs {
+		for _, k := range []string{"hit_rate", "hit_rate_layer_min", "hit_rate_layer_max", "new_experts_per_layer_token", "bytes_read_per_token", "waits_per_token", "io_wait_s_per_token"} {
+			if _, ok := run.(map[string]any)[k]; !ok {
+				t.Errorf("run %v lacks %q", run.(map[string]any)["prompt"], k)
+			}
+		}
+	}
+
+	trace := filepath.Join(t.TempDir(), "short.txt")
+	// Position 0 of every layer (8 layers, 4 experts each): far too short
+	// for a run, so it must wrap.
+	var b strings.Builder
+	for l := range 8 {
+		b.WriteString("0 " + string(rune('0'+l)) + " 0 1 2 3\n")
+	}
+	os.WriteFile(trace, []byte(b.String()), 0o644)
+	r = clitest.Run(t, app(), "bench", "--model", m, "--tokens", "3", "--prompt-tokens", "6", "--skip-bandwidth", "--quiet",
+		"--routing-trace", trace, "--routing-trace-wrap")
+	if r.Code != 0 {
+		t.Fatalf("wrapped trace: exit %d: %s", r.Code, r.Stderr)
+	}
+	for _, want := range []string{"routing: trace " + trace + " sha256 ", "(wrapped: the trace repeated to cover a prompt)", "layer hit min", "new/layer/tok", "waits/tok"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	r = clitest.Run(t, app(), "bench", "--model", m, "--tokens", "3", "--prompt-tokens", "6", "--skip-bandwidth", "--quiet", "--routing-trace", trace)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "has 1 positions and the run needs position 1") {
+		t.Errorf("short trace without --routing-trace-wrap: exit %d, %q", r.Code, r.Stderr)
+	}
+}
+
+// TestBenchRoutingErrors: routing flags that clash, a bad spec and a GPU
+// engine are usage errors before the model loads; a malformed trace line
+// is an error naming the file and line.
+func TestBenchRoutingErrors(t *testing.T) {
+	m := model(t)
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"bench", "--model", m, "--routing-trace-wrap"}, "--routing-trace-wrap repeats a --routing-trace file; give one"},
+		{[]string{"bench", "--model", m, "--routing-trace", "x", "--routing", "synthetic:agent"}, "give --routing-trace or --routing, not both"},
+		{[]string{"bench", "--model", m, "--routing", "synthetic:bursty"}, `--routing: routing "synthetic:bursty": routing regime "bursty" is not known`},
+		{[]string{"bench", "--model", m, "--routing", "synthetic:agent:seed=x"}, `is not seed=N`},
+		{[]string{"bench", "--model", m, "--engine", "gpu", "--routing", "synthetic:agent"}, "--routing needs an engine that streams experts: the CPU engine"},
+		{[]string{"bench", "--model", m, "--engine", "gpu", "--routing-trace", "x"}, "--routing-trace needs an engine that streams experts: the CPU engine"},
+	} {
+		clitest.UsageError(t, app(), tc.stderr, tc.args...)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	os.WriteFile(bad, []byte("0 0 0 1 2 3\n0 1 0 1 2 99\n"), 0o644)
+	r := clitest.Run(t, app(), "bench", "--model", m, "--tokens", "2", "--skip-bandwidth", "--quiet", "--routing-trace", bad)
+	if r.Code != 1 || !strings.Contains(r.Stderr, bad+": routing trace line 2: expert id 3 \"99\" is not an integer from 0 to 15") {
+		t.Errorf("malformed trace: exit %d, %q", r.Code, r.Stderr)
+	}
+}
