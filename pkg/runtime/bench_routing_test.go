@@ -55,20 +55,30 @@ func writeTrace(t *testing.T, geom routing.Geometry, tokens int) (string, *routi
 const routingPromptTokens, routingTokens = 12, 5 // positions 0 … 15: 12 prompt tokens, 4 decode steps
 
 func routingBench(t *testing.T, e *Engine, src routing.Source) (*BenchReport, error) {
+	return routingBenchChunked(e, src, 0)
+}
+
+func routingBenchChunked(e *Engine, src routing.Source, chunk int) (*BenchReport, error) {
 	return e.Bench(context.Background(), BenchOptions{Tokens: routingTokens, PromptTokens: routingPromptTokens,
-		Prompts: BenchPrompts[:1], MemBandwidthBytes: -1, DiskReads: -1, Routing: src})
+		Prompts: BenchPrompts[:1], MemBandwidthBytes: -1, DiskReads: -1, Routing: src, PrefillChunk: chunk})
 }
 
 // TestBenchReplaysRoutingTrace: with --routing-trace every prompt token
-// (prefill, token by token) and every decode step asks the trace for its
-// position's experts in each layer, the decode's MoE layers use exactly
-// the trace's ids (as NVMAI_ROUTE_TRACE records them), and the report
-// names the file by its sha256 and adds per-layer figures that agree with
-// the cache's totals.
+// (prefill passes of 5, token by token) and every decode step asks the
+// trace for its position's experts in each layer, the decode's MoE layers
+// use exactly the trace's ids (as NVMAI_ROUTE_TRACE records them), and
+// the report names the file by its sha256 and adds per-layer figures that
+// agree with the cache's totals; on both architectures.
 func TestBenchReplaysRoutingTrace(t *testing.T) {
+	for _, snapshot := range []string{"tiny-moe-fused", qwen38Layouts[0]} {
+		t.Run(snapshot, func(t *testing.T) { replaysRoutingTrace(t, snapshot) })
+	}
+}
+
+func replaysRoutingTrace(t *testing.T, snapshot string) {
 	recorded := filepath.Join(t.TempDir(), "recorded.txt")
 	t.Setenv(RouteTraceEnv, recorded)
-	e, err := Load(install(t, "tiny-moe-fused", 4), Options{Threads: 2, Experts: ExpertOptions{Slots: 6}})
+	e, err := Load(install(t, snapshot, 4), Options{Threads: 2, Experts: ExpertOptions{Slots: 6}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +92,7 @@ func TestBenchReplaysRoutingTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recordingSource{Source: src, asked: map[[2]int]int{}}
-	r, err := routingBench(t, e, rec)
+	r, err := routingBenchChunked(e, rec, 5)
 	e.Close() // flushes the recorded trace
 	if err != nil {
 		t.Fatal(err)
