@@ -117,7 +117,7 @@ func TestPinnedSlotsAreNeverEvicted(t *testing.T) {
 	dir, m := tinyInstall(t, 4)
 	files := expertFiles(t, dir, m)
 	x := m.Experts
-	for _, policy := range []Policy{PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU} {
+	for _, policy := range []Policy{PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU, PolicyAdaptive} {
 		t.Run(policy.String(), func(t *testing.T) {
 			c := newCache(t, dir, m, Options{Slots: x.TopK + 1, Policy: policy})
 			const layer = 2
@@ -400,7 +400,7 @@ func TestSimulatorMatchesCache(t *testing.T) {
 	x := m.Experts
 	layers := len(x.Layers)
 	trace := zipfTrace(11, 120, layers, x.Count, x.TopK, 1.0)
-	for _, policy := range []Policy{PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU} {
+	for _, policy := range []Policy{PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU, PolicyAdaptive} {
 		for _, slots := range []int{x.TopK, x.TopK + 3, x.Count / 2} {
 			t.Run(fmt.Sprintf("%v/slots=%d", policy, slots), func(t *testing.T) {
 				sim, err := SimulateHitRate(trace, layers, slots, policy)

@@ -243,7 +243,7 @@ func TestBoundedIOFromEnv(t *testing.T) {
 }
 
 func TestParsePolicy(t *testing.T) {
-	for _, p := range []Policy{PolicyDefault, PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU} {
+	for _, p := range []Policy{PolicyDefault, PolicyLRU, PolicyLFU, PolicyAgingLFU, PolicyLRFU, PolicyAdaptive} {
 		got, err := ParsePolicy(p.String())
 		if err != nil || got != p {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p.String(), got, err)
