@@ -12,6 +12,8 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/routing"
 )
 
@@ -86,14 +88,18 @@ Without -o the trace goes to stdout; with it, to a temporary file renamed into p
 			Action: routeTraceGen,
 		}, {
 			Name:      "sim",
-			Usage:     "replay a routing trace through LRU and Belady caches",
-			UsageText: "nvmai-run route-trace sim --trace FILE --geometry NAME|--experts N --top-k K --layers L --slots N[,N…]",
-			Description: `Prints, for each per-layer slot count, the hit rate (overall and the per-layer minimum and
-maximum) and new experts per layer per token of a cold per-layer LRU cache and of Belady's
-offline optimum (the most any cache of that size can hit on the trace).`,
+			Usage:     "replay a routing trace through nvmai's expert cache, an LRU and Belady's optimum",
+			UsageText: "nvmai-run route-trace sim --trace FILE --geometry NAME|--experts N --top-k K --layers L --slots N[,N…]\n   nvmai-run route-trace sim --trace FILE --geometry NAME --bits 4|8 --ram-budget SIZE[,SIZE…]",
+			Description: `Prints, for each cache size, the hit rate of nvmai's expert cache as built (its eviction policy,
+replayed without I/O), of a cold per-layer LRU cache and of Belady's offline optimum (the most any
+cache of that size can hit on the trace): overall, with the per-layer minimum and maximum, and new
+experts per layer per token. Sizes are slots per layer (--slots) or, for a --geometry that
+nvmai-convert synth builds, the slots a --ram-budget buys at --bits, as nvmai-run computes them.`,
 			Flags: append(geometryFlags(),
 				&cli.StringFlag{Name: "trace", Usage: "trace `FILE`"},
 				&cli.IntSliceFlag{Name: "slots", Usage: "cache slots per layer, `N` (repeat or comma-separate for several)"},
+				&cli.StringSliceFlag{Name: "ram-budget", Usage: "expert budgets, `SIZE` (e.g. 4G,8G,12G), turned into slots per layer as nvmai-run --ram-budget does; needs --geometry and --bits"},
+				&cli.IntFlag{Name: "bits", Usage: "expert width for --ram-budget: 4 or 8"},
 			),
 			Action: routeTraceSim,
 		}},
@@ -178,14 +184,9 @@ func routeTraceSim(c *cli.Context) error {
 	if path == "" {
 		return cliutil.Usagef("--trace FILE is required")
 	}
-	slots := c.IntSlice("slots")
-	if len(slots) == 0 {
-		return cliutil.Usagef("--slots N is required (slots per layer; several as --slots 27,40)")
-	}
-	for _, s := range slots {
-		if s < g.TopK || s > g.Experts {
-			return cliutil.Usagef("--slots %d is out of range: use %d (top-k) to %d (experts)", s, g.TopK, g.Experts)
-		}
+	slots, labels, err := simSizes(c, g)
+	if err != nil {
+		return err
 	}
 	src, err := routing.OpenTrace(path, g, false)
 	if err != nil {
@@ -197,12 +198,120 @@ func routeTraceSim(c *cli.Context) error {
 	t := src.Trace()
 	w := c.App.Writer
 	fmt.Fprintf(w, "%s: %d positions of %s\n", src.Describe(), t.Tokens(), g)
-	fmt.Fprintf(w, "%6s %9s  %-21s %9s  %-21s %9s\n", "slots", "residency", "LRU hit (layer range)", "LRU new", "Belady hit (range)", "Bel. new")
-	for _, s := range slots {
+	rows := traceRows(t, g)
+	fmt.Fprintf(w, "%-10s %9s  %-21s %-21s %9s  %-21s %9s\n", "size", "residency", "cache hit (range)", "LRU hit (range)", "LRU new", "Belady hit (range)", "Bel. new")
+	for i, s := range slots {
+		cache, err := simulateCache(rows, g, s)
+		if err != nil {
+			return err
+		}
 		lru, opt := routing.SimulateLRU(t, s), routing.SimulateBelady(t, s)
-		fmt.Fprintf(w, "%6d %8.1f%%  %5.1f%% (%4.1f–%5.1f%%) %9.2f  %5.1f%% (%4.1f–%5.1f%%) %9.2f\n", s, 100*float64(s)/float64(g.Experts),
-			100*lru.HitRate, 100*lru.LayerMin, 100*lru.LayerMax, lru.NewPerLayerToken,
-			100*opt.HitRate, 100*opt.LayerMin, 100*opt.LayerMax, opt.NewPerLayerToken)
+		fmt.Fprintf(w, "%-10s %8.1f%%  %s %s %9.2f  %s %9.2f\n", labels[i], 100*float64(s)/float64(g.Experts),
+			hitRange(cache), hitRange(lru), lru.NewPerLayerToken, hitRange(opt), opt.NewPerLayerToken)
 	}
 	return nil
+}
+
+func hitRange(s routing.Stats) string {
+	return fmt.Sprintf("%5.1f%% (%4.1f–%5.1f%%)", 100*s.HitRate, 100*s.LayerMin, 100*s.LayerMax)
+}
+
+// simSizes reads --slots or --ram-budget (with --bits) into slots per
+// layer, each with the label its row is printed under.
+func simSizes(c *cli.Context, g routing.Geometry) (slots []int, labels []string, err error) {
+	budgets := c.StringSlice("ram-budget")
+	if len(budgets) > 0 {
+		if c.IsSet("slots") {
+			return nil, nil, cliutil.Usagef("give --slots or --ram-budget, not both")
+		}
+		bits := c.Int("bits")
+		if bits != 4 && bits != 8 {
+			return nil, nil, cliutil.Usagef("--ram-budget needs --bits 4 or 8 (the installed expert width)")
+		}
+		name := c.String("geometry")
+		if name == "" || routingOnlyGeometries[name] != (routing.Geometry{}) {
+			return nil, nil, cliutil.Usagef("--ram-budget needs a --geometry that nvmai-convert synth builds (%s), to know the expert size", strings.Join(convert.SynthGeometryNames(), ", "))
+		}
+		sg, err := convert.LookupSynthGeometry(name, 0)
+		if err != nil {
+			return nil, nil, cliutil.Usagef("%v", err)
+		}
+		_, stride, err := packexperts.LayoutExperts(sg.Geometry.HiddenSize, sg.Geometry.MoeIntermediateSize, convert.ExpertEncoding(bits))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, b := range budgets {
+			n, err := expertcache.ParseSize(b)
+			if err != nil {
+				return nil, nil, cliutil.Usagef("--ram-budget: %v", err)
+			}
+			s := min(expertcache.SlotsForBudget(n, stride, g.Layers), g.Experts)
+			if s < g.TopK {
+				return nil, nil, cliutil.Usagef("--ram-budget %s is below this geometry's minimum of %s at %d bits (%d layers × %d experts × %s)",
+					b, cliutil.Bytes(expertcache.MinBudget(stride, g.Layers, g.TopK)), bits, g.Layers, g.TopK, cliutil.Bytes(stride))
+			}
+			slots = append(slots, s)
+			labels = append(labels, fmt.Sprintf("%s=%d", b, s))
+		}
+		return slots, labels, nil
+	}
+	if c.IsSet("bits") {
+		return nil, nil, cliutil.Usagef("--bits goes with --ram-budget")
+	}
+	slots = c.IntSlice("slots")
+	if len(slots) == 0 {
+		return nil, nil, cliutil.Usagef("--slots N or --ram-budget SIZE is required (slots per layer, several as --slots 27,40)")
+	}
+	for _, s := range slots {
+		if s < g.TopK || s > g.Experts {
+			return nil, nil, cliutil.Usagef("--slots %d is out of range: use %d (top-k) to %d (experts)", s, g.TopK, g.Experts)
+		}
+		labels = append(labels, fmt.Sprint(s))
+	}
+	return slots, labels, nil
+}
+
+// traceRows lists t's requests position by position, layer by layer, as
+// expertcache.SimulateHitRate takes them.
+func traceRows(t *routing.Trace, g routing.Geometry) [][]int {
+	rows := make([][]int, 0, t.Tokens()*g.Layers)
+	for tok := range t.Tokens() {
+		for l := range g.Layers {
+			row := t.Row(tok, l)
+			ids := make([]int, len(row))
+			for i, e := range row {
+				ids[i] = int(e)
+			}
+			rows = append(rows, ids)
+		}
+	}
+	return rows
+}
+
+// simulateCache replays rows through the expert cache's own placement
+// (the default policy), per layer, and summarizes it as the routing
+// simulators do.
+func simulateCache(rows [][]int, g routing.Geometry, slots int) (routing.Stats, error) {
+	st := routing.Stats{Slots: slots, LayerMin: 1}
+	var hits, total int64
+	for l := range g.Layers {
+		var layer [][]int
+		for i := l; i < len(rows); i += g.Layers {
+			layer = append(layer, rows[i])
+		}
+		r, err := expertcache.SimulateHitRate(layer, 1, slots, expertcache.PolicyDefault)
+		if err != nil {
+			return st, fmt.Errorf("route-trace sim: layer %d: %w", l, err)
+		}
+		hits += r.Hits
+		total += r.Hits + r.Misses
+		st.LayerMin = min(st.LayerMin, r.HitRate())
+		st.LayerMax = max(st.LayerMax, r.HitRate())
+	}
+	st.Accesses, st.Hits = total, hits
+	if total > 0 {
+		st.HitRate = float64(hits) / float64(total)
+		st.NewPerLayerToken = float64(total-hits) / float64(len(rows))
+	}
+	return st, nil
 }

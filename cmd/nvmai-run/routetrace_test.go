@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,11 +45,31 @@ func TestRouteTraceGenAndSim(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "trace "+path+" sha256 ") || strings.Count(r.Stdout, "\n") != 5 {
 		t.Fatalf("sim: exit %d stdout %q", r.Code, r.Stdout)
 	}
-	last := strings.Fields(strings.Split(strings.TrimSpace(r.Stdout), "\n")[4])
-	if last[0] != "256" || last[2] != last[6] {
-		t.Fatalf("all experts resident: LRU and Belady should agree: %q", last)
+	last := strings.Split(strings.TrimSpace(r.Stdout), "\n")[4]
+	hits := hitColumn.FindAllStringSubmatch(last, -1)
+	if !strings.HasPrefix(last, "256 ") || len(hits) != 3 || hits[0][1] != hits[1][1] || hits[1][1] != hits[2][1] {
+		t.Fatalf("all experts resident: the cache, LRU and Belady should agree: %q", last)
+	}
+	// Budgets, turned into slots as nvmai-run --ram-budget does: 8 GiB over 40 layers buys 121
+	// slots at 4 bits, 64 at 8 (docs/streaming.md), so 820 MiB over these 4 layers buys the same;
+	// the cache never hits less than LRU less 0.1 point.
+	for _, tc := range []struct{ bits, slots string }{{"4", "820M=121"}, {"8", "820M=64"}} {
+		r = clitest.Run(t, app(), "route-trace", "sim", "--trace", path, "-g", "qwen3.5-35b-a3b", "--layers", "4", "--bits", tc.bits, "--ram-budget", "820M")
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if r.Code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[2], tc.slots+" ") {
+			t.Fatalf("sim --bits %s --ram-budget 820M: exit %d stdout %q stderr %q", tc.bits, r.Code, r.Stdout, r.Stderr)
+		}
+		hits := hitColumn.FindAllStringSubmatch(lines[2], -1)
+		cache, _ := strconv.ParseFloat(hits[0][1], 64)
+		lru, _ := strconv.ParseFloat(hits[1][1], 64)
+		if len(hits) != 3 || cache < lru-0.1 {
+			t.Fatalf("cache below LRU: %q", lines[2])
+		}
 	}
 }
+
+// hitColumn matches one "hit% (min–max%)" column of route-trace sim.
+var hitColumn = regexp.MustCompile(`(\d+\.\d)% \(\s*\d+\.\d–`)
 
 func TestRouteTraceGenWriteFailureLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
@@ -89,7 +111,14 @@ func TestRouteTraceUsageErrors(t *testing.T) {
 		{append(gen, "-g", "qwen3-30b-a3b", "--regime", "agent"), "--tokens N is required"},
 		{append(gen, "-g", "qwen3-30b-a3b", "--regime", "agent", "--tokens", "0"), "--tokens 0 is out of range"},
 		{[]string{"route-trace", "sim", "-g", "qwen3-30b-a3b", "--slots", "51"}, "--trace FILE is required"},
-		{append(sim, "-g", "qwen3-30b-a3b"), "--slots N is required"},
+		{append(sim, "-g", "qwen3-30b-a3b"), "--slots N or --ram-budget SIZE is required"},
+		{append(sim, "-g", "qwen3-30b-a3b", "--slots", "51", "--ram-budget", "8G", "--bits", "4"), "give --slots or --ram-budget, not both"},
+		{append(sim, "-g", "qwen3.5-35b-a3b", "--ram-budget", "8G"), "--ram-budget needs --bits 4 or 8"},
+		{append(sim, "-g", "qwen3-30b-a3b", "--ram-budget", "8G", "--bits", "4"), "--ram-budget needs a --geometry that nvmai-convert synth builds"},
+		{append(sim, "--experts", "8", "--top-k", "2", "--layers", "1", "--ram-budget", "8G", "--bits", "4"), "--ram-budget needs a --geometry that nvmai-convert synth builds"},
+		{append(sim, "-g", "qwen3.5-35b-a3b", "--ram-budget", "100M", "--bits", "4"), "--ram-budget 100M is below this geometry's minimum of"},
+		{append(sim, "-g", "qwen3.5-35b-a3b", "--ram-budget", "lots", "--bits", "4"), "--ram-budget: "},
+		{append(sim, "-g", "qwen3-30b-a3b", "--slots", "51", "--bits", "4"), "--bits goes with --ram-budget"},
 		{append(sim, "-g", "qwen3-30b-a3b", "--slots", "7"), "--slots 7 is out of range: use 8 (top-k) to 128 (experts)"},
 		{[]string{"route-trace", "sim", "--trace", filepath.Join(dir, "missing"), "-g", "qwen3-30b-a3b", "--slots", "51"}, "--trace: routing trace: open"},
 	} {
