@@ -35,7 +35,8 @@ lm_head …): each phase's share of a step and the rate it reads its weights or 
 Random-weight installs route almost uniformly, the worst case for the expert cache: --routing-trace
 replays a recorded trace (NVMAI_ROUTE_TRACE's format) and --routing a synthetic regime calibrated to
 published locality (docs/routing.md); each prompt token and decode step then takes its experts per
-layer from it, the rest of the forward unchanged. The report names the routing source and adds the
+layer from it, the rest of the forward unchanged, and read-ahead is off unless --prefetch asks for it
+(its guesses come from the router, which the replay overrides). The report names the routing source and adds the
 decode's hit rate of the worst and best layer, the experts per layer per step read on demand, and
 the layers per step that waited for a read.`,
 		Flags: append(engineFlags(),
@@ -68,6 +69,13 @@ func benchAction(c *cli.Context) error {
 	}
 	if err := checkRoutingFlags(c); err != nil {
 		return err
+	}
+	if (c.IsSet("routing-trace") || c.IsSet("routing")) && !c.IsSet("prefetch") {
+		// The read-ahead guesses come from the model's router, which replayed
+		// routing overrides: on a trace they would only waste reads and slots.
+		if err := c.Set("prefetch", "0"); err != nil {
+			return err
+		}
 	}
 	e, err := loadEngine(c)
 	if err != nil {
@@ -240,7 +248,9 @@ func printRouting(w io.Writer, r *runtime.BenchReport) {
 	}
 	fmt.Fprintln(w)
 	if r.Routing != runtime.UniformRouting && r.Prefetch > 0 {
-		fmt.Fprintf(w, "note: the read-ahead guesses (--prefetch %d) still come from the model's router, which the replayed routing overrides; --prefetch 0 measures without them\n", r.Prefetch)
+		fmt.Fprintf(w, "note: the read-ahead guesses (--prefetch %d) still come from the model's router, which the replayed routing overrides; without --prefetch replayed routing runs with read-ahead off\n", r.Prefetch)
+	} else if r.Routing != runtime.UniformRouting {
+		fmt.Fprintln(w, "read-ahead: off (its guesses come from the model's router, which the replayed routing overrides; --prefetch N turns it on anyway)")
 	}
 	if r.Experts == 0 {
 		return

@@ -27,6 +27,9 @@ func TestBenchRoutingFlags(t *testing.T) {
 	if rep["routing"] != "synthetic agent seed=3" {
 		t.Errorf("routing %v", rep["routing"])
 	}
+	if rep["prefetch"] != 0.0 {
+		t.Errorf("prefetch %v under replayed routing without --prefetch, want 0 (read-ahead off)", rep["prefetch"])
+	}
 	runs := append(rep["runs"].([]any), rep["median"])
 	for _, run := range runs {
 		for _, k := range []string{"hit_rate", "hit_rate_layer_min", "hit_rate_layer_max", "new_experts_per_layer_token", "bytes_read_per_token", "waits_per_token", "io_wait_s_per_token"} {
@@ -49,10 +52,16 @@ func TestBenchRoutingFlags(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("wrapped trace: exit %d: %s", r.Code, r.Stderr)
 	}
-	for _, want := range []string{"routing: trace " + trace + " sha256 ", "(wrapped: the trace repeated to cover a prompt)", "layer hit min", "new/layer/tok", "waits/tok"} {
+	for _, want := range []string{"routing: trace " + trace + " sha256 ", "(wrapped: the trace repeated to cover a prompt)", "read-ahead: off", "layer hit min", "new/layer/tok", "waits/tok"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, r.Stdout)
 		}
+	}
+	// Read-ahead asked for explicitly stays on, with a note on where its guesses come from.
+	r = clitest.Run(t, app(), "bench", "--model", m, "--tokens", "3", "--prompt-tokens", "6", "--skip-bandwidth", "--quiet",
+		"--routing-trace", trace, "--routing-trace-wrap", "--expert-cache-slots", "10", "--prefetch", "2")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "note: the read-ahead guesses (--prefetch 2) still come from the model's router") {
+		t.Errorf("--prefetch 2 under replay: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	r = clitest.Run(t, app(), "bench", "--model", m, "--tokens", "3", "--prompt-tokens", "6", "--skip-bandwidth", "--quiet", "--routing-trace", trace)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "has 1 positions and the run needs position 1") {
