@@ -100,6 +100,7 @@ nvmai-convert synth builds, the slots a --ram-budget buys at --bits, as nvmai-ru
 				&cli.IntSliceFlag{Name: "slots", Usage: "cache slots per layer, `N` (repeat or comma-separate for several)"},
 				&cli.StringSliceFlag{Name: "ram-budget", Usage: "expert budgets, `SIZE` (e.g. 4G,8G,12G), turned into slots per layer as nvmai-run --ram-budget does; needs --geometry and --bits"},
 				&cli.IntFlag{Name: "bits", Usage: "expert width for --ram-budget: 4 or 8"},
+				cliutil.IntRange(&cli.IntFlag{Name: "from", Usage: "count hits from token position `N` on; earlier positions only warm the caches (a bench's prompt before the decode it measures)"}, 0, 1<<24, "0 = every position"),
 			),
 			Action: routeTraceSim,
 		}},
@@ -197,15 +198,22 @@ func routeTraceSim(c *cli.Context) error {
 	}
 	t := src.Trace()
 	w := c.App.Writer
+	from := c.Int("from")
+	if from >= t.Tokens() {
+		return cliutil.Usagef("--from %d: the trace has %d positions", from, t.Tokens())
+	}
 	fmt.Fprintf(w, "%s: %d positions of %s\n", src.Describe(), t.Tokens(), g)
+	if from > 0 {
+		fmt.Fprintf(w, "hits counted from position %d on (%d positions); the first %d only warm the caches\n", from, t.Tokens()-from, from)
+	}
 	rows := traceRows(t, g)
 	fmt.Fprintf(w, "%-10s %9s  %-21s %-21s %9s  %-21s %9s\n", "size", "residency", "cache hit (range)", "LRU hit (range)", "LRU new", "Belady hit (range)", "Bel. new")
 	for i, s := range slots {
-		cache, err := simulateCache(rows, g, s)
+		cache, err := simulateCache(rows, g, s, from)
 		if err != nil {
 			return err
 		}
-		lru, opt := routing.SimulateLRU(t, s), routing.SimulateBelady(t, s)
+		lru, opt := routing.SimulateLRUFrom(t, s, from), routing.SimulateBeladyFrom(t, s, from)
 		fmt.Fprintf(w, "%-10s %8.1f%%  %s %s %9.2f  %s %9.2f\n", labels[i], 100*float64(s)/float64(g.Experts),
 			hitRange(cache), hitRange(lru), lru.NewPerLayerToken, hitRange(opt), opt.NewPerLayerToken)
 	}
@@ -290,8 +298,10 @@ func traceRows(t *routing.Trace, g routing.Geometry) [][]int {
 
 // simulateCache replays rows through the expert cache's own placement
 // (the default policy), per layer, and summarizes it as the routing
-// simulators do.
-func simulateCache(rows [][]int, g routing.Geometry, slots int) (routing.Stats, error) {
+// simulators do, counting from token position from on. The placement is
+// causal, so the hits from there on are the whole replay's less those of
+// the first from positions replayed alone.
+func simulateCache(rows [][]int, g routing.Geometry, slots, from int) (routing.Stats, error) {
 	st := routing.Stats{Slots: slots, LayerMin: 1}
 	var hits, total int64
 	for l := range g.Layers {
@@ -303,6 +313,14 @@ func simulateCache(rows [][]int, g routing.Geometry, slots int) (routing.Stats, 
 		if err != nil {
 			return st, fmt.Errorf("route-trace sim: layer %d: %w", l, err)
 		}
+		if from > 0 {
+			warm, err := expertcache.SimulateHitRate(layer[:from], 1, slots, expertcache.PolicyDefault)
+			if err != nil {
+				return st, fmt.Errorf("route-trace sim: layer %d: %w", l, err)
+			}
+			r.Hits -= warm.Hits
+			r.Misses -= warm.Misses
+		}
 		hits += r.Hits
 		total += r.Hits + r.Misses
 		st.LayerMin = min(st.LayerMin, r.HitRate())
@@ -311,7 +329,7 @@ func simulateCache(rows [][]int, g routing.Geometry, slots int) (routing.Stats, 
 	st.Accesses, st.Hits = total, hits
 	if total > 0 {
 		st.HitRate = float64(hits) / float64(total)
-		st.NewPerLayerToken = float64(total-hits) / float64(len(rows))
+		st.NewPerLayerToken = float64(total-hits) / float64(len(rows)-from*g.Layers)
 	}
 	return st, nil
 }

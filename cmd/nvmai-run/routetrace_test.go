@@ -68,6 +68,19 @@ func TestRouteTraceGenAndSim(t *testing.T) {
 	}
 }
 
+// TestRouteTraceSimFrom: --from counts hits after a warm-up, and is bounded by the trace.
+func TestRouteTraceSimFrom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.trace")
+	if r := clitest.Run(t, app(), "route-trace", "gen", "-g", "qwen3.5-35b-a3b", "--layers", "2", "--regime", "agent", "--tokens", "40", "-o", path); r.Code != 0 {
+		t.Fatalf("gen: exit %d %s", r.Code, r.Stderr)
+	}
+	r := clitest.Run(t, app(), "route-trace", "sim", "--trace", path, "-g", "qwen3.5-35b-a3b", "--layers", "2", "--slots", "64", "--from", "10")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "hits counted from position 10 on (30 positions); the first 10 only warm the caches") {
+		t.Fatalf("sim --from 10: exit %d stdout %q", r.Code, r.Stdout)
+	}
+	clitest.UsageError(t, app(), "--from 40: the trace has 40 positions", "route-trace", "sim", "--trace", path, "-g", "qwen3.5-35b-a3b", "--layers", "2", "--slots", "64", "--from", "40")
+}
+
 // hitColumn matches one "hit% (min–max%)" column of route-trace sim.
 var hitColumn = regexp.MustCompile(`(\d+\.\d)% \(\s*\d+\.\d–`)
 

@@ -12,9 +12,10 @@ type Stats struct {
 	NewPerLayerToken float64 // misses per layer per token
 }
 
-func finish(t *Trace, slots int, hits []int64) Stats {
+func finish(t *Trace, slots, from int, hits []int64) Stats {
 	s := Stats{Slots: slots, LayerMin: 1}
-	perLayer := int64(t.Tokens() * t.Geometry.TopK)
+	counted := max(t.Tokens()-from, 0)
+	perLayer := int64(counted * t.Geometry.TopK)
 	for _, h := range hits {
 		s.Hits += h
 		s.Accesses += perLayer
@@ -23,13 +24,18 @@ func finish(t *Trace, slots int, hits []int64) Stats {
 		s.LayerMax = max(s.LayerMax, r)
 	}
 	s.HitRate = float64(s.Hits) / float64(max(s.Accesses, 1))
-	s.NewPerLayerToken = float64(s.Accesses-s.Hits) / float64(max(int64(t.Tokens()*t.Geometry.Layers), 1))
+	s.NewPerLayerToken = float64(s.Accesses-s.Hits) / float64(max(int64(counted*t.Geometry.Layers), 1))
 	return s
 }
 
 // SimulateLRU replays t through a per-layer LRU cache of slotsPerLayer
 // experts, starting empty; each token's ids are used in the recorded order.
-func SimulateLRU(t *Trace, slotsPerLayer int) Stats {
+func SimulateLRU(t *Trace, slotsPerLayer int) Stats { return SimulateLRUFrom(t, slotsPerLayer, 0) }
+
+// SimulateLRUFrom is SimulateLRU counting hits from token position from
+// on: the earlier positions only warm the cache, as a prompt's do before
+// the decode a bench measures.
+func SimulateLRUFrom(t *Trace, slotsPerLayer, from int) Stats {
 	g := t.Geometry
 	hits := make([]int64, g.Layers)
 	lastUse := make([]int, g.Experts) // use counter+1 of a resident expert, 0 = absent
@@ -42,7 +48,9 @@ func SimulateLRU(t *Trace, slotsPerLayer int) Stats {
 			for _, e := range t.Row(tok, l) {
 				clock++
 				if lastUse[e] != 0 {
-					hits[l]++
+					if tok >= from {
+						hits[l]++
+					}
 					lastUse[e] = clock
 					continue
 				}
@@ -65,7 +73,7 @@ func SimulateLRU(t *Trace, slotsPerLayer int) Stats {
 			}
 		}
 	}
-	return finish(t, slotsPerLayer, hits)
+	return finish(t, slotsPerLayer, from, hits)
 }
 
 // SimulateBelady replays t through the offline optimum: per layer, a miss
@@ -73,6 +81,13 @@ func SimulateLRU(t *Trace, slotsPerLayer int) Stats {
 // current token uses. It bounds from above what any cache of the same
 // size can hit on t.
 func SimulateBelady(t *Trace, slotsPerLayer int) Stats {
+	return SimulateBeladyFrom(t, slotsPerLayer, 0)
+}
+
+// SimulateBeladyFrom is SimulateBelady counting hits from token position
+// from on (see SimulateLRUFrom). It evicts as if it knew the whole trace,
+// so it bounds the hits of any cache over the counted positions too.
+func SimulateBeladyFrom(t *Trace, slotsPerLayer, from int) Stats {
 	g := t.Geometry
 	n := t.Tokens()
 	const never = int(^uint(0) >> 1)
@@ -106,7 +121,9 @@ func SimulateBelady(t *Trace, slotsPerLayer int) Stats {
 			for j, e := range row {
 				nu := next[tok*g.TopK+j]
 				if nextUse[e] >= 0 {
-					hits[l]++
+					if tok >= from {
+						hits[l]++
+					}
 					nextUse[e] = nu
 					heap.Push(h, useEntry{nu, e})
 					continue
@@ -140,7 +157,7 @@ func SimulateBelady(t *Trace, slotsPerLayer int) Stats {
 			}
 		}
 	}
-	return finish(t, slotsPerLayer, hits)
+	return finish(t, slotsPerLayer, from, hits)
 }
 
 type useEntry struct {

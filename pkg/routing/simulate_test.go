@@ -84,3 +84,39 @@ func TestBeladyAtLeastLRU(t *testing.T) {
 		}
 	}
 }
+
+// Counting from a position: the by-hand trace's hits after its first two
+// tokens, and for generated traces, a from-N count plus the hits of the
+// first N tokens alone equals the whole trace's count (LRU is causal).
+func TestSimulateFrom(t *testing.T) {
+	g := Geometry{Layers: 1, Experts: 8, TopK: 2}
+	tr := mustParse(t, "0 0 0 1\n1 0 2 3\n2 0 0 1\n3 0 4 0\n", g)
+	// LRU-4 from token 2: hit 0 1, miss 4, hit 0 = 3 of 4; 1 new per layer per token.
+	if s := SimulateLRUFrom(tr, 4, 2); s.Hits != 3 || s.Accesses != 4 || s.NewPerLayerToken != 0.5 {
+		t.Fatalf("LRU-4 from 2: %+v", s)
+	}
+	// Belady-3 from token 2: it still keeps 0 through token 1 and 3: 2 hits of 4.
+	if s := SimulateBeladyFrom(tr, 3, 2); s.Hits != 2 || s.Accesses != 4 {
+		t.Fatalf("Belady-3 from 2: %+v", s)
+	}
+	if s := SimulateLRUFrom(tr, 4, 9); s.Accesses != 0 || s.HitRate != 0 {
+		t.Fatalf("from past the end: %+v", s)
+	}
+	g = Geometry{Layers: 3, Experts: 64, TopK: 4}
+	full, err := Generate(g, Agent, 200, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := Generate(g, Agent, 50, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, slots := range []int{4, 16, 40} {
+		if a, b, c := SimulateLRU(full, slots), SimulateLRU(head, slots), SimulateLRUFrom(full, slots, 50); a.Hits != b.Hits+c.Hits || c.Accesses != a.Accesses-b.Accesses {
+			t.Fatalf("slots %d: LRU whole %d hits, first 50 tokens %d, from 50 %d", slots, a.Hits, b.Hits, c.Hits)
+		}
+		if o, l := SimulateBeladyFrom(full, slots, 50), SimulateLRUFrom(full, slots, 50); o.Hits < l.Hits {
+			t.Fatalf("slots %d: Belady from 50 %d < LRU %d", slots, o.Hits, l.Hits)
+		}
+	}
+}
