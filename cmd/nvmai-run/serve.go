@@ -48,6 +48,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "cors-origin", Usage: "allow browser requests from this origin (\"*\" for any); default none"},
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running one; more get 429"},
+			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
 			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
 			&cli.StringFlag{Name: "prompt-cache-disk-budget", Value: "20G", Usage: "most bytes of snapshot files kept in --prompt-cache-dir (least recently used go first)"},
@@ -188,7 +189,7 @@ func serveUntilDone(c *cli.Context, hs *http.Server, oh *httpapi.Host, errc chan
 }
 
 func serveOptions(c *cli.Context) (server.Config, httpapi.Options, error) {
-	cfg := server.Config{QueueLimit: c.Int("queue-limit"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
+	cfg := server.Config{QueueLimit: c.Int("queue-limit"), StrictMaxTokens: c.Bool("strict-max-tokens"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
 	if c.Bool("log-json") {
 		cfg.Log = server.JSONLogger(os.Stderr)
 	}

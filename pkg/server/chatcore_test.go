@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,23 +121,57 @@ func TestCountChatTokensMatchesThePreparedPrompt(t *testing.T) {
 	}
 }
 
-// ClampMaxTokens turns an oversized max_tokens into "what fits" instead of
-// a context-overflow refusal.
-func TestClampMaxTokensFitsTheContext(t *testing.T) {
-	s := newCore(t, &servertest.Engine{Context: 200})
-	req := &server.ChatRequest{Messages: userTurn("x"), MaxTokens: 32000}
-	_, err := s.PrepareChat(req)
-	var se *server.Error
-	if !errors.As(err, &se) || se.Kind != server.KindContextOverflow {
-		t.Fatalf("without clamping: %v", err)
-	}
-	req.ClampMaxTokens = true
-	job, err := s.PrepareChat(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer job.Cancel()
-	if job.PromptTokens() >= 200 {
-		t.Fatalf("prompt %d tokens", job.PromptTokens())
+// A max_tokens larger than what the context leaves is lowered to fit and
+// the reply ends with finish reason length at the context (issue #39 item 5:
+// an agent asking for 32,000 tokens on a small context still starts), and
+// the log record names both figures; --strict-max-tokens restores the 400,
+// except where the protocol always lowers it (ClampMaxTokens: Anthropic,
+// chat). A prompt that alone does not fit is refused either way.
+func TestMaxTokensLoweredToTheContext(t *testing.T) {
+	long := func(string) []string { return slices.Repeat([]string{"a "}, 400) }
+	for _, tc := range []struct {
+		name          string
+		strict, clamp bool
+		prompt        string
+		want          string // "" (served and lowered) or the refusal's Param
+	}{
+		{"default lowers it", false, false, "x", ""},
+		{"strict refuses", true, false, "x", "max_tokens"},
+		{"strict, protocol that lowers it", true, true, "x", ""},
+		{"prompt alone too long", false, false, strings.Repeat("long ", 60), "messages"},
+		{"prompt alone too long, strict", true, true, strings.Repeat("long ", 60), "messages"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := server.New(server.Config{Log: func(server.RequestLog) {}, StrictMaxTokens: tc.strict})
+			s.SetEngine(&servertest.Engine{Context: 200, Script: long}, servertest.Renderer{})
+			job, err := s.PrepareChat(&server.ChatRequest{Messages: userTurn(tc.prompt), MaxTokens: 32000, ClampMaxTokens: tc.clamp})
+			if tc.want != "" {
+				var se *server.Error
+				if !errors.As(err, &se) || se.Kind != server.KindContextOverflow || se.Param != tc.want {
+					t.Fatalf("%v, want a context overflow naming %s", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := job.RunChat(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Finish != "length" {
+				t.Fatalf("finish %q, want length at the context", res.Finish)
+			}
+			var rec server.RequestLog
+			rec.Finished(job, res.Usage, res.Outcome, res.Finish)
+			if rec.MaxTokensAsked != 32000 || rec.MaxTokens != 200-res.Usage.PromptTokens {
+				t.Fatalf("log record max_tokens %d asked, %d served", rec.MaxTokensAsked, rec.MaxTokens)
+			}
+			var line bytes.Buffer
+			server.TextLogger(&line)(rec)
+			if want := fmt.Sprintf(" max_tokens=32000→%d(context)", rec.MaxTokens); !strings.Contains(line.String(), want) {
+				t.Fatalf("log line %q lacks %q", line.String(), want)
+			}
+		})
 	}
 }

@@ -37,6 +37,15 @@ type Config struct {
 	// Defaults are the server-wide generation defaults (serve's
 	// --max-tokens, --temperature, --top-k, --top-p, --seed).
 	Defaults Defaults
+	// StrictMaxTokens refuses (400) a request whose prompt plus max_tokens
+	// exceeds the context, as the OpenAI and Responses endpoints did before
+	// issue #39 (serve --strict-max-tokens). By default max_tokens is
+	// lowered to what fits, the reply ends with finish reason length at the
+	// context, and the request's log line says so, as llama-server does: an
+	// agent that asks for 32,000 tokens on a 16k context still starts. The
+	// Anthropic endpoint and chat always lower it. A prompt that alone
+	// does not fit is refused either way.
+	StrictMaxTokens bool
 }
 
 // Defaults are server-wide generation settings, as llama-server's -n,
@@ -548,7 +557,10 @@ type Job struct {
 	start  time.Time
 	prompt []int
 	max    int
-	chat   *ChatRequest
+	// clampedFrom is the max_tokens the request asked for when it was
+	// lowered to fit the context (0: not lowered), for the log line.
+	clampedFrom int
+	chat        *ChatRequest
 	forced string
 	think  bool
 	comp   *CompletionRequest
@@ -702,8 +714,11 @@ func (j *Job) checkIDs(prompt []int, maxTokens int, clamp bool) error {
 		return &Error{Kind: KindContextOverflow, Param: "messages", Msg: fmt.Sprintf("the prompt has %d tokens, more than fit the context of %d tokens (one is needed for the reply); shorten it or restart the server with a larger --max-context", len(j.prompt), ctxLen)}
 	}
 	j.max = maxTokens
-	if j.max == 0 || clamp && len(j.prompt)+j.max > ctxLen {
+	clamp = clamp || !j.s.cfg.StrictMaxTokens
+	if j.max == 0 {
 		j.max = ctxLen - len(j.prompt)
+	} else if clamp && len(j.prompt)+j.max > ctxLen {
+		j.clampedFrom, j.max = j.max, ctxLen-len(j.prompt)
 	}
 	if len(j.prompt)+j.max > ctxLen {
 		return &Error{Kind: KindContextOverflow, Param: "max_tokens", Msg: fmt.Sprintf("the prompt has %d tokens and max_tokens asks for %d, together %d, more than the context of %d tokens; lower max_tokens to at most %d", len(j.prompt), j.max, len(j.prompt)+j.max, ctxLen, ctxLen-len(j.prompt))}
@@ -869,7 +884,11 @@ type RequestLog struct {
 	TTFTSeconds      float64   `json:"ttft_s"`
 	TotalSeconds     float64   `json:"total_s"`
 	Finish           string    `json:"finish_reason,omitempty"`
-	Error            string    `json:"error,omitempty"`
+	// MaxTokensAsked is the request's max_tokens when the server lowered
+	// it to MaxTokens, what fits the context (0: not lowered).
+	MaxTokensAsked int    `json:"max_tokens_asked,omitempty"`
+	MaxTokens      int    `json:"max_tokens,omitempty"`
+	Error          string `json:"error,omitempty"`
 }
 
 // Fill sets the token and timing fields from a finished generation.
@@ -889,6 +908,9 @@ func (r *RequestLog) Fill(u Usage, o Outcome, finish string) {
 func (r *RequestLog) Finished(job *Job, u Usage, o Outcome, finish string) {
 	r.Fill(u, o, finish)
 	r.Model = job.Model()
+	if job.clampedFrom > 0 {
+		r.MaxTokensAsked, r.MaxTokens = job.clampedFrom, job.max
+	}
 	if o.FirstToken > 0 {
 		r.TTFTSeconds = (time.Since(job.Started()) - o.Decode - o.Prefill + o.FirstToken).Seconds()
 	}
@@ -905,6 +927,9 @@ func TextLogger(w io.Writer) func(RequestLog) {
 			r.PrefillTokS, r.DecodeTokS, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
 		if r.Model != "" {
 			line += " model=" + r.Model
+		}
+		if r.MaxTokensAsked > 0 {
+			line += fmt.Sprintf(" max_tokens=%d→%d(context)", r.MaxTokensAsked, r.MaxTokens)
 		}
 		if r.Error != "" {
 			line += fmt.Sprintf(" error=%q", r.Error)

@@ -254,8 +254,29 @@ func TestStopStringsAndMaxTokens(t *testing.T) {
 	}
 }
 
+// Without --strict-max-tokens a max_tokens beyond what the context leaves
+// is lowered to fit: the reply runs to the context and ends with finish
+// reason length, as llama-server answers (issue #39 item 5).
+func TestMaxTokensLoweredToFit(t *testing.T) {
+	many := make([]string, 300)
+	for i := range many {
+		many[i] = "a"
+	}
+	h := newHarness(t, &servertest.Engine{Context: 128, Script: script(many...)}, hostOptions{}, server.Config{})
+	status, _, body := h.post("/v1/chat/completions", "application/json", `{"max_tokens":32000,"messages":[{"role":"user","content":"hello there"}]}`)
+	var resp struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil || status != 200 || len(resp.Choices) != 1 || resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("%d %s: want 200 ending with finish_reason length", status, body)
+	}
+}
+
 func TestErrorsUseTheEnvelope(t *testing.T) {
-	h := newHarness(t, &servertest.Engine{Context: 128}, hostOptions{Options: httpapi.Options{MaxBody: 2048}}, server.Config{})
+	// --strict-max-tokens: prompt + max_tokens beyond the context is a 400 (TestMaxTokensLoweredToFit: the default).
+	h := newHarness(t, &servertest.Engine{Context: 128}, hostOptions{Options: httpapi.Options{MaxBody: 2048}}, server.Config{StrictMaxTokens: true})
 	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 3000) + `"}]}`
 	cases := []struct {
 		name, path, ctype, body string
