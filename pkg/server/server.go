@@ -561,9 +561,9 @@ type Job struct {
 	// lowered to fit the context (0: not lowered), for the log line.
 	clampedFrom int
 	chat        *ChatRequest
-	forced string
-	think  bool
-	comp   *CompletionRequest
+	forced      string
+	think       bool
+	comp        *CompletionRequest
 	// With several models: the job's model, whether it was not loaded
 	// when prepared (rendering and tokenizing wait for its turn), and
 	// whether Wait ran.
