@@ -273,6 +273,7 @@ func (j *Job) begin(ctx context.Context) error {
 	if err := j.t.wait(ctx); err != nil {
 		return err
 	}
+	j.turn = j.s.cfg.Now()
 	if j.model == "" {
 		return nil // one model: prepared against it
 	}

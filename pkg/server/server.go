@@ -551,10 +551,13 @@ func parserTools(tools []json.RawMessage) []chatparse.Tool {
 // Job is a validated request holding a place in the queue. Run it once,
 // or Cancel it; either frees the place.
 type Job struct {
-	s      *Server
-	e      Engine
-	t      *ticket
-	start  time.Time
+	s     *Server
+	e     Engine
+	t     *ticket
+	start time.Time
+	// turn is when the job's turn began (zero until Wait has it): the
+	// queue wait in its log line is turn − start.
+	turn   time.Time
 	prompt []int
 	max    int
 	// clampedFrom is the max_tokens the request asked for when it was
@@ -818,6 +821,16 @@ func (j *Job) RunCompletion(ctx context.Context, onText func(string)) (*Completi
 // Started is when the request reached the core (for time to first token).
 func (j *Job) Started() time.Time { return j.start }
 
+// QueueWait is how long the job waited from its arrival until its turn
+// began: the requests ahead of it, and the rendering and tokenizing of its
+// prompt (0 before its turn).
+func (j *Job) QueueWait() time.Duration {
+	if j.turn.IsZero() {
+		return 0
+	}
+	return j.turn.Sub(j.start)
+}
+
 func finishReason(f Finish) string {
 	if f == FinishLength {
 		return "length"
@@ -881,6 +894,7 @@ type RequestLog struct {
 	CompletionTokens int       `json:"completion_tokens"`
 	PrefillTokS      float64   `json:"prefill_tok_s"`
 	DecodeTokS       float64   `json:"decode_tok_s"`
+	QueueSeconds     float64   `json:"queue_wait_s"` // from arrival until the request's turn began
 	TTFTSeconds      float64   `json:"ttft_s"`
 	TotalSeconds     float64   `json:"total_s"`
 	Finish           string    `json:"finish_reason,omitempty"`
@@ -904,10 +918,11 @@ func (r *RequestLog) Fill(u Usage, o Outcome, finish string) {
 
 // Finished sets what the log line says of the job that answered: the
 // tokens and speeds, the model, and the time to the first token from the
-// request's arrival (the queue wait included).
+// request's arrival (the queue wait included), and the queue wait.
 func (r *RequestLog) Finished(job *Job, u Usage, o Outcome, finish string) {
 	r.Fill(u, o, finish)
 	r.Model = job.Model()
+	r.QueueSeconds = job.QueueWait().Seconds()
 	if job.clampedFrom > 0 {
 		r.MaxTokensAsked, r.MaxTokens = job.clampedFrom, job.max
 	}
@@ -922,9 +937,9 @@ func TextLogger(w io.Writer) func(RequestLog) {
 	return func(r RequestLog) {
 		mu.Lock()
 		defer mu.Unlock()
-		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s ttft=%.3fs total=%.3fs finish=%s",
+		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s queue=%.3fs ttft=%.3fs total=%.3fs finish=%s",
 			r.Time.UTC().Format(time.RFC3339), r.Endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
-			r.PrefillTokS, r.DecodeTokS, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
+			r.PrefillTokS, r.DecodeTokS, r.QueueSeconds, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
 		if r.Model != "" {
 			line += " model=" + r.Model
 		}
