@@ -111,6 +111,8 @@ type Server struct {
 	// prompts arriving together wait for a slot rather than all holding
 	// that memory at once (#44 S23).
 	tokenizers chan struct{}
+	// generating counts the generations running (Activity).
+	generating atomic.Int64
 }
 
 // maxTokenizers is how many prompts are tokenized at once.
@@ -761,7 +763,7 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	acc.push(parser.Push(j.forced))
 	stops := newStopMatcher(req.Stop)
 	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling, Format: req.Format, FormatAfterThink: req.Format != nil && j.think}
-	out, err := j.e.Generate(ctx, g, func(text string) bool {
+	out, err := j.generate(ctx, g, func(text string) bool {
 		safe, hit := stops.Push(text)
 		if safe != "" {
 			acc.push(parser.Push(safe))
@@ -805,7 +807,7 @@ func (j *Job) RunCompletion(ctx context.Context, onText func(string)) (*Completi
 		stops = newStopMatcher(nil) // a stop string could only cut the document
 	}
 	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: j.comp.Sampling, Format: j.comp.Format}
-	out, err := j.e.Generate(ctx, g, func(t string) bool {
+	out, err := j.generate(ctx, g, func(t string) bool {
 		safe, hit := stops.Push(t)
 		emit(safe)
 		return !hit

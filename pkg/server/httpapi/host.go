@@ -48,12 +48,14 @@ type Options struct {
 // DefaultMaxBody is the request body cap.
 const DefaultMaxBody = 4 << 20
 
-// Host serves the routes the protocol adapters mount on it, and /health.
+// Host serves the routes the protocol adapters mount on it, /health and
+// /metrics.
 type Host struct {
 	s       *server.Server
 	opt     Options
 	routes  map[string]Route
 	keyHash [sha256.Size]byte
+	counts  requestMetrics // what /metrics counts of the logged requests
 
 	mu       sync.Mutex
 	inflight map[*http.Request]context.CancelCauseFunc
@@ -77,7 +79,7 @@ type Route struct {
 	Open bool
 }
 
-// New returns the host over s, with /health mounted.
+// New returns the host over s, with /health and /metrics mounted.
 func New(s *server.Server, opt Options) *Host {
 	if opt.MaxBody <= 0 {
 		opt.MaxBody = DefaultMaxBody
@@ -86,7 +88,12 @@ func New(s *server.Server, opt Options) *Host {
 		opt.StreamWriteTimeout = sse.DefaultWriteTimeout
 	}
 	h := &Host{s: s, opt: opt, keyHash: sha256.Sum256([]byte(opt.APIKey)), inflight: map[*http.Request]context.CancelCauseFunc{}}
-	h.routes = map[string]Route{"/health": {Method: http.MethodGet, Serve: h.health, Open: true}}
+	h.routes = map[string]Route{
+		"/health": {Method: http.MethodGet, Serve: h.health, Open: true},
+		// Behind the API key like the protocol routes: the counters tell
+		// how the server is used.
+		MetricsPath: {Method: http.MethodGet, Serve: h.metrics},
+	}
 	return h
 }
 
@@ -135,7 +142,8 @@ func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		log.Status = rec.status
 		log.TotalSeconds = h.s.Now().Sub(start).Seconds()
-		if r.URL.Path != "/health" { // load balancers and scripts poll it
+		if logged(r.URL.Path, log.Status) {
+			h.counts.record(h.endpointLabel(r.URL.Path), log)
 			h.s.Log(*log)
 		}
 	}()
