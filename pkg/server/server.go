@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/chattemplate"
@@ -939,8 +940,15 @@ func TextLogger(w io.Writer) func(RequestLog) {
 	return func(r RequestLog) {
 		mu.Lock()
 		defer mu.Unlock()
+		endpoint := r.Endpoint
+		if strings.ContainsFunc(endpoint, unicode.IsControl) {
+			// The path is the client's: a line feed in it (%0A) must not
+			// start a forged log line, nor an escape sequence reach a
+			// terminal.
+			endpoint = fmt.Sprintf("%q", endpoint)
+		}
 		line := fmt.Sprintf("%s %s %d prompt=%d cached=%d completion=%d prefill=%.1ftok/s decode=%.1ftok/s queue=%.3fs ttft=%.3fs total=%.3fs finish=%s",
-			r.Time.UTC().Format(time.RFC3339), r.Endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
+			r.Time.UTC().Format(time.RFC3339), endpoint, r.Status, r.PromptTokens, r.CachedTokens, r.CompletionTokens,
 			r.PrefillTokS, r.DecodeTokS, r.QueueSeconds, r.TTFTSeconds, r.TotalSeconds, orDash(r.Finish))
 		if r.Model != "" {
 			line += " model=" + r.Model

@@ -99,3 +99,27 @@ func TestLogFormatsHaveQueueWait(t *testing.T) {
 		t.Errorf("JSON line: %s", js.String())
 	}
 }
+
+// A path holding a line feed (%0A) or an escape sequence stays on its own
+// request's log line, quoted, instead of forging a second line.
+func TestTextLogLineQuotesControlCharacters(t *testing.T) {
+	var buf bytes.Buffer
+	s := server.New(server.Config{Log: server.TextLogger(&buf)})
+	s.SetEngine(&servertest.Engine{}, servertest.Renderer{})
+	h := serveAll(s, httpapi.Options{})
+	for _, path := range []string{"/x\n2026-01-01T00:00:00Z POST /v1/chat/completions 200", "/\x1b[2Jclear"} {
+		buf.Reset()
+		if rec := do(h, http.MethodGet, path, "", ""); rec.Code != http.StatusNotFound {
+			t.Fatalf("%q: %d", path, rec.Code)
+		}
+		line := buf.String()
+		if strings.Count(line, "\n") != 1 || strings.ContainsRune(line, 0x1b) || !strings.Contains(line, `"GET /`) {
+			t.Errorf("%q logged as %q", path, line)
+		}
+	}
+	buf.Reset()
+	do(h, http.MethodGet, "/v1/models", "", "")
+	if !strings.Contains(buf.String(), "Z GET /v1/models 200 ") {
+		t.Errorf("a plain path is logged as it is: %q", buf.String())
+	}
+}
