@@ -22,8 +22,9 @@ import (
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
-// Model holds the resident weights. It is immutable after New, so several
-// States may run on it concurrently if the pool and Experts allow it.
+// Model holds the resident weights. It is immutable after New (but for
+// ForwardBatch's scratch, which its calls take in turn), so several States
+// may run on it concurrently if the pool and Experts allow it.
 type Model struct {
 	cfg     Config
 	pool    *kernels.Pool
@@ -37,6 +38,8 @@ type Model struct {
 	rope   blocks.Rope
 	moe    blocks.MoE // runs every layer's MoE block over experts
 	gdn    blocks.GDN // runs every Gated DeltaNet layer
+
+	batch *batchScratch // ForwardBatch's scratch, the one mutable part (behind its mutex)
 }
 
 type layer struct {
@@ -63,7 +66,7 @@ func New(cfg Config, w Weights, ex model.Experts, pool *kernels.Pool) (*Model, e
 	if cfg.Arch == ArchMoE && ex == nil {
 		return nil, fmt.Errorf("qwen35: architecture %s needs routed experts, got none", cfg.Arch)
 	}
-	m := &Model{cfg: cfg, pool: pool, experts: ex}
+	m := &Model{cfg: cfg, pool: pool, experts: ex, batch: new(batchScratch)}
 	m.gdn = blocks.GDN{Pool: pool, KeyHeads: cfg.LinearKeyHeads, ValueHeads: cfg.LinearValueHeads,
 		KeyDim: cfg.LinearKeyDim, ValueDim: cfg.LinearValueDim, Kernel: cfg.ConvKernel, Eps: cfg.RMSNormEps}
 	m.moe = blocks.MoE{Name: "qwen35", Pool: pool, Experts: ex, NumExperts: cfg.NumExperts,

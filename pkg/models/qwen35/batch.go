@@ -1,0 +1,181 @@
+package qwen35
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/nvmai/nvmai/pkg/models/blocks"
+)
+
+// batchScratch is ForwardBatch's workspace. It belongs to the Model, not to
+// any State of the batch, so a state stepped alone between batches keeps
+// its own scratch and a batch never leans on one member's buffers. Its
+// [N, …] buffers are those of a pass as long as the largest batch so far
+// (Config.ScratchBytesPerToken × N); the mixers' buffers are one token's,
+// since each state's mixer runs alone.
+type batchScratch struct {
+	mu sync.Mutex // ForwardBatch calls take turns on the one workspace
+	ws workspace
+}
+
+// ForwardBatch is one decode step for N = len(states) distinct states of
+// m: state i is fed the one token ids[i] at its own position. When logits
+// is non-nil it receives [N, V], row i the logits of states[i]'s token.
+//
+// Each row of logits and each state afterwards (KV, Gated DeltaNet conv
+// and recurrent state, length) is bitwise what m.Forward(states[i],
+// ids[i:i+1], row, false) gives, whatever the other states, their number
+// and their order: the row-batched products (norms, MoE block, dense MLP,
+// lm_head) give each row the bits it gets alone (the kernels contract that
+// makes chunking invisible), and each state's mixer (attention with its
+// own position's RoPE, or Gated DeltaNet) runs alone with one token.
+//
+// Arguments are all checked before anything changes. If the step fails
+// later (an expert that cannot be read), every state of the batch is left
+// refusing work until Reset or CopyFrom, as Forward leaves its one state.
+//
+// What a batch does not do: a state's StepProfile is not fed by batched
+// steps (its phases would mix N states' work); a state with a routing
+// override (SetRouteOverride) is refused, since its route is per sequence
+// and the MoE block routes the batch as a whole; the next layer's expert
+// prediction (prefetchNext) runs only for a batch of one, as it only warms
+// the expert cache.
+func (m *Model) ForwardBatch(states []*State, ids []int, logits []float32) error {
+	if err := m.checkBatch(states, ids, logits); err != nil {
+		return err
+	}
+	for _, st := range states {
+		if err := st.growKV(st.pos + 1); err != nil { // checked: cannot pass max context
+			return err
+		}
+	}
+	m.batch.mu.Lock()
+	defer m.batch.mu.Unlock()
+	if err := m.forwardBatch(&m.batch.ws, states, ids, logits); err != nil {
+		for _, st := range states {
+			st.failed = err
+		}
+		return err
+	}
+	return nil
+}
+
+func (m *Model) checkBatch(states []*State, ids []int, logits []float32) error {
+	N, V := len(states), m.cfg.VocabSize
+	switch {
+	case N == 0:
+		return fmt.Errorf("qwen35: ForwardBatch: no states")
+	case len(ids) != N:
+		return fmt.Errorf("qwen35: ForwardBatch: %d states but %d tokens; give each state exactly one token", N, len(ids))
+	case logits != nil && len(logits) != N*V:
+		return fmt.Errorf("qwen35: ForwardBatch: logits has %d values, want %d states × vocab %d = %d", len(logits), N, V, N*V)
+	}
+	for i, st := range states {
+		switch {
+		case st == nil || st.model != m:
+			return fmt.Errorf("qwen35: ForwardBatch: state %d was not made by this model's NewState", i)
+		case st.failed != nil:
+			return fmt.Errorf("qwen35: ForwardBatch: state %d is inconsistent after an earlier failure (%v); Reset it or CopyFrom a snapshot", i, st.failed)
+		case st.ws.moe.Override != nil:
+			return fmt.Errorf("qwen35: ForwardBatch: state %d has a routing override (SetRouteOverride); step it alone with Forward", i)
+		case ids[i] < 0 || ids[i] >= V:
+			return fmt.Errorf("qwen35: ForwardBatch: token %d of state %d is outside the vocabulary [0, %d)", ids[i], i, V)
+		case st.pos+1 > st.maxContext:
+			return fmt.Errorf("qwen35: ForwardBatch: state %d holds %d tokens, its max context; start a new sequence or raise StateOptions.MaxContext", i, st.pos)
+		}
+		// Batches are a few states: a quadratic scan beats a map's allocation.
+		for j := range i {
+			if states[j] == st {
+				return fmt.Errorf("qwen35: ForwardBatch: state %d is also state %d; a state takes one token per step", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// forwardBatch is forwardChunk with row i belonging to states[i]: the same
+// per-row code in the same order, so each row gets the bits of its state's
+// own one-token step.
+func (m *Model) forwardBatch(ws *workspace, states []*State, ids []int, out []float32) error {
+	c := &m.cfg
+	N, H := len(ids), c.HiddenSize
+	x := blocks.Grow(&ws.x, N*H)
+	u := blocks.Grow(&ws.u, N*H)
+	mix := blocks.Grow(&ws.mix, N*H)
+	taps := false
+	for i, id := range ids {
+		m.embed.Row(x[i*H:(i+1)*H], id)
+		states[i].observe(TapEmbeddings, -1, x[i*H:(i+1)*H])
+		taps = taps || states[i].tap != nil
+	}
+	half := c.RotaryDim / 2
+	cos := blocks.Grow(&ws.cos, N*half)
+	sin := blocks.Grow(&ws.sin, N*half)
+	for i, st := range states {
+		m.rope.Tables(st.pos, cos[i*half:(i+1)*half], sin[i*half:(i+1)*half])
+	}
+
+	ws.setProfile(nil, N)
+	m.moe.BeginPass(N)
+	ws.moe.Pos = 0 // no override: checkBatch refused states with one
+	for l := range m.layers {
+		ly := &m.layers[l]
+		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)
+		m.batchMixers(l, ws, states, u, mix)
+		blocks.AddTo(x, mix)
+		blocks.RMSNormRows(u, x, ly.postNorm, H, c.RMSNormEps)
+		if ly.moe != nil {
+			if err := m.moe.Block(l, ly.moe, &ws.moe, u, mix, N); err != nil {
+				return err
+			}
+		} else {
+			m.denseMLP(ly.mlp, &ws.mlp, u, mix, N)
+		}
+		blocks.AddTo(x, mix)
+		if N == 1 {
+			m.prefetchNext(ws, l+1, x)
+		}
+		for i, st := range states {
+			st.observe(TapLayer, l, x[i*H:(i+1)*H])
+		}
+	}
+
+	if out != nil || taps {
+		final := blocks.Grow(&ws.final, N*H)
+		blocks.RMSNormRows(final, x, m.norm, H, c.RMSNormEps)
+		for i, st := range states {
+			if st.tap != nil {
+				st.tap(TapFinalNorm, len(m.layers), st.pos, final[i*H:(i+1)*H])
+			}
+		}
+		if out != nil {
+			blocks.MatMul(m.pool, out, m.lmHead, final, N)
+		}
+	}
+	for _, st := range states {
+		st.pos++
+	}
+	return nil
+}
+
+// batchMixers runs layer l's mixer for each state of the batch on its own
+// row, alone with one token: the mixers hold per-sequence state (the KV
+// cache, the conv window and recurrent matrix), and a one-token call is
+// what the state's own decode step makes. Attention reads the row's RoPE
+// tables, built for the state's position.
+func (m *Model) batchMixers(l int, ws *workspace, states []*State, u, mix []float32) {
+	ly, H, half := &m.layers[l], m.cfg.HiddenSize, m.cfg.RotaryDim/2
+	cos, sin := ws.cos, ws.sin // every row's tables; attnMixer reads ws.cos/sin of its one token
+	defer func() { ws.cos, ws.sin = cos, sin }()
+	for i, st := range states {
+		u0, mix0 := u[i*H:(i+1)*H], mix[i*H:(i+1)*H]
+		ls := &st.layers[l]
+		switch ly.kind {
+		case LinearAttention:
+			m.gdn.Mixer(ly.gdn, ls.conv, ls.rec, &ws.gdn, u0, mix0, 1)
+		case FullAttention:
+			ws.cos, ws.sin = cos[i*half:(i+1)*half], sin[i*half:(i+1)*half]
+			m.attnMixer(ly.attn, ls, &ws.attn, ws, st.pos, u0, mix0, 1)
+		}
+	}
+}
