@@ -177,3 +177,21 @@ type SyntheticFiller interface {
 type StateSizer interface {
 	StateBytes(tokens, kvBits int) int64
 }
+
+// BatchStepper is a Model that decodes one token for each of several of
+// its States in one step: states[i] is fed ids[i] at its own position, so
+// the weights are read once for the batch (each routed expert once for
+// every state that picked it). The states must be distinct States of this
+// Model; StepBatch refuses anything else, and every bad argument, before
+// changing any state.
+//
+// The contract is bitwise: afterwards each state's logits (Logits, Argmax,
+// a Sampler) and its sequence are exactly those of states[i].Forward(
+// ids[i:i+1]), whatever the other states, their number and their order,
+// so a sequence's output never depends on the batch it lands in. logits,
+// when non-nil, also receives [len(states), VocabSize], row i states[i]'s.
+// If a step fails half-way, every state of the batch refuses further work
+// until it is reset or restored, as after a failed Forward.
+type BatchStepper interface {
+	StepBatch(states []State, ids []int, logits []float32) error
+}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	goruntime "runtime"
+	"sync"
 
 	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
@@ -43,6 +45,10 @@ func ConfigFor(arch string, g packexperts.Geometry, rope string, maxContext int)
 type CPU struct {
 	*Model
 	passScratch int64 // the activations a long pass may hold
+
+	batchMu     sync.Mutex // StepBatch's buffers below
+	batchStates []*State
+	batchLogits []float32 // [N, V] when the caller passes no logits
 }
 
 // LoadCPU builds the model of req on the CPU (req.Pool's threads).
@@ -101,6 +107,35 @@ func (c *CPU) StateBytes(tokens, kvBits int) int64 { return c.Config().StateByte
 // Close implements model.Model: the weights belong to the install and the
 // threads to the pool, which the runtime closes.
 func (c *CPU) Close() {}
+
+var _ model.BatchStepper = (*CPU)(nil)
+
+// StepBatch implements model.BatchStepper over ForwardBatch; each state's
+// last row of logits is set as its own Forward sets it.
+func (c *CPU) StepBatch(states []model.State, ids []int, logits []float32) error {
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	sts := c.batchStates[:0]
+	defer func() { clear(sts); c.batchStates = sts[:0] }() // hold no closed state
+	for i, s := range states {
+		cs, ok := s.(*CPUState)
+		if !ok || cs == nil || cs.m != c.Model {
+			return fmt.Errorf("qwen35: StepBatch: state %d (%T) is not a state of this model; make states with its NewState", i, s)
+		}
+		sts = append(sts, cs.State)
+	}
+	V, out := c.Config().VocabSize, logits
+	if out == nil {
+		out = blocks.Grow(&c.batchLogits, len(states)*V)
+	}
+	if err := c.Model.ForwardBatch(sts, ids, out); err != nil {
+		return err
+	}
+	for i, s := range states {
+		copy(s.(*CPUState).logits, out[i*V:(i+1)*V])
+	}
+	return nil
+}
 
 // CPUState is one sequence of a CPU model. Its last row of logits lives in
 // host memory (model.HostLogits).
