@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -440,5 +441,72 @@ func TestForwardBatchConcurrentBatches(t *testing.T) {
 			}
 			assertSameState(t, groups[g].batched[i], st)
 		}
+	}
+}
+
+// tapRecord is what a Tap saw, as bits.
+type tapRecord struct {
+	point       TapPoint
+	layer, pos  int
+	hiddenState []uint32
+}
+
+// TestForwardBatchTaps: a state's Tap sees, during a batched step, its own
+// row of every hidden state, bitwise what it sees when stepped alone, and
+// a state without a tap changes nothing.
+func TestForwardBatchTaps(t *testing.T) {
+	m, _ := fixtureModels[0].open(t, nil)
+	V := m.Config().VocabSize
+	var batched, alone [3]*State
+	var seen [2][3][]tapRecord
+	for i := range batched {
+		p := promptOf(i, 2+3*i, V)
+		for w, st := range []**State{&batched[i], &alone[i]} {
+			*st = m.NewState(StateOptions{})
+			if err := m.Forward(*st, p, nil, false); err != nil {
+				t.Fatal(err)
+			}
+			if i == 1 {
+				continue // a state without a tap
+			}
+			(*st).SetTap(func(point TapPoint, layer, pos int, hidden []float32) {
+				seen[w][i] = append(seen[w][i], tapRecord{point, layer, pos, bits(hidden)})
+			})
+		}
+	}
+	for _, withLogits := range []bool{false, true} {
+		var logits []float32
+		if withLogits {
+			logits = make([]float32, 3*V)
+		}
+		ids := []int{5, 6, 7}
+		if err := m.ForwardBatch(batched[:], ids, logits); err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range alone {
+			var row []float32
+			if withLogits {
+				row = make([]float32, V)
+			}
+			if err := m.Forward(st, ids[i:i+1], row, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, i := range []int{0, 2} {
+		got, want := seen[0][i], seen[1][i]
+		if len(got) != len(want) || len(want) != 2*(len(m.layers)+2) {
+			t.Fatalf("state %d: %d taps batched, %d alone; want %d", i, len(got), len(want), 2*(len(m.layers)+2))
+		}
+		for j := range want {
+			g, w := got[j], want[j]
+			if g.point != w.point || g.layer != w.layer || g.pos != w.pos || !slices.Equal(g.hiddenState, w.hiddenState) {
+				t.Fatalf("state %d: tap %d saw point %d layer %d position %d (%d values), alone point %d layer %d position %d (%d values), or other bits",
+					i, j, g.point, g.layer, g.pos, len(g.hiddenState), w.point, w.layer, w.pos, len(w.hiddenState))
+			}
+		}
+	}
+	for i := range batched {
+		assertSameState(t, batched[i], alone[i])
 	}
 }
