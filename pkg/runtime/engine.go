@@ -433,59 +433,16 @@ func (e *Engine) PrefillChunk(tokens int) int {
 }
 
 func (s *Session) decode(ctx context.Context, sampler *sample.Sampler, opt GenerateOptions, res *Result) error {
-	stream := s.e.Tokenizer.NewStreamDecoder(tokenizer.DecodeOptions{})
-	start, steps := time.Now(), 0
-	var text []byte
-	emit := func(id int, t string) {
-		text = append(text, t...)
-		if opt.OnToken != nil {
-			opt.OnToken(id, t)
+	d := s.newDecoder(sampler, opt, res)
+	for {
+		id, feed, err := d.Next(ctx)
+		if err != nil || !feed {
+			return err
+		}
+		if err := d.Feed(id); err != nil {
+			return err
 		}
 	}
-	res.StopReason = "max_tokens"
-	for len(res.IDs) < opt.MaxTokens {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		id, err := s.next(sampler, opt)
-		if err != nil {
-			return err
-		}
-		ended, err := advance(opt.Constraint, id)
-		if err != nil {
-			return err
-		}
-		res.IDs = append(res.IDs, id)
-		if ended || !opt.IgnoreEOS && slices.Contains(opt.StopIDs, id) {
-			// The stop token ends the text; its id is kept, its text is not shown.
-			s.pending, res.StopReason = []int{id}, "eos"
-			break
-		}
-		piece := stream.Push(id)
-		emit(id, piece)
-		if opt.StopAfter != nil && opt.StopAfter(id, piece) {
-			s.pending, res.StopReason = []int{id}, "callback"
-			break
-		}
-		if len(res.IDs) == opt.MaxTokens || s.Len() == s.maxContext() {
-			s.pending = []int{id}
-			if len(res.IDs) < opt.MaxTokens {
-				res.StopReason = "context_full"
-			}
-			break
-		}
-		if err := s.forwardOne(id); err != nil {
-			return err
-		}
-		steps++
-	}
-	if rest := stream.Flush(); rest != "" {
-		emit(-1, rest)
-	}
-	res.Text = string(text)
-	res.DecodeSecs = time.Since(start).Seconds()
-	res.DecodeTokS = float64(steps) / max(res.DecodeSecs, 1e-9)
-	return nil
 }
 
 // forwardOne feeds one decoded token, telling the route trace its position.
