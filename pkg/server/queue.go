@@ -9,11 +9,13 @@ import (
 // errQueueFull is returned when --queue-limit requests already wait.
 var errQueueFull = errors.New("queue full")
 
-// queue runs one generation at a time; up to limit more wait in FIFO order.
+// queue runs up to slots generations at a time (the engine's Parallel, 1
+// by default); up to limit more wait in FIFO order.
 type queue struct {
 	mu      sync.Mutex
 	limit   int
-	busy    bool
+	slots   int // 0 counts as 1
+	running int
 	waiters []*ticket
 	onIdle  func() // called (under mu) when the last job leaves
 }
@@ -32,8 +34,9 @@ func (q *queue) enqueue() (*ticket, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t := &ticket{q: q, turn: make(chan struct{})}
-	if !q.busy {
-		q.busy, t.holding = true, true
+	if q.running < max(q.slots, 1) && len(q.waiters) == 0 {
+		q.running++
+		t.holding = true
 		close(t.turn)
 		return t, nil
 	}
@@ -48,12 +51,12 @@ func (q *queue) enqueue() (*ticket, error) {
 func (q *queue) tryTake() *ticket {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy {
+	if q.running > 0 || len(q.waiters) > 0 {
 		return nil
 	}
 	t := &ticket{q: q, turn: make(chan struct{}), holding: true}
 	close(t.turn)
-	q.busy = true
+	q.running = 1
 	return t
 }
 
@@ -87,8 +90,7 @@ func (t *ticket) release() {
 		return
 	}
 	if len(q.waiters) == 0 {
-		q.busy = false
-		if q.onIdle != nil {
+		if q.running--; q.running == 0 && q.onIdle != nil {
 			q.onIdle()
 		}
 		return
@@ -99,7 +101,29 @@ func (t *ticket) release() {
 	close(next.turn)
 }
 
-// waiting is the number of queued requests (not the running one).
+// setSlots sets how many generations run at once. More than 1 is for one
+// engine serving them all: with several models, switching waits for none.
+func (q *queue) setSlots(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.slots = n
+	for q.running < max(n, 1) && len(q.waiters) > 0 {
+		next := q.waiters[0]
+		q.waiters = q.waiters[1:]
+		next.holding = true
+		q.running++
+		close(next.turn)
+	}
+}
+
+// busy is the number of generations holding a turn.
+func (q *queue) busy() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running
+}
+
+// waiting is the number of queued requests (not the running ones).
 func (q *queue) waiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

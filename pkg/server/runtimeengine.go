@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -43,22 +44,49 @@ type RuntimeOptions struct {
 	// time. The end of the reply is always kept: the next turn resumes
 	// there.
 	SnapshotGap int
+	// Parallel is how many generations run at once (--parallel; 0 or 1:
+	// one session, as before): that many sessions (slots) whose decode
+	// steps are batched (parallel.go). More than 1 needs an engine with a
+	// batched step (runtime.Engine.CanBatch); NewRuntimeEngine falls back
+	// to 1 without one.
+	Parallel int
+	// ParallelPass is the most prompt tokens a request prefills in one
+	// pass between two batched steps of the running ones (default
+	// DefaultParallelPass), with Parallel > 1.
+	ParallelPass int
 }
 
-// RuntimeEngine serves an nvmai runtime.Engine: one session, whose state is
-// continued when a prompt extends what it holds, or restored from the
-// prompt cache's longest matching snapshot.
+// RuntimeEngine serves an nvmai runtime.Engine: one session per slot
+// (Parallel), whose state is continued when a prompt extends what it
+// holds, or restored from the prompt cache's longest matching snapshot
+// (shared by every slot).
 type RuntimeEngine struct {
-	e       *runtime.Engine
-	opt     RuntimeOptions
+	e   *runtime.Engine
+	opt RuntimeOptions
+	// gen serializes Generate with one slot (as the queue does).
+	gen sync.Mutex
+	// mu guards the slots' bookkeeping (busy, used), the disk tier's
+	// pending writes and the format masker; held briefly.
 	mu      sync.Mutex
-	sess    *runtime.Session
-	held    []int // the tokens the session stands for (its pending one included)
+	slots   []*slot
+	free    chan struct{} // one token per free slot
+	clock   uint64
 	cache   *promptcache.Cache[*runtime.Snapshot]
 	stopIDs []int
 	imStart int // <|im_start|>: messages begin there (-1 when absent)
 	format  formatMasker
-	disk    *diskTier // nil: RAM only
+	disk    *diskTier  // nil: RAM only
+	sched   *scheduler // nil with one slot: the slot's goroutine runs the model itself
+	closed  bool
+}
+
+// slot is one session and the tokens it stands for (its pending one
+// included). Only the request that holds it (busy) touches held.
+type slot struct {
+	sess *runtime.Session
+	held []int
+	busy bool
+	used uint64 // r.clock when it was last taken
 }
 
 // NewRuntimeEngine wraps e.
@@ -66,9 +94,19 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 	if opt.Boundaries == 0 {
 		opt.Boundaries = 2
 	}
-	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1}
-	r.sess = e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})
-	r.disk = newDiskTier(e, r.sess, opt)
+	if opt.Parallel < 1 || !e.CanBatch() {
+		opt.Parallel = 1
+	}
+	if opt.ParallelPass <= 0 {
+		opt.ParallelPass = DefaultParallelPass
+	}
+	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1,
+		free: make(chan struct{}, opt.Parallel)}
+	for range opt.Parallel {
+		r.slots = append(r.slots, &slot{sess: e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})})
+		r.free <- struct{}{}
+	}
+	r.disk = newDiskTier(e, r.slots[0].sess, opt)
 	r.stopIDs = e.EOSIDs()
 	if id, ok := e.Tokenizer.TokenID("<|im_end|>"); ok && !slices.Contains(r.stopIDs, id) {
 		r.stopIDs = append(r.stopIDs, id)
@@ -76,8 +114,15 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 	if id, ok := e.Tokenizer.TokenID("<|im_start|>"); ok {
 		r.imStart = id
 	}
+	if opt.Parallel > 1 {
+		r.sched = newScheduler(e)
+	}
 	return r
 }
+
+// Parallel is how many generations the engine runs at once; the server's
+// queue admits that many.
+func (r *RuntimeEngine) Parallel() int { return r.opt.Parallel }
 
 // Info implements Engine.
 func (r *RuntimeEngine) Info() ModelInfo {
@@ -88,13 +133,27 @@ func (r *RuntimeEngine) Info() ModelInfo {
 	return ModelInfo{ID: r.opt.ModelID, Context: ctx, Sampling: r.e.DefaultSampling(), Budget: r.opt.Budget}
 }
 
-// Close releases the session's backend memory; the engine is unusable
-// after it but for Info and Tokenize.
+// Close releases the sessions' backend memory and stops the scheduler; the
+// engine is unusable after it but for Info and Tokenize. Generations still
+// running fail.
 func (r *RuntimeEngine) Close() {
+	if r.sched != nil {
+		r.sched.close()
+	}
+	r.gen.Lock()
+	defer r.gen.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.sess.Close()
-	r.held = nil
+	if r.closed {
+		return
+	}
+	r.closed = true
+	for _, sl := range r.slots {
+		if !sl.busy {
+			sl.sess.Close()
+			sl.held = nil
+		}
+	}
 	r.cache = promptcache.New[*runtime.Snapshot](0)
 }
 
@@ -116,43 +175,73 @@ func (r *RuntimeEngine) DiskCacheStats() promptcache.DiskStats {
 
 // Generate implements Engine.
 func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func(string) bool) (Outcome, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	defer r.disk.flushPending()
+	if r.sched != nil {
+		return r.generateParallel(ctx, g, onToken)
+	}
+	r.gen.Lock()
+	defer r.gen.Unlock()
+	sl := r.slots[0]
+	if r.closed {
+		return Outcome{}, errEngineClosed
+	}
+	defer r.flushDisk()
 	start := time.Now()
 	var out Outcome
-	reused, err := r.resume(g.Prompt)
+	reused, err := r.resume(ctx, sl, g.Prompt)
 	if err != nil {
-		return out, r.fail(err)
+		return out, r.fail(sl, err)
 	}
 	out.CachedTokens = reused
-	if err := r.prefill(ctx, g.Prompt, reused); err != nil {
-		return out, r.fail(err)
+	if err := r.prefill(ctx, sl, g.Prompt, reused); err != nil {
+		return out, r.fail(sl, err)
 	}
 	out.Prefill = time.Since(start)
-	constraint, err := r.format.constraint(r.e.Tokenizer, r.stopIDs, g)
+	constraint, err := r.constraint(g)
 	if err != nil {
 		return out, err
 	}
 	var first time.Duration
-	res, err := r.sess.Generate(ctx, nil, runtime.GenerateOptions{
+	res, err := sl.sess.Generate(ctx, nil, r.generateOptions(g, constraint, start, &first, &out, onToken))
+	if err != nil {
+		return out, r.fail(sl, err)
+	}
+	r.finished(sl, g, res, first, &out)
+	return out, nil
+}
+
+var errEngineClosed = errors.New("the engine was closed")
+
+// generateOptions are the runtime options of g: its limits and sampling,
+// the stop ids, the constraint, and onToken behind StopAfter, timing the
+// first token and the callbacks into out.
+func (r *RuntimeEngine) generateOptions(g Generation, c runtime.Constraint, start time.Time, first *time.Duration, out *Outcome, onToken func(string) bool) runtime.GenerateOptions {
+	return runtime.GenerateOptions{
 		MaxTokens: g.MaxTokens, Sampling: g.Sampling, StopIDs: r.stopIDs, PrefillChunk: r.opt.PrefillChunk,
-		Constraint: constraint,
+		Constraint: c,
 		StopAfter: func(_ int, text string) bool {
-			if first == 0 {
-				first = time.Since(start)
+			if *first == 0 {
+				*first = time.Since(start)
 			}
 			t0 := time.Now()
 			more := onToken(text)
 			out.Callbacks += time.Since(t0)
 			return !more
 		},
-	})
-	if err != nil {
-		return out, r.fail(err)
 	}
-	r.held = append(slices.Clone(g.Prompt), res.IDs...)
-	r.put(r.held)
+}
+
+// constraint is g's output constraint (nil: none), from the shared masker.
+func (r *RuntimeEngine) constraint(g Generation) (runtime.Constraint, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.format.constraint(r.e.Tokenizer, r.stopIDs, g)
+}
+
+// finished records a generation's end: the slot holds the prompt and the
+// reply (its last token pending), snapshotted for the next turn.
+func (r *RuntimeEngine) finished(sl *slot, g Generation, res *runtime.Result, first time.Duration, out *Outcome) {
+	sl.held = append(slices.Clone(g.Prompt), res.IDs...)
+	r.put(sl, sl.held)
 	out.FirstToken = first
 	out.CompletionTokens = len(res.IDs)
 	out.Decode = time.Duration(res.DecodeSecs * float64(time.Second))
@@ -164,53 +253,99 @@ func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func
 	default:
 		out.Finish = FinishLength
 	}
-	return out, nil
 }
 
-// resume puts the session at the longest reusable prefix of prompt and
-// returns its length. At least one prompt token is always left to feed,
+// run runs f, which touches the model (a prefill pass, a snapshot, a
+// restore, a reset): at once with one slot, else between the scheduler's
+// batched steps, so no two touch the model at the same time.
+func (r *RuntimeEngine) run(f func() error) error { return r.runQueued(f, nil) }
+
+func (r *RuntimeEngine) runQueued(f func() error, queued chan struct{}) error {
+	if r.sched == nil {
+		return f()
+	}
+	return r.sched.run(f, queued)
+}
+
+// resume puts the slot's session at the longest reusable prefix of prompt
+// and returns its length. At least one prompt token is always left to feed,
 // so the logits the first sample needs are fresh (snapshots hold none).
-func (r *RuntimeEngine) resume(prompt []int) (int, error) {
+func (r *RuntimeEngine) resume(ctx context.Context, sl *slot, prompt []int) (int, error) {
 	limit := len(prompt) - 1
 	live := 0
-	if len(r.held) <= limit && slices.Equal(r.held, prompt[:len(r.held)]) {
-		live = len(r.held)
+	if len(sl.held) <= limit && slices.Equal(sl.held, prompt[:len(sl.held)]) {
+		live = len(sl.held)
 	}
-	n, snap, ok := r.cache.Lookup(prompt[:limit])
-	if dn, dsnap := r.disk.lookup(r.sess, prompt[:limit], max(n, live)); dn > 0 {
-		n, snap, ok = dn, dsnap, true
-		r.cache.Put(prompt[:n], snap, snap.Bytes())
+	reused := live
+	var queued chan struct{}
+	if j := joinHooks(ctx); j != nil {
+		queued = j.queued
 	}
-	if ok && n > live {
-		if err := r.sess.Restore(snap); err != nil {
-			return 0, err
+	err := r.runQueued(func() error {
+		// The snapshot found is this request's to restore even if another
+		// slot's Put evicts it meanwhile: eviction only drops the cache's
+		// reference, and a snapshot is never written after it is made.
+		n, snap, ok := r.cache.Lookup(prompt[:limit])
+		if dn, dsnap := r.disk.lookup(sl.sess, prompt[:limit], max(n, live)); dn > 0 {
+			n, snap, ok = dn, dsnap, true
+			r.cache.Put(prompt[:n], snap, snap.Bytes())
 		}
-		r.held = slices.Clone(prompt[:n])
-		return n, nil
-	}
-	if live == 0 {
-		r.sess.Reset()
-		r.held = nil
-	}
-	return live, nil
+		if ok && n > live {
+			if err := sl.sess.Restore(snap); err != nil {
+				return err
+			}
+			sl.held, reused = slices.Clone(prompt[:n]), n
+			return nil
+		}
+		if live == 0 {
+			sl.sess.Reset()
+			sl.held = nil
+		}
+		return nil
+	}, queued)
+	return reused, err
 }
 
 // prefill feeds prompt[from:] in segments ending at the snapshot points,
 // taking a snapshot at each, then the prompt's last token.
-func (r *RuntimeEngine) prefill(ctx context.Context, prompt []int, from int) error {
+func (r *RuntimeEngine) prefill(ctx context.Context, sl *slot, prompt []int, from int) error {
 	pos := from
 	for _, p := range r.snapshotPoints(prompt, from) {
-		if err := r.sess.Prefill(ctx, prompt[pos:p], r.opt.PrefillChunk); err != nil {
+		if err := r.feed(ctx, sl, prompt[pos:p]); err != nil {
 			return err
 		}
 		pos = p
-		r.held = slices.Clone(prompt[:p])
-		r.put(r.held)
+		sl.held = slices.Clone(prompt[:p])
+		r.put(sl, sl.held)
 	}
-	if err := r.sess.Prefill(ctx, prompt[pos:], r.opt.PrefillChunk); err != nil {
+	if err := r.feed(ctx, sl, prompt[pos:]); err != nil {
 		return err
 	}
-	r.held = slices.Clone(prompt)
+	sl.held = slices.Clone(prompt)
+	return nil
+}
+
+// feed prefills ids into the slot's session (after its pending token):
+// with one slot in the session's own passes; with several in passes of at
+// most ParallelPass tokens, each one between two batched steps of the
+// running generations (parallel.go).
+func (r *RuntimeEngine) feed(ctx context.Context, sl *slot, ids []int) error {
+	if r.sched == nil {
+		return sl.sess.Prefill(ctx, ids, r.opt.PrefillChunk)
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), r.opt.ParallelPass)
+		pass := ids[:n]
+		if err := r.run(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return sl.sess.Prefill(ctx, pass, n+1) // one pass, the pending token included
+		}); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
 	return nil
 }
 
@@ -245,27 +380,43 @@ func (r *RuntimeEngine) snapshotPoints(prompt []int, from int) []int {
 	return kept
 }
 
-func (r *RuntimeEngine) put(tokens []int) {
+func (r *RuntimeEngine) put(sl *slot, tokens []int) {
 	toDisk := r.disk.wants(tokens)
 	if (r.opt.CacheBytes <= 0 && !toDisk) || len(tokens) == 0 {
 		return
 	}
 	snap, held := r.cache.Peek(tokens)
 	if !held {
-		if snap = r.sess.Snapshot(); snap == nil {
+		_ = r.run(func() error {
+			snap = sl.sess.Snapshot()
+			return nil
+		})
+		if snap == nil {
 			return
 		}
 		r.cache.Put(tokens, snap, snap.Bytes())
 	}
 	if toDisk {
+		r.mu.Lock()
 		r.disk.add(tokens, snap)
+		r.mu.Unlock()
 	}
 }
 
-// fail leaves the session empty: a cancelled or failed forward leaves it
-// at a position the caller cannot name.
-func (r *RuntimeEngine) fail(err error) error {
-	r.sess.Reset()
-	r.held = nil
+// flushDisk hands the snapshots kept for the disk to its writer.
+func (r *RuntimeEngine) flushDisk() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.disk.flushPending()
+}
+
+// fail leaves the slot's session empty: a cancelled or failed forward
+// leaves it at a position the caller cannot name.
+func (r *RuntimeEngine) fail(sl *slot, err error) error {
+	_ = r.run(func() error {
+		sl.sess.Reset()
+		return nil
+	})
+	sl.held = nil
 	return err
 }

@@ -153,6 +153,11 @@ func (s *Server) SetEngine(e Engine, r Renderer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.engine, s.renderer = e, r
+	// An engine that runs several generations at once (RuntimeEngine with
+	// --parallel) gets that many at once from the queue.
+	if p, ok := e.(interface{ Parallel() int }); ok && s.models == nil {
+		s.q.setSlots(p.Parallel())
+	}
 }
 
 // SetLoadError records that loading failed (Health then reports it).
@@ -735,7 +740,7 @@ func (j *Job) checkIDs(prompt []int, maxTokens int, clamp bool) error {
 func (j *Job) enqueue() error {
 	t, err := j.s.q.enqueue()
 	if err != nil {
-		return &Error{Kind: KindQueueFull, Msg: fmt.Sprintf("the server is busy: one request is running and %d are waiting (--queue-limit); retry shortly", j.s.q.limit)}
+		return &Error{Kind: KindQueueFull, Msg: fmt.Sprintf("the server is busy: %d running (--parallel) and %d waiting (--queue-limit); retry shortly", j.s.q.busy(), j.s.q.limit)}
 	}
 	j.t = t
 	return nil

@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/sample"
+)
+
+// parReq is one request of an interleaving test.
+type parReq struct {
+	prompt string
+	max    int
+	p      sample.Params
+	stop   string // onToken says stop once the text holds it
+	cancel int    // the request's context ends after this many tokens (0: never)
+	json   bool   // JSON mode (the format masker)
+	arrive int    // it arrives after the scheduler's arrive-th item, a step or other work (0: at the start)
+}
+
+type parResult struct {
+	text string
+	out  Outcome
+	err  error
+}
+
+func seeded(seed uint64) sample.Params {
+	return sample.Params{Temperature: 0.9, TopP: 0.95, TopK: 30, Seed: seed}
+}
+
+// serveOne runs q on r as a server's request does: text streamed through
+// onToken, a stop string checked there, a context cancelled mid-way.
+func serveOne(ctx context.Context, r *RuntimeEngine, q parReq, prompt []int) parResult {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var text strings.Builder
+	n := 0
+	g := Generation{Prompt: prompt, MaxTokens: q.max, Sampling: q.p}
+	if q.json {
+		g.Format = jsonconstrain.ObjectMode(jsonconstrain.DefaultOptions)
+	}
+	out, err := r.Generate(ctx, g, func(s string) bool {
+		text.WriteString(s)
+		if n++; q.cancel > 0 && n == q.cancel {
+			cancel()
+		}
+		return q.stop == "" || !strings.Contains(text.String(), q.stop)
+	})
+	return parResult{text: text.String(), out: out, err: err}
+}
+
+// same reports how a batched result differs from the one alone (""
+// when it does not): the text, the finish, the completion tokens, and
+// the error (a cancelled one on both sides).
+func same(got, alone parResult) string {
+	switch {
+	case (got.err == nil) != (alone.err == nil) || got.err != nil && !(errors.Is(got.err, context.Canceled) && errors.Is(alone.err, context.Canceled)):
+		return fmt.Sprintf("error %v, alone %v", got.err, alone.err)
+	case got.text != alone.text:
+		return fmt.Sprintf("text %q, alone %q", got.text, alone.text)
+	case got.err == nil && (got.out.Finish != alone.out.Finish || got.out.CompletionTokens != alone.out.CompletionTokens):
+		return fmt.Sprintf("finish %s after %d tokens, alone %s after %d", got.out.Finish, got.out.CompletionTokens, alone.out.Finish, alone.out.CompletionTokens)
+	}
+	return ""
+}
+
+// runAlone serves each request on its own fresh one-slot engine.
+func runAlone(t testing.TB, e *runtime.Engine, reqs []parReq, prompts [][]int) []parResult {
+	t.Helper()
+	res := make([]parResult, len(reqs))
+	for i, q := range reqs {
+		r := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 8})
+		res[i] = serveOne(context.Background(), r, q, prompts[i])
+		r.Close()
+	}
+	return res
+}
+
+// runBatched serves reqs on one engine of n slots, each arriving after
+// the scheduler item its arrive names: the scheduler's hook starts it and
+// waits until its first work is queued (or it waits for a slot), so it
+// arrives there whatever the timing. Requests whose item never comes
+// (everything before them ended) start once the others end, those of the
+// earliest arrive together.
+func runBatched(t testing.TB, e *runtime.Engine, n int, reqs []parReq, prompts [][]int) (res []parResult, r *RuntimeEngine, largest int) {
+	t.Helper()
+	r = NewRuntimeEngine(e, RuntimeOptions{Parallel: n, ParallelPass: 5, PrefillChunk: 8, CacheBytes: 64 << 20})
+	if r.Parallel() != n {
+		t.Fatalf("Parallel %d, asked %d", r.Parallel(), n)
+	}
+	res = make([]parResult, len(reqs))
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		launched = make([]bool, len(reqs))
+		big      int // the largest step, written by the scheduler's hook
+	)
+	launch := func(i int) *joinSignals {
+		js := &joinSignals{queued: make(chan struct{}), waiting: make(chan struct{})}
+		launched[i] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = serveOne(context.WithValue(context.Background(), joinKey{}, js), r, reqs[i], prompts[i])
+		}()
+		return js
+	}
+	r.sched.afterEvent = func(event, size int) {
+		if size > n {
+			t.Errorf("a batch of %d on %d slots", size, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		big = max(big, size)
+		for i, q := range reqs {
+			if q.arrive == event && !launched[i] {
+				js := launch(i)
+				select {
+				case <-js.queued:
+				case <-js.waiting:
+				}
+			}
+		}
+	}
+	mu.Lock()
+	for i, q := range reqs {
+		if q.arrive == 0 {
+			launch(i)
+		}
+	}
+	mu.Unlock()
+	for {
+		wg.Wait()
+		mu.Lock()
+		next := -1
+		for i, q := range reqs {
+			if !launched[i] && (next < 0 || q.arrive < next) {
+				next = q.arrive
+			}
+		}
+		left := next >= 0
+		for i, q := range reqs {
+			if !launched[i] && q.arrive == next {
+				launch(i)
+			}
+		}
+		mu.Unlock()
+		if !left {
+			break
+		}
+	}
+	mu.Lock()
+	largest = big
+	mu.Unlock()
+	return res, r, largest
+}
+
+// parRequests are the interleaving tests' requests: greedy and seeded,
+// short and long prompts (a long one prefills in several passes between
+// the others' steps), two sharing a system prompt (the second resumes
+// from a snapshot another slot made), different max_tokens, one cancelled
+// mid-way, one ended by a stop string, one in JSON mode, one of a single
+// token.
+func parRequests(t testing.TB, e *runtime.Engine) ([]parReq, [][]int) {
+	t.Helper()
+	sys := "<|im_start|>system\nYou are a terse assistant who answers in one line.<|im_end|>\n"
+	chat := func(user string) string {
+		return sys + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+	}
+	reqs := []parReq{
+		{prompt: chat("Name a colour."), max: 12, p: sample.Params{TopP: 1}},
+		{prompt: chat("Name a fruit."), max: 10, p: seeded(7)},
+		{prompt: chat(strings.Repeat("Count the words in this long sentence, please. ", 4)), max: 6, p: sample.Params{TopP: 1}},
+		{prompt: "The quick brown fox", max: 12, p: seeded(3), cancel: 3},
+		{prompt: "Once upon a time", max: 16, p: sample.Params{TopP: 1}},
+		{prompt: chat("Describe a pet as JSON."), max: 24, p: seeded(11), json: true},
+		{prompt: "Hello", max: 1, p: seeded(5)},
+	}
+	prompts := make([][]int, len(reqs))
+	for i, q := range reqs {
+		prompts[i] = e.Tokenizer.Encode(q.prompt)
+	}
+	// The stop string is a piece of what the request writes alone, so it
+	// does end it early.
+	free := runAlone(t, e, reqs[4:5], prompts[4:5])[0]
+	if len(free.text) < 6 {
+		t.Fatalf("the stop request's text %q is too short to cut", free.text)
+	}
+	reqs[4].stop = free.text[3:5]
+	return reqs, prompts
+}
+
+// Each request served among others on 2, 3 or 4 slots, arriving at
+// different steps, gets the text, finish and token count it gets alone on
+// a fresh one-slot engine; the engine leaves no goroutine after Close.
+func TestParallelServingMatchesAlone(t *testing.T) {
+	e := tinyEngine(t)
+	reqs, prompts := parRequests(t, e)
+	alone := runAlone(t, e, reqs, prompts)
+	if alone[4].out.Finish != FinishStopped || !errors.Is(alone[3].err, context.Canceled) {
+		t.Fatalf("the stop request ended %s, the cancelled one with %v", alone[4].out.Finish, alone[3].err)
+	}
+	schedules := []struct {
+		name   string
+		arrive []int
+	}{
+		{"together", []int{0, 0, 0, 0, 0, 0, 0}},
+		{"staggered", []int{0, 0, 2, 3, 5, 7, 1}},
+		{"late", []int{0, 4, 4, 9, 2, 6, 12}},
+		{"reversed", []int{30, 25, 20, 15, 10, 5, 0}},
+		{"pairs", []int{0, 6, 0, 6, 14, 14, 3}},
+	}
+	base := goruntime.NumGoroutine()
+	for _, n := range []int{2, 3, 4} {
+		for _, sc := range schedules {
+			t.Run(fmt.Sprintf("n%d/%s", n, sc.name), func(t *testing.T) {
+				rs := append([]parReq(nil), reqs...)
+				for i := range rs {
+					rs[i].arrive = sc.arrive[i]
+				}
+				got, r, largest := runBatched(t, e, n, rs, prompts)
+				for i := range rs {
+					if d := same(got[i], alone[i]); d != "" {
+						t.Errorf("request %d: %s", i, d)
+					}
+				}
+				if largest < 2 {
+					t.Errorf("no step batched two sequences (largest %d)", largest)
+				}
+				if st := r.CacheStats(); st.Hits == 0 {
+					t.Errorf("no request resumed from the prompt cache: %+v", st)
+				}
+				r.Close()
+			})
+		}
+	}
+	waitGoroutines(t, base)
+}
+
+// waitGoroutines fails unless the goroutine count falls back to base.
+func waitGoroutines(t testing.TB, base int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for goruntime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", goruntime.NumGoroutine(), base, buf[:goruntime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
