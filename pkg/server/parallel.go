@@ -32,6 +32,14 @@ func (r *RuntimeEngine) generateParallel(ctx context.Context, g Generation, onTo
 	}
 	defer r.release(sl)
 	defer r.flushDisk()
+	defer func() {
+		// A callback that panics (net/http recovers it) must not leave the
+		// slot at a position nobody can name.
+		if p := recover(); p != nil {
+			r.fail(sl, nil)
+			panic(p)
+		}
+	}()
 	start := time.Now()
 	reused, err := r.resume(ctx, sl, g.Prompt)
 	if err != nil {
@@ -134,6 +142,8 @@ type scheduler struct {
 	in   chan schedMsg
 	quit chan struct{}
 	done chan struct{}
+	// stepBatch is e.StepBatch (tests inject failures).
+	stepBatch func(ds []*runtime.Decoder, ids []int) error
 	// afterEvent, when set (tests), is called after each step and each
 	// other item with their count so far (from 1) and the step's size (0
 	// for another item).
@@ -159,7 +169,7 @@ type schedMsg struct {
 }
 
 func newScheduler(e *runtime.Engine) *scheduler {
-	s := &scheduler{e: e, in: make(chan schedMsg, 2*MaxParallel), quit: make(chan struct{}), done: make(chan struct{})}
+	s := &scheduler{e: e, stepBatch: e.StepBatch, in: make(chan schedMsg, 2*MaxParallel), quit: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
@@ -216,17 +226,24 @@ func (s *scheduler) decode(ctx context.Context, d *runtime.Decoder) error {
 	if err := s.send(schedMsg{kind: msgJoin, d: d}); err != nil {
 		return err
 	}
+	member := true
+	defer func() {
+		if member { // a callback panicked: the others must not wait for d
+			s.send(schedMsg{kind: msgLeave, d: d})
+		}
+	}()
 	reply := make(chan error, 1)
 	for {
 		id, feed, err := d.Next(ctx)
 		if err != nil || !feed {
+			member = false
 			if lerr := s.send(schedMsg{kind: msgLeave, d: d}); err == nil {
 				err = lerr
 			}
 			return err
 		}
-		// A failed step has already dropped d from the batch.
 		if err := s.send(schedMsg{kind: msgFeed, d: d, id: id, reply: reply}); err != nil {
+			member = false // a failed step has already dropped d from the batch
 			return err
 		}
 	}
@@ -307,7 +324,7 @@ func (s *scheduler) loop() {
 			for i, f := range feeds {
 				ds[i], ids[i] = f.d, f.id
 			}
-			err := s.e.StepBatch(ds, ids)
+			err := s.stepBatch(ds, ids)
 			for _, f := range feeds {
 				if err != nil {
 					delete(members, f.d) // every state of the batch is unusable; each request resets its own

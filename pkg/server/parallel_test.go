@@ -90,9 +90,9 @@ func runAlone(t testing.TB, e *runtime.Engine, reqs []parReq, prompts [][]int) [
 // arrives there whatever the timing. Requests whose item never comes
 // (everything before them ended) start once the others end, those of the
 // earliest arrive together.
-func runBatched(t testing.TB, e *runtime.Engine, n int, reqs []parReq, prompts [][]int) (res []parResult, r *RuntimeEngine, largest int) {
+func runBatched(t testing.TB, e *runtime.Engine, n int, reqs []parReq, prompts [][]int, cacheBytes int64) (res []parResult, r *RuntimeEngine, largest int) {
 	t.Helper()
-	r = NewRuntimeEngine(e, RuntimeOptions{Parallel: n, ParallelPass: 5, PrefillChunk: 8, CacheBytes: 64 << 20})
+	r = NewRuntimeEngine(e, RuntimeOptions{Parallel: n, ParallelPass: 5, PrefillChunk: 8, CacheBytes: cacheBytes})
 	if r.Parallel() != n {
 		t.Fatalf("Parallel %d, asked %d", r.Parallel(), n)
 	}
@@ -219,6 +219,8 @@ func TestParallelServingMatchesAlone(t *testing.T) {
 		{"pairs", []int{0, 6, 0, 6, 14, 14, 3}},
 	}
 	base := goruntime.NumGoroutine()
+	var hits int64
+	biggest := 0 // the largest batched step of the whole table
 	for _, n := range []int{2, 3, 4} {
 		for _, sc := range schedules {
 			t.Run(fmt.Sprintf("n%d/%s", n, sc.name), func(t *testing.T) {
@@ -226,21 +228,23 @@ func TestParallelServingMatchesAlone(t *testing.T) {
 				for i := range rs {
 					rs[i].arrive = sc.arrive[i]
 				}
-				got, r, largest := runBatched(t, e, n, rs, prompts)
+				got, r, largest := runBatched(t, e, n, rs, prompts, 64<<20)
 				for i := range rs {
 					if d := same(got[i], alone[i]); d != "" {
 						t.Errorf("request %d: %s", i, d)
 					}
 				}
-				if largest < 2 {
-					t.Errorf("no step batched two sequences (largest %d)", largest)
-				}
-				if st := r.CacheStats(); st.Hits == 0 {
-					t.Errorf("no request resumed from the prompt cache: %+v", st)
-				}
+				biggest = max(biggest, largest)
+				hits += r.CacheStats().Hits
 				r.Close()
 			})
 		}
+	}
+	if hits == 0 {
+		t.Error("no request resumed from the prompt cache")
+	}
+	if biggest < 2 {
+		t.Errorf("no step batched two sequences")
 	}
 	waitGoroutines(t, base)
 }
@@ -255,5 +259,212 @@ func waitGoroutines(t testing.TB, base int) {
 			t.Fatalf("%d goroutines, %d before:\n%s", goruntime.NumGoroutine(), base, buf[:goruntime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A failed batched step fails the requests of that batch, the others
+// carry on, and the failed slots serve the next requests as a fresh
+// engine does (their sessions reset).
+func TestParallelStepFailureFailsItsBatchOnly(t *testing.T) {
+	e := tinyEngine(t)
+	reqs, prompts := parRequests(t, e)
+	alone := runAlone(t, e, reqs, prompts)
+	base := goruntime.NumGoroutine()
+	r := NewRuntimeEngine(e, RuntimeOptions{Parallel: 3, ParallelPass: 5, CacheBytes: 64 << 20})
+	injected := errors.New("injected step failure")
+	var once sync.Once
+	var failed []*runtime.Decoder
+	r.sched.stepBatch = func(ds []*runtime.Decoder, ids []int) error {
+		err := error(nil)
+		if len(ds) >= 2 {
+			once.Do(func() { failed, err = ds, injected })
+		}
+		if err != nil {
+			return err
+		}
+		return e.StepBatch(ds, ids)
+	}
+	var wg sync.WaitGroup
+	got := make([]parResult, 3)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = serveOne(context.Background(), r, reqs[i], prompts[i])
+		}()
+	}
+	wg.Wait()
+	nfailed := 0
+	for i, g := range got {
+		if errors.Is(g.err, injected) {
+			nfailed++
+			continue
+		}
+		if d := same(g, alone[i]); d != "" {
+			t.Errorf("request %d, not in the failed step: %s", i, d)
+		}
+	}
+	if nfailed != len(failed) || nfailed < 2 {
+		t.Fatalf("%d requests failed, the failed step had %d", nfailed, len(failed))
+	}
+	// Every slot, the failed ones included, serves as a fresh engine does.
+	var wg2 sync.WaitGroup
+	for i := range 3 {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			if d := same(serveOne(context.Background(), r, reqs[i], prompts[i]), alone[i]); d != "" {
+				t.Errorf("request %d after the failure: %s", i, d)
+			}
+		}()
+	}
+	wg2.Wait()
+	r.Close()
+	waitGoroutines(t, base)
+}
+
+// A request whose callback panics (net/http recovers a handler's panic)
+// leaves the batch: the others end as they do alone, and its slot serves
+// the next request.
+func TestParallelCallbackPanicLeavesOthersAlone(t *testing.T) {
+	e := tinyEngine(t)
+	reqs, prompts := parRequests(t, e)
+	alone := runAlone(t, e, reqs, prompts)
+	r := NewRuntimeEngine(e, RuntimeOptions{Parallel: 2, ParallelPass: 5})
+	defer r.Close()
+	var wg sync.WaitGroup
+	var other parResult
+	var recovered any
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer func() { recovered = recover() }()
+		n := 0
+		r.Generate(context.Background(), Generation{Prompt: prompts[4], MaxTokens: 16}, func(string) bool {
+			if n++; n == 2 {
+				panic("callback failure")
+			}
+			return true
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		other = serveOne(context.Background(), r, reqs[0], prompts[0])
+	}()
+	wg.Wait()
+	if recovered != "callback failure" {
+		t.Fatalf("recovered %v", recovered)
+	}
+	if d := same(other, alone[0]); d != "" {
+		t.Fatalf("the other request: %s", d)
+	}
+	for i := range 2 {
+		if d := same(serveOne(context.Background(), r, reqs[4], prompts[4]), alone[4]); d != "" {
+			t.Fatalf("request after the panic (%d): %s", i, d)
+		}
+	}
+}
+
+// The queue runs up to slots requests at once, in FIFO order; limit more
+// wait and the next is refused; a waiter that gives up leaves its place,
+// and a running one that ends admits the first waiter at once.
+func TestQueueRunsSlotsAtOnce(t *testing.T) {
+	for _, slots := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint(slots), func(t *testing.T) {
+			q := &queue{limit: 2}
+			q.setSlots(slots)
+			var running []*ticket
+			for range slots {
+				tk, err := q.enqueue()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tk.wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				running = append(running, tk)
+			}
+			w1, err1 := q.enqueue()
+			w2, err2 := q.enqueue()
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if _, err := q.enqueue(); !errors.Is(err, errQueueFull) {
+				t.Fatalf("a request beyond %d running and 2 waiting: %v", slots, err)
+			}
+			if q.busy() != slots || q.waiting() != 2 {
+				t.Fatalf("busy %d waiting %d", q.busy(), q.waiting())
+			}
+			w1.release() // gave up waiting
+			w3, err := q.enqueue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			running[0].release()
+			select {
+			case <-w2.turn:
+			default:
+				t.Fatal("the first waiter did not get the freed place")
+			}
+			select {
+			case <-w3.turn:
+				t.Fatal("the second waiter got a place while all were taken")
+			default:
+			}
+			w2.release()
+			<-w3.turn
+			w3.release()
+			for _, tk := range running[1:] {
+				tk.release()
+			}
+			if q.busy() != 0 || q.waiting() != 0 {
+				t.Fatalf("busy %d waiting %d after every release", q.busy(), q.waiting())
+			}
+		})
+	}
+}
+
+// A snapshot one slot made seeds a request on another slot; and with a
+// prompt cache so small that every snapshot put evicts another, slots
+// restoring while others evict still give every request its text alone
+// (a looked-up snapshot stays whole after its entry is evicted).
+func TestParallelSlotsShareThePromptCache(t *testing.T) {
+	e := tinyEngine(t)
+	reqs, prompts := parRequests(t, e)
+	alone := runAlone(t, e, reqs, prompts)
+	r := NewRuntimeEngine(e, RuntimeOptions{Parallel: 2, ParallelPass: 5, CacheBytes: 64 << 20})
+	first := serveOne(context.Background(), r, reqs[0], prompts[0])
+	firstSlot := r.slots[0]
+	if firstSlot.used == 0 {
+		firstSlot = r.slots[1]
+	}
+	second := serveOne(context.Background(), r, reqs[1], prompts[1]) // the system prompt of the first
+	if d := same(first, alone[0]); d != "" {
+		t.Fatal(d)
+	}
+	if d := same(second, alone[1]); d != "" {
+		t.Fatal(d)
+	}
+	if second.out.CachedTokens == 0 {
+		t.Fatal("the second conversation reused nothing of the first's system prompt")
+	}
+	for _, sl := range r.slots {
+		if sl != firstSlot && sl.used == 0 {
+			t.Fatal("the second request ran on the first one's slot, not another")
+		}
+	}
+	r.Close()
+	for _, n := range []int{2, 4} {
+		rs := append([]parReq(nil), reqs...)
+		got, r, _ := runBatched(t, e, n, rs, prompts, 300<<10)
+		for i := range rs {
+			if d := same(got[i], alone[i]); d != "" {
+				t.Errorf("%d slots, a cache of 300 KiB: request %d: %s", n, i, d)
+			}
+		}
+		if st := r.CacheStats(); st.Evictions == 0 {
+			t.Errorf("%d slots: no eviction in a 300 KiB cache: %+v", n, st)
+		}
+		r.Close()
 	}
 }
