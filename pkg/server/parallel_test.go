@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -467,4 +469,68 @@ func TestParallelSlotsShareThePromptCache(t *testing.T) {
 		}
 		r.Close()
 	}
+}
+
+// FuzzBatchedServing draws the slots, the requests (prompt, max_tokens,
+// greedy or seeded sampling, a cancel, JSON mode) and their arrivals from
+// the input: every request's result equals its run alone.
+func FuzzBatchedServing(f *testing.F) {
+	f.Add([]byte{0, 3, 5, 0, 0, 1, 7, 2, 9, 3, 3, 4})
+	f.Add([]byte{1, 0, 12, 1, 0, 2, 3, 3, 5, 4, 2, 6, 7, 1, 1})
+	f.Add([]byte{2, 4, 2, 3, 9, 0, 8, 1, 1, 2, 6, 5, 0, 3, 4, 4, 11, 0, 2, 5})
+	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	e, err := runtime.Load(fixinstall.Install(f, testfix.Embedded(f), 8), runtime.Options{Threads: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(e.Close)
+	texts := []string{
+		"<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n",
+		"<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n",
+		"The quick brown fox jumps over the lazy dog, and then",
+		"Hi",
+		"<|im_start|>user\n" + strings.Repeat("A longer question that takes a few prefill passes. ", 3) + "<|im_end|>\n<|im_start|>assistant\n",
+	}
+	var prompts [][]int
+	for _, s := range texts {
+		prompts = append(prompts, e.Tokenizer.Encode(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		n := 2 + int(data[0])%3
+		data = data[1:]
+		var reqs []parReq
+		var ps [][]int
+		for len(data) >= 3 && len(reqs) < 6 {
+			a, b, c := data[0], data[1], data[2]
+			data = data[3:]
+			q := parReq{max: 1 + int(b)%12, arrive: int(c) % 10}
+			if a&1 == 1 {
+				q.p = seeded(uint64(b))
+			} else {
+				q.p = sample.Params{TopP: 1}
+			}
+			if a&6 == 6 {
+				q.cancel = 1 + int(c)%3
+			}
+			if a&8 != 0 && a&16 != 0 {
+				q.json, q.max = true, 4+int(b)%16
+			}
+			reqs = append(reqs, q)
+			ps = append(ps, prompts[int(a>>5)%len(prompts)])
+		}
+		if len(reqs) == 0 {
+			return
+		}
+		alone := runAlone(t, e, reqs, ps)
+		got, r, _ := runBatched(t, e, n, reqs, ps, 1<<20)
+		r.Close()
+		for i := range reqs {
+			if d := same(got[i], alone[i]); d != "" {
+				t.Errorf("%d slots, request %d %+v: %s", n, i, reqs[i], d)
+			}
+		}
+	})
 }
