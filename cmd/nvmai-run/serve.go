@@ -37,7 +37,8 @@ func serveCommand() *cli.Command {
 		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages,
 POST /v1/messages/count_tokens, GET /v1/models, POST /apply-template,
-GET /health. One generation runs at a time; others wait in FIFO order (--queue-limit). Binds
+GET /health. One generation runs at a time (--parallel N: up to N, decoded together in batched
+steps, each output identical to the request alone); others wait in FIFO order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
 verified install under DIR is served by its path there; the model a request names is loaded
 when its turn comes (one in memory at a time).`,
@@ -47,7 +48,8 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "api-key", Usage: "require this key (Authorization: Bearer KEY or x-api-key: KEY)", EnvVars: []string{"NVMAI_API_KEY"}},
 			&cli.StringFlag{Name: "cors-origin", Usage: "allow browser requests from this origin (\"*\" for any); default none"},
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
-			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running one; more get 429"},
+			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running ones; more get 429"},
+			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU engine; each holds its own sequence state)"}, 1, server.MaxParallel, ""),
 			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
 			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
@@ -134,6 +136,10 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
+	if err := checkParallel(c, e); err != nil {
+		hs.Close()
+		return err
+	}
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
 	disk, err := openPromptDisk(c, c.String("model"))
 	if err != nil {
@@ -143,12 +149,13 @@ func serveAction(c *cli.Context) error {
 	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
-		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c),
+		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c), Parallel: c.Int("parallel"),
 	})
+	defer re.Close()
 	srv.SetEngine(re, renderer)
 	info := re.Info()
-	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | %s | prompt cache %s\n",
-		ln.Addr(), info.ID, info.Context, engineLine(e), expertcache.FormatSize(cacheBytes))
+	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | %s | prompt cache %s | parallel %d\n",
+		ln.Addr(), info.ID, info.Context, engineLine(e), expertcache.FormatSize(cacheBytes), re.Parallel())
 	return serveUntilDone(c, hs, oh, errc)
 }
 
@@ -260,6 +267,9 @@ func checkModelsFlags(c *cli.Context) error {
 	if err := cliutil.Exclusive(c, "model", "models-dir"); err != nil {
 		return err
 	}
+	if c.Int("parallel") > 1 && engineDevice(c) != nvmodel.CPU {
+		return cliutil.Usagef("--parallel %d: the %s engine decodes one sequence at a time (no batched step yet); drop --parallel or use --engine cpu", c.Int("parallel"), engineDevice(c))
+	}
 	if !c.IsSet("models-dir") {
 		if c.IsSet("idle-unload") {
 			return cliutil.Usagef("--idle-unload needs --models-dir (with --model the one model stays loaded; a --models-dir holding one install unloads it when idle)")
@@ -270,6 +280,9 @@ func checkModelsFlags(c *cli.Context) error {
 		if c.IsSet(f) {
 			return cliutil.Usagef("--%s names one model's id or template; with --models-dir each install uses its path under DIR and its own template", f)
 		}
+	}
+	if c.Int("parallel") > 1 {
+		return cliutil.Usagef("--parallel %d applies to --model; --models-dir runs one generation at a time (switching models waits for none)", c.Int("parallel"))
 	}
 	if c.String("rope-scaling") != "none" {
 		return cliutil.Usagef("--rope-scaling applies to one model; with --models-dir each install uses the RoPE scaling of its config.json")
@@ -388,4 +401,34 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkParallel refuses a --parallel the engine cannot batch, or whose
+// sequence states do not fit the machine beside the rest of the footprint
+// (unless --force): each generation in flight holds its own KV cache and
+// recurrent state, sized for --max-context.
+func checkParallel(c *cli.Context, e *runtime.Engine) error {
+	n := c.Int("parallel")
+	if n <= 1 {
+		return nil
+	}
+	if !e.CanBatch() {
+		return cliutil.Usagef("--parallel %d: the %s model's %s engine has no batched decode step yet (only the qwen35 CPU engine has one); drop --parallel", n, e.Install.Manifest.Architecture, e.Info().Device)
+	}
+	f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{
+		Experts: runtime.ExpertOptions{Budget: e.ExpertStats().BudgetBytes, Slots: c.Int("expert-cache-slots")}, Device: engineDevice(c), KVBits: kvBits(c),
+		MaxContext: c.Int("max-context"), RopeScaling: c.String("rope-scaling"), Threads: c.Int("threads"),
+	})
+	if err != nil {
+		return cliutil.Usagef("%v", err)
+	}
+	per := f.KV + f.KVGrowth + f.Recurrent
+	f.Total += int64(n-1) * per
+	total, _ := expertcache.MemTotal()
+	if c.Bool("force") || total <= 0 || f.Total <= total-runtime.FootprintMargin(total) {
+		return nil
+	}
+	return cliutil.Usagef("--parallel %d holds %d sequence states of %s each (KV %s at %d tokens, +%s while growing, recurrent %s): %s in all, more than this machine's %s less a %s margin; lower --parallel or --max-context (or --kv-bits), or pass --force",
+		n, n, expertcache.FormatSize(per), expertcache.FormatSize(f.KV), f.MaxContext, expertcache.FormatSize(f.KVGrowth), expertcache.FormatSize(f.Recurrent),
+		expertcache.FormatSize(f.Total), expertcache.FormatSize(total), expertcache.FormatSize(runtime.FootprintMargin(total)))
 }

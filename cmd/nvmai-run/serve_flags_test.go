@@ -24,7 +24,7 @@ var serveApplied = map[string]string{
 	"host": "", "port": "", "api-key": "", "cors-origin": "", "model-id": "", "queue-limit": "", "prompt-cache": "",
 	"prompt-cache-dir": "", "prompt-cache-disk-budget": "", "max-body": "", "thinking": "", "chat-template": "",
 	"max-connections": "", "stream-write-timeout": "", "allowed-host": "", "log-json": "", "responses-keep": "",
-	"models-dir": "", "idle-unload": "", "strict-max-tokens": "",
+	"models-dir": "", "idle-unload": "", "strict-max-tokens": "", "parallel": "",
 	"scripted": "", // test builds only: the scripted engine
 }
 
