@@ -422,13 +422,22 @@ func checkParallel(c *cli.Context, e *runtime.Engine) error {
 	if err != nil {
 		return cliutil.Usagef("%v", err)
 	}
+	total, _ := expertcache.MemTotal()
+	if c.Bool("force") {
+		return nil
+	}
+	return parallelFits(n, f, total)
+}
+
+// parallelFits refuses n sequence states that, beside the footprint f of
+// one, exceed memTotal less the margin (memTotal ≤ 0, unknown, passes).
+func parallelFits(n int, f runtime.Footprint, memTotal int64) error {
 	per := f.KV + f.KVGrowth + f.Recurrent
 	f.Total += int64(n-1) * per
-	total, _ := expertcache.MemTotal()
-	if c.Bool("force") || total <= 0 || f.Total <= total-runtime.FootprintMargin(total) {
+	if memTotal <= 0 || f.Total <= memTotal-runtime.FootprintMargin(memTotal) {
 		return nil
 	}
 	return cliutil.Usagef("--parallel %d holds %d sequence states of %s each (KV %s at %d tokens, +%s while growing, recurrent %s): %s in all, more than this machine's %s less a %s margin; lower --parallel or --max-context (or --kv-bits), or pass --force",
 		n, n, expertcache.FormatSize(per), expertcache.FormatSize(f.KV), f.MaxContext, expertcache.FormatSize(f.KVGrowth), expertcache.FormatSize(f.Recurrent),
-		expertcache.FormatSize(f.Total), expertcache.FormatSize(total), expertcache.FormatSize(runtime.FootprintMargin(total)))
+		expertcache.FormatSize(f.Total), expertcache.FormatSize(memTotal), expertcache.FormatSize(runtime.FootprintMargin(memTotal)))
 }

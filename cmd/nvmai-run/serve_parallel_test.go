@@ -10,6 +10,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
 	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
 // --parallel is refused outside its range, on an engine without a batched
@@ -47,5 +48,32 @@ func TestServeParallelStarts(t *testing.T) {
 	r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", tinyInstall(t), "--port", "0", "--parallel", "3")
 	if r.Code != 0 {
 		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
+	}
+}
+
+// parallelFits counts one sequence state (KV, its growth, the recurrent
+// state) per generation in flight beside the rest of the footprint, and
+// refuses, with the numbers, what the machine cannot hold.
+func TestServeParallelFootprint(t *testing.T) {
+	const gib = int64(1) << 30
+	one := runtime.Footprint{Total: 20 * gib, KV: 2 * gib, KVGrowth: gib, Recurrent: gib, MaxContext: 262144}
+	for _, tc := range []struct {
+		n        int
+		memTotal int64
+		refused  bool
+	}{
+		{1, 32 * gib, false},
+		{2, 32 * gib, false}, // 24 GiB ≤ 32 − 3.2
+		{3, 32 * gib, false}, // 28 GiB ≤ 28.8
+		{4, 32 * gib, true},  // 32 GiB
+		{16, 0, false},       // memory unknown
+	} {
+		err := parallelFits(tc.n, one, tc.memTotal)
+		if (err != nil) != tc.refused {
+			t.Errorf("--parallel %d on %d GiB: %v", tc.n, tc.memTotal/gib, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "holds 4 sequence states of 4 GiB each (KV 2 GiB at 262144 tokens") {
+			t.Errorf("--parallel %d: %v", tc.n, err)
+		}
 	}
 }
