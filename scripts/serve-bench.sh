@@ -3,10 +3,21 @@
 #   1. server overhead per token: decode rate of a streamed /v1/completions against
 #      `nvmai-run --json` on the same prompt and token count, interleaved pairs;
 #   2. time to first token of a second chat turn that reuses a ~4,000-token prefix
-#      from the prompt cache, against the same turn cold, interleaved pairs.
+#      from the prompt cache, against the same turn cold, interleaved pairs;
+#   3. (--only parallel, not run by default) --streams requests (default 4) sent at once to a
+#      server started with --parallel N against the same requests one after another on that
+#      server: aggregate tok/s (all tokens over the wall time, short prompts' prefill included)
+#      and each stream's own decode rate (the server's predicted_per_second), --runs runs.
+#      The server runs without a prompt cache, so no request resumes another's prompt.
 #
-#   scripts/serve-bench.sh [--only overhead|ttft] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G] [--threads N] [--prefix-words N]
-#                          [--engine cpu|gpu] [--bin DIR]
+#   scripts/serve-bench.sh [--only overhead|ttft|parallel] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G|all]
+#                          [--threads N] [--prefix-words N] [--streams N] [--tokens N] [--engine cpu|gpu] [--bin DIR]
+#
+# --ram-budget all gives the expert cache every expert (the "all in RAM" case). Acceptance of
+# issue #39 on the 40-layer 4-bit synthetic (bin/nvmai-convert synth --geometry qwen3.5-35b-a3b
+# --bits 4 -o DIR):
+#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget 8G --threads 16 --runs 3
+#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget all --threads 16 --runs 3
 #
 # --install defaults to models/synth-l4, created with
 #   bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output DIR
@@ -18,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780 engine=cpu bin=
+install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780 engine=cpu bin= streams=4 tokens=64
 while [ $# -gt 0 ]; do
   case $1 in
     --install) install=$2; shift 2 ;;
@@ -28,12 +39,16 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --prefix-words) words=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --streams) streams=$2; shift 2 ;;
+    --tokens) tokens=$2; shift 2 ;;
     --engine) engine=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     *) echo "serve-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case $engine in cpu | gpu) ;; *) echo "serve-bench.sh: --engine $engine: use cpu or gpu" >&2; exit 2 ;; esac
+case $only in "" | overhead | ttft | parallel) ;; *) echo "serve-bench.sh: --only $only: use overhead, ttft or parallel" >&2; exit 2 ;; esac
+[ "$only" = parallel ] && [ "$engine" = gpu ] && { echo "serve-bench.sh: --only parallel: the GPU engine has no batched step yet (serve --parallel refuses it)" >&2; exit 2; }
 if [ -z "$bin" ]; then
   go build -o bin/ ./cmd/nvmai-convert ./cmd/nvmai-run ./scripts/internal/servebench
   bin=bin
@@ -49,12 +64,18 @@ stop_server() {
 }
 cleanup() { stop_server; rm -rf "$work"; }
 trap cleanup EXIT
-flags=(--threads "$threads" --ram-budget "$budget" --max-context 8192)
+if [ "$budget" = all ]; then
+  flags=(--threads "$threads" --expert-cache-slots "$(jq -r .geometry.num_experts "$install/manifest.json")" --max-context 8192)
+else
+  flags=(--threads "$threads" --ram-budget "$budget" --max-context 8192)
+fi
 [ "$engine" = gpu ] && flags=(--engine gpu --max-context 8192)
-# start_server INSTALL: serves INSTALL on a free loopback port, sets $url.
+# start_server INSTALL [serve flags…]: serves INSTALL on a free loopback port, sets $url.
 start_server() {
   port=$(( 20000 + RANDOM % 20000 ))
-  "$bin/nvmai-run" serve --model "$1" --port "$port" --prompt-cache 2G "${flags[@]}" 2>"$work/server.log" &
+  local cache=2G
+  [ "$only" = parallel ] && cache=0
+  "$bin/nvmai-run" serve --model "$1" --port "$port" --prompt-cache "$cache" "${flags[@]}" "${@:2}" 2>"$work/server.log" &
   server_pid=$!
   for _ in $(seq 600); do
     curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -65,6 +86,14 @@ start_server() {
   url=http://127.0.0.1:$port
 }
 "$bin/nvmai-convert" --input testdata/tiny-moe-fused --output "$work/tiny" --bits 8 >/dev/null
+
+if [ "$only" = parallel ]; then
+echo "== $streams streams at once (--parallel $streams) vs one after another, $tokens tokens each, $(basename "$install") on the $engine ($runs runs)"
+start_server "$install" --parallel "$streams"
+"$bin/servebench" -mode parallel -url "$url" -runs "$runs" -streams "$streams" -tokens "$tokens"
+stop_server
+exit 0
+fi
 
 if [ "$only" != ttft ]; then
 echo "== server overhead per token, $(basename "$install") on the $engine ($runs interleaved pairs, a fresh server per pair so both start with a cold expert cache and decode graph; its tokens decode to almost no text)"

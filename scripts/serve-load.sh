@@ -23,7 +23,10 @@
 # after how long idle): a POST failing on a reused one met the server closing it.
 #
 #   scripts/serve-load.sh [--clients N] [--duration 60s] [--hogs | --compare-hogs] [--stream-write-timeout 5s]
-#                         [--engine gpu --install DIR] [--bin DIR] [-- serveload flags]
+#                         [--parallel N] [--engine gpu --install DIR] [--bin DIR] [-- serveload flags]
+#
+# --parallel N is passed to the server (up to N generations decoded together; the CPU engine
+# only): the same checks then cover batched serving (every request answered, nothing leaked).
 #
 # --engine gpu serves --install DIR (e.g. the 40-layer 4-bit synthetic gpu-check.sh makes) on the
 # GPU with --max-context 4096 (the oversize prompts are refused) and a 256 MiB prompt cache, and
@@ -35,7 +38,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-clients=32 duration=60s hogs=0 compare=0 swt=() extra=() engine=cpu install= bin=
+clients=32 duration=60s hogs=0 compare=0 swt=() extra=() engine=cpu install= bin= parallel=()
 while [ $# -gt 0 ]; do
   case $1 in
     --clients) clients=$2; shift 2 ;;
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --hogs) hogs=1; shift ;;
     --compare-hogs) compare=1; shift ;;
     --stream-write-timeout) swt=(--stream-write-timeout "$2"); shift 2 ;;
+    --parallel) parallel=(--parallel "$2"); shift 2 ;;
     --engine) engine=$2; shift 2 ;;
     --install) install=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
@@ -89,7 +93,7 @@ else
   serve_flags=(--prompt-cache 32M --threads 1)
 fi
 port=$(( 20000 + RANDOM % 20000 ))
-"$bin/nvmai-run" serve --model "$model" --host 127.0.0.1 --port "$port" "${serve_flags[@]}" --log-json "${swt[@]}" 2>"$work/server.log" &
+"$bin/nvmai-run" serve --model "$model" --host 127.0.0.1 --port "$port" "${serve_flags[@]}" "${parallel[@]}" --log-json "${swt[@]}" 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 1200); do
   curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break

@@ -6,6 +6,9 @@
 //	ttft:     time to first token of a second chat turn that reuses a long
 //	          prefix (prompt cache) vs the same turn with the prefix changed
 //	          in its first token (cold), interleaved;
+//	parallel: -streams requests sent at once to a server started with
+//	          --parallel against the same requests one after another,
+//	          interleaved: aggregate tok/s and each stream's own decode rate;
 //	equal:    the tokens a /v1/completions request is served equal those
 //	          `nvmai-run --json` generates for the same prompt, sampling and
 //	          seed (greedy and sampled), each request sent twice (the second
@@ -28,7 +31,8 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "overhead", "overhead, ttft or equal")
+	mode := flag.String("mode", "overhead", "overhead, ttft, parallel or equal")
+	streams := flag.Int("streams", 4, "requests at once (parallel)")
 	base := flag.String("url", "http://127.0.0.1:8080", "server URL")
 	runBin := flag.String("nvmai-run", "bin/nvmai-run", "nvmai-run binary (overhead mode)")
 	model := flag.String("model", "", "install dir (overhead mode: for nvmai-run)")
@@ -47,6 +51,8 @@ func main() {
 		err = ttft(*base, *runs, *prefix)
 	case "equal":
 		err = equal(*base, *runBin, *model, *tokens, strings.Fields(*extra))
+	case "parallel":
+		err = parallel(*base, *runs, *streams, *tokens)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -151,7 +157,12 @@ func cliRate(runBin, model string, tokens int, extra []string) (float64, error) 
 // client saw between its first and last text chunk (0 when the model's
 // tokens decode to no text, as a synthetic install's mostly do).
 func serverRate(base string, tokens int) (server, client, work float64, n int, err error) {
-	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, prompt, tokens)
+	return serverRateOf(base, prompt, tokens)
+}
+
+// serverRateOf is serverRate for prompt p.
+func serverRateOf(base, p string, tokens int) (server, client, work float64, n int, err error) {
+	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, p, tokens)
 	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, 0, 0, 0, err
@@ -372,4 +383,82 @@ func equal(base, runBin, model string, tokens int, extra []string) error {
 	}
 	fmt.Println("RESULT: served tokens equal nvmai-run's")
 	return nil
+}
+
+// parallel sends streams different streamed completions one after another,
+// then all at once, runs times. Aggregate: every generated token over the
+// wall time from the first request sent to the last token received (the
+// short prompts' prefill included, on both sides). Each stream's own rate
+// is its decode tok/s as the server times it (predicted_per_second: its
+// steps, waits for the batch and the others' prefill passes included).
+// Start the server with --parallel streams and --prompt-cache 0, so that no
+// request resumes another's prompt.
+func parallel(base string, runs, streams, tokens int) error {
+	var aggRatio, ownRatio []float64
+	for r := range runs {
+		prompts := make([]string, streams)
+		for i := range prompts {
+			prompts[i] = fmt.Sprintf("%s (run %d, stream %d)", prompt, r+1, i+1)
+		}
+		alone := make([]float64, streams)
+		seqTokens := 0
+		t0 := time.Now()
+		for i, p := range prompts {
+			rate, _, _, n, err := serverRateOf(base, p, tokens)
+			if err != nil {
+				return err
+			}
+			alone[i], seqTokens = rate, seqTokens+n
+		}
+		seqWall := time.Since(t0).Seconds()
+		type res struct {
+			rate float64
+			n    int
+			err  error
+		}
+		out := make(chan res, streams)
+		t1 := time.Now()
+		for _, p := range prompts {
+			go func() {
+				rate, _, _, n, err := serverRateOf(base, p, tokens)
+				out <- res{rate, n, err}
+			}()
+		}
+		// The results come back in completion order; each stream's rate
+		// is compared with the median of the rates alone (the streams are
+		// alike: same length of prompt and reply).
+		at := make([]float64, 0, streams)
+		parTokens := 0
+		for range streams {
+			x := <-out
+			if x.err != nil {
+				return x.err
+			}
+			at, parTokens = append(at, x.rate), parTokens+x.n
+		}
+		parWall := time.Since(t1).Seconds()
+		slices.Sort(at)
+		sortedAlone := slices.Sorted(slices.Values(alone))
+		medAlone := sortedAlone[len(sortedAlone)/2]
+		seqAgg, parAgg := float64(seqTokens)/seqWall, float64(parTokens)/parWall
+		aggRatio, ownRatio = append(aggRatio, parAgg/seqAgg), append(ownRatio, at[0]/medAlone)
+		fmt.Printf("run %d: one after another %.2f tok/s aggregate (%d tokens in %.2fs; each stream alone %s tok/s); %d at once %.2f tok/s aggregate (%d tokens in %.2fs; each stream %s tok/s): aggregate ×%.2f, slowest stream ×%.2f its rate alone\n",
+			r+1, seqAgg, seqTokens, seqWall, rates(alone), streams, parAgg, parTokens, parWall, rates(at), parAgg/seqAgg, at[0]/medAlone)
+	}
+	ratioReport(fmt.Sprintf("aggregate tok/s, %d at once vs one after another (acceptance: ≥ 1.5× all in RAM, ≥ 2× streamed)", streams), aggRatio)
+	ratioReport("slowest stream's own decode rate at once vs alone (acceptance: ≥ 0.5×)", ownRatio)
+	return nil
+}
+
+func ratioReport(what string, r []float64) {
+	slices.Sort(r)
+	fmt.Printf("%s: median ×%.2f (range ×%.2f … ×%.2f) over %d runs\n", what, r[len(r)/2], r[0], r[len(r)-1], len(r))
+}
+
+func rates(r []float64) string {
+	s := make([]string, len(r))
+	for i, x := range r {
+		s[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(s, " ")
 }
