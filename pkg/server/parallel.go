@@ -136,12 +136,17 @@ func (r *RuntimeEngine) release(sl *slot) {
 // each has handed over its next token, and runs the other work that
 // touches the model (prefill passes, snapshots, restores, resets) one item
 // at a time between steps: at most one item after each step while
-// sequences decode, back to back while none does.
+// sequences decode (a prefill pass then of at most ParallelPass tokens),
+// back to back while none does.
 type scheduler struct {
 	e    *runtime.Engine
 	in   chan schedMsg
 	quit chan struct{}
 	done chan struct{}
+	// decoding says, to the item the loop runs, whether sequences are
+	// decoding (a prefill pass is then kept short); only the loop's
+	// goroutine touches it.
+	decoding bool
 	// stepBatch is e.StepBatch (tests inject failures).
 	stepBatch func(ds []*runtime.Decoder, ids []int) error
 	// afterEvent, when set (tests), is called after each step and each
@@ -314,6 +319,7 @@ func (s *scheduler) loop() {
 			// running streams to end nor stalls them for more than a pass.
 			m := runs[0]
 			runs = runs[1:]
+			s.decoding = len(members) > 0
 			m.reply <- m.fn()
 			stepped = false
 			if events++; s.afterEvent != nil {

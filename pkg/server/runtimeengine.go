@@ -326,21 +326,29 @@ func (r *RuntimeEngine) prefill(ctx context.Context, sl *slot, prompt []int, fro
 }
 
 // feed prefills ids into the slot's session (after its pending token):
-// with one slot in the session's own passes; with several in passes of at
-// most ParallelPass tokens, each one between two batched steps of the
-// running generations (parallel.go).
+// with one slot in the session's own passes; with several one pass per
+// scheduler item, of at most ParallelPass tokens while other sequences
+// decode (each pass then sits between two of their steps), else of the
+// session's own pass length.
 func (r *RuntimeEngine) feed(ctx context.Context, sl *slot, ids []int) error {
 	if r.sched == nil {
 		return sl.sess.Prefill(ctx, ids, r.opt.PrefillChunk)
 	}
 	for len(ids) > 0 {
-		n := min(len(ids), r.opt.ParallelPass)
-		pass := ids[:n]
+		n := 0
 		if err := r.run(func() error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			return sl.sess.Prefill(ctx, pass, n+1) // one pass, the pending token included
+			n = r.opt.PrefillChunk
+			if n <= 0 {
+				n = r.e.PrefillChunk(len(ids))
+			}
+			if r.sched.decoding { // read on the scheduler's goroutine, which runs this
+				n = min(n, r.opt.ParallelPass)
+			}
+			n = min(n, len(ids))
+			return sl.sess.Prefill(ctx, ids[:n], n+1) // one pass, the pending token included
 		}); err != nil {
 			return err
 		}
