@@ -534,3 +534,35 @@ func FuzzBatchedServing(f *testing.F) {
 		}
 	})
 }
+
+// With experts streamed through a small cache (4 of 16 slots per layer,
+// read-ahead on), batched serving still gives every request its output
+// alone: a step reads each routed expert once for the whole batch.
+func TestParallelServingStreamedExperts(t *testing.T) {
+	e, err := runtime.Load(fixinstall.Install(t, testfix.Embedded(t), 8), runtime.Options{Threads: 1, Experts: runtime.ExpertOptions{Slots: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if st := e.ExpertStats(); st.SlotsPerLayer != 4 {
+		t.Fatalf("%d slots per layer", st.SlotsPerLayer)
+	}
+	reqs, prompts := parRequests(t, e)
+	alone := runAlone(t, e, reqs, prompts)
+	for _, sc := range [][]int{{0, 0, 0, 0, 0, 0, 0}, {0, 6, 0, 6, 14, 14, 3}} {
+		rs := append([]parReq(nil), reqs...)
+		for i := range rs {
+			rs[i].arrive = sc[i]
+		}
+		got, r, _ := runBatched(t, e, 3, rs, prompts, 64<<20)
+		r.Close()
+		for i := range rs {
+			if d := same(got[i], alone[i]); d != "" {
+				t.Errorf("arrivals %v: request %d: %s", sc, i, d)
+			}
+		}
+	}
+	if st := e.ExpertStats(); st.Misses == 0 {
+		t.Fatalf("no expert was read: %+v", st)
+	}
+}
