@@ -3,8 +3,11 @@ package openai
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,5 +85,70 @@ func TestTinyModelParallelStreamsEqualSequential(t *testing.T) {
 			t.Errorf("request %d at once: %s (%v); one after another: %s", i, got[i], errs[i], want[i])
 		}
 	}
+	adaptertest.WaitGoroutines(t, base, 3*time.Second)
+}
+
+// On a --parallel 2 server, a streaming client that goes away mid-answer
+// frees its slot at once and leaves no goroutine, while another stream
+// beside it gets the answer it gets alone.
+func TestTinyModelParallelDisconnectFreesItsSlot(t *testing.T) {
+	e := adaptertest.TinyEngine(t)
+	p := oai.ChatCompletionNewParams{Model: "tiny", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me a long story about the sea.")},
+		Temperature: oai.Float(1), Seed: oai.Int(9), MaxTokens: oai.Int(400)}
+	s1, re1 := adaptertest.TinyServer(e, server.RuntimeOptions{ModelID: "tiny", PrefillChunk: 16})
+	hs1 := httptest.NewServer(host(s1))
+	c1 := adaptertest.OpenAIClient(hs1, "k")
+	alone, err := c1.Chat.Completions.New(context.Background(), p)
+	hs1.Close()
+	re1.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, re := adaptertest.TinyServer(e, server.RuntimeOptions{ModelID: "tiny", PrefillChunk: 16, Parallel: 2})
+	hs := httptest.NewServer(host(s))
+	defer func() { hs.Close(); re.Close() }()
+	c := adaptertest.OpenAIClient(hs, "k")
+	hs.Client().Get(hs.URL + "/health") // warm the connection pool
+	base := runtime.NumGoroutine()
+	waitFor := func(what string, ok func() bool) {
+		for start := time.Now(); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("%s: still %+v after 3 s", what, s.Activity())
+			}
+		}
+	}
+	// The leaving client starts first, with an answer far longer than the
+	// other's, so that both run when it leaves.
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		body := `{"model":"tiny","stream":true,"max_tokens":4000,"temperature":1,"seed":3,"messages":[{"role":"user","content":"Count to one thousand."}]}`
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := hs.Client().Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	waitFor("the leaving stream started", func() bool { return s.Activity().Generating == 1 })
+	other := make(chan string, 1)
+	go func() {
+		r, err := c.Chat.Completions.New(context.Background(), p)
+		if err != nil {
+			other <- err.Error()
+			return
+		}
+		other <- r.Choices[0].Message.Content
+	}()
+	waitFor("both generating", func() bool { return s.Activity().Generating == 2 })
+	cancel()
+	<-left
+	waitFor("the slot freed", func() bool { return s.Activity().Generating <= 1 })
+	if got := <-other; got != alone.Choices[0].Message.Content {
+		t.Fatalf("the other stream %q, alone %q", got, alone.Choices[0].Message.Content)
+	}
+	hs.CloseClientConnections()
+	hs.Client().CloseIdleConnections()
 	adaptertest.WaitGoroutines(t, base, 3*time.Second)
 }
