@@ -9,8 +9,8 @@ import (
 )
 
 // Sequences decoded together through StepBatch, joining and leaving at
-// different steps, each get the ids, text and stop reason Generate gives
-// them alone, greedy and seeded.
+// different steps, each get the ids, text, stop reason and every row of
+// logits Generate gives them alone, greedy and seeded.
 func TestStepBatchDecodersMatchGenerateAlone(t *testing.T) {
 	e, err := Load(install(t, "tiny-moe-fused", 8), Options{Threads: 1})
 	if err != nil {
@@ -35,9 +35,14 @@ func TestStepBatchDecodersMatchGenerateAlone(t *testing.T) {
 		{"One two three four five six", 9, seeded(3), 2},
 		{"Once", 7, sample.Params{TopP: 1}, 4},
 	}
+	// Each sequence's rows of logits, alone and batched.
+	rows := func(into *[][]float32) func([]float32) error {
+		return func(r []float32) error { *into = append(*into, slices.Clone(r)); return nil }
+	}
+	aloneRows, batchRows := make([][][]float32, len(seqs)), make([][][]float32, len(seqs))
 	alone := make([]*Result, len(seqs))
 	for i, q := range seqs {
-		res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(q.prompt), GenerateOptions{MaxTokens: q.max, Sampling: q.p, IgnoreEOS: true})
+		res, err := e.NewSession(SessionOptions{}).Generate(context.Background(), e.Tokenizer.Encode(q.prompt), GenerateOptions{MaxTokens: q.max, Sampling: q.p, IgnoreEOS: true, OnLogits: rows(&aloneRows[i])})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +61,7 @@ func TestStepBatchDecodersMatchGenerateAlone(t *testing.T) {
 			if err := s.Prefill(ctx, e.Tokenizer.Encode(q.prompt), 3); err != nil {
 				t.Fatal(err)
 			}
-			if decs[i], err = s.NewDecoder(GenerateOptions{MaxTokens: q.max, Sampling: q.p, IgnoreEOS: true}); err != nil {
+			if decs[i], err = s.NewDecoder(GenerateOptions{MaxTokens: q.max, Sampling: q.p, IgnoreEOS: true, OnLogits: rows(&batchRows[i])}); err != nil {
 				t.Fatal(err)
 			}
 			pending[decs[i]] = -1
@@ -88,6 +93,9 @@ func TestStepBatchDecodersMatchGenerateAlone(t *testing.T) {
 		got, want := d.Result(), alone[i]
 		if !slices.Equal(got.IDs, want.IDs) || got.Text != want.Text || got.StopReason != want.StopReason {
 			t.Errorf("sequence %d: batched %v %q %s, alone %v %q %s", i, got.IDs, got.Text, got.StopReason, want.IDs, want.Text, want.StopReason)
+		}
+		if !sameBits(batchRows[i], aloneRows[i]) {
+			t.Errorf("sequence %d: its logits batched differ from its logits alone", i)
 		}
 	}
 	if err := e.StepBatch(decs[:2], []int{1, 2}); err == nil {
