@@ -132,7 +132,7 @@ if [ -f "$synth/manifest.json" ]; then
 	step overhead 200 "$root/scripts/serve-bench.sh" --engine gpu --install "$synth" --bin "$bin" --only overhead --runs "${RUNS:-3}"
 	grep -hE '^(pair|overhead|server.s own)' "$OUT/overhead.log" 2>/dev/null
 	step ttft 120 "$root/scripts/serve-bench.sh" --engine gpu --install "$synth" --bin "$bin" --only ttft --ttft-runs "${TTFT_RUNS:-3}"
-	grep -hE '^(pair|TTFT|nvmai-run serve: ready)' "$OUT/ttft.log" 2>/dev/null
+	grep -hE "^(pair|TTFT|nvmai-run serve: ready|20[0-9][0-9]-)" "$OUT/ttft.log" 2>/dev/null
 	step load 150 "$root/scripts/serve-load.sh" --engine gpu --install "$synth" --bin "$bin" --duration "${LOAD_DURATION:-40s}"
 	grep -hE '^(VRAM|baseline|requests=|after:|peak|settled|RESULT|FAIL)' "$OUT/load.log" 2>/dev/null
 else

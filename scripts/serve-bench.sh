@@ -111,5 +111,7 @@ if [ "$only" != overhead ]; then
 echo "== time to first token, second turn reusing the prefix vs cold, $(basename "$install") on the $engine ($ttft_runs interleaved pairs)"
 start_server "$install"
 "$bin/servebench" -mode ttft -url "$url" -runs "$ttft_runs" -prefix-words "$words"
+echo "server's log lines (prefill rate, cached tokens, queue wait and TTFT as the server saw them):"
+grep ' POST ' "$work/server.log" || true
 stop_server
 fi
