@@ -132,7 +132,7 @@ if [ -f "$synth/manifest.json" ]; then
 	step overhead 200 "$root/scripts/serve-bench.sh" --engine gpu --install "$synth" --bin "$bin" --only overhead --runs "${RUNS:-3}"
 	grep -hE '^(pair|overhead|server.s own)' "$OUT/overhead.log" 2>/dev/null
 	step ttft 120 "$root/scripts/serve-bench.sh" --engine gpu --install "$synth" --bin "$bin" --only ttft --ttft-runs "${TTFT_RUNS:-3}"
-	grep -hE "^(pair|TTFT|nvmai-run serve: ready|20[0-9][0-9]-)" "$OUT/ttft.log" 2>/dev/null
+	grep -hE "^(pair|TTFT|nvmai-run serve: ready|20[0-9][0-9]-)" "$OUT/ttft.log" 2>/dev/null | cut -c1-220
 	step load 150 "$root/scripts/serve-load.sh" --engine gpu --install "$synth" --bin "$bin" --duration "${LOAD_DURATION:-40s}"
 	grep -hE '^(VRAM|baseline|requests=|after:|peak|settled|RESULT|FAIL)' "$OUT/load.log" 2>/dev/null
 else
@@ -165,9 +165,12 @@ check equal "$(verdict $ok)" "serve --engine gpu serves the tokens of nvmai-run 
 line=$(grep -h '^TTFT second turn' "$OUT/ttft.log" 2>/dev/null | tail -1)
 speedup=$(sed -nE 's/.*speed-up ([0-9.]+)×.*/\1/p' <<<"$line")
 reused=$(sed -nE 's/.*reusing ([0-9]+) of ([0-9]+) tokens.*/\1/p' <<<"$line")
+server_speedup=$(sed -nE 's/^TTFT server-side.*speed-up ([0-9.]+)×.*/\1/p' "$OUT/ttft.log" 2>/dev/null | tail -1)
 ok=0
-awk -v s="${speedup:-0}" -v r="${reused:-0}" 'BEGIN { exit !(s >= 10 && r >= 3500) }' && ok=1
-check ttft "$(verdict $ok)" "second-turn TTFT reusing a ${reused:-?}-token prefix ${speedup:-?}× faster than cold (≥ 10×) [ttft.log]"
+# The synthetic install's tokens decode to no text, so the client sees its first text only at the
+# reply's end: the server's own TTFT (arrival to first token) is the measure; the client's is shown.
+awk -v s="${server_speedup:-0}" -v r="${reused:-0}" 'BEGIN { exit !(s >= 10 && r >= 3500) }' && ok=1
+check ttft "$(verdict $ok)" "second-turn TTFT reusing a ${reused:-?}-token prefix ${server_speedup:-?}× faster than cold as the server measures it, arrival to first token (≥ 10×); ${speedup:-?}× to the client's first text, which a synthetic install sends only at the reply's end [ttft.log]"
 over=$(sed -nE 's/^overhead per token \(server-side decode vs nvmai-run\): median (-?[0-9.]+)%.*/\1/p' "$OUT/overhead.log" 2>/dev/null | tail -1)
 work=$(sed -nE "s/^server's own per-token work.*: median ([0-9.]+)% of decode.*/\1/p" "$OUT/overhead.log" 2>/dev/null | tail -1)
 ok=0
