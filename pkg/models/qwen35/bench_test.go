@@ -122,6 +122,11 @@ func (s *syntheticWeights) Acquire(layer int, ids []int) ([]model.ExpertMats, fu
 // one full-attention layer, 16 experts and a 4096-row vocabulary, so the
 // per-layer cost of the real model can be measured in ~200 MB.
 func realLayers(tb testing.TB) (*Model, Config) {
+	return realLayersOn(tb, nil)
+}
+
+// realLayersOn is realLayers running on pool (nil: single-threaded).
+func realLayersOn(tb testing.TB, pool *kernels.Pool) (*Model, Config) {
 	g := packexperts.Geometry{
 		VocabSize: 4096, HiddenSize: 2048, NumLayers: 2, LayerTypes: []string{"linear_attention", "full_attention"},
 		RMSNormEps: 1e-6, HiddenAct: "silu", NumAttentionHeads: 16, NumKeyValueHeads: 2, HeadDim: 256,
@@ -134,7 +139,7 @@ func realLayers(tb testing.TB) (*Model, Config) {
 		tb.Fatal(err)
 	}
 	sw := newSyntheticWeights(cfg)
-	m, err := New(cfg, sw, sw, nil)
+	m, err := New(cfg, sw, sw, pool)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -183,5 +188,36 @@ func BenchmarkDecodeRealLayers(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkForwardBatch measures a decode step of N sequences together
+// (ForwardBatch) through realLayers on two threads, each sequence after a
+// 64-token context; ns/seq-step is the time per sequence per step, so
+// N = 1 over N = 4 is the aggregate speed-up of batching four streams.
+func BenchmarkForwardBatch(b *testing.B) {
+	const ctx = 64
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	m, cfg := realLayersOn(b, pool)
+	for _, N := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("N%d", N), func(b *testing.B) {
+			states, ids := make([]*State, N), make([]int, N)
+			for i := range states {
+				states[i] = m.NewState(StateOptions{KVInitial: ctx + 1 + b.N})
+				fakeContext(states[i], ctx)
+			}
+			logits := make([]float32, N*cfg.VocabSize)
+			b.ResetTimer()
+			for step := 0; step < b.N; step++ {
+				for i := range ids {
+					ids[i] = (step*N + i*977) % cfg.VocabSize
+				}
+				if err := m.ForwardBatch(states, ids, logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*N), "ns/seq-step")
+		})
 	}
 }
