@@ -58,26 +58,56 @@ type gdnWorker struct {
 // SigmoidGate), continuing the layer's conv window conv [K−1, C] and
 // recurrent state rec [Hv, Dk, Dv]. The recurrence runs token by token, so a
 // chunk computes exactly what T single-token calls compute.
+//
+// It is Project, Recur and Output in turn. A batched decode step calls them
+// itself: Project and Output over one row per sequence, so each weight
+// matrix is read once for the batch, and Recur on each sequence's row with
+// that sequence's state.
 func (g *GDN) Mixer(w *GDNWeights, conv, rec []float32, sc *GDNScratch, u, out []float32, T int) {
+	g.Project(w, sc, u, T)
+	g.Recur(w, conv, rec, sc, 0, T)
+	g.Output(w, sc, out, T)
+}
+
+// Project computes the input projections (in_proj_qkv, z, b, a) of the T
+// rows of u [T, H] into sc and sizes sc's other buffers for T rows. The
+// rows need not be one sequence's: each row's products are the bits it gets
+// alone (the kernels contract that makes chunking invisible).
+func (g *GDN) Project(w *GDNWeights, sc *GDNScratch, u []float32, T int) {
 	C, Hv, vd := g.Channels(), g.ValueHeads, g.ValueHeads*g.ValueDim
 	proj := Grow(&sc.proj, T*C)
 	z := Grow(&sc.z, T*vd)
 	b := Grow(&sc.b, T*Hv)
 	a := Grow(&sc.a, T*Hv)
+	Grow(&sc.conv, T*C)
+	Grow(&sc.o, T*vd)
 	MatMulMulti(g.Pool, [][]float32{proj, z, b, a}, []*kernels.Matrix{w.QKV, w.Z, w.B, w.A}, u, T)
 	sc.Prof.MarkProducts(model.PhaseGDNProjections, w.QKV, w.Z, w.B, w.A)
+}
 
-	mc := Grow(&sc.conv, T*C)
-	CausalConv(g.Pool, C, g.Kernel, w.Conv, conv, proj, mc, T)
+// Recur runs the causal conv, the gated delta rule and the gated norm on
+// rows [r0, r0+n) of the last Project, consecutive tokens of the one
+// sequence whose conv window and recurrent state are conv and rec, leaving
+// their gated-normed outputs for Output.
+func (g *GDN) Recur(w *GDNWeights, conv, rec []float32, sc *GDNScratch, r0, n int) {
+	C, Hv, vd := g.Channels(), g.ValueHeads, g.ValueHeads*g.ValueDim
+	proj, mc := sc.proj[r0*C:(r0+n)*C], sc.conv[r0*C:(r0+n)*C]
+	CausalConv(g.Pool, C, g.Kernel, w.Conv, conv, proj, mc, n)
 	sc.Prof.Mark(model.PhaseGDNConv, int64(4*(len(conv)+len(w.Conv))))
 
-	o := Grow(&sc.o, T*vd)
+	z, o := sc.z[r0*vd:(r0+n)*vd], sc.o[r0*vd:(r0+n)*vd]
+	b, a := sc.b[r0*Hv:(r0+n)*Hv], sc.a[r0*Hv:(r0+n)*Hv]
 	sc.workers = WorkerSlots(sc.workers, g.Pool.Threads())
 	g.Pool.Parallel(Hv, func(worker, lo, hi int) {
-		g.heads(w, rec, &sc.workers[worker], mc, z, a, b, o, T, lo, hi)
+		g.heads(w, rec, &sc.workers[worker], mc, z, a, b, o, n, lo, hi)
 	})
 	sc.Prof.Mark(model.PhaseGDNHeads, int64(4*len(rec)))
-	MatMul(g.Pool, out, w.Out, o, T)
+}
+
+// Output computes out [T, H] from the T rows Recur left, over every row of
+// the last Project at once.
+func (g *GDN) Output(w *GDNWeights, sc *GDNScratch, out []float32, T int) {
+	MatMul(g.Pool, out, w.Out, sc.o[:T*g.ValueHeads*g.ValueDim], T)
 	sc.Prof.MarkProducts(model.PhaseGDNOut, w.Out)
 }
 

@@ -33,16 +33,45 @@ type attnWorker struct {
 // pos0…pos0+T−1. It first appends the chunk's keys and values to the cache,
 // then lets each token attend to the cache up to itself, so token t sees
 // the same keys in the same order whatever the chunking.
+//
+// It is attnProject, attnCore and attnOutput in turn. A batched decode step
+// calls them itself: the products over one row per sequence, so each weight
+// matrix is read once for the batch, and attnCore on each sequence's row
+// with that sequence's cache and position.
 func (m *Model) attnMixer(w *blocks.AttnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0 int, u, out []float32, T int) {
+	m.attnProject(w, sc, u, T)
+	m.attnCore(w, ls, sc, ws, pos0, 0, T)
+	m.attnOutput(w, sc, out, T)
+}
+
+// attnProject computes q (with its gate), k and v of the T rows of u
+// [T, H] into sc and sizes sc.o for T rows. The rows need not be one
+// sequence's: each row's products are the bits it gets alone (the kernels
+// contract that makes chunking invisible).
+func (m *Model) attnProject(w *blocks.AttnWeights, sc *attnScratch, u []float32, T int) {
 	c := &m.cfg
-	Hq, Hkv, Dh := c.NumHeads, c.NumKVHeads, c.HeadDim
-	kvd := c.kvDim()
-	half := c.RotaryDim / 2
-	q2 := blocks.Grow(&sc.q2, T*2*Hq*Dh)
+	qd, kvd := c.NumHeads*c.HeadDim, c.kvDim()
+	q2 := blocks.Grow(&sc.q2, T*2*qd)
 	k := blocks.Grow(&sc.k, T*kvd)
 	v := blocks.Grow(&sc.v, T*kvd)
+	blocks.Grow(&sc.o, T*qd)
 	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v}, []*kernels.Matrix{w.Q, w.K, w.V}, u, T)
 	sc.prof.MarkProducts(model.PhaseAttnProjections, w.Q, w.K, w.V)
+}
+
+// attnCore is the attention of rows [r0, r0+T) of the last attnProject,
+// the tokens at positions pos0…pos0+T−1 of the one sequence whose layer
+// state is ls, with ws.cos/sin holding those T tokens' RoPE tables: k_norm
+// and RoPE on its keys, which it appends to the cache with its values, then
+// each token's attention, gated, into its rows of sc.o.
+func (m *Model) attnCore(w *blocks.AttnWeights, ls *layerState, sc *attnScratch, ws *workspace, pos0, r0, T int) {
+	c := &m.cfg
+	Hkv, Dh := c.NumKVHeads, c.HeadDim
+	qd, kvd := c.NumHeads*Dh, c.kvDim()
+	half := c.RotaryDim / 2
+	q2 := sc.q2[r0*2*qd : (r0+T)*2*qd]
+	k, v := sc.k[r0*kvd:(r0+T)*kvd], sc.v[r0*kvd:(r0+T)*kvd]
+	o := sc.o[r0*qd : (r0+T)*qd]
 
 	// Keys are quantized after k_norm and RoPE, values as projected; a
 	// float32 cache takes the keys in place.
@@ -64,17 +93,21 @@ func (m *Model) attnMixer(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 		}
 	}
 
-	o := blocks.Grow(&sc.o, T*Hq*Dh)
 	sc.workers = blocks.WorkerSlots(sc.workers, m.pool.Threads())
 	if m.splitAttention(pos0+T, T) {
 		m.attnSplit(w, ls, sc, ws, pos0, q2, o)
 	} else {
-		m.parallelHeads(Hq, func(worker, lo, hi int) {
+		m.parallelHeads(c.NumHeads, func(worker, lo, hi int) {
 			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 		})
 	}
 	sc.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
-	blocks.MatMul(m.pool, out, w.O, o, T)
+}
+
+// attnOutput computes out [T, H] from the T rows attnCore left, over every
+// row of the last attnProject at once.
+func (m *Model) attnOutput(w *blocks.AttnWeights, sc *attnScratch, out []float32, T int) {
+	blocks.MatMul(m.pool, out, w.O, sc.o[:T*m.cfg.NumHeads*m.cfg.HeadDim], T)
 	sc.prof.MarkProducts(model.PhaseAttnOut, w.O)
 }
 

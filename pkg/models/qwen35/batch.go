@@ -11,8 +11,8 @@ import (
 // any State of the batch, so a state stepped alone between batches keeps
 // its own scratch and a batch never leans on one member's buffers. Its
 // [N, …] buffers are those of a pass as long as the largest batch so far
-// (Config.ScratchBytesPerToken × N); the mixers' buffers are one token's,
-// since each state's mixer runs alone.
+// (Config.ScratchBytesPerToken × N); the mixers' buffers, a pass's of
+// min(N, mixRows) tokens (Config.MixerScratchBytes bounds them).
 type batchScratch struct {
 	mu sync.Mutex // ForwardBatch calls take turns on the one workspace
 	ws workspace
@@ -25,10 +25,12 @@ type batchScratch struct {
 // Each row of logits and each state afterwards (KV, Gated DeltaNet conv
 // and recurrent state, length) is bitwise what m.Forward(states[i],
 // ids[i:i+1], row, false) gives, whatever the other states, their number
-// and their order: the row-batched products (norms, MoE block, dense MLP,
-// lm_head) give each row the bits it gets alone (the kernels contract that
-// makes chunking invisible), and each state's mixer (attention with its
-// own position's RoPE, or Gated DeltaNet) runs alone with one token.
+// and their order: the row-batched products (norms, the mixers' input and
+// output projections, MoE block, dense MLP, lm_head) give each row the bits
+// it gets alone (the kernels contract that makes chunking invisible), and
+// each state's part of its mixer (attention over its own KV cache with its
+// own position's RoPE, or the Gated DeltaNet conv and recurrence on its own
+// state) runs alone on its row, as in its one-token step.
 //
 // Arguments are all checked before anything changes. If the step fails
 // later (an expert that cannot be read), every state of the batch is left
@@ -158,24 +160,38 @@ func (m *Model) forwardBatch(ws *workspace, states []*State, ids []int, out []fl
 	return nil
 }
 
-// batchMixers runs layer l's mixer for each state of the batch on its own
-// row, alone with one token: the mixers hold per-sequence state (the KV
-// cache, the conv window and recurrent matrix), and a one-token call is
-// what the state's own decode step makes. Attention reads the row's RoPE
-// tables, built for the state's position.
+// batchMixers runs layer l's mixer over the batch, row i being states[i]'s
+// token: the input and output projections over all N rows at once, so each
+// projection matrix is read once per step rather than once per state, and
+// between them each state's own part (attention with its KV cache at its
+// position, whose RoPE tables are row i's; or the Gated DeltaNet conv and
+// recurrence with its conv window and recurrent state) on its row alone,
+// what its one-token step runs. Rows go in pieces of at most mixRows, which
+// bounds the mixer scratch as in a pass.
 func (m *Model) batchMixers(l int, ws *workspace, states []*State, u, mix []float32) {
 	ly, H, half := &m.layers[l], m.cfg.HiddenSize, m.cfg.RotaryDim/2
-	cos, sin := ws.cos, ws.sin // every row's tables; attnMixer reads ws.cos/sin of its one token
+	cos, sin := ws.cos, ws.sin // every row's tables; attnCore reads ws.cos/sin of its one token
 	defer func() { ws.cos, ws.sin = cos, sin }()
-	for i, st := range states {
-		u0, mix0 := u[i*H:(i+1)*H], mix[i*H:(i+1)*H]
-		ls := &st.layers[l]
+	for o := 0; o < len(states); o += mixRows {
+		piece := states[o:min(o+mixRows, len(states))]
+		n := len(piece)
+		u0, mix0 := u[o*H:(o+n)*H], mix[o*H:(o+n)*H]
 		switch ly.kind {
 		case LinearAttention:
-			m.gdn.Mixer(ly.gdn, ls.conv, ls.rec, &ws.gdn, u0, mix0, 1)
+			m.gdn.Project(ly.gdn, &ws.gdn, u0, n)
+			for i, st := range piece {
+				ls := &st.layers[l]
+				m.gdn.Recur(ly.gdn, ls.conv, ls.rec, &ws.gdn, i, 1)
+			}
+			m.gdn.Output(ly.gdn, &ws.gdn, mix0, n)
 		case FullAttention:
-			ws.cos, ws.sin = cos[i*half:(i+1)*half], sin[i*half:(i+1)*half]
-			m.attnMixer(ly.attn, ls, &ws.attn, ws, st.pos, u0, mix0, 1)
+			m.attnProject(ly.attn, &ws.attn, u0, n)
+			for i, st := range piece {
+				r := o + i
+				ws.cos, ws.sin = cos[r*half:(r+1)*half], sin[r*half:(r+1)*half]
+				m.attnCore(ly.attn, &st.layers[l], &ws.attn, ws, st.pos, i, 1)
+			}
+			m.attnOutput(ly.attn, &ws.attn, mix0, n)
 		}
 	}
 }

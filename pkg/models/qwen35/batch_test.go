@@ -510,3 +510,38 @@ func TestForwardBatchTaps(t *testing.T) {
 		assertSameState(t, batched[i], alone[i])
 	}
 }
+
+// TestForwardBatchMixerPaths reaches the batched mixers' paths the
+// schedules above do not: the long-context split of attention (forced on)
+// for rows past the first of the batch's projections, on several threads,
+// and a batch of more than mixRows states, whose mixers run in pieces.
+func TestForwardBatchMixerPaths(t *testing.T) {
+	models := map[string]batchModel{}
+	for _, bm := range batchModels() {
+		models[bm.name] = bm
+	}
+	t.Run("split attention", func(t *testing.T) {
+		defer func(v bool) { splitAttentionAlways = v }(splitAttentionAlways)
+		splitAttentionAlways = true
+		for _, name := range []string{"moe-groups-3-threads", "dense-2-threads"} {
+			t.Run(name, func(t *testing.T) {
+				m := models[name].open(t)
+				prompts := [][]int{promptOf(0, 3, m.Config().VocabSize), promptOf(1, 6, m.Config().VocabSize), promptOf(2, 1, m.Config().VocabSize)}
+				runSchedule(t, m, prompts, []int{KVInt8, KVFloat32, KVBF16}, []batchStep{
+					{batch: []int{2, 0, 1}}, {alone: []int{1}, batch: []int{0, 1, 2}}, {batch: []int{1, 2}},
+				})
+			})
+		}
+	})
+	t.Run("more than mixRows states", func(t *testing.T) {
+		m := models["moe-groups-3-threads"].open(t)
+		N := mixRows + 3
+		prompts := make([][]int, N)
+		all, reversed := make([]int, N), make([]int, N)
+		for i := range prompts {
+			prompts[i] = promptOf(i, 1+i%3, m.Config().VocabSize)
+			all[i], reversed[N-1-i] = i, i
+		}
+		runSchedule(t, m, prompts, []int{KVFloat32, KVInt8}, []batchStep{{batch: all}, {batch: reversed}})
+	})
+}
