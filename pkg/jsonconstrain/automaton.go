@@ -151,9 +151,10 @@ func (m *machine) startValue(parent int32, n *node, depth uint8, b byte) int32 {
 	}
 	child := frame{node: n, parent: parent, depth: depth}
 	switch {
-	case b == '{' && n.types&tObject != 0 && int(depth) < m.opts.MaxDepth:
+	case b == '{' && n.types&tObject != 0 && int(depth)+1+int(n.objDeep) <= m.opts.MaxDepth:
 		child.kind, child.phase, child.depth, child.cur = kObject, oStart, depth+1, -1
-	case b == '[' && n.types&tArray != 0 && int(depth) < m.opts.MaxDepth:
+		m.dropTooDeep(&child)
+	case b == '[' && n.types&tArray != 0 && int(depth)+1+int(n.arrDeep) <= m.opts.MaxDepth:
 		child.kind, child.phase, child.depth = kArray, aStart, depth+1
 	case b == '"' && n.types&tString != 0:
 		child.kind, child.phase = kString, sNormal
@@ -168,6 +169,31 @@ func (m *machine) startValue(parent int32, n *node, depth uint8, b byte) int32 {
 		return -1
 	}
 	return m.push(child)
+}
+
+// dropTooDeep rules out, in a new object frame, the optional properties
+// (marking them seen) and extra keys (using up their count) whose values
+// could not close within MaxDepth; only recursive schemas have any.
+func (m *machine) dropTooDeep(fr *frame) {
+	n := fr.node
+	room := m.opts.MaxDepth - int(fr.depth)
+	if int(n.propDeep) <= room {
+		return
+	}
+	for i, p := range n.props {
+		if int(p.minDeep) > room {
+			fr.seen |= 1 << i
+		}
+	}
+	if n.extra != nil && int(n.extra.minDeep) > room {
+		fr.extra = int32(n.maxExtra)
+	}
+}
+
+// fits reports whether a value of n can start, and close, inside a
+// container whose frame has depth depth.
+func (m *machine) fits(n *node, depth uint8) bool {
+	return int(depth)+int(n.minDeep) <= m.opts.MaxDepth
 }
 
 func (m *machine) startLiteral(parent int32, n *node, b byte) int32 {
@@ -395,13 +421,13 @@ func (m *machine) array(fr frame, b byte) int32 {
 		if b == ']' && n.minItems == 0 {
 			return m.complete(fr.parent)
 		}
-		if n.maxItems == 0 {
+		if n.maxItems == 0 || !m.fits(n.items, fr.depth) {
 			return -1
 		}
 	case aComma:
 	case pAfter:
 		switch {
-		case b == ',' && int(fr.lo) < n.maxItems:
+		case b == ',' && int(fr.lo) < n.maxItems && m.fits(n.items, fr.depth):
 			fr.phase, fr.ws = aComma, 0
 			return m.push(fr)
 		case b == ']' && int(fr.lo) >= n.minItems:

@@ -93,7 +93,19 @@ type node struct {
 	// different bytes: first[b] is the index into alts plus one, 0 for none.
 	alts  []*node
 	first *[256]uint8
+
+	// Nesting a value needs below the frame it opens, so that the
+	// automaton never opens a container it cannot close within
+	// Options.MaxDepth (recursive $ref schemas can require any depth).
+	// Zero, the default, suits nodes without required containers.
+	objDeep  uint16 // levels an object of this node needs below itself
+	arrDeep  uint16 // the same for an array
+	minDeep  uint16 // levels the shallowest value of this node needs
+	propDeep uint16 // the most any property or extra value needs
 }
+
+// noInstance is a depth no document reaches: the node has no finite value.
+const noInstance = 1 << 14
 
 var (
 	boolNode = &node{types: tBoolean, lits: []string{"false", "true"}}
@@ -158,7 +170,11 @@ var supported = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "minLength": true,
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
+	"$ref": true, "$defs": true, "definitions": true,
 }
+
+// containers hold subschemas for $ref and constrain nothing themselves.
+var containers = map[string]bool{"$defs": true, "definitions": true}
 
 // Compile compiles a JSON Schema with DefaultOptions.
 func Compile(schema json.RawMessage) (*Schema, error) {
@@ -177,10 +193,15 @@ func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
 	if err := json.Unmarshal(schema, &probe); err != nil {
 		return nil, &SchemaError{[]Problem{{Message: "schema is not JSON: " + err.Error()}}}
 	}
-	c := &compiler{opts: opts}
+	c := &compiler{opts: opts, root: schema, refs: map[string]*refTarget{}}
 	root := c.node(schema, "", 0)
 	if len(c.problems) > 0 {
 		return nil, &SchemaError{c.problems}
+	}
+	c.fillAliases()
+	settleDepths(root)
+	if int(root.minDeep) > opts.MaxDepth {
+		return nil, &SchemaError{[]Problem{{Message: fmt.Sprintf("schema has no instance nested less than %d levels deep (a required property or minItems recurses without end?)", opts.MaxDepth+1)}}}
 	}
 	return &Schema{root: root, opts: opts}, nil
 }
@@ -216,6 +237,25 @@ type compiler struct {
 	opts     Options
 	nodes    int
 	problems []Problem
+
+	root json.RawMessage
+	refs map[string]*refTarget // by the pointer $ref names
+	// levels counts the objects and arrays the subschema being compiled
+	// sits in, so that a $ref back to a target still being compiled can
+	// tell recursion through a container from a loop with none.
+	levels int
+}
+
+// refTarget is a subschema named by $ref. Each is compiled once; a $ref
+// met while it compiles gets its node before the node is filled in.
+type refTarget struct {
+	n      *node
+	levels int // c.levels when its compilation began
+	busy   bool
+	// aliasOf is a target still compiling whose node this one's target
+	// turned out to be ({"$ref": …} and nothing else); its content is
+	// copied once everything has compiled.
+	aliasOf *refTarget
 }
 
 func (c *compiler) fail(ptr, keyword, format string, args ...any) {
@@ -270,6 +310,12 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 	}
 	if bad {
 		return nil
+	}
+	for k := range containers {
+		delete(kw, k)
+	}
+	if ref, ok := kw["$ref"]; ok {
+		return c.ref(ref, kw, ptr)
 	}
 	if alts, ok := kw["anyOf"]; ok {
 		return c.anyOf(alts, kw, ptr, depth)
@@ -334,6 +380,8 @@ func (c *compiler) nonNegative(kw map[string]json.RawMessage, key, ptr string) (
 }
 
 func (c *compiler) object(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
+	c.levels++
+	defer func() { c.levels-- }()
 	n.extra, n.maxExtra = anyNode(c.opts), c.opts.MaxExtraProperties
 	if raw, ok := kw["additionalProperties"]; ok {
 		if string(bytes.Trim(raw, jsonSpace)) == "false" {
@@ -402,6 +450,8 @@ func plainKey(name string) bool {
 }
 
 func (c *compiler) array(n *node, kw map[string]json.RawMessage, ptr string, depth int) {
+	c.levels++
+	defer func() { c.levels-- }()
 	n.items = anyNode(c.opts)
 	if raw, ok := kw["items"]; ok {
 		if t := bytes.Trim(raw, jsonSpace); len(t) > 0 && t[0] == '[' {
@@ -598,3 +648,186 @@ func startsWith(n *node, b byte) bool {
 
 // jsonSpace is the whitespace JSON allows between tokens.
 const jsonSpace = " \t\n\r"
+
+// ref compiles a local $ref ("#" or "#/json/pointer") to the node of its
+// target, shared by every $ref that names it.
+//
+// A recursive schema becomes a cyclic graph of nodes rather than being
+// unrolled: the automaton already follows node pointers lazily as it
+// reads, and bounds nesting at run time by Options.MaxDepth. What a cycle
+// adds is containers that must open below others (a required recursive
+// property), so settleDepths computes how deep each node's values must
+// nest, and the automaton refuses to open a container, or to start a
+// property or element, that could not be closed within MaxDepth. Unrolling
+// would instead copy each definition once per level, MaxDepth times.
+func (c *compiler) ref(raw json.RawMessage, kw map[string]json.RawMessage, ptr string) *node {
+	for k := range kw {
+		if k != "$ref" && !annotations[k] {
+			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside $ref (wrap them in allOf)", k)
+			return nil
+		}
+	}
+	var ref string
+	if json.Unmarshal(raw, &ref) != nil {
+		c.fail(pointer(ptr, "$ref"), "$ref", "$ref must be a string")
+		return nil
+	}
+	if ref != "#" && !strings.HasPrefix(ref, "#/") {
+		c.fail(pointer(ptr, "$ref"), "$ref", "unsupported schema keyword \"$ref\" to %q: only local references (\"#\", \"#/$defs/Name\") are supported", ref)
+		return nil
+	}
+	at, target, err := resolvePointer(c.root, ref[1:])
+	if err != "" {
+		c.fail(pointer(ptr, "$ref"), "$ref", "$ref %q: %s", ref, err)
+		return nil
+	}
+	if t, ok := c.refs[at]; ok {
+		if t.busy && t.levels == c.levels {
+			c.fail(pointer(ptr, "$ref"), "$ref", "$ref %q refers back to itself without an object or array between", ref)
+			return nil
+		}
+		return t.n
+	}
+	t := &refTarget{n: &node{}, levels: c.levels, busy: true}
+	c.refs[at] = t
+	saved := c.levels
+	n := c.node(target, at, 0)
+	c.levels = saved
+	t.busy = false
+	if n == nil {
+		return nil
+	}
+	for _, other := range c.refs {
+		if other.n == n && other.busy {
+			t.aliasOf = other
+			return t.n
+		}
+	}
+	*t.n = *n
+	return t.n
+}
+
+// fillAliases copies into each alias target the node it stands for, now
+// that every target has compiled.
+func (c *compiler) fillAliases() {
+	for _, t := range c.refs {
+		from := t
+		for from.aliasOf != nil {
+			from = from.aliasOf
+		}
+		if from != t {
+			*t.n = *from.n
+		}
+	}
+}
+
+// resolvePointer finds the subschema at an RFC 6901 pointer (already
+// without its "#") in doc, and returns the pointer in the canonical form
+// problems use.
+func resolvePointer(doc json.RawMessage, ptr string) (string, json.RawMessage, string) {
+	if ptr == "" {
+		return "", doc, ""
+	}
+	cur, at := doc, ""
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		if strings.Contains(tok, "%") {
+			return "", nil, "percent-encoded pointers are not supported"
+		}
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		var obj map[string]json.RawMessage
+		var arr []json.RawMessage
+		switch {
+		case json.Unmarshal(cur, &obj) == nil && obj != nil:
+			next, ok := obj[tok]
+			if !ok {
+				return "", nil, "no such subschema"
+			}
+			cur = next
+		case json.Unmarshal(cur, &arr) == nil:
+			var i int
+			if _, err := fmt.Sscanf(tok, "%d", &i); err != nil || i < 0 || i >= len(arr) || fmt.Sprint(i) != tok {
+				return "", nil, "no such subschema"
+			}
+			cur = arr[i]
+		default:
+			return "", nil, "no such subschema"
+		}
+		at = pointer(at, tok)
+	}
+	return at, cur, ""
+}
+
+// settleDepths computes the depth fields of every node reachable from
+// root: the least fixed point of the nesting each value needs, found by
+// iterating from "no instance" down until nothing changes.
+func settleDepths(root *node) {
+	var all []*node
+	seen := map[*node]bool{}
+	var visit func(n *node)
+	visit = func(n *node) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		all = append(all, n)
+		for _, p := range n.props {
+			visit(p)
+		}
+		visit(n.extra)
+		visit(n.items)
+		for _, a := range n.alts {
+			visit(a)
+		}
+	}
+	visit(root)
+	for _, n := range all {
+		n.objDeep, n.arrDeep, n.minDeep, n.propDeep = noInstance, noInstance, noInstance, noInstance
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, n := range all {
+			obj, arr, least, props := nodeDepths(n)
+			if obj != n.objDeep || arr != n.arrDeep || least != n.minDeep || props != n.propDeep {
+				n.objDeep, n.arrDeep, n.minDeep, n.propDeep = obj, arr, least, props
+				changed = true
+			}
+		}
+	}
+}
+
+// nodeDepths computes n's depth fields from its children's current ones.
+func nodeDepths(n *node) (obj, arr, least, props uint16) {
+	if n.lits != nil {
+		return 0, 0, 0, 0 // literals are matched byte by byte, without frames
+	}
+	if n.alts != nil {
+		least = noInstance
+		for _, a := range n.alts {
+			least = min(least, a.minDeep)
+		}
+		return 0, 0, least, 0
+	}
+	for i, p := range n.props {
+		props = max(props, p.minDeep)
+		if n.required&(1<<i) != 0 {
+			obj = max(obj, p.minDeep)
+		}
+	}
+	if n.extra != nil {
+		props = max(props, n.extra.minDeep)
+	}
+	if n.minItems > 0 && n.items != nil {
+		arr = n.items.minDeep
+	}
+	least = noInstance
+	if n.types&^(tObject|tArray) != 0 {
+		least = 0
+	}
+	if n.types&tObject != 0 && obj < noInstance {
+		least = min(least, obj+1)
+	}
+	if n.types&tArray != 0 && arr < noInstance {
+		least = min(least, arr+1)
+	}
+	return min(obj, noInstance), min(arr, noInstance), least, min(props, noInstance)
+}

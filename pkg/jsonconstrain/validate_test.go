@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/big"
 	"reflect"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -13,6 +15,13 @@ import (
 // JSON Schema semantics of the keywords the package supports, independently
 // of the compiler: the tests judge the automaton by it.
 func validate(schema, v any) error {
+	return validator{root: schema}.check(schema, v)
+}
+
+// validator resolves local $refs against the root schema.
+type validator struct{ root any }
+
+func (vd validator) check(schema, v any) error {
 	switch s := schema.(type) {
 	case bool:
 		if !s {
@@ -20,12 +29,41 @@ func validate(schema, v any) error {
 		}
 		return nil
 	case map[string]any:
-		return validateObject(s, v)
+		return vd.validateObject(s, v)
 	}
 	return fmt.Errorf("schema is %T", schema)
 }
 
-func validateObject(s map[string]any, v any) error {
+// resolve follows a local JSON pointer ("#", "#/$defs/A") from the root.
+func (vd validator) resolve(ref string) any {
+	cur := vd.root
+	if ref == "#" {
+		return cur
+	}
+	for _, tok := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[tok]
+		case []any:
+			i, _ := strconv.Atoi(tok)
+			cur = c[i]
+		}
+	}
+	return cur
+}
+
+func (vd validator) validateObject(s map[string]any, v any) error {
+	if ref, ok := s["$ref"]; ok {
+		if err := vd.check(vd.resolve(ref.(string)), v); err != nil {
+			return fmt.Errorf("$ref %s: %w", ref, err)
+		}
+	}
+	for i, sub := range asSlice(s["allOf"]) {
+		if err := vd.check(sub, v); err != nil {
+			return fmt.Errorf("allOf/%d: %w", i, err)
+		}
+	}
 	if t, ok := s["type"]; ok && !typeMatches(t, v) {
 		return fmt.Errorf("%v is not of type %v", v, t)
 	}
@@ -44,7 +82,7 @@ func validateObject(s map[string]any, v any) error {
 	if alts, ok := s["anyOf"]; ok {
 		n := 0
 		for _, a := range alts.([]any) {
-			if validate(a, v) == nil {
+			if vd.check(a, v) == nil {
 				n++
 			}
 		}
@@ -54,7 +92,7 @@ func validateObject(s map[string]any, v any) error {
 	}
 	switch x := v.(type) {
 	case map[string]any:
-		return validateProperties(s, x)
+		return vd.validateProperties(s, x)
 	case []any:
 		if lo, ok := s["minItems"]; ok && float64(len(x)) < num(lo) {
 			return fmt.Errorf("%d items < minItems", len(x))
@@ -62,11 +100,16 @@ func validateObject(s map[string]any, v any) error {
 		if hi, ok := s["maxItems"]; ok && float64(len(x)) > num(hi) {
 			return fmt.Errorf("%d items > maxItems", len(x))
 		}
-		if items, ok := s["items"]; ok {
-			for i, e := range x {
-				if err := validate(items, e); err != nil {
-					return fmt.Errorf("[%d]: %w", i, err)
-				}
+		prefix := asSlice(s["prefixItems"])
+		for i, e := range x {
+			sub, ok := s["items"]
+			if i < len(prefix) {
+				sub = prefix[i]
+			} else if !ok {
+				continue
+			}
+			if err := vd.check(sub, e); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
 			}
 		}
 	case string:
@@ -77,11 +120,48 @@ func validateObject(s map[string]any, v any) error {
 		if hi, ok := s["maxLength"]; ok && n > num(hi) {
 			return fmt.Errorf("%q longer than maxLength", x)
 		}
+	case json.Number:
+		return checkBounds(s, x)
 	}
 	return nil
 }
 
-func validateProperties(s map[string]any, x map[string]any) error {
+// checkBounds compares exactly, in rationals, so that no float rounding
+// hides an instance just outside a bound.
+func checkBounds(s map[string]any, x json.Number) error {
+	val, ok := new(big.Rat).SetString(string(x))
+	if !ok {
+		return fmt.Errorf("number %s does not parse", x)
+	}
+	bound := func(key string) (*big.Rat, bool) {
+		b, ok := s[key].(json.Number)
+		if !ok {
+			return nil, false
+		}
+		r, ok := new(big.Rat).SetString(string(b))
+		return r, ok
+	}
+	exclusive := func(key string) bool { b, _ := s[key].(bool); return b }
+	if lo, ok := bound("minimum"); ok {
+		if c := val.Cmp(lo); c < 0 || c == 0 && exclusive("exclusiveMinimum") {
+			return fmt.Errorf("%s under minimum %s", x, lo.RatString())
+		}
+	}
+	if hi, ok := bound("maximum"); ok {
+		if c := val.Cmp(hi); c > 0 || c == 0 && exclusive("exclusiveMaximum") {
+			return fmt.Errorf("%s over maximum %s", x, hi.RatString())
+		}
+	}
+	if lo, ok := bound("exclusiveMinimum"); ok && val.Cmp(lo) <= 0 {
+		return fmt.Errorf("%s not over exclusiveMinimum %s", x, lo.RatString())
+	}
+	if hi, ok := bound("exclusiveMaximum"); ok && val.Cmp(hi) >= 0 {
+		return fmt.Errorf("%s not under exclusiveMaximum %s", x, hi.RatString())
+	}
+	return nil
+}
+
+func (vd validator) validateProperties(s map[string]any, x map[string]any) error {
 	props, _ := s["properties"].(map[string]any)
 	for _, r := range asSlice(s["required"]) {
 		if _, ok := x[r.(string)]; !ok {
@@ -96,7 +176,7 @@ func validateProperties(s map[string]any, x map[string]any) error {
 				sub = true
 			}
 		}
-		if err := validate(sub, e); err != nil {
+		if err := vd.check(sub, e); err != nil {
 			return fmt.Errorf(".%s: %w", k, err)
 		}
 	}

@@ -1,0 +1,135 @@
+package jsonconstrain
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The keywords of issue #40 item 1, each compiled or refused by name.
+func TestCompileGrownSubset(t *testing.T) {
+	tests := []struct {
+		name    string
+		schema  string
+		keyword string // the keyword a refusal names; "" compiles
+		want    string // a substring of the error
+	}{
+		{"ref to $defs", `{"$defs":{"A":{"type":"string"}},"type":"object","properties":{"a":{"$ref":"#/$defs/A"}}}`, "", ""},
+		{"ref to definitions", `{"definitions":{"A":{"type":"integer"}},"items":{"$ref":"#/definitions/A"}}`, "", ""},
+		{"ref to the root", `{"type":"object","properties":{"child":{"$ref":"#"}}}`, "", ""},
+		{"ref alias chain", `{"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"type":"null"}},"$ref":"#/$defs/A"}`, "", ""},
+		{"ref alias back into a recursion", `{"$defs":{"X":{"type":"object","properties":{"a":{"$ref":"#/$defs/Y"}}},"Y":{"$ref":"#/$defs/X"}},"$ref":"#/$defs/X"}`, "", ""},
+		{"ref with annotations", `{"$defs":{"A":{}},"properties":{"a":{"$ref":"#/$defs/A","description":"d","default":null}}}`, "", ""},
+		{"unreferenced defs are not compiled", `{"$defs":{"A":{"pattern":"x"}},"type":"string"}`, "", ""},
+		{"ref remote", `{"$ref":"https://example.com/s.json"}`, "$ref", `only local references`},
+		{"ref anchor", `{"$ref":"#foo"}`, "$ref", `only local references`},
+		{"ref missing", `{"$ref":"#/$defs/Nope"}`, "$ref", `"#/$defs/Nope": no such subschema at /$ref`},
+		{"ref not a string", `{"$ref":1}`, "$ref", `$ref must be a string`},
+		{"ref beside type", `{"$defs":{"A":{}},"$ref":"#/$defs/A","type":"object"}`, "type", `"type" beside $ref`},
+		{"ref loop without a container", `{"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"$ref":"#/$defs/A"}},"$ref":"#/$defs/A"}`, "$ref", "refers back to itself"},
+		{"ref to itself", `{"$ref":"#"}`, "$ref", "refers back to itself"},
+		{"ref problem named at the target", `{"$defs":{"A":{"pattern":"x"}},"$ref":"#/$defs/A"}`, "pattern", `unsupported schema keyword "pattern" at /$defs/A/pattern`},
+		{"required recursion has no instance", `{"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]}`, "", "no instance nested less than 33 levels"},
+		{"minItems recursion has no instance", `{"type":"array","items":{"$ref":"#"},"minItems":1}`, "", "no instance nested"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compile(json.RawMessage(tc.schema))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Compile: %v", err)
+				}
+				return
+			}
+			var se *SchemaError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Compile = %v, want …%s", err, tc.want)
+			}
+			if tc.keyword != "" && se.Problems[0].Keyword != tc.keyword {
+				t.Fatalf("problem names keyword %q, want %q", se.Problems[0].Keyword, tc.keyword)
+			}
+		})
+	}
+}
+
+func readSchema(t *testing.T, name string) string {
+	b, err := os.ReadFile("testdata/schemas/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// grownSchemas exercise the keywords of #40 item 1 in random walks.
+func grownSchemas(t *testing.T) []string {
+	return []string{
+		readSchema(t, "pydantic_person.json"),
+		`{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"],"additionalProperties":false}`,
+		`{"$defs":{"T":{"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#/$defs/T"},"minItems":1,"maxItems":2}]}},"$ref":"#/$defs/T"}`,
+		`{"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"additionalProperties":{"$ref":"#/$defs/N"}}},"$ref":"#/$defs/N"}`,
+	}
+}
+
+// Random walks through the fixture vocabulary under each grown schema, at
+// two depth limits: no dead end (the depth bookkeeping never lets a walk
+// open what it cannot close), and every document validates.
+func TestRandomWalksGrownSubset(t *testing.T) {
+	m, ends := fixtureMasker(t)
+	tok := fixtureTokenizer(t)
+	endSet := map[int]bool{ends[0]: true, ends[1]: true}
+	walks := 30
+	if testing.Short() {
+		walks = 5
+	}
+	shallow := smallOptions
+	shallow.MaxKeyBytes = 16 // Pydantic's property names
+	deeper := shallow
+	deeper.MaxDepth = 5
+	for oi, opts := range []Options{shallow, deeper} {
+		for si, schemaJSON := range grownSchemas(t) {
+			s, err := CompileWithOptions([]byte(schemaJSON), opts)
+			if err != nil {
+				t.Fatalf("schema %d: %v", si, err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(si), uint64(oi)))
+			for w := 0; w < walks; w++ {
+				doc := randomWalk(t, m, tok, s, rng, endSet, w%5 == 0)
+				if w < 2 {
+					t.Logf("depth %d schema %d walk %d: %s", opts.MaxDepth, si, w, doc)
+				}
+				checkDocument(t, schemaJSON, doc)
+			}
+		}
+	}
+}
+
+// Documents fed byte by byte: the valid ones are accepted whole, the
+// invalid ones stop at the named byte.
+func TestGrownSubsetDocuments(t *testing.T) {
+	person := readSchema(t, "pydantic_person.json")
+	tests := []struct {
+		name, schema, doc string
+		ok                bool
+	}{
+		{"pydantic nested", person, `{"name":"a","age":1,"address":{"street":"s","city":"c","zip":null},"friends":[{"name":"b","age":2,"address":{"street":"t","city":"d"}}]}`, true},
+		{"pydantic missing nested required", person, `{"name":"a","age":1,"address":{"street":"s"}}`, false},
+		{"pydantic wrong friend", person, `{"name":"a","age":1,"address":{"street":"s","city":"c"},"friends":[1]}`, false},
+		{"recursion to the depth limit", `{"type":"array","items":{"$ref":"#"}}`, strings.Repeat("[", 32) + strings.Repeat("]", 32), true},
+		{"recursion past the depth limit", `{"type":"array","items":{"$ref":"#"}}`, strings.Repeat("[", 33) + strings.Repeat("]", 33), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := mustCompile(t, tc.schema).Start()
+			ok := st.AcceptBytes([]byte(tc.doc)) && st.Done()
+			if ok != tc.ok {
+				t.Fatalf("accepted %v, want %v", ok, tc.ok)
+			}
+			if ok {
+				checkDocument(t, tc.schema, []byte(tc.doc))
+			}
+		})
+	}
+}
