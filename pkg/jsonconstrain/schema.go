@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"sort"
 	"strings"
 )
@@ -324,15 +325,14 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 	if t, ok := kw["type"]; ok {
 		n.types = c.types(t, pointer(ptr, "type"))
 	}
-	if _, ok := kw["enum"]; ok {
-		return c.literals(n, kw, ptr)
-	}
-	if _, ok := kw["const"]; ok {
-		return c.literals(n, kw, ptr)
-	}
 	c.object(n, kw, ptr, depth)
 	c.array(n, kw, ptr, depth)
 	c.strings(n, kw, ptr)
+	_, isEnum := kw["enum"]
+	_, isConst := kw["const"]
+	if isEnum || isConst {
+		return c.literals(n, kw, ptr)
+	}
 	return n
 }
 
@@ -489,14 +489,14 @@ func (c *compiler) strings(n *node, kw map[string]json.RawMessage, ptr string) {
 	n.minLen, n.maxLen = lo, hi
 }
 
-// literals compiles enum or const (with at most type beside them) into
-// the sorted compact encodings of the allowed values.
+// literals compiles enum and const into the sorted compact encodings of
+// the values allowed. The other keywords beside them have compiled into n;
+// a value they refuse can never validate, so it is dropped, and so is a
+// const outside the enum. n's automaton decides, so a value is kept only
+// if nvmai would accept it there anyway.
 func (c *compiler) literals(n *node, kw map[string]json.RawMessage, ptr string) *node {
-	for k := range kw {
-		if k != "type" && k != "enum" && k != "const" && !annotations[k] {
-			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside enum or const", k)
-			return nil
-		}
+	if len(c.problems) > 0 {
+		return nil
 	}
 	var values []json.RawMessage
 	if raw, ok := kw["enum"]; ok {
@@ -509,36 +509,48 @@ func (c *compiler) literals(n *node, kw map[string]json.RawMessage, ptr string) 
 			return nil
 		}
 	}
+	var constant []byte
 	if raw, ok := kw["const"]; ok {
-		if values != nil {
-			c.fail(pointer(ptr, "const"), "const", "const beside enum is not supported")
+		lit, err := compact(raw)
+		if err != nil || len(lit) > c.opts.MaxEnumBytes {
+			c.fail(pointer(ptr, "const"), "const", "value is not JSON or is over %d bytes", c.opts.MaxEnumBytes)
 			return nil
 		}
-		values = []json.RawMessage{raw}
+		constant = lit
+		if values == nil {
+			values = []json.RawMessage{raw}
+		}
 	}
+	check := &Schema{root: n, opts: c.opts}
 	seen := map[string]bool{}
+	var lits []string
 	for i, v := range values {
 		lit, err := compact(v)
 		if err != nil || len(lit) > c.opts.MaxEnumBytes {
 			c.fail(pointer(ptr, "enum", fmt.Sprint(i)), "enum", "value is not JSON or is over %d bytes", c.opts.MaxEnumBytes)
 			return nil
 		}
-		if typeOf(lit)&n.types == 0 || seen[string(lit)] {
-			continue // a value of another type can never validate
+		if seen[string(lit)] || constant != nil && !bytes.Equal(lit, constant) {
+			continue
+		}
+		if st := check.Start(); !st.AcceptBytes(lit) || !st.Done() {
+			continue // the keywords beside enum refuse it: it can never validate
 		}
 		seen[string(lit)] = true
-		n.lits = append(n.lits, string(lit))
+		lits = append(lits, string(lit))
 	}
-	if len(n.lits) == 0 {
-		c.fail(ptr, "enum", "no enum or const value has an allowed type")
+	if len(lits) == 0 {
+		c.fail(ptr, "enum", "no enum or const value satisfies the keywords beside it")
 		return nil
 	}
-	sort.Strings(n.lits)
-	return n
+	sort.Strings(lits)
+	return &node{types: n.types, lits: lits}
 }
 
-// compact re-encodes v the one way the automaton accepts it: no
-// whitespace, object keys sorted, HTML characters unescaped.
+// compact re-encodes v the one way the automaton accepts it, which is also
+// how values are compared: no whitespace, object keys sorted, HTML
+// characters unescaped, and numbers of integer value written as integers
+// (1.0 and 1e2 are the integers 1 and 100 to JSON Schema).
 func compact(v json.RawMessage) ([]byte, error) {
 	var x any
 	dec := json.NewDecoder(bytes.NewReader(v))
@@ -546,6 +558,10 @@ func compact(v json.RawMessage) ([]byte, error) {
 	if err := dec.Decode(&x); err != nil {
 		return nil, err
 	}
+	if dec.More() {
+		return nil, fmt.Errorf("trailing data")
+	}
+	x = canonicalNumbers(x)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -555,24 +571,37 @@ func compact(v json.RawMessage) ([]byte, error) {
 	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }
 
-// typeOf is the type set a compact literal belongs to.
-func typeOf(lit []byte) int {
-	switch lit[0] {
-	case '{':
-		return tObject
-	case '[':
-		return tArray
-	case '"':
-		return tString
-	case 't', 'f':
-		return tBoolean
-	case 'n':
-		return tNull
+// canonicalNumbers rewrites the integer-valued numbers in x as integers.
+func canonicalNumbers(x any) any {
+	switch v := x.(type) {
+	case json.Number:
+		s := string(v)
+		if !strings.ContainsAny(s, ".eE") {
+			if s == "-0" {
+				return json.Number("0")
+			}
+			return v
+		}
+		// A long literal or a large exponent would make a huge integer.
+		if len(s) > 32 || strings.ContainsAny(s, "eE") && len(s[strings.IndexAny(s, "eE")+1:]) > 3 {
+			return v
+		}
+		if r, ok := new(big.Rat).SetString(s); ok && r.IsInt() {
+			if i := r.Num(); i.BitLen() <= 256 {
+				return json.Number(i.String())
+			}
+		}
+		return v
+	case []any:
+		for i := range v {
+			v[i] = canonicalNumbers(v[i])
+		}
+	case map[string]any:
+		for k := range v {
+			v[k] = canonicalNumbers(v[k])
+		}
 	}
-	if bytes.ContainsAny(lit, ".eE") {
-		return tNumber
-	}
-	return tNumber | tInteger
+	return x
 }
 
 // anyOf compiles alternatives that the first byte of a value tells apart,

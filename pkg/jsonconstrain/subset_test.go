@@ -38,20 +38,71 @@ func TestCompileGrownSubset(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Compile(json.RawMessage(tc.schema))
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("Compile: %v", err)
+			checkCompile(t, err, tc.keyword, tc.want)
+		})
+	}
+}
+
+func checkCompile(t *testing.T, err error, keyword, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("Compile: %v", err)
+		}
+		return
+	}
+	var se *SchemaError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Compile = %v, want …%s", err, want)
+	}
+	if keyword != "" && se.Problems[0].Keyword != keyword {
+		t.Fatalf("problem names keyword %q, want %q", se.Problems[0].Keyword, keyword)
+	}
+}
+
+// enum and const hold any JSON value, anywhere, beside any other keyword,
+// and values compare canonically.
+func TestCompileLiterals(t *testing.T) {
+	tests := []struct {
+		name, schema string
+		accepts      []string // every value the compiled schema must allow
+		refuses      []string
+	}{
+		{"object const", `{"const":{"b":[1,{"c":null}],"a":"x"}}`, []string{`{"a":"x","b":[1,{"c":null}]}`}, []string{`{"b":[1,{"c":null}],"a":"x"}`}},
+		{"array enum in items", `{"type":"array","items":{"enum":[[1,2],{"k":true},"s"]}}`, []string{`[[1,2],{"k":true},"s"]`}, []string{`[[2,1]]`}},
+		{"const in a property", `{"type":"object","properties":{"v":{"const":3}},"required":["v"]}`, []string{`{"v":3}`}, []string{`{"v":4}`}},
+		{"const in anyOf", `{"anyOf":[{"const":"a"},{"type":"null"}]}`, []string{`"a"`, `null`}, []string{`"b"`}},
+		{"enum filtered by maxLength", `{"enum":["a","abc"],"maxLength":2}`, []string{`"a"`}, []string{`"abc"`}},
+		{"enum filtered by type", `{"type":"integer","enum":[1,"1",2.5]}`, []string{`1`}, []string{`"1"`, `2.5`}},
+		{"integer-valued number is an integer", `{"type":"integer","enum":[2.0,1e1]}`, []string{`2`, `10`}, []string{`2.0`}},
+		{"minus zero is zero", `{"const":-0}`, []string{`0`}, []string{`-0`}},
+		{"enum filtered by properties", `{"type":"object","properties":{"a":{"type":"string"}},"enum":[{"a":"x"},{"a":1}]}`, []string{`{"a":"x"}`}, []string{`{"a":1}`}},
+		{"const and enum intersect", `{"enum":["a","b"],"const":"b"}`, []string{`"b"`}, []string{`"a"`}},
+		{"enum dedups canonically", `{"enum":[1,1.0,{"a":1,"b":2},{"b":2,"a":1}]}`, []string{`1`, `{"a":1,"b":2}`}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustCompile(t, tc.schema)
+			for _, doc := range tc.accepts {
+				if st := s.Start(); !st.AcceptBytes([]byte(doc)) || !st.Done() {
+					t.Errorf("%s refused", doc)
 				}
-				return
+				checkDocument(t, tc.schema, []byte(doc))
 			}
-			var se *SchemaError
-			if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Compile = %v, want …%s", err, tc.want)
-			}
-			if tc.keyword != "" && se.Problems[0].Keyword != tc.keyword {
-				t.Fatalf("problem names keyword %q, want %q", se.Problems[0].Keyword, tc.keyword)
+			for _, doc := range tc.refuses {
+				if st := s.Start(); st.AcceptBytes([]byte(doc)) && st.Done() {
+					t.Errorf("%s accepted", doc)
+				}
 			}
 		})
+	}
+	for _, tc := range []struct{ schema, keyword, want string }{
+		{`{"const":"a","enum":["b"]}`, "enum", "no enum or const value satisfies"},
+		{`{"enum":[{"a":1}],"required":["b"]}`, "enum", "no enum or const value satisfies"},
+		{`{"enum":["x"],"pattern":"x"}`, "pattern", `unsupported schema keyword "pattern"`},
+	} {
+		_, err := Compile(json.RawMessage(tc.schema))
+		checkCompile(t, err, tc.keyword, tc.want)
 	}
 }
 
@@ -69,6 +120,7 @@ func grownSchemas(t *testing.T) []string {
 		readSchema(t, "pydantic_person.json"),
 		`{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"],"additionalProperties":false}`,
 		`{"$defs":{"T":{"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#/$defs/T"},"minItems":1,"maxItems":2}]}},"$ref":"#/$defs/T"}`,
+		`{"type":"array","items":{"enum":[{"k":[1,2]},"s",null,1.0,"toolong"],"maxLength":3},"maxItems":3}`,
 		`{"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"additionalProperties":{"$ref":"#/$defs/N"}}},"$ref":"#/$defs/N"}`,
 	}
 }

@@ -223,7 +223,43 @@ func typeMatches(t, v any) bool {
 	return false
 }
 
-func jsonEqual(a, b any) bool { return reflect.DeepEqual(a, b) }
+// jsonEqual is JSON Schema equality: numbers by value (1 == 1.0), objects
+// regardless of key order.
+func jsonEqual(a, b any) bool {
+	switch x := a.(type) {
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		rx, okx := new(big.Rat).SetString(string(x))
+		ry, oky := new(big.Rat).SetString(string(y))
+		return okx && oky && rx.Cmp(ry) == 0
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !jsonEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			if w, ok := y[k]; !ok || !jsonEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a, b)
+}
 
 func decode(t interface{ Fatalf(string, ...any) }, doc []byte) any {
 	var v any
