@@ -99,7 +99,7 @@ func (m *machine) step(top int32, b byte) int32 {
 		case kString:
 			return m.str(fr, b)
 		case kNumber:
-			if t := m.number(fr, b); t >= 0 || !numberComplete(fr.phase) {
+			if t := m.number(fr, b); t >= 0 || !numberDone(fr) {
 				return t
 			}
 		case kLiteral:
@@ -349,7 +349,28 @@ func numberComplete(phase uint8) bool {
 	return phase == nZero || phase == nInt || phase == nFrac || phase == nExpDigit
 }
 
+// numberDone reports whether the number read in fr is complete.
+func numberDone(fr frame) bool {
+	if d := fr.node.num; d != nil {
+		return d.accept[fr.lo]
+	}
+	return numberComplete(fr.phase)
+}
+
 func (m *machine) number(fr frame, b byte) int32 {
+	if d := fr.node.num; d != nil {
+		// The bounded DFA: fr.lo is its state; it counts bytes itself.
+		class := numClass(b)
+		if class < 0 {
+			return -1
+		}
+		next := d.next[fr.lo][class]
+		if next < 0 {
+			return -1
+		}
+		fr.lo = int32(next)
+		return m.push(fr)
+	}
 	digit := b >= '0' && b <= '9'
 	integer := fr.node.types&tNumber == 0
 	next := uint8(255)
@@ -552,7 +573,7 @@ func (m *machine) done(top int32) bool {
 	case kRoot:
 		return fr.phase == pAfter
 	case kNumber:
-		return numberComplete(fr.phase) && m.f[fr.parent].kind == kRoot
+		return numberDone(fr) && m.f[fr.parent].kind == kRoot
 	case kLiteral:
 		return len(fr.node.lits[fr.lo]) == int(fr.pos) && m.f[fr.parent].kind == kRoot
 	}

@@ -17,6 +17,9 @@ func FuzzCompile(f *testing.F) {
 	}
 	f.Add([]byte(`{"anyOf":[{"type":"string"},{"enum":[1,[2]]}]}`), []byte(`[2]`))
 	f.Add([]byte(`{"items":{"const":"x"},"maxItems":2}`), []byte(`["x","x"]`))
+	f.Add([]byte(`{"type":"integer","minimum":-20,"maximum":300}`), []byte(`-19`))
+	f.Add([]byte(`{"type":"number","exclusiveMinimum":0.5,"maximum":2}`), []byte(`0.51`))
+	f.Add([]byte(`{"properties":{"a":{"$ref":"#"}},"enum":[{"a":{}}]}`), []byte(`{"a":{}}`))
 	f.Add([]byte(`{"type":"object","properties":{"a":{"pattern":"x"}}}`), []byte(`{}`))
 	f.Fuzz(func(t *testing.T, schema, doc []byte) {
 		if len(schema) == 0 {
@@ -93,6 +96,9 @@ func FuzzWalk(f *testing.F) {
 		f.Add([]byte(s), uint64(i))
 	}
 	f.Add([]byte(`{"anyOf":[{"type":"object","required":["a"]},{"enum":[[1],"x"]}]}`), uint64(9))
+	f.Add([]byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":-5,"exclusiveMaximum":12}},"required":["n"]}`), uint64(10))
+	f.Add([]byte(`{"type":"number","minimum":0,"maximum":1}`), uint64(11))
+	f.Add([]byte(`{"$defs":{"T":{"type":"array","items":{"$ref":"#/$defs/T"}}},"$ref":"#/$defs/T"}`), uint64(12))
 	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
 		if len(schema) == 0 || len(schema) > 512 {
 			return

@@ -86,6 +86,9 @@ type node struct {
 	// strings, in Unicode code points
 	minLen, maxLen int
 
+	// num, when non-nil, reads numbers under bounds (numbers.go).
+	num *numberDFA
+
 	// lits, when non-nil, are the only values allowed, in compact form,
 	// sorted bytewise (enum, const, and the synthetic boolean/null nodes).
 	lits []string
@@ -172,6 +175,7 @@ var supported = map[string]bool{
 	"items": true, "minItems": true, "maxItems": true, "minLength": true,
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
+	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
 }
 
 // containers hold subschemas for $ref and constrain nothing themselves.
@@ -328,6 +332,7 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 	c.object(n, kw, ptr, depth)
 	c.array(n, kw, ptr, depth)
 	c.strings(n, kw, ptr)
+	c.compileBounds(n, kw, ptr)
 	_, isEnum := kw["enum"]
 	_, isConst := kw["const"]
 	if isEnum || isConst {

@@ -120,6 +120,8 @@ func grownSchemas(t *testing.T) []string {
 		readSchema(t, "pydantic_person.json"),
 		`{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},"required":["v"],"additionalProperties":false}`,
 		`{"$defs":{"T":{"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#/$defs/T"},"minItems":1,"maxItems":2}]}},"$ref":"#/$defs/T"}`,
+		`{"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},"p":{"type":"number","minimum":0,"maximum":1},"t":{"type":"integer","exclusiveMaximum":-7}},"required":["age","p","t"]}`,
+		`{"type":"array","items":{"type":"number","exclusiveMinimum":-2.5,"maximum":30,"minimum":-99}}`,
 		`{"type":"array","items":{"enum":[{"k":[1,2]},"s",null,1.0,"toolong"],"maxLength":3},"maxItems":3}`,
 		`{"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"additionalProperties":{"$ref":"#/$defs/N"}}},"$ref":"#/$defs/N"}`,
 	}
