@@ -176,6 +176,17 @@ var supported = map[string]bool{
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
+	"allOf": true,
+}
+
+// onlyAnnotationsBeside reports whether kw holds keyword and annotations.
+func onlyAnnotationsBeside(kw map[string]json.RawMessage, keyword string) bool {
+	for k := range kw {
+		if k != keyword && !annotations[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // containers hold subschemas for $ref and constrain nothing themselves.
@@ -243,8 +254,9 @@ type compiler struct {
 	nodes    int
 	problems []Problem
 
-	root json.RawMessage
-	refs map[string]*refTarget // by the pointer $ref names
+	root   json.RawMessage
+	refs   map[string]*refTarget // by the pointer $ref names
+	merged int                   // bytes of the schemas allOf merges have made
 	// levels counts the objects and arrays the subschema being compiled
 	// sits in, so that a $ref back to a target still being compiled can
 	// tell recursion through a container from a loop with none.
@@ -319,8 +331,12 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 	for k := range containers {
 		delete(kw, k)
 	}
+	_, hasAllOf := kw["allOf"]
+	if hasAllOf || kw["$ref"] != nil && !onlyAnnotationsBeside(kw, "$ref") {
+		return c.allOf(kw, ptr, depth)
+	}
 	if ref, ok := kw["$ref"]; ok {
-		return c.ref(ref, kw, ptr)
+		return c.ref(ref, ptr)
 	}
 	if alts, ok := kw["anyOf"]; ok {
 		return c.anyOf(alts, kw, ptr, depth)
@@ -694,13 +710,7 @@ const jsonSpace = " \t\n\r"
 // nest, and the automaton refuses to open a container, or to start a
 // property or element, that could not be closed within MaxDepth. Unrolling
 // would instead copy each definition once per level, MaxDepth times.
-func (c *compiler) ref(raw json.RawMessage, kw map[string]json.RawMessage, ptr string) *node {
-	for k := range kw {
-		if k != "$ref" && !annotations[k] {
-			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside $ref (wrap them in allOf)", k)
-			return nil
-		}
-	}
+func (c *compiler) ref(raw json.RawMessage, ptr string) *node {
 	var ref string
 	if json.Unmarshal(raw, &ref) != nil {
 		c.fail(pointer(ptr, "$ref"), "$ref", "$ref must be a string")

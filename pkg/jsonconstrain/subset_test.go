@@ -28,7 +28,7 @@ func TestCompileGrownSubset(t *testing.T) {
 		{"ref anchor", `{"$ref":"#foo"}`, "$ref", `only local references`},
 		{"ref missing", `{"$ref":"#/$defs/Nope"}`, "$ref", `"#/$defs/Nope": no such subschema at /$ref`},
 		{"ref not a string", `{"$ref":1}`, "$ref", `$ref must be a string`},
-		{"ref beside type", `{"$defs":{"A":{}},"$ref":"#/$defs/A","type":"object"}`, "type", `"type" beside $ref`},
+		{"ref beside type merges", `{"$defs":{"A":{}},"$ref":"#/$defs/A","type":"object"}`, "", ""},
 		{"ref loop without a container", `{"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"$ref":"#/$defs/A"}},"$ref":"#/$defs/A"}`, "$ref", "refers back to itself"},
 		{"ref to itself", `{"$ref":"#"}`, "$ref", "refers back to itself"},
 		{"ref problem named at the target", `{"$defs":{"A":{"pattern":"x"}},"$ref":"#/$defs/A"}`, "pattern", `unsupported schema keyword "pattern" at /$defs/A/pattern`},
@@ -122,6 +122,7 @@ func grownSchemas(t *testing.T) []string {
 		`{"$defs":{"T":{"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#/$defs/T"},"minItems":1,"maxItems":2}]}},"$ref":"#/$defs/T"}`,
 		`{"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},"p":{"type":"number","minimum":0,"maximum":1},"t":{"type":"integer","exclusiveMaximum":-7}},"required":["age","p","t"]}`,
 		`{"type":"array","items":{"type":"number","exclusiveMinimum":-2.5,"maximum":30,"minimum":-99}}`,
+		`{"allOf":[{"type":"object","properties":{"a":{"type":"integer","minimum":-3}},"required":["a"]},{"properties":{"a":{"maximum":40},"b":{"type":"string","maxLength":2}},"additionalProperties":false}]}`,
 		`{"type":"array","items":{"enum":[{"k":[1,2]},"s",null,1.0,"toolong"],"maxLength":3},"maxItems":3}`,
 		`{"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"additionalProperties":{"$ref":"#/$defs/N"}}},"$ref":"#/$defs/N"}`,
 	}
@@ -183,6 +184,62 @@ func TestGrownSubsetDocuments(t *testing.T) {
 			}
 			if ok {
 				checkDocument(t, tc.schema, []byte(tc.doc))
+			}
+		})
+	}
+}
+
+// allOf merges into one schema, or is refused naming what cannot merge.
+func TestCompileAllOf(t *testing.T) {
+	tests := []struct {
+		name, schema, keyword, want string
+		accepts, refuses            []string
+	}{
+		{name: "pydantic v1 field", schema: `{"$defs":{"A":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"type":"object","properties":{"a":{"allOf":[{"$ref":"#/$defs/A"}],"description":"an A"}},"required":["a"]}`,
+			accepts: []string{`{"a":{"x":1}}`}, refuses: []string{`{"a":{}}`, `{"a":{"x":"1"}}`}},
+		{name: "types intersect", schema: `{"allOf":[{"type":["integer","string"]},{"type":"number"}]}`, accepts: []string{`3`}, refuses: []string{`3.5`, `"s"`}},
+		{name: "properties and required union", schema: `{"allOf":[{"properties":{"a":{"type":"string"}},"required":["a"]},{"properties":{"b":{"type":"null"}},"required":["b"]}]}`,
+			accepts: []string{`{"a":"x","b":null}`}, refuses: []string{`{"a":"x"}`, `{"b":null}`}},
+		{name: "same property merges", schema: `{"allOf":[{"properties":{"n":{"type":"integer","minimum":0}}},{"properties":{"n":{"maximum":9}}}]}`,
+			accepts: []string{`{"n":9}`, `{"n":0}`}, refuses: []string{`{"n":10}`, `{"n":-1}`}},
+		{name: "bounds tighten", schema: `{"allOf":[{"minimum":1,"maxLength":5},{"minimum":3,"maxLength":2}]}`, accepts: []string{`3`, `"ab"`}, refuses: []string{`2`, `"abc"`}},
+		{name: "additionalProperties false drops the others' properties", schema: `{"allOf":[{"properties":{"a":{}},"additionalProperties":false},{"properties":{"b":{}}}]}`,
+			accepts: []string{`{"a":1}`}, refuses: []string{`{"b":1}`}},
+		{name: "additionalProperties schema applies to the others' properties", schema: `{"allOf":[{"properties":{"a":{}},"additionalProperties":{"type":"string"}},{"properties":{"b":{}}}]}`,
+			accepts: []string{`{"a":1,"b":"s"}`}, refuses: []string{`{"b":1}`}},
+		{name: "enums intersect", schema: `{"allOf":[{"enum":["a","b",1]},{"enum":[1.0,"b","c"]}]}`, accepts: []string{`"b"`, `1`}, refuses: []string{`"a"`, `"c"`}},
+		{name: "ref beside keywords", schema: `{"$defs":{"S":{"type":"string"}},"$ref":"#/$defs/S","maxLength":1}`, accepts: []string{`"a"`}, refuses: []string{`"ab"`, `1`}},
+		{name: "items merge", schema: `{"allOf":[{"items":{"type":"integer"}},{"items":{"minimum":2},"maxItems":2}]}`, accepts: []string{`[2,3]`}, refuses: []string{`[1]`, `[2,3,4]`}},
+		{name: "anyOf in one member", schema: `{"allOf":[{"anyOf":[{"type":"string"},{"type":"null"}]},{"description":"x"}]}`, accepts: []string{`null`}},
+		{name: "no common type", schema: `{"allOf":[{"type":"string"},{"type":"integer"}]}`, keyword: "type", want: "no type in common"},
+		{name: "different consts", schema: `{"allOf":[{"const":1},{"const":2}]}`, keyword: "const", want: "different const values"},
+		{name: "no common enum value", schema: `{"allOf":[{"enum":[1]},{"enum":[2]}]}`, keyword: "enum", want: "no value in common"},
+		{name: "two anyOfs", schema: `{"allOf":[{"anyOf":[{"type":"string"}]},{"anyOf":[{"type":"null"}]}]}`, keyword: "anyOf", want: "more than one allOf subschema"},
+		{name: "anyOf beside merged keywords", schema: `{"allOf":[{"anyOf":[{"type":"string"}]},{"type":"string"}]}`, keyword: "type", want: `"type" beside anyOf`},
+		{name: "unsupported inside", schema: `{"allOf":[{"type":"string"},{"pattern":"x"}]}`, keyword: "pattern", want: `unsupported schema keyword "pattern" at /allOf/1/pattern`},
+		{name: "draft 4 boolean", schema: `{"allOf":[{"minimum":1,"exclusiveMinimum":true}]}`, keyword: "exclusiveMinimum", want: "boolean (draft 4) cannot be merged"},
+		{name: "required refused by additionalProperties false", schema: `{"allOf":[{"additionalProperties":false},{"properties":{"b":{}},"required":["b"]}]}`, keyword: "additionalProperties", want: `required property "b" is refused`},
+		{name: "false member", schema: `{"allOf":[true,false]}`, want: "schema false allows no value at /allOf/1"},
+		{name: "ref loop", schema: `{"$defs":{"A":{"allOf":[{"$ref":"#/$defs/A"}]}},"$ref":"#/$defs/A","type":"object"}`, keyword: "allOf", want: "more than 32 deep"},
+		{name: "empty allOf", schema: `{"allOf":[]}`, keyword: "allOf", want: "non-empty array"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Compile(json.RawMessage(tc.schema))
+			checkCompile(t, err, tc.keyword, tc.want)
+			if err != nil {
+				return
+			}
+			for _, doc := range tc.accepts {
+				if st := s.Start(); !st.AcceptBytes([]byte(doc)) || !st.Done() {
+					t.Errorf("%s refused", doc)
+				}
+				checkDocument(t, tc.schema, []byte(doc))
+			}
+			for _, doc := range tc.refuses {
+				if st := s.Start(); st.AcceptBytes([]byte(doc)) && st.Done() {
+					t.Errorf("%s accepted", doc)
+				}
 			}
 		})
 	}
