@@ -193,7 +193,7 @@ func (m *machine) dropTooDeep(fr *frame) {
 // fits reports whether a value of n can start, and close, inside a
 // container whose frame has depth depth.
 func (m *machine) fits(n *node, depth uint8) bool {
-	return int(depth)+int(n.minDeep) <= m.opts.MaxDepth
+	return n != nil && int(depth)+int(n.minDeep) <= m.opts.MaxDepth
 }
 
 func (m *machine) startLiteral(parent int32, n *node, b byte) int32 {
@@ -442,13 +442,13 @@ func (m *machine) array(fr frame, b byte) int32 {
 		if b == ']' && n.minItems == 0 {
 			return m.complete(fr.parent)
 		}
-		if n.maxItems == 0 || !m.fits(n.items, fr.depth) {
+		if n.maxItems == 0 || !m.fits(n.itemAt(0), fr.depth) {
 			return -1
 		}
 	case aComma:
 	case pAfter:
 		switch {
-		case b == ',' && int(fr.lo) < n.maxItems && m.fits(n.items, fr.depth):
+		case b == ',' && int(fr.lo) < n.maxItems && m.fits(n.itemAt(int(fr.lo)), fr.depth):
 			fr.phase, fr.ws = aComma, 0
 			return m.push(fr)
 		case b == ']' && int(fr.lo) >= n.minItems:
@@ -459,7 +459,7 @@ func (m *machine) array(fr frame, b byte) int32 {
 		return -1
 	}
 	fr.phase, fr.ws = pIn, 0
-	return m.startValue(m.push(fr), n.items, fr.depth, b)
+	return m.startValue(m.push(fr), n.itemAt(int(fr.lo)), fr.depth, b)
 }
 
 func (m *machine) object(fr frame, b byte) int32 {

@@ -98,6 +98,8 @@ func FuzzWalk(f *testing.F) {
 	f.Add([]byte(`{"anyOf":[{"type":"object","required":["a"]},{"enum":[[1],"x"]}]}`), uint64(9))
 	f.Add([]byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":-5,"exclusiveMaximum":12}},"required":["n"]}`), uint64(10))
 	f.Add([]byte(`{"type":"number","minimum":0,"maximum":1}`), uint64(11))
+	f.Add([]byte(`{"prefixItems":[{"type":"string"},{"$ref":"#"}],"items":false}`), uint64(13))
+	f.Add([]byte(`{"allOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"a":{"maximum":3}}}]}`), uint64(14))
 	f.Add([]byte(`{"$defs":{"T":{"type":"array","items":{"$ref":"#/$defs/T"}}},"$ref":"#/$defs/T"}`), uint64(12))
 	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
 		if len(schema) == 0 || len(schema) > 512 {

@@ -79,7 +79,8 @@ type node struct {
 	extra    *node  // schema of keys not in names; nil forbids them
 	maxExtra int
 
-	// arrays
+	// arrays: element i has schema prefix[i], later ones items (nil: none)
+	prefix             []*node
 	items              *node
 	minItems, maxItems int
 
@@ -176,7 +177,7 @@ var supported = map[string]bool{
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-	"allOf": true,
+	"allOf": true, "prefixItems": true,
 }
 
 // onlyAnnotationsBeside reports whether kw holds keyword and annotations.
@@ -474,15 +475,35 @@ func (c *compiler) array(n *node, kw map[string]json.RawMessage, ptr string, dep
 	c.levels++
 	defer func() { c.levels-- }()
 	n.items = anyNode(c.opts)
+	if raw, ok := kw["prefixItems"]; ok {
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) != nil || len(list) == 0 {
+			c.fail(pointer(ptr, "prefixItems"), "prefixItems", "prefixItems must be a non-empty array of schemas")
+		}
+		for i, s := range list {
+			n.prefix = append(n.prefix, c.node(s, pointer(ptr, "prefixItems", fmt.Sprint(i)), depth+1))
+		}
+	}
+	noMore := false
 	if raw, ok := kw["items"]; ok {
-		if t := bytes.Trim(raw, jsonSpace); len(t) > 0 && t[0] == '[' {
-			c.fail(pointer(ptr, "items"), "items", "unsupported schema keyword \"items\" as an array (tuple validation)")
-		} else {
+		switch t := bytes.Trim(raw, jsonSpace); {
+		case len(t) > 0 && t[0] == '[':
+			c.fail(pointer(ptr, "items"), "items", "unsupported schema keyword \"items\" as an array (tuple validation; write it as prefixItems)")
+		case string(t) == "false":
+			n.items, noMore = nil, true
+		default:
 			n.items = c.node(raw, pointer(ptr, "items"), depth+1)
 		}
 	}
 	lo, _ := c.nonNegative(kw, "minItems", ptr)
 	hi, ok := c.nonNegative(kw, "maxItems", ptr)
+	if noMore && (!ok || hi > len(n.prefix)) {
+		hi, ok = len(n.prefix), true
+		if lo > hi {
+			c.fail(pointer(ptr, "minItems"), "minItems", "minItems %d is over the %d prefixItems that items false allows", lo, hi)
+			return
+		}
+	}
 	switch {
 	case ok && lo > hi:
 		c.fail(pointer(ptr, "minItems"), "minItems", "minItems %d is over maxItems %d", lo, hi)
@@ -819,6 +840,9 @@ func settleDepths(root *node) {
 		}
 		visit(n.extra)
 		visit(n.items)
+		for _, p := range n.prefix {
+			visit(p)
+		}
 		for _, a := range n.alts {
 			visit(a)
 		}
@@ -860,8 +884,16 @@ func nodeDepths(n *node) (obj, arr, least, props uint16) {
 	if n.extra != nil {
 		props = max(props, n.extra.minDeep)
 	}
-	if n.minItems > 0 && n.items != nil {
-		arr = n.items.minDeep
+	for i := 0; i < n.minItems; i++ {
+		item := n.itemAt(i)
+		if item == nil {
+			arr = noInstance
+			break
+		}
+		arr = max(arr, item.minDeep)
+		if i >= len(n.prefix) {
+			break // the rest are all items
+		}
 	}
 	least = noInstance
 	if n.types&^(tObject|tArray) != 0 {
@@ -874,4 +906,12 @@ func nodeDepths(n *node) (obj, arr, least, props uint16) {
 		least = min(least, arr+1)
 	}
 	return min(obj, noInstance), min(arr, noInstance), least, min(props, noInstance)
+}
+
+// itemAt is the schema of array element i, or nil when there is none.
+func (n *node) itemAt(i int) *node {
+	if i < len(n.prefix) {
+		return n.prefix[i]
+	}
+	return n.items
 }

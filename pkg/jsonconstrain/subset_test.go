@@ -123,6 +123,8 @@ func grownSchemas(t *testing.T) []string {
 		`{"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},"p":{"type":"number","minimum":0,"maximum":1},"t":{"type":"integer","exclusiveMaximum":-7}},"required":["age","p","t"]}`,
 		`{"type":"array","items":{"type":"number","exclusiveMinimum":-2.5,"maximum":30,"minimum":-99}}`,
 		`{"allOf":[{"type":"object","properties":{"a":{"type":"integer","minimum":-3}},"required":["a"]},{"properties":{"a":{"maximum":40},"b":{"type":"string","maxLength":2}},"additionalProperties":false}]}`,
+		`{"type":"array","prefixItems":[{"type":"string","maxLength":2},{"type":"integer","minimum":1,"maximum":3}],"items":{"type":"boolean"},"minItems":1}`,
+		`{"$defs":{"P":{"type":"array","prefixItems":[{"type":"null"},{"$ref":"#/$defs/P"}],"items":false,"minItems":1}},"$ref":"#/$defs/P"}`,
 		`{"type":"array","items":{"enum":[{"k":[1,2]},"s",null,1.0,"toolong"],"maxLength":3},"maxItems":3}`,
 		`{"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"additionalProperties":{"$ref":"#/$defs/N"}}},"$ref":"#/$defs/N"}`,
 	}
@@ -222,6 +224,48 @@ func TestCompileAllOf(t *testing.T) {
 		{name: "false member", schema: `{"allOf":[true,false]}`, want: "schema false allows no value at /allOf/1"},
 		{name: "ref loop", schema: `{"$defs":{"A":{"allOf":[{"$ref":"#/$defs/A"}]}},"$ref":"#/$defs/A","type":"object"}`, keyword: "allOf", want: "more than 32 deep"},
 		{name: "empty allOf", schema: `{"allOf":[]}`, keyword: "allOf", want: "non-empty array"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Compile(json.RawMessage(tc.schema))
+			checkCompile(t, err, tc.keyword, tc.want)
+			if err != nil {
+				return
+			}
+			for _, doc := range tc.accepts {
+				if st := s.Start(); !st.AcceptBytes([]byte(doc)) || !st.Done() {
+					t.Errorf("%s refused", doc)
+				}
+				checkDocument(t, tc.schema, []byte(doc))
+			}
+			for _, doc := range tc.refuses {
+				if st := s.Start(); st.AcceptBytes([]byte(doc)) && st.Done() {
+					t.Errorf("%s accepted", doc)
+				}
+			}
+		})
+	}
+}
+
+func TestCompilePrefixItems(t *testing.T) {
+	tests := []struct {
+		name, schema, keyword, want string
+		accepts, refuses            []string
+	}{
+		{name: "prefix then any", schema: `{"prefixItems":[{"type":"string"},{"type":"integer","minimum":0}]}`,
+			accepts: []string{`[]`, `["a"]`, `["a",1]`, `["a",1,null,{}]`}, refuses: []string{`[1]`, `["a",-1]`}},
+		{name: "prefix then items", schema: `{"type":"array","prefixItems":[{"const":"op"}],"items":{"type":"number"},"minItems":2,"maxItems":3}`,
+			accepts: []string{`["op",1]`, `["op",1,2.5]`}, refuses: []string{`["op"]`, `["op",1,2,3]`, `["op","x"]`}},
+		{name: "prefix closed by items false", schema: `{"prefixItems":[{"type":"null"},{"type":"boolean"}],"items":false,"minItems":2}`,
+			accepts: []string{`[null,true]`}, refuses: []string{`[null]`, `[null,true,null]`}},
+		{name: "items false alone is the empty array", schema: `{"type":"array","items":false}`, accepts: []string{`[]`}, refuses: []string{`[1]`}},
+		{name: "recursive prefix", schema: `{"type":"array","prefixItems":[{"type":"integer"},{"$ref":"#"}],"items":false}`,
+			accepts: []string{`[1,[2,[]]]`, `[]`}, refuses: []string{`[1,2]`}},
+		{name: "minItems over a closed prefix", schema: `{"prefixItems":[{}],"items":false,"minItems":2}`, keyword: "minItems", want: "over the 1 prefixItems"},
+		{name: "empty prefixItems", schema: `{"prefixItems":[]}`, keyword: "prefixItems", want: "non-empty array"},
+		{name: "tuple items", schema: `{"items":[{}]}`, keyword: "items", want: "write it as prefixItems"},
+		{name: "bad prefix schema", schema: `{"prefixItems":[{"type":"wat"}]}`, keyword: "type", want: "at /prefixItems/0/type"},
+		{name: "prefixItems in allOf", schema: `{"allOf":[{"prefixItems":[{}]}]}`, keyword: "prefixItems", want: "cannot be merged in allOf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
