@@ -211,6 +211,7 @@ func TestCompileAllOf(t *testing.T) {
 			accepts: []string{`{"a":1,"b":"s"}`}, refuses: []string{`{"b":1}`}},
 		{name: "enums intersect", schema: `{"allOf":[{"enum":["a","b",1]},{"enum":[1.0,"b","c"]}]}`, accepts: []string{`"b"`, `1`}, refuses: []string{`"a"`, `"c"`}},
 		{name: "ref beside keywords", schema: `{"$defs":{"S":{"type":"string"}},"$ref":"#/$defs/S","maxLength":1}`, accepts: []string{`"a"`}, refuses: []string{`"ab"`, `1`}},
+		{name: "enum beside ref", schema: `{"$defs":{"S":{"type":"string"}},"$ref":"#/$defs/S","enum":["a",1]}`, accepts: []string{`"a"`}, refuses: []string{`1`}},
 		{name: "items merge", schema: `{"allOf":[{"items":{"type":"integer"}},{"items":{"minimum":2},"maxItems":2}]}`, accepts: []string{`[2,3]`}, refuses: []string{`[1]`, `[2,3,4]`}},
 		{name: "anyOf in one member", schema: `{"allOf":[{"anyOf":[{"type":"string"},{"type":"null"}]},{"description":"x"}]}`, accepts: []string{`null`}},
 		{name: "no common type", schema: `{"allOf":[{"type":"string"},{"type":"integer"}]}`, keyword: "type", want: "no type in common"},
