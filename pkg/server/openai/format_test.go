@@ -24,8 +24,8 @@ func TestResponseFormatErrors(t *testing.T) {
 	}{
 		{"unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"name":{"type":"string","pattern":"^a"}}}}}`,
 			`unsupported schema keyword "pattern" at /properties/name/pattern`, schemaParam},
-		{"every unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"$ref":"#/x","minimum":3}}}`,
-			`"$ref" at /$ref; unsupported schema keyword "minimum" at /minimum`, schemaParam},
+		{"every unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"pattern":"a+","multipleOf":3}}}`,
+			`"multipleOf" at /multipleOf; unsupported schema keyword "pattern" at /pattern`, schemaParam},
 		{"unknown type", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"text"}}}`, `unknown type "text" at /type`, schemaParam},
 		{"contradictory bounds", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"array","minItems":3,"maxItems":2}}}`, "minItems 3 is over maxItems 2", schemaParam},
 		{"schema missing", `{"type":"json_schema","json_schema":{"name":"p"}}`, "is missing", schemaParam},
