@@ -8,7 +8,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"testing"
 	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // validate checks a decoded instance against a decoded schema from the
@@ -286,5 +289,56 @@ func checkDocument(t interface{ Fatalf(string, ...any) }, schemaJSON string, doc
 	}
 	if err := validate(schema, v); err != nil {
 		t.Fatalf("document %s does not validate against %s: %v", doc, schemaJSON, err)
+	}
+	if err := validateIndependently(schema, v); err != nil {
+		t.Fatalf("document %s does not validate against %s by santhosh-tekuri/jsonschema: %v", doc, schemaJSON, err)
+	}
+}
+
+// validateIndependently checks v against schema with a maintained JSON
+// Schema library (issue #40's acceptance asks for one beside the
+// hand-written validator above, which is written from the same reading of
+// the specification as the compiler). Draft 2020-12, else draft 4 for a
+// schema that only draft 4 accepts (boolean exclusiveMinimum/Maximum).
+func validateIndependently(schema, v any) error {
+	var firstErr error
+	for _, draft := range []*jsonschema.Draft{jsonschema.Draft2020, jsonschema.Draft4} {
+		c := jsonschema.NewCompiler()
+		c.DefaultDraft(draft)
+		if err := c.AddResource("schema.json", schema); err != nil {
+			return err
+		}
+		sch, err := c.Compile("schema.json")
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		return sch.Validate(v)
+	}
+	return fmt.Errorf("the schema does not compile: %w", firstErr)
+}
+
+// The independent validator judges: it refuses what breaks a schema, in
+// both drafts checkDocument tries, so a walk it accepts is valid.
+func TestIndependentValidatorJudges(t *testing.T) {
+	for _, tc := range []struct {
+		schema, doc string
+		ok          bool
+	}{
+		{`{"type":"integer","minimum":3}`, `3`, true},
+		{`{"type":"integer","minimum":3}`, `2`, false},
+		{`{"type":"number","maximum":1,"exclusiveMaximum":true}`, `1`, false}, // draft 4's boolean form
+		{`{"type":"number","maximum":1,"exclusiveMaximum":true}`, `0.5`, true},
+		{`{"$defs":{"P":{"type":"object","properties":{"n":{"$ref":"#/$defs/P"}},"additionalProperties":false}},"$ref":"#/$defs/P"}`, `{"n":{"n":{}}}`, true},
+		{`{"$defs":{"P":{"type":"object","properties":{"n":{"$ref":"#/$defs/P"}},"additionalProperties":false}},"$ref":"#/$defs/P"}`, `{"n":{"m":1}}`, false},
+		{`{"type":"array","prefixItems":[{"type":"string"}],"items":false}`, `["a",1]`, false},
+		{`{"allOf":[{"type":"object","required":["a"]},{"required":["b"]}]}`, `{"a":1}`, false},
+	} {
+		err := validateIndependently(decode(t, []byte(tc.schema)), decode(t, []byte(tc.doc)))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s against %s: %v, want ok=%v", tc.doc, tc.schema, err, tc.ok)
+		}
 	}
 }
