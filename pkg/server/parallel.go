@@ -41,16 +41,7 @@ func (r *RuntimeEngine) generateParallel(ctx context.Context, g Generation, onTo
 		}
 	}()
 	start := time.Now()
-	reused, err := r.resume(ctx, sl, g.Prompt)
-	if err != nil {
-		return out, r.fail(sl, err)
-	}
-	out.CachedTokens = reused
-	if err := r.prefill(ctx, sl, g.Prompt, reused); err != nil {
-		return out, r.fail(sl, err)
-	}
-	out.Prefill = time.Since(start)
-	constraint, err := r.constraint(g)
+	constraint, err := r.begin(ctx, sl, g, start, &out)
 	if err != nil {
 		return out, err
 	}

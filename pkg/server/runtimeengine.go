@@ -187,16 +187,7 @@ func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func
 	defer r.flushDisk()
 	start := time.Now()
 	var out Outcome
-	reused, err := r.resume(ctx, sl, g.Prompt)
-	if err != nil {
-		return out, r.fail(sl, err)
-	}
-	out.CachedTokens = reused
-	if err := r.prefill(ctx, sl, g.Prompt, reused); err != nil {
-		return out, r.fail(sl, err)
-	}
-	out.Prefill = time.Since(start)
-	constraint, err := r.constraint(g)
+	constraint, err := r.begin(ctx, sl, g, start, &out)
 	if err != nil {
 		return out, err
 	}
@@ -210,6 +201,22 @@ func (r *RuntimeEngine) Generate(ctx context.Context, g Generation, onToken func
 }
 
 var errEngineClosed = errors.New("the engine was closed")
+
+// begin puts the slot at g's prompt (the longest reusable prefix restored,
+// the rest prefilled) and returns g's output constraint: what a generation
+// does before its first token, one slot or several.
+func (r *RuntimeEngine) begin(ctx context.Context, sl *slot, g Generation, start time.Time, out *Outcome) (runtime.Constraint, error) {
+	reused, err := r.resume(ctx, sl, g.Prompt)
+	if err != nil {
+		return nil, r.fail(sl, err)
+	}
+	out.CachedTokens = reused
+	if err := r.prefill(ctx, sl, g.Prompt, reused); err != nil {
+		return nil, r.fail(sl, err)
+	}
+	out.Prefill = time.Since(start)
+	return r.constraint(g)
+}
 
 // generateOptions are the runtime options of g: its limits and sampling,
 // the stop ids, the constraint, and onToken behind StopAfter, timing the
