@@ -99,6 +99,8 @@ type layerCache struct {
 	// Per slot: a speculative read is writing into it; it was filled by a
 	// speculative read (Prefetch; a warm read) and not asked for since.
 	spec, prefetched, warmed []bool
+	// hits and misses are this layer's share of Stats' (under Cache.mu).
+	hits, misses int64
 }
 
 var (
@@ -499,6 +501,8 @@ func (c *Cache) placeBatch(lc *layerCache, ids []int, slotOf []int) ([]int, erro
 	}
 	c.stats.Misses += int64(len(load))
 	c.stats.Hits += int64(len(ids) - len(load))
+	lc.misses += int64(len(load))
+	lc.hits += int64(len(ids) - len(load))
 	return load, nil
 }
 

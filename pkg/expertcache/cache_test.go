@@ -427,3 +427,43 @@ func TestSimulatorMatchesCache(t *testing.T) {
 		}
 	}
 }
+
+// Each layer's hits and misses are counted apart, and add up to the
+// totals taken in the same instant.
+func TestStatsByLayerSumToTotals(t *testing.T) {
+	dir, m := tinyInstall(t, 4)
+	x := m.Experts
+	c := newCache(t, dir, m, Options{Slots: x.TopK + 1, IOThreads: 2})
+	// Layer 0 is asked for the same experts twice (misses, then hits);
+	// layer 1 once (misses only); the other layers never.
+	ids := make([]int, x.TopK)
+	for i := range ids {
+		ids[i] = i
+	}
+	visit := func(layer int) {
+		if err := c.Visit(layer, ids, func(int, model.ExpertMats) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	visit(0)
+	visit(0)
+	visit(1)
+	st, layers := c.StatsByLayer()
+	if len(layers) != len(x.Layers) {
+		t.Fatalf("%d layers reported, the install has %d", len(layers), len(x.Layers))
+	}
+	k := int64(x.TopK)
+	want := []LayerStats{{Hits: k, Misses: k}, {Misses: k}}
+	for i, w := range want {
+		if layers[i] != w {
+			t.Errorf("layer %d: %+v, want %+v", i, layers[i], w)
+		}
+	}
+	var hits, misses int64
+	for _, l := range layers {
+		hits, misses = hits+l.Hits, misses+l.Misses
+	}
+	if hits != st.Hits || misses != st.Misses {
+		t.Fatalf("layers sum to %d hits, %d misses; totals %d, %d", hits, misses, st.Hits, st.Misses)
+	}
+}

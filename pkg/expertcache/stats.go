@@ -48,3 +48,23 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return c.stats
 }
+
+// LayerStats are one layer's share of Stats' Hits and Misses.
+type LayerStats struct {
+	Hits, Misses int64
+}
+
+// StatsByLayer returns Stats and, in the same instant, each layer's hits
+// and misses (indexed as the install's expert layers), whose sums are
+// Stats' Hits and Misses: a live view can show where the cache misses
+// (serve's /v1/live heat strip) and agree with the totals it shows beside.
+// It may be called from any goroutine.
+func (c *Cache) StatsByLayer() (Stats, []LayerStats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	layers := make([]LayerStats, len(c.layers))
+	for i, lc := range c.layers {
+		layers[i] = LayerStats{Hits: lc.hits, Misses: lc.misses}
+	}
+	return c.stats, layers
+}

@@ -560,6 +560,15 @@ func (e *Engine) ExpertStats() expertcache.Stats {
 	return e.cache.Stats()
 }
 
+// ExpertStatsByLayer reports the expert cache's counters and each layer's
+// hits and misses, taken together (zero and nil for dense models).
+func (e *Engine) ExpertStatsByLayer() (expertcache.Stats, []expertcache.LayerStats) {
+	if e.cache == nil {
+		return expertcache.Stats{}, nil
+	}
+	return e.cache.StatsByLayer()
+}
+
 // Len is the number of tokens the session's model state holds.
 func (s *Session) Len() int {
 	if s.st == nil {
