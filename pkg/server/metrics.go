@@ -25,6 +25,9 @@ type Activity struct {
 	// engine has none, or no model is loaded).
 	Expert    ExpertCacheStats
 	HasExpert bool
+	// ExpertLayers are Expert's hits and misses per layer, taken with it
+	// (nil when the engine does not report them).
+	ExpertLayers []ExpertLayerStats
 }
 
 // Activity reports the queue, the generations running and the loaded
@@ -35,7 +38,9 @@ func (s *Server) Activity() Activity {
 	// after it is taken out under the write lock.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if r, ok := s.engine.(ExpertCacheReporter); ok {
+	if r, ok := s.engine.(ExpertLayerReporter); ok {
+		a.Expert, a.ExpertLayers, a.HasExpert = r.ExpertCacheStatsByLayer()
+	} else if r, ok := s.engine.(ExpertCacheReporter); ok {
 		a.Expert, a.HasExpert = r.ExpertCacheStats()
 	}
 	return a
@@ -46,7 +51,10 @@ func (s *Server) Activity() Activity {
 func (j *Job) generate(ctx context.Context, g Generation, onToken func(string) bool) (Outcome, error) {
 	j.s.generating.Add(1)
 	defer j.s.generating.Add(-1)
-	return j.e.Generate(ctx, g, onToken)
+	onToken, end := j.liveBegin(g, onToken)
+	out, err := j.e.Generate(ctx, g, onToken)
+	end(out)
+	return out, err
 }
 
 // ExpertCacheStats implements ExpertCacheReporter.

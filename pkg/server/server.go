@@ -114,6 +114,7 @@ type Server struct {
 	tokenizers chan struct{}
 	// generating counts the generations running (Activity).
 	generating atomic.Int64
+	live       liveState // the latest generation, for Live
 }
 
 // maxTokenizers is how many prompts are tokenized at once.

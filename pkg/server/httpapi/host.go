@@ -93,6 +93,9 @@ func New(s *server.Server, opt Options) *Host {
 		// Behind the API key like the protocol routes: the counters tell
 		// how the server is used.
 		MetricsPath: {Method: http.MethodGet, Serve: h.metrics},
+		// The live panel's numbers (live.go), behind the key as /metrics.
+		LivePath:     {Method: http.MethodGet, Serve: h.live},
+		LiveJSONPath: {Method: http.MethodGet, Serve: h.live},
 	}
 	return h
 }

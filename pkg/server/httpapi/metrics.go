@@ -58,6 +58,8 @@ func logged(path string, status int) bool {
 		return false
 	case MetricsPath:
 		return status != http.StatusOK
+	case LivePath, LiveJSONPath: // a page open on the live panel polls or streams it
+		return status != http.StatusOK && status != StatusClientClosedRequest
 	}
 	return true
 }
