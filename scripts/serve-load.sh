@@ -27,6 +27,8 @@
 #
 # --parallel N is passed to the server (up to N generations decoded together; the CPU engine
 # only): the same checks then cover batched serving (every request answered, nothing leaked).
+# Without it the server runs --parallel 1 (not serve's default chosen from memory), so the queue,
+# 429 and hostile-client figures stay those of one generation at a time.
 #
 # --engine gpu serves --install DIR (e.g. the 40-layer 4-bit synthetic gpu-check.sh makes) on the
 # GPU with --max-context 4096 (the oversize prompts are refused) and a 256 MiB prompt cache, and
@@ -38,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-clients=32 duration=60s hogs=0 compare=0 swt=() extra=() engine=cpu install= bin= parallel=()
+clients=32 duration=60s hogs=0 compare=0 swt=() extra=() engine=cpu install= bin= parallel=(--parallel 1)
 while [ $# -gt 0 ]; do
   case $1 in
     --clients) clients=$2; shift 2 ;;

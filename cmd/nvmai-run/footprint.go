@@ -7,7 +7,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
-	"github.com/nvmai/nvmai/pkg/expertcache"
 	nvmodel "github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -67,7 +66,7 @@ func reportFootprint(c *cli.Context, e *runtime.Engine, budget int64) error {
 	if !(c.IsSet("max-context") || c.IsSet("ram-budget")) || c.Bool("force") {
 		return nil
 	}
-	total, _ := expertcache.MemTotal()
+	total, _ := machineMemory()
 	if err := f.CheckFits(total); err != nil {
 		return cliutil.Usagef("%v", err)
 	}

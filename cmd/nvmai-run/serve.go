@@ -37,8 +37,9 @@ func serveCommand() *cli.Command {
 		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages,
 POST /v1/messages/count_tokens, GET /v1/models, POST /apply-template,
-GET /health. One generation runs at a time (--parallel N: up to N, decoded together in batched
-steps, each output identical to the request alone); others wait in FIFO order (--queue-limit). Binds
+GET /health. Up to --parallel generations run at once (default: as many as fit in memory, at most 4),
+decoded together in batched steps, each output identical to the request alone; others wait in FIFO
+order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
 verified install under DIR is served by its path there; the model a request names is loaded
 when its turn comes (one in memory at a time).`,
@@ -49,7 +50,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "cors-origin", Usage: "allow browser requests from this origin (\"*\" for any); default none"},
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running ones; more get 429"},
-			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU engine; each holds its own sequence state)"}, 1, server.MaxParallel, ""),
+			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU engine; each holds its own sequence state)", DefaultText: "as many sequence states as fit in memory, at most 4; 1 where batching is not available"}, 1, server.MaxParallel, ""),
 			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
 			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
@@ -136,10 +137,13 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
-	if err := checkParallel(c, e); err != nil {
+	parallel, parallelNote, foot, err := serveParallel(c, e)
+	if err != nil {
 		hs.Close()
 		return err
 	}
+	footprints.Delete(e) // serve prints the footprint with its parallel states instead
+	fmt.Fprintln(c.App.ErrWriter, "nvmai-run serve: "+foot.String())
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
 	disk, err := openPromptDisk(c, c.String("model"))
 	if err != nil {
@@ -149,13 +153,16 @@ func serveAction(c *cli.Context) error {
 	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
-		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c), Parallel: c.Int("parallel"),
+		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c), Parallel: parallel,
 	})
 	defer re.Close()
 	srv.SetEngine(re, renderer)
 	info := re.Info()
-	fmt.Fprintf(os.Stderr, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | %s | prompt cache %s | parallel %d\n",
-		ln.Addr(), info.ID, info.Context, engineLine(e), expertcache.FormatSize(cacheBytes), re.Parallel())
+	if parallelNote != "" {
+		parallelNote = " (" + parallelNote + ")"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "nvmai-run serve: ready at http://%s/v1 | model %s | context %d tokens | %s | prompt cache %s | parallel %d%s\n",
+		ln.Addr(), info.ID, info.Context, engineLine(e), expertcache.FormatSize(cacheBytes), re.Parallel(), parallelNote)
 	return serveUntilDone(c, hs, oh, errc)
 }
 
@@ -403,41 +410,107 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// checkParallel refuses a --parallel the engine cannot batch, or whose
-// sequence states do not fit the machine beside the rest of the footprint
-// (unless --force): each generation in flight holds its own KV cache and
-// recurrent state, sized for --max-context.
-func checkParallel(c *cli.Context, e *runtime.Engine) error {
-	n := c.Int("parallel")
-	if n <= 1 {
-		return nil
-	}
-	if !e.CanBatch() {
-		return cliutil.Usagef("--parallel %d: the %s model's %s engine has no batched decode step yet (only the qwen35 CPU engine has one); drop --parallel", n, e.Install.Manifest.Architecture, e.Info().Device)
-	}
+// defaultParallelMost is the most generations serve runs at once when
+// --parallel is not given: llama-server's default slot count, enough for an
+// agent's side requests beside its main turn without states that mostly sit
+// idle.
+const defaultParallelMost = 4
+
+// machineMemory is the machine's RAM (a test stands in a smaller machine).
+var machineMemory = expertcache.MemTotal
+
+// serveParallel is how many generations serve runs at once, with the ready
+// line's note on how a default was chosen, and the footprint counting that
+// many sequence states. A given --parallel the engine cannot batch is
+// refused, as is one whose states do not fit the machine beside the rest of
+// the footprint (unless --force): each generation in flight holds its own
+// KV cache and recurrent state, sized for --max-context. Without
+// --parallel, 1 where batching is refused and otherwise defaultParallel.
+func serveParallel(c *cli.Context, e *runtime.Engine) (int, string, runtime.Footprint, error) {
 	f, err := runtime.ComputeFootprint(e.Install, runtime.FootprintOptions{
 		Experts: runtime.ExpertOptions{Budget: e.ExpertStats().BudgetBytes, Slots: c.Int("expert-cache-slots")}, Device: engineDevice(c), KVBits: kvBits(c),
 		MaxContext: c.Int("max-context"), RopeScaling: c.String("rope-scaling"), Threads: c.Int("threads"),
 	})
 	if err != nil {
-		return cliutil.Usagef("%v", err)
+		return 0, "", f, cliutil.Usagef("%v", err)
 	}
-	total, _ := expertcache.MemTotal()
-	if c.Bool("force") {
-		return nil
+	total, _ := machineMemory()
+	if !c.IsSet("parallel") {
+		if d := engineDevice(c); d != nvmodel.CPU {
+			return 1, "default: the " + d + " engine has no batched step yet", f, nil
+		}
+		if !e.CanBatch() {
+			return 1, fmt.Sprintf("default: the %s model's engine has no batched step yet", e.Install.Manifest.Architecture), f, nil
+		}
+		n, note := defaultParallel(f, total)
+		return n, note, f.WithSequences(n), nil
 	}
-	return parallelFits(n, f, total)
+	n := c.Int("parallel")
+	if n <= 1 {
+		return n, "", f, nil
+	}
+	if !e.CanBatch() {
+		return 0, "", f, cliutil.Usagef("--parallel %d: the %s model's %s engine has no batched decode step yet (only the qwen35 CPU engine has one); drop --parallel", n, e.Install.Manifest.Architecture, e.Info().Device)
+	}
+	if !c.Bool("force") {
+		if err := parallelFits(n, f, total); err != nil {
+			return 0, "", f, err
+		}
+	}
+	return n, "", f.WithSequences(n), nil
+}
+
+// statesRoom is the memory left for sequence states: memTotal less the
+// margin and less the footprint f of one state without that state (the
+// resident weights, the expert cache's budget, scratch). Never negative.
+func statesRoom(f runtime.Footprint, memTotal int64) int64 {
+	return max(0, memTotal-runtime.FootprintMargin(memTotal)-(f.Total-f.SequenceState()))
+}
+
+// defaultParallel is serve's --parallel when none is given: the most
+// sequence states, up to defaultParallelMost, that fit statesRoom, and at
+// least 1; with the ready line's note saying so. memTotal ≤ 0 (unknown)
+// gives 1.
+func defaultParallel(f runtime.Footprint, memTotal int64) (int, string) {
+	if memTotal <= 0 {
+		return 1, "default: this machine's memory is unknown; --parallel N runs N at once"
+	}
+	per, room := f.SequenceState(), statesRoom(f, memTotal)
+	n := defaultParallelMost
+	if per > 0 {
+		n = int(min(int64(defaultParallelMost), room/per))
+	}
+	if n < 1 {
+		return 1, fmt.Sprintf("default: one state of %s, %s free beside the rest", expertcache.FormatSize(per), expertcache.FormatSize(room))
+	}
+	note := fmt.Sprintf("default: %s of %s %s in %s free", plural(n, "state"), expertcache.FormatSize(per), map[bool]string{true: "fits", false: "fit"}[n == 1], expertcache.FormatSize(room))
+	if n < defaultParallelMost {
+		note += fmt.Sprintf("; %d need %s: lower --max-context%s for more", defaultParallelMost, expertcache.FormatSize(int64(defaultParallelMost)*per), kvBitsHint(f))
+	}
+	return n, note
+}
+
+// kvBitsHint suggests --kv-bits 8 where the KV cache is wider.
+func kvBitsHint(f runtime.Footprint) string {
+	if f.KVBits > 8 {
+		return " or give --kv-bits 8"
+	}
+	return ""
 }
 
 // parallelFits refuses n sequence states that, beside the footprint f of
 // one, exceed memTotal less the margin (memTotal ≤ 0, unknown, passes).
 func parallelFits(n int, f runtime.Footprint, memTotal int64) error {
-	per := f.KV + f.KVGrowth + f.Recurrent
-	f.Total += int64(n-1) * per
-	if memTotal <= 0 || f.Total <= memTotal-runtime.FootprintMargin(memTotal) {
+	all := f.WithSequences(n)
+	if memTotal <= 0 || all.Total <= memTotal-runtime.FootprintMargin(memTotal) {
 		return nil
 	}
-	return cliutil.Usagef("--parallel %d holds %d sequence states of %s each (KV %s at %d tokens, +%s while growing, recurrent %s): %s in all, more than this machine's %s less a %s margin; lower --parallel or --max-context (or --kv-bits), or pass --force",
+	per, room := f.SequenceState(), statesRoom(f, memTotal)
+	fit := "not even one fits"
+	if per > 0 && room >= per {
+		fit = fmt.Sprintf("%d fit", room/per)
+	}
+	return cliutil.Usagef("--parallel %d holds %d sequence states of %s each (KV %s at %d tokens, +%s while growing, recurrent %s): %s in all, more than this machine's %s less a %s margin; %s in the %s left beside the rest of the footprint. Lower --parallel or --max-context%s, or pass --force",
 		n, n, expertcache.FormatSize(per), expertcache.FormatSize(f.KV), f.MaxContext, expertcache.FormatSize(f.KVGrowth), expertcache.FormatSize(f.Recurrent),
-		expertcache.FormatSize(f.Total), expertcache.FormatSize(memTotal), expertcache.FormatSize(runtime.FootprintMargin(memTotal)))
+		expertcache.FormatSize(all.Total), expertcache.FormatSize(memTotal), expertcache.FormatSize(runtime.FootprintMargin(memTotal)), fit, expertcache.FormatSize(room), kvBitsHint(f))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
 	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -75,5 +76,89 @@ func TestServeParallelFootprint(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "holds 4 sequence states of 4 GiB each (KV 2 GiB at 262144 tokens") {
 			t.Errorf("--parallel %d: %v", tc.n, err)
 		}
+	}
+}
+
+// Without --parallel, serve runs as many sequence states as fit beside the
+// rest of the footprint, at most 4, and at least 1; the note says how many
+// fit in how much.
+func TestServeDefaultParallel(t *testing.T) {
+	const gib, mib = int64(1) << 30, int64(1) << 20
+	// One state: 1 GiB (KV 512 MiB, growth 256 MiB, recurrent 256 MiB);
+	// the rest of the footprint: 2 GiB. Below 10 GiB the margin is 1 GiB.
+	one := runtime.Footprint{Total: 3 * gib, KV: 512 * mib, KVGrowth: 256 * mib, Recurrent: 256 * mib, KVBits: 16, MaxContext: 65536}
+	kv8 := one
+	kv8.KVBits = 8
+	for _, tc := range []struct {
+		name     string
+		f        runtime.Footprint
+		memTotal int64
+		want     int
+		note     string
+	}{
+		{"roomy machine: llama-server's 4", one, 64 * gib, 4, "default: 4 states of 1 GiB fit in 55.60 GiB free"}, // 64 − 6.4 − 2
+		{"room for exactly 4", one, 7 * gib, 4, "default: 4 states of 1 GiB fit in 4 GiB free"},
+		{"room for 3.9", one, 7*gib - 100*mib, 3, "default: 3 states of 1 GiB fit in 3.90 GiB free; 4 need 4 GiB: lower --max-context or give --kv-bits 8 for more"},
+		{"room for 2", one, 5 * gib, 2, "default: 2 states of 1 GiB fit in 2 GiB free"},
+		{"room for 1", one, 4 * gib, 1, "default: 1 state of 1 GiB fits in 1 GiB free; 4 need 4 GiB"},
+		{"not even 1 (the footprint check was not asked for)", one, 3 * gib, 1, "default: one state of 1 GiB, 0 B free beside the rest"},
+		{"8-bit KV: no --kv-bits hint", kv8, 5 * gib, 2, "; 4 need 4 GiB: lower --max-context for more"},
+		{"memory unknown", one, 0, 1, "default: this machine's memory is unknown"},
+		{"empty state", runtime.Footprint{Total: gib}, 4 * gib, 4, "default: 4 states of 0 B"},
+	} {
+		n, note := defaultParallel(tc.f, tc.memTotal)
+		if n != tc.want || !strings.Contains(note, tc.note) {
+			t.Errorf("%s: %d, %q; want %d with %q", tc.name, n, note, tc.want, tc.note)
+		}
+		if tc.memTotal > 0 && n > 1 {
+			if err := parallelFits(n, tc.f, tc.memTotal); err != nil {
+				t.Errorf("%s: the default %d is refused when given: %v", tc.name, n, err)
+			}
+			if err := parallelFits(n+1, tc.f, tc.memTotal); err == nil && n < defaultParallelMost {
+				t.Errorf("%s: %d more than the default fits", tc.name, n+1)
+			}
+		}
+	}
+}
+
+// On a machine whose memory holds 2.5 sequence states beside the rest of
+// the footprint, serve without --parallel runs 2 and says why; an explicit
+// --parallel 3 is refused with the numbers and what to do; --force starts it.
+func TestServeParallelMemory(t *testing.T) {
+	dir := tinyInstall(t)
+	in, err := runtime.OpenInstall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := runtime.ComputeFootprint(in, runtime.FootprintOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := f.SequenceState()
+	mem := int64(1)<<30 + f.Total - per + per*5/2 // 1 GiB: the margin below 10 GiB
+	old := machineMemory
+	machineMemory = func() (int64, error) { return mem, nil }
+	defer func() { machineMemory = old }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", dir, "--port", "0", "--threads", "1")
+	want := "parallel 2 (default: 2 states of " + expertcache.FormatSize(per) + " fit in "
+	if r.Code != 0 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "+ 2 sequence states × (KV") {
+		t.Errorf("default: exit %d, stderr %q; want %q and the footprint of 2 states", r.Code, r.Stderr, want)
+	}
+
+	r = clitest.Run(t, app(), "serve", "--model", dir, "--port", "0", "--threads", "1", "--parallel", "3")
+	for _, want := range []string{"--parallel 3 holds 3 sequence states of " + expertcache.FormatSize(per) + " each", "; 2 fit in the ", "Lower --parallel or --max-context", "or pass --force"} {
+		if r.Code != cliutil.ExitUsage || !strings.Contains(r.Stderr, want) || strings.Contains(r.Stderr, "ready at") {
+			t.Errorf("--parallel 3: exit %d, stderr %q; want exit 2 with %q", r.Code, r.Stderr, want)
+		}
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r = clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", dir, "--port", "0", "--threads", "1", "--parallel", "3", "--force")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "| parallel 3\n") {
+		t.Errorf("--parallel 3 --force: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }

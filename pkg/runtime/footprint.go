@@ -46,6 +46,9 @@ type Footprint struct {
 	// aligned page buffers. The rows come from SSD, never from memory.
 	NgramBuffers int64
 	Total        int64
+	// Sequences is how many sequence states (KV, its growth, recurrent)
+	// Total counts: 0 or 1 for one; WithSequences sets more.
+	Sequences int
 	// Device is the engine's device when it is not the CPU: its experts,
 	// KV cache and sequence state are then in device memory, not counted.
 	Device string
@@ -87,11 +90,28 @@ func ComputeFootprint(in *Install, opt FootprintOptions) (Footprint, error) {
 	return f, nil
 }
 
+// SequenceState is what one sequence state holds at most: its KV cache at
+// MaxContext, the growth transient and the recurrent state.
+func (f Footprint) SequenceState() int64 { return f.KV + f.KVGrowth + f.Recurrent }
+
+// WithSequences is f with n sequence states (serve --parallel n) instead of
+// the one f counts: each state is sized for MaxContext, since any may grow
+// to it.
+func (f Footprint) WithSequences(n int) Footprint {
+	f.Total += int64(n-max(f.Sequences, 1)) * f.SequenceState()
+	f.Sequences = n
+	return f
+}
+
 // String is the one line the CLIs print at start.
 func (f Footprint) String() string {
 	s := func(b int64) string { return expertcache.FormatSize(b) }
-	line := fmt.Sprintf("footprint %s: resident %s + experts %s (%d slots/layer) + KV %s (%d-bit × %d tokens, +%s while growing) + recurrent %s + scratch %s",
-		s(f.Total), s(f.Resident), s(f.ExpertSlots), f.Slots, s(f.KV), f.KVBits, f.MaxContext, s(f.KVGrowth), s(f.Recurrent), s(f.Scratch))
+	state := fmt.Sprintf("KV %s (%d-bit × %d tokens, +%s while growing) + recurrent %s", s(f.KV), f.KVBits, f.MaxContext, s(f.KVGrowth), s(f.Recurrent))
+	if f.Sequences > 1 {
+		state = fmt.Sprintf("%d sequence states × (%s)", f.Sequences, state)
+	}
+	line := fmt.Sprintf("footprint %s: resident %s + experts %s (%d slots/layer) + %s + scratch %s",
+		s(f.Total), s(f.Resident), s(f.ExpertSlots), f.Slots, state, s(f.Scratch))
 	if f.PassScratch > 0 {
 		line += " + long prefill passes " + s(f.PassScratch)
 	}
