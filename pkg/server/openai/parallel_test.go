@@ -18,7 +18,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
 
-// Three streaming chat requests sent at once to a server with --parallel 3
+// Four streaming chat requests sent at once to a server with --parallel 4
 // get the texts, finish reasons and usage that the same requests get one
 // after another from a server running one at a time; no goroutine is
 // left once the server closes.
@@ -39,6 +39,8 @@ func TestTinyModelParallelStreamsEqualSequential(t *testing.T) {
 			Temperature: oai.Float(0.8), Seed: oai.Int(42), MaxTokens: oai.Int(20)},
 		{Model: "tiny", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Write a haiku about the sea.")},
 			Temperature: oai.Float(0), MaxTokens: oai.Int(30)},
+		{Model: "tiny", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me a story about a lighthouse.")},
+			Temperature: oai.Float(1), Seed: oai.Int(7), MaxTokens: oai.Int(120)},
 	}
 	for i := range reqs {
 		reqs[i].StreamOptions = oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}
@@ -64,7 +66,7 @@ func TestTinyModelParallelStreamsEqualSequential(t *testing.T) {
 		}
 	}
 	closeOne()
-	par, closePar := serve(3)
+	par, closePar := serve(4)
 	got := make([]string, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
