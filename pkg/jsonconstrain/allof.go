@@ -133,6 +133,7 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 	}
 	var addls []addl
 	anyOfFrom := ""
+	var patterns []patternSource // a string must match every one
 	for _, m := range members {
 		keys := make([]string, 0, len(m.kw))
 		for k := range m.kw {
@@ -215,6 +216,13 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 					continue
 				}
 				out[k] = both
+			case "pattern":
+				var src string
+				if json.Unmarshal(v, &src) != nil {
+					fail(m.at, k, "pattern must be a string")
+					continue
+				}
+				patterns = append(patterns, patternSource{regex: src, keyword: k, label: fmt.Sprintf("pattern %q", src)})
 			case "anyOf":
 				if anyOfFrom != "" {
 					fail(m.at, k, "anyOf in more than one allOf subschema (also at %s) cannot be merged", anyOfFrom)
@@ -233,6 +241,12 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 	}
 	if !ok {
 		return nil, false
+	}
+	if len(patterns) > 0 {
+		if c.mergedPatterns == nil {
+			c.mergedPatterns = map[string][]patternSource{}
+		}
+		c.mergedPatterns[ptr] = patterns
 	}
 	if typed {
 		if types == 0 {

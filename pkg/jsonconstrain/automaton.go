@@ -57,7 +57,8 @@ type frame struct {
 	// hi the \u digits left, pos their value so far.
 	lo, hi, pos int32
 	// kObject: extra counts keys not in node.names; cur is the property
-	// whose value is being read (-1: an extra key).
+	// whose value is being read (-1: an extra key). kString: extra is
+	// the state of node.pat.
 	// kNumber: extra counts bytes, lo exponent digits.
 	extra, cur int32
 	seen       uint64 // kObject: bit i set once names[i] has been written
@@ -263,6 +264,26 @@ func continuation(fr *frame, b byte) bool {
 
 func (m *machine) str(fr frame, b byte) int32 {
 	n := fr.node
+	// Under a pattern the string's DFA reads every byte but the closing
+	// quote (a '"' inside is spelled \"); the checks below still apply.
+	if d := n.pat; d != nil {
+		between := fr.phase == sNormal && fr.need == 0
+		if between && b == '"' {
+			if !d.accept[fr.extra] {
+				return -1
+			}
+		} else {
+			next := d.step(fr.extra, b)
+			chars := fr.lo
+			if between {
+				chars++
+			}
+			if next < 0 || int(chars)+int(d.dist[next]) > n.maxLen {
+				return -1
+			}
+			fr.extra = next
+		}
+	}
 	switch fr.phase {
 	case sEscape:
 		switch b {

@@ -308,7 +308,7 @@ func (m *Masker) plainRoom(mc *machine, top int32) (c int, ok bool) {
 		return 0, false
 	}
 	switch {
-	case fr.kind == kString && fr.phase == sNormal:
+	case fr.kind == kString && fr.phase == sNormal && fr.node.pat == nil:
 		return min(fr.node.maxLen-int(fr.lo), plainChars), true
 	case fr.kind == kObject && fr.phase == oKey:
 		n := fr.node

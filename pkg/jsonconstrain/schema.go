@@ -9,10 +9,13 @@ package jsonconstrain
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"sort"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // Options bound what a document may contain, so that every document the
@@ -86,6 +89,9 @@ type node struct {
 
 	// strings, in Unicode code points
 	minLen, maxLen int
+	// pat, when non-nil, reads the bytes of a string under pattern and
+	// format (regexdfa.go); minLen and maxLen are counted in.
+	pat *stringDFA
 
 	// num, when non-nil, reads numbers under bounds (numbers.go).
 	num *numberDFA
@@ -177,7 +183,7 @@ var supported = map[string]bool{
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-	"allOf": true, "prefixItems": true,
+	"allOf": true, "prefixItems": true, "pattern": true,
 }
 
 // onlyAnnotationsBeside reports whether kw holds keyword and annotations.
@@ -258,6 +264,10 @@ type compiler struct {
 	root   json.RawMessage
 	refs   map[string]*refTarget // by the pointer $ref names
 	merged int                   // bytes of the schemas allOf merges have made
+	// mergedPatterns are the patterns and formats allOf merged for the
+	// schema at a pointer: a merged schema has one "pattern" keyword, and
+	// a string must match them all.
+	mergedPatterns map[string][]patternSource
 	// levels counts the objects and arrays the subschema being compiled
 	// sits in, so that a $ref back to a target still being compiled can
 	// tell recursion through a container from a loop with none.
@@ -529,6 +539,55 @@ func (c *compiler) strings(n *node, kw map[string]json.RawMessage, ptr string) {
 		hi = c.opts.MaxStringChars
 	}
 	n.minLen, n.maxLen = lo, hi
+	c.patterns(n, kw, ptr)
+}
+
+// patterns compiles pattern (and the patterns of format, and those allOf
+// merged) into one automaton over the string's bytes.
+func (c *compiler) patterns(n *node, kw map[string]json.RawMessage, ptr string) {
+	var pats []patternSource
+	if raw, ok := kw["pattern"]; ok {
+		var src string
+		if json.Unmarshal(raw, &src) != nil {
+			c.fail(pointer(ptr, "pattern"), "pattern", "pattern must be a string")
+			return
+		}
+		pats = append(pats, patternSource{regex: src, keyword: "pattern", label: fmt.Sprintf("pattern %q", src)})
+	}
+	pats = append(pats, c.mergedPatterns[ptr]...)
+	delete(c.mergedPatterns, ptr)
+	if len(pats) == 0 || n.types&tString == 0 || len(c.problems) > 0 {
+		return
+	}
+	d, which, err := buildStringDFA(pats, n.minLen, n.maxLen, limits.PatternChars, limits.PatternStates)
+	if err == nil {
+		n.pat = d
+		return
+	}
+	var re *RegexError
+	errors.As(err, &re)
+	if which == nil {
+		// The patterns together (with the lengths) are at fault.
+		key := pats[0].keyword
+		c.fail(pointer(ptr, key), key, "%s: %s", describePatterns(pats), re.Message)
+		return
+	}
+	switch {
+	case which.keyword == "format":
+		c.fail(pointer(ptr, "format"), "format", "%s: internal pattern: %v", which.label, err)
+	case re.Unsupported:
+		c.fail(pointer(ptr, "pattern"), "pattern", "unsupported schema keyword \"pattern\": %s: %v", which.label, err)
+	default:
+		c.fail(pointer(ptr, "pattern"), "pattern", "%s is not an ECMA-262 regular expression: %v", which.label, err)
+	}
+}
+
+func describePatterns(pats []patternSource) string {
+	labels := make([]string, len(pats))
+	for i, p := range pats {
+		labels[i] = p.label
+	}
+	return strings.Join(labels, " with ")
 }
 
 // literals compiles enum and const into the sorted compact encodings of
