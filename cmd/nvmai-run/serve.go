@@ -28,6 +28,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/openai"
 	"github.com/nvmai/nvmai/pkg/server/responses"
 	"github.com/nvmai/nvmai/pkg/server/sse"
+	"github.com/nvmai/nvmai/pkg/server/webui"
 )
 
 func serveCommand() *cli.Command {
@@ -62,6 +63,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.DurationFlag{Name: "stream-write-timeout", Value: sse.DefaultWriteTimeout, Usage: "cut off a stream whose client accepts no bytes for this long (freeing the engine for others)"},
 			&cli.StringSliceFlag{Name: "allowed-host", Usage: "also accept requests whose Host header is `NAME` (or NAME:PORT); repeatable. Without --api-key only loopback names and --host are accepted"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per request instead of a text line"},
+			&cli.BoolFlag{Name: "no-webui", Usage: "do not serve the web page at GET / (the chat page and live panel; the API is unaffected)"},
 			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
 			&cli.StringFlag{Name: "models-dir", Usage: "serve every verified install under `DIR` (ids: their paths there), one loaded at a time, instead of --model"},
 			&cli.DurationFlag{Name: "idle-unload", Usage: "with --models-dir: unload the model after this long without requests (e.g. 10m)", DefaultText: "never"},
@@ -98,6 +100,9 @@ func serveAction(c *cli.Context) error {
 	openai.New(srv, openai.Options{}).Mount(oh)
 	anthropic.New(srv, anthropic.Options{}).Mount(oh)
 	responses.New(srv, responses.Options{Keep: responsesKeep(c.Int("responses-keep"))}).Mount(oh)
+	if !c.Bool("no-webui") {
+		webui.Mount(oh)
+	}
 	hs := httpapi.NewHTTPServer(oh)
 	errc := make(chan error, 1)
 	limited := httpapi.LimitConnections(hs, ln, c.Int("max-connections"))

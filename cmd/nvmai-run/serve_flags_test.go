@@ -25,6 +25,7 @@ var serveApplied = map[string]string{
 	"prompt-cache-dir": "", "prompt-cache-disk-budget": "", "max-body": "", "thinking": "", "chat-template": "",
 	"max-connections": "", "stream-write-timeout": "", "allowed-host": "", "log-json": "", "responses-keep": "",
 	"models-dir": "", "idle-unload": "", "strict-max-tokens": "", "parallel": "",
+	"no-webui": "", // serveAction: webui.Mount
 	"scripted": "", // test builds only: the scripted engine
 }
 
