@@ -14,8 +14,25 @@ import (
 // (Config.ScratchBytesPerToken × N); the mixers' buffers, a pass's of
 // min(N, mixRows) tokens (Config.MixerScratchBytes bounds them).
 type batchScratch struct {
-	mu sync.Mutex // ForwardBatch calls take turns on the one workspace
-	ws workspace
+	mu     sync.Mutex // ForwardBatch calls take turns on the one workspace
+	ws     workspace
+	routes batchRoutes // the MoE's override while the batch's states replay routing
+}
+
+// batchRoutes routes a batched step whose states replay routing
+// (SetRouteOverride): row t, the token of states[t], takes the experts
+// states[t]'s own override names for its own position, which is what its
+// one-token step asks. The batch's MoE scratch counts positions from 0
+// (Pos), so the position it asks for is the row.
+type batchRoutes struct{ states []*State }
+
+func (b *batchRoutes) Experts(row, layer int, dst []int) ([]int, error) {
+	st := b.states[row]
+	ids, err := st.ws.moe.Override.Experts(st.pos, layer, dst)
+	if err != nil {
+		return ids, fmt.Errorf("state %d of the batch, at position %d: %w", row, st.pos, err)
+	}
+	return ids, nil
 }
 
 // ForwardBatch is one decode step for N = len(states) distinct states of
@@ -36,10 +53,14 @@ type batchScratch struct {
 // later (an expert that cannot be read), every state of the batch is left
 // refusing work until Reset or CopyFrom, as Forward leaves its one state.
 //
+// States that replay routing (SetRouteOverride, each its own override or
+// one shared) each route their row as their own override names for their
+// own position, as their one-token step does; a batch routes all its
+// states one way, so one whose states disagree (some replaying, some
+// routed by the router) is refused.
+//
 // What a batch does not do: a state's StepProfile is not fed by batched
-// steps (its phases would mix N states' work); a state with a routing
-// override (SetRouteOverride) is refused, since its route is per sequence
-// and the MoE block routes the batch as a whole; the next layer's expert
+// steps (its phases would mix N states' work); the next layer's expert
 // prediction (prefetchNext) runs only for a batch of one, as it only warms
 // the expert cache.
 func (m *Model) ForwardBatch(states []*State, ids []int, logits []float32) error {
@@ -78,8 +99,12 @@ func (m *Model) checkBatch(states []*State, ids []int, logits []float32) error {
 			return fmt.Errorf("qwen35: ForwardBatch: state %d was not made by this model's NewState", i)
 		case st.failed != nil:
 			return fmt.Errorf("qwen35: ForwardBatch: state %d is inconsistent after an earlier failure (%v); Reset it or CopyFrom a snapshot", i, st.failed)
-		case st.ws.moe.Override != nil:
-			return fmt.Errorf("qwen35: ForwardBatch: state %d has a routing override (SetRouteOverride); step it alone with Forward", i)
+		case (st.ws.moe.Override != nil) != (states[0].ws.moe.Override != nil):
+			replays, router := i, 0
+			if st.ws.moe.Override == nil {
+				replays, router = 0, i
+			}
+			return fmt.Errorf("qwen35: ForwardBatch: state %d replays routing (SetRouteOverride) and state %d is routed by the router; a batch routes its states one way, so step them in separate batches", replays, router)
 		case ids[i] < 0 || ids[i] >= V:
 			return fmt.Errorf("qwen35: ForwardBatch: token %d of state %d is outside the vocabulary [0, %d)", ids[i], i, V)
 		case st.pos+1 > st.maxContext:
@@ -119,7 +144,12 @@ func (m *Model) forwardBatch(ws *workspace, states []*State, ids []int, out []fl
 
 	ws.setProfile(nil, N)
 	m.moe.BeginPass(N)
-	ws.moe.Pos = 0 // no override: checkBatch refused states with one
+	ws.moe.Pos = 0
+	if states[0].ws.moe.Override != nil { // checkBatch: then every state has one
+		m.batch.routes.states = states
+		ws.moe.Override = &m.batch.routes
+		defer func() { ws.moe.Override, m.batch.routes.states = nil, nil }()
+	}
 	for l := range m.layers {
 		ly := &m.layers[l]
 		blocks.RMSNormRows(u, x, ly.inputNorm, H, c.RMSNormEps)

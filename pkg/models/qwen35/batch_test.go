@@ -11,6 +11,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/routing"
 )
 
 // batchModel is a model the batch tests step: each way experts are handed
@@ -97,12 +98,23 @@ func promptOf(i, n, vocab int) []int {
 // more.
 func runSchedule(t *testing.T, m *Model, prompts [][]int, kvBits []int, steps []batchStep) {
 	t.Helper()
+	runRoutedSchedule(t, m, prompts, kvBits, steps, nil)
+}
+
+// runRoutedSchedule is runSchedule with both twins of sequence i replaying
+// the routing routes(i) names (routes nil: the router's own).
+func runRoutedSchedule(t *testing.T, m *Model, prompts [][]int, kvBits []int, steps []batchStep, routes func(i int) model.RouteOverride) {
+	t.Helper()
 	V := m.Config().VocabSize
 	want := make([]float32, V)
 	seqs := make([]twinSeq, len(prompts))
 	for i, p := range prompts {
 		opts := StateOptions{KVBits: kvBits[i%len(kvBits)], KVInitial: 2} // KV grows during the batches
 		seqs[i] = twinSeq{batched: m.NewState(opts), alone: m.NewState(opts)}
+		if routes != nil {
+			seqs[i].batched.SetRouteOverride(routes(i))
+			seqs[i].alone.SetRouteOverride(routes(i))
+		}
 		if err := m.Forward(seqs[i].batched, p, nil, false); err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +335,8 @@ func TestForwardBatchRefuses(t *testing.T) {
 		{"foreign state", []*State{foreign, a}, []int{1, 2}, nil, "state 0 was not made by this model"},
 		{"duplicate", []*State{a, b, a}, []int{1, 2, 3}, nil, "state 2 is also state 0"},
 		{"failed state", []*State{a, failed}, []int{1, 2}, nil, "state 1 is inconsistent after an earlier failure (disk on fire)"},
-		{"routing override", []*State{overridden, a}, []int{1, 2}, nil, "state 0 has a routing override"},
+		{"replaying beside the router", []*State{overridden, a}, []int{1, 2}, nil, "state 0 replays routing (SetRouteOverride) and state 1 is routed by the router"},
+		{"the router beside replaying", []*State{a, b, overridden}, []int{1, 2, 3}, nil, "state 2 replays routing (SetRouteOverride) and state 0 is routed by the router"},
 		{"negative token", []*State{a, b}, []int{1, -1}, nil, "token -1 of state 1 is outside the vocabulary"},
 		{"token past vocab", []*State{a, b}, []int{V, 1}, nil, fmt.Sprintf("token %d of state 0 is outside the vocabulary", V)},
 		{"at max context", []*State{a, full}, []int{1, 2}, nil, "state 1 holds 3 tokens, its max context"},
@@ -544,4 +557,76 @@ func TestForwardBatchMixerPaths(t *testing.T) {
 		}
 		runSchedule(t, m, prompts, []int{KVFloat32, KVInt8}, []batchStep{{batch: all}, {batch: reversed}})
 	})
+}
+
+// offsetRoutes replays src from position first on: a shared source that
+// each sequence reads from its own offset.
+type offsetRoutes struct {
+	src   model.RouteOverride
+	first int
+}
+
+func (o offsetRoutes) Experts(pos, layer int, dst []int) ([]int, error) {
+	return o.src.Experts(o.first+pos, layer, dst)
+}
+
+// TestForwardBatchReplaysEachStatesRouting: states replaying routing (each
+// its own synthetic agent source, or one shared trace read from an offset
+// per sequence) get, in batches that join, leave and reorder, bitwise the
+// logits and state each gets stepped alone under the same replay.
+func TestForwardBatchReplaysEachStatesRouting(t *testing.T) {
+	steps := []batchStep{
+		{batch: []int{0, 1}}, {batch: []int{2, 0, 1}}, {alone: []int{0}, batch: []int{1, 2, 3}},
+		{batch: []int{3, 2, 1, 0}}, {batch: []int{0}}, {batch: []int{0, 2, 1, 3}, noLogits: true}, {batch: []int{1, 3, 0, 2}},
+	}
+	for _, bm := range batchModels() {
+		if strings.HasPrefix(bm.name, "dense") {
+			continue // no routed experts
+		}
+		t.Run(bm.name, func(t *testing.T) {
+			m := bm.open(t)
+			c := m.Config()
+			geom := routing.Geometry{Layers: len(c.Layers), Experts: c.NumExperts, TopK: c.ExpertsPerToken}
+			prompts := make([][]int, 4)
+			for i := range prompts {
+				prompts[i] = promptOf(i, 2+3*i, c.VocabSize)
+			}
+			shared, err := routing.Generate(geom, routing.Agent, 64, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trace := routing.NewTraceSource(shared, "test", false)
+			// The replay changes the logits, so a batch's rows equal to
+			// their replaying twins' means the batch replayed them.
+			replayed, routed := m.NewState(StateOptions{}), m.NewState(StateOptions{})
+			replayed.SetRouteOverride(offsetRoutes{src: trace})
+			a, b := make([]float32, c.VocabSize), make([]float32, c.VocabSize)
+			if err := m.Forward(replayed, prompts[3], a, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Forward(routed, prompts[3], b, false); err != nil {
+				t.Fatal(err)
+			}
+			if bitwiseDiff(a, b) < 0 {
+				t.Fatal("the replayed routing gives the router's logits: the test cannot tell them apart")
+			}
+			for _, tc := range []struct {
+				name   string
+				routes func(i int) model.RouteOverride
+			}{
+				{"own synthetic source each", func(i int) model.RouteOverride {
+					src, err := routing.NewSynthetic(geom, routing.Spec{Regime: routing.Agent, Seed: uint64(1 + i)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return src
+				}},
+				{"one trace, an offset each", func(i int) model.RouteOverride { return offsetRoutes{src: trace, first: 16 * i} }},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					runRoutedSchedule(t, m, prompts, []int{KVInt8, KVFloat32}, steps, tc.routes)
+				})
+			}
+		})
+	}
 }
