@@ -1,0 +1,225 @@
+package toolconstrain
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/nvmai/nvmai/pkg/chatparse"
+	"github.com/nvmai/nvmai/pkg/tokenizer"
+)
+
+// RandomTools is testTools with every raw string bounded, so that output
+// from random weights, which writes a closing tag only by chance, still
+// closes each value.
+const RandomTools = `[
+ {"name":"get_weather","parameters":{"type":"object","properties":{
+   "city":{"type":"string","maxLength":10},
+   "days":{"type":"integer","minimum":1,"maximum":14},
+   "unit":{"type":"string","enum":["celsius","fahrenheit"]},
+   "detail":{"type":"boolean"}},
+  "required":["city","days"]}},
+ {"name":"write_file","parameters":{"type":"object","properties":{
+   "path":{"type":"string","minLength":1,"maxLength":12},
+   "content":{"type":"string","maxLength":20},
+   "options":{"type":"object","properties":{"mode":{"type":"integer"},"tags":{"type":"array","items":{"type":"string","maxLength":5},"maxItems":3}},"required":["mode"],"additionalProperties":false}},
+  "required":["path","content"]}},
+ {"name":"noop","parameters":{"type":"object","properties":{}}},
+ {"name":"search","parameters":{"type":"object","$defs":{"Q":{"type":"object","properties":{"q":{"type":"string","maxLength":8}},"required":["q"],"additionalProperties":false}},
+   "properties":{"query":{"$ref":"#/$defs/Q"},"limit":{"anyOf":[{"type":"integer","maximum":99},{"type":"null"}]}},
+  "required":["query"]}}
+]`
+
+var (
+	fixtureOnce sync.Once
+	fixtureTok  *tokenizer.Tokenizer
+	fixtureErr  error
+)
+
+func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	fixtureOnce.Do(func() {
+		dir := filepath.Join("..", "..", "testdata", "tiny-moe-fused")
+		fixtureTok, fixtureErr = tokenizer.Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
+	})
+	if fixtureErr != nil {
+		t.Fatalf("fixture tokenizer: %v", fixtureErr)
+	}
+	return fixtureTok
+}
+
+func fixtureEnds(t testing.TB, tok *tokenizer.Tokenizer) []int {
+	var ends []int
+	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		id, ok := tok.TokenID(name)
+		if !ok {
+			t.Fatalf("fixture has no %s", name)
+		}
+		ends = append(ends, id)
+	}
+	return ends
+}
+
+// sampleConstrained generates from random logits (a fresh normal draw
+// each step, softmax at temperature 1) under c until an end token or max
+// tokens; with checkAll it also checks at every step that Mask allows
+// exactly the tokens Advance takes.
+func sampleConstrained(t *testing.T, c *Constraint, tok *tokenizer.Tokenizer, rng *rand.Rand, max int, checkAll bool) (string, bool) {
+	t.Helper()
+	n := tok.IDCount()
+	var text []byte
+	for step := 0; step < max; step++ {
+		row := make([]float32, n)
+		for i := range row {
+			row[i] = float32(rng.NormFloat64() * 2)
+		}
+		if checkAll {
+			probe := make([]float32, n)
+			c.Mask(probe)
+			for id := range probe {
+				_, err := clone(c).Advance(id)
+				if allowed := !math.IsInf(float64(probe[id]), -1); allowed != (err == nil) {
+					t.Fatalf("after %q: token %d (%q) allowed=%v, Advance: %v", text, id, tok.TokenBytes(id), allowed, err)
+				}
+			}
+		}
+		if c.Mask(row) == 0 {
+			t.Fatalf("dead end after %q", text)
+		}
+		id := sampleSoftmax(row, rng)
+		ended, err := c.Advance(id)
+		if err != nil {
+			t.Fatalf("after %q: %v", text, err)
+		}
+		if ended {
+			return string(text), true
+		}
+		text = append(text, tok.TokenBytes(id)...)
+	}
+	return string(text), false
+}
+
+func sampleSoftmax(row []float32, rng *rand.Rand) int {
+	top := float32(math.Inf(-1))
+	for _, x := range row {
+		top = max(top, x)
+	}
+	var sum float64
+	for _, x := range row {
+		sum += math.Exp(float64(x - top))
+	}
+	r := rng.Float64() * sum
+	last := 0
+	for i, x := range row {
+		if math.IsInf(float64(x), -1) {
+			continue
+		}
+		last = i
+		if r -= math.Exp(float64(x - top)); r <= 0 {
+			return i
+		}
+	}
+	return last
+}
+
+// CheckCalls parses text as the server does and checks that every call
+// names one of tools and that its arguments validate against that tool's
+// parameters schema (santhosh-tekuri/jsonschema, independent of the
+// automaton). It returns the calls.
+func CheckCalls(tools []Tool, prefix, text string) ([]chatparse.ToolCall, error) {
+	var pt []chatparse.Tool
+	schemas := map[string]*jsonschema.Schema{}
+	for i, tl := range tools {
+		pt = append(pt, chatparse.Tool{Name: tl.Name, Parameters: tl.Parameters})
+		var doc any
+		if err := json.Unmarshal(tl.Parameters, &doc); err != nil {
+			return nil, err
+		}
+		c := jsonschema.NewCompiler()
+		url := fmt.Sprintf("tool%d.json", i)
+		if err := c.AddResource(url, doc); err != nil {
+			return nil, err
+		}
+		s, err := c.Compile(url)
+		if err != nil {
+			return nil, err
+		}
+		schemas[tl.Name] = s
+	}
+	p := chatparse.New(chatparse.Options{Tools: pt})
+	p.Push(prefix)
+	p.Push(text)
+	p.Finish()
+	res := p.Result()
+	for _, call := range res.ToolCalls {
+		s, ok := schemas[call.Name]
+		if !ok {
+			return nil, fmt.Errorf("call of %q, not a declared tool", call.Name)
+		}
+		var args any
+		if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil {
+			return nil, fmt.Errorf("arguments %s of %s: %v", call.Arguments, call.Name, err)
+		}
+		if err := s.Validate(args); err != nil {
+			return nil, fmt.Errorf("arguments %s of %s: %v", call.Arguments, call.Name, err)
+		}
+	}
+	if strings.Contains(res.Content, "<tool_call>") {
+		return nil, fmt.Errorf("call markup left in the content %q", res.Content)
+	}
+	return res.ToolCalls, nil
+}
+
+// Random weights, temperature 1, 20 seeds: forced calls (required and
+// named, one and several) always parse, name a declared tool and validate.
+func TestRandomForcedCallsValidate(t *testing.T) {
+	tok := fixtureTokenizer(t)
+	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
+	tools := parseTools(t, RandomTools)
+	g, err := Compile(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := []struct {
+		plan   Plan
+		prefix string
+	}{
+		{Plan{Choice: Required}, "<tool_call>\n"},
+		{Plan{Choice: Required, Parallel: true}, "<tool_call>\n"},
+		{Plan{Choice: Named, Name: "write_file"}, "<tool_call>\n<function=write_file>\n"},
+		{Plan{Choice: Named, Name: "search"}, "<tool_call>\n<function=search>\n"},
+	}
+	for pi, pl := range plans {
+		for seed := range 20 {
+			t.Run(fmt.Sprintf("%d-%s-parallel=%v/seed%d", pi, pl.plan.Name, pl.plan.Parallel, seed), func(t *testing.T) {
+				pl.plan.Grammar = g
+				c, err := tv.Constrain(pl.plan)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(seed), uint64(pi)))
+				text, ended := sampleConstrained(t, c, tok, rng, 2000, pi == 0 && seed < 2)
+				if !ended {
+					t.Fatalf("no end within 2000 tokens: %q", text)
+				}
+				calls, err := CheckCalls(tools, pl.prefix, text)
+				if err != nil {
+					t.Fatalf("%v in %q", err, text)
+				}
+				if len(calls) == 0 || !pl.plan.Parallel && len(calls) > 1 {
+					t.Fatalf("%d calls in %q", len(calls), text)
+				}
+				if pl.plan.Name != "" && calls[0].Name != pl.plan.Name {
+					t.Fatalf("called %s, want %s", calls[0].Name, pl.plan.Name)
+				}
+			})
+		}
+	}
+}
