@@ -80,7 +80,7 @@ func newByteVocab(extra ...string) *byteVocab {
 	return v
 }
 
-func (v *byteVocab) IDCount() int            { return len(v.toks) }
+func (v *byteVocab) IDCount() int             { return len(v.toks) }
 func (v *byteVocab) TokenBytes(id int) []byte { return v.toks[id] }
 func (v *byteVocab) IsSpecial(id int) bool    { return v.special[id] }
 func (v *byteVocab) end() int                 { return len(v.toks) - 2 }
