@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/limits"
 	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
 	"github.com/nvmai/nvmai/pkg/packexperts"
@@ -23,9 +25,9 @@ import (
 // file registers it with the engine surface (model.Model, model.State) for
 // the CPU: sessions, generation and sampling are the engine's, the sequence
 // state is qwen38's, its n-gram tables are read here. Snapshots go to the
-// RAM prompt cache (model.Snapshotter) but not to disk (no codec yet), and
-// --fill-context is not wired for it. This glue moves to the qwen38 package
-// with the layout (#36 item 3).
+// RAM and disk prompt caches (model.Snapshotter, model.SnapshotReader: the
+// qwen38 state codec, which carries the KV width). This glue moves to the
+// qwen38 package with the layout (#36 item 3).
 
 func init() {
 	model.Register(packexperts.ArchQwen4Exp, model.CPU, model.Entry{Load: loadQwen38, Footprint: qwen38Footprint})
@@ -64,9 +66,9 @@ func loadQwen38(req model.Request) (model.Model, error) {
 	return &q38Model{m: m, tables: tables}, nil
 }
 
-// qwen38Footprint replaces the trunk's sequence state by qwen38's: a
-// float32 cache with the indexer's keys, grown by append (the old backing
-// array, about 4/5 of the new, is held while it copies), and the PLE conv
+// qwen38Footprint replaces the trunk's sequence state by qwen38's: the KV
+// cache at --kv-bits with the indexer's float32 keys, grown by doubling as
+// qwen35's (the previous capacity is held while it copies), the PLE conv
 // windows beside the GDN state, and the n-gram reader's buffers. The
 // trunk (the qwen3_5_moe geometry) sizes the passes and the attention
 // scores.
@@ -86,10 +88,9 @@ func qwen38Footprint(req model.FootprintRequest) (model.StateFootprint, error) {
 	if err != nil {
 		return f, err
 	}
-	ctx := f.MaxContext
-	f.KVBits = model.KVFloat32
-	f.KV = q.KVBytes(ctx)
-	f.KVGrowth = q.KVBytes(ctx * 4 / 5)
+	ctx := f.MaxContext // f.KVBits is the trunk's: the default applied, checked
+	f.KV = q.KVBytes(ctx, f.KVBits)
+	f.KVGrowth = q.KVBytes(blocks.PreviousKVCapacity(ctx), f.KVBits)
 	f.Recurrent = q.FixedStateBytes()
 	f.ReadBuffers = ngramBufferBytes(q, req.Manifest.NGram, qwen38.MaxChunk(), req.IOThreads)
 	return f, nil
@@ -425,16 +426,24 @@ func (b *q38Model) Info() model.Info {
 	return model.Info{Name: model.CPU, Architecture: packexperts.ArchQwen4Exp, Device: model.CPU, VocabSize: c.VocabSize, MaxContext: c.MaxContext}
 }
 
-// NewState implements model.Model; the cache is float32 whatever KVBits.
+// NewState implements model.Model; a zero KVBits is model.DefaultKVBits,
+// as for qwen35.
 func (b *q38Model) NewState(opt model.StateOptions) (model.State, error) {
-	st := b.m.NewState(qwen38.StateOptions{MaxContext: opt.MaxContext})
+	bits := opt.KVBits
+	if bits == 0 {
+		bits = model.DefaultKVBits
+	}
+	if !model.ValidKVBits(bits) {
+		return nil, fmt.Errorf("qwen38: KV cache width %d bits: use 8, 16 or 32", bits)
+	}
+	st := b.m.NewState(qwen38.StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	return &q38State{m: b.m, st: st, logits: make([]float32, b.m.Config().VocabSize)}, nil
 }
 
-// StateBytes implements model.StateSizer (the cache is float32).
-func (b *q38Model) StateBytes(tokens, _ int) int64 {
+// StateBytes implements model.StateSizer.
+func (b *q38Model) StateBytes(tokens, kvBits int) int64 {
 	c := b.m.Config()
-	return c.KVBytes(tokens) + c.FixedStateBytes()
+	return c.KVBytes(tokens, kvBits) + c.FixedStateBytes()
 }
 
 func (b *q38Model) Close() { b.tables.Close() }
@@ -488,10 +497,33 @@ type q38Snapshot struct {
 func (sn *q38Snapshot) Len() int     { return sn.st.Len() }
 func (sn *q38Snapshot) Bytes() int64 { return sn.bytes }
 
+// WriteTo writes the snapshot in qwen38's state layout (the disk prompt
+// cache).
+func (sn *q38Snapshot) WriteTo(w io.Writer) (int64, error) { return sn.st.WriteTo(w) }
+
+// ReadSnapshot implements model.SnapshotReader: a snapshot of another
+// model geometry, KV width or past this session's context is refused.
+func (s *q38State) ReadSnapshot(r io.Reader) (model.Snapshot, error) {
+	st, err := s.m.ReadState(r, qwen38.StateOptions{MaxContext: s.st.MaxContext(), KVBits: s.st.KVBits()})
+	if err != nil {
+		return nil, err
+	}
+	return s.snapshotOf(st), nil
+}
+
+func (s *q38State) snapshotOf(st *qwen38.State) *q38Snapshot {
+	return &q38Snapshot{st: st, bytes: s.m.Config().KVBytes(st.Len(), st.KVBits()) + s.m.Config().FixedStateBytes()}
+}
+
+// KVBits implements model.KVWidth.
+func (s *q38State) KVBits() int { return s.st.KVBits() }
+
+// FillSynthetic implements model.SyntheticFiller (bench --fill-context).
+func (s *q38State) FillSynthetic(n int, seed uint64) error { return s.st.FillSynthetic(n, seed) }
+
 // Snapshot implements model.Snapshotter (the server's RAM prompt cache).
 func (s *q38State) Snapshot() (model.Snapshot, error) {
-	c := s.m.Config()
-	return &q38Snapshot{st: s.st.Clone(), bytes: c.KVBytes(s.st.Len()) + c.FixedStateBytes()}, nil
+	return s.snapshotOf(s.st.Clone()), nil
 }
 
 // Restore implements model.Snapshotter: the snapshot must come from the
@@ -504,7 +536,7 @@ func (s *q38State) Restore(sn model.Snapshot) error {
 	if q.st.Len() > s.st.MaxContext() {
 		return fmt.Errorf("runtime: the snapshot holds %d tokens, this session's max context is %d", q.st.Len(), s.st.MaxContext())
 	}
-	st, err := q.st.CloneFor(s.m, s.st.MaxContext())
+	st, err := q.st.CloneFor(s.m, s.st.MaxContext(), s.st.KVBits())
 	if err != nil {
 		return err
 	}

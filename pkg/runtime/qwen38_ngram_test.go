@@ -124,9 +124,9 @@ func TestQwen38NgramBoundedMatchesPageCache(t *testing.T) {
 			if mode == expertcache.IOBuffered && cached == 0 {
 				t.Logf("buffered reads left nothing in the page cache (the kernel may drop it)")
 			}
-			for _, p := range refs[:6] {
+			for _, p := range refs[:6] { // against transformers: the float32 KV cache
 				var row0 []float32
-				_, err := e.NewSession(SessionOptions{}).Generate(context.Background(), p.IDs, GenerateOptions{MaxTokens: 4, IgnoreEOS: true,
+				_, err := e.NewSession(SessionOptions{KVBits: 32}).Generate(context.Background(), p.IDs, GenerateOptions{MaxTokens: 4, IgnoreEOS: true,
 					OnLogits: func(row []float32) error {
 						if row0 == nil {
 							row0 = append([]float32(nil), row...)

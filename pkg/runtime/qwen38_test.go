@@ -1,17 +1,24 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
 // qwen38Layouts are the two dev layouts of tiny-qwen38 (fixtures README).
 var qwen38Layouts = []string{"tiny-qwen38-fused", "tiny-qwen38-perexpert"}
 
 // TestQwen38SixteenBitMatchesTransformers: 16-bit installs converted from
-// both layouts give logits after the last prompt token within 1e-3 of
-// transformers' on every prompt (the EOS one and the 850-token one
-// included) and its 48 greedy tokens and text.
+// both layouts, with a float32 KV cache, give logits after the last prompt
+// token within 1e-3 of transformers' on every prompt (the EOS one and the
+// 850-token one included) and its 48 greedy tokens and text.
 func TestQwen38SixteenBitMatchesTransformers(t *testing.T) {
 	refs := loadRefs(t, "tiny-qwen38.refs.json")
 	for _, layout := range qwen38Layouts {
@@ -21,7 +28,7 @@ func TestQwen38SixteenBitMatchesTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			matchesTransformers(t, e, refs, SessionOptions{}, 1e-3)
+			matchesTransformers(t, e, refs, SessionOptions{KVBits: 32}, 1e-3)
 		})
 	}
 }
@@ -177,5 +184,80 @@ func TestQwen38SnapshotRestore(t *testing.T) {
 	}
 	if i := firstBitDiff(gen(b), want); i >= 0 {
 		t.Fatalf("logit %d differs after Restore", i)
+	}
+}
+
+// TestQwen38KVWidths: a qwen4_exp session takes the default KV width of
+// qwen35 (8 bits) and --kv-bits 16 and 32; at every width its snapshot,
+// written as the disk prompt cache writes it and read back by a fresh
+// session, restores a session that generates what the original does, and
+// a session of another width refuses it, from RAM and from disk, naming
+// both widths. The footprint counts the KV at the width.
+func TestQwen38KVWidths(t *testing.T) {
+	e, err := Load(install(t, qwen38Layouts[0], 16), Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if w, ok := e.NewSession(SessionOptions{}).st.(model.KVWidth); !ok || w.KVBits() != qwen35.DefaultKVBits {
+		t.Errorf("default KV width: %v (a model.KVWidth: %v), qwen35's %d", w, ok, qwen35.DefaultKVBits)
+	}
+	p := loadRefs(t, "tiny-qwen38.refs.json")[5].IDs
+	ctx := context.Background()
+	var kv [33]int64
+	for _, bits := range []int{32, 16, 8} {
+		t.Run(fmt.Sprintf("kv%d", bits), func(t *testing.T) {
+			f, err := ComputeFootprint(e.Install, FootprintOptions{KVBits: bits, MaxContext: 4096})
+			if err != nil || f.KVBits != bits {
+				t.Fatalf("footprint %+v, %v", f, err)
+			}
+			kv[bits] = f.KV
+			opt := SessionOptions{KVBits: bits}
+			orig := e.NewSession(opt)
+			if _, err := orig.Generate(ctx, p, GenerateOptions{MaxTokens: 3, IgnoreEOS: true}); err != nil {
+				t.Fatal(err)
+			}
+			snap := orig.Snapshot()
+			var buf bytes.Buffer
+			if _, err := snap.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			fresh := e.NewSession(opt)
+			got, err := fresh.ReadSnapshot(bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Len() != snap.Len() || got.Bytes() != snap.Bytes() {
+				t.Fatalf("read snapshot: %d tokens, %d bytes; written %d, %d", got.Len(), got.Bytes(), snap.Len(), snap.Bytes())
+			}
+			if err := fresh.Restore(got); err != nil {
+				t.Fatal(err)
+			}
+			want, err := orig.Generate(ctx, nil, GenerateOptions{MaxTokens: 8, IgnoreEOS: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := fresh.Generate(ctx, nil, GenerateOptions{MaxTokens: 8, IgnoreEOS: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.IDs, want.IDs) {
+				t.Fatalf("restored session generates %v, the original %v", res.IDs, want.IDs)
+			}
+			other := 8
+			if bits == other {
+				other = 16
+			}
+			wrong := fmt.Sprintf("%d-bit, this session's %d-bit", bits, other)
+			if _, err := e.NewSession(SessionOptions{KVBits: other}).ReadSnapshot(bytes.NewReader(buf.Bytes())); err == nil || !strings.Contains(err.Error(), wrong) {
+				t.Errorf("a %d-bit session reading a %d-bit snapshot: %v", other, bits, err)
+			}
+			if err := e.NewSession(SessionOptions{KVBits: other}).Restore(snap); err == nil || !strings.Contains(err.Error(), wrong) {
+				t.Errorf("a %d-bit session restoring a %d-bit snapshot: %v", other, bits, err)
+			}
+		})
+	}
+	if !(kv[8] < kv[16] && kv[16] < kv[32]) {
+		t.Errorf("footprint KV at 8, 16, 32 bits: %d, %d, %d", kv[8], kv[16], kv[32])
 	}
 }

@@ -77,7 +77,7 @@ func (m *Model) attnCore(w *blocks.AttnWeights, ls *layerState, sc *attnScratch,
 	// float32 cache takes the keys in place.
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
-		dstK := ls.kv.keyRowF32(pos0 + t)
+		dstK := ls.kv.KeyRowF32(pos0 + t)
 		if dstK == nil {
 			dstK = blocks.Grow(&sc.kRow, kvd)
 		}
@@ -86,10 +86,10 @@ func (m *Model) attnCore(w *blocks.AttnWeights, ls *layerState, sc *attnScratch,
 			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.KNorm, c.RMSNormEps)
 			blocks.Rotate(kh, cos, sin)
 		}
-		if ls.kv.f32() {
-			copy(ls.kv.v.f32[(pos0+t)*kvd:(pos0+t+1)*kvd], v[t*kvd:(t+1)*kvd])
+		if ls.kv.F32() {
+			copy(ls.kv.ValueRowF32(pos0+t), v[t*kvd:(t+1)*kvd])
 		} else {
-			ls.kv.putKV(pos0+t, dstK, v[t*kvd:(t+1)*kvd])
+			ls.kv.PutKV(pos0+t, dstK, v[t*kvd:(t+1)*kvd])
 		}
 	}
 
@@ -101,7 +101,7 @@ func (m *Model) attnCore(w *blocks.AttnWeights, ls *layerState, sc *attnScratch,
 			m.attnHeads(w, ls, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 		})
 	}
-	sc.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.bits))
+	sc.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*c.KVBytesPerToken(ls.kv.Bits()))
 }
 
 // attnOutput computes out [T, H] from the T rows attnCore left, over every
@@ -129,11 +129,11 @@ func (m *Model) attnHeads(w *blocks.AttnWeights, ls *layerState, sc *attnWorker,
 		end := min(hi, (g+1)*group) // heads [h, end) read KV head g
 		heads := end - h
 		var tile []float32
-		if !ls.kv.f32() {
+		if !ls.kv.F32() {
 			tile = blocks.Grow(&sc.tile, kernels.AttendScratch(heads, Dh))
 		}
 		batch := min(attnBatch(heads, pos0+T), T) // a decode step: 1, as before
-		if ls.kv.f32() {
+		if ls.kv.F32() {
 			batch = 1 // nothing is widened: one token at a time reads as well
 		}
 		// Sized for the chunk's last batch once: growing per batch would
@@ -210,14 +210,14 @@ func (s *attnSets) reset(nb int) *attnSets {
 // length, scores, qi and output in sets), bitwise what attendGroup gives it:
 // the cache's tiles are widened once for the batch.
 func attendGroupMulti(sets *attnSets, kv *kvCache, g int, scale float32, tile []float32) {
-	kv.scoresMulti(sets.scores, sets.q, g, sets.n, scale, sets.qi, tile)
+	kv.ScoresMulti(sets.scores, sets.q, g, sets.n, scale, sets.qi, tile)
 	for b, sb := range sets.scores {
 		n := sets.n[b]
 		for j := range len(sb) / n {
 			blocks.SoftmaxInPlace(sb[j*n : (j+1)*n])
 		}
 	}
-	kv.valuesMulti(sets.o, sets.scores, g, sets.n, tile)
+	kv.ValuesMulti(sets.o, sets.scores, g, sets.n, tile)
 }
 
 // attendGroup writes softmax(q·Kᵀ·scale)·V for each query of qs [heads, Dh]
@@ -227,10 +227,10 @@ func attendGroupMulti(sets *attnSets, kv *kvCache, g int, scale float32, tile []
 // [heads, n], qi [heads, Dh], tile kernels.AttendScratch (nil for a float32
 // cache).
 func attendGroup(o, qs []float32, kv *kvCache, g, n int, scale float32, scores, qi, tile []float32) {
-	heads := len(qs) / kv.dh
-	kv.scores(scores, qs, g, 0, n, scale, qi, tile)
+	heads := len(qs) / kv.HeadDim()
+	kv.Scores(scores, qs, g, 0, n, scale, qi, tile)
 	for j := range heads {
 		blocks.SoftmaxInPlace(scores[j*n : (j+1)*n])
 	}
-	kv.values(o, scores, g, 0, kv.dh, n, tile)
+	kv.Values(o, scores, g, 0, kv.HeadDim(), n, tile)
 }

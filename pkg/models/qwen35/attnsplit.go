@@ -50,7 +50,7 @@ func (m *Model) attnSplit(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 	}
 	scores := blocks.Grow(&sc.scoresAll, group*n)
 	chunks := (n + splitChunk - 1) / splitChunk
-	cb := ls.kv.columnBlock()
+	cb := ls.kv.ColumnBlock()
 	for g := range c.NumKVHeads {
 		qg := qs[g*group*Dh : (g+1)*group*Dh]
 		m.parallelHeads(chunks, func(worker, lo, hi int) {
@@ -58,7 +58,7 @@ func (m *Model) attnSplit(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 			for ch := lo; ch < hi; ch++ {
 				a, b := ch*splitChunk, min(n, (ch+1)*splitChunk)
 				part := blocks.Grow(&wk.scores, group*(b-a))
-				ls.kv.scores(part, qg, g, a, b-a, scale, blocks.Grow(&wk.qi, group*Dh), wk.tileFor(ls.kv, group, Dh))
+				ls.kv.Scores(part, qg, g, a, b-a, scale, blocks.Grow(&wk.qi, group*Dh), wk.tileFor(ls.kv, group, Dh))
 				for j := range group {
 					copy(scores[j*n+a:j*n+b], part[j*(b-a):(j+1)*(b-a)])
 				}
@@ -73,7 +73,7 @@ func (m *Model) attnSplit(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 			wk := &sc.workers[worker]
 			for blk := lo; blk < hi; blk++ {
 				part := blocks.Grow(&wk.q, group*cb)
-				ls.kv.values(part, scores, g, blk*cb, cb, n, wk.tileFor(ls.kv, group, Dh))
+				ls.kv.Values(part, scores, g, blk*cb, cb, n, wk.tileFor(ls.kv, group, Dh))
 				for j := range group {
 					copy(o[(g*group+j)*Dh+blk*cb:][:cb], part[j*cb:(j+1)*cb])
 				}
@@ -87,8 +87,5 @@ func (m *Model) attnSplit(w *blocks.AttnWeights, ls *layerState, sc *attnScratch
 
 // tileFor is the worker's kernels.AttendScratch for a cache below float32.
 func (wk *attnWorker) tileFor(kv *kvCache, heads, dh int) []float32 {
-	if kv.f32() {
-		return nil
-	}
-	return blocks.Grow(&wk.tile, kernels.AttendScratch(heads, dh))
+	return kv.TileScratch(&wk.tile, heads)
 }

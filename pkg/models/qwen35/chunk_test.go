@@ -99,7 +99,7 @@ func assertSameState(t *testing.T, a, b *State) {
 		if !slices.Equal(bits(la.conv), bits(lb.conv)) || !slices.Equal(bits(la.rec), bits(lb.rec)) {
 			t.Errorf("layer %d: GDN state differs", i)
 		}
-		if la.kv != nil && !la.kv.samePrefix(lb.kv, a.pos) {
+		if la.kv != nil && !la.kv.SamePrefix(lb.kv, a.pos) {
 			t.Errorf("layer %d: KV cache differs", i)
 		}
 	}

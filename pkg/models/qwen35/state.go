@@ -5,12 +5,12 @@ import (
 	"math/rand/v2"
 
 	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
-// DefaultKVInitial is the KV capacity in tokens a State starts with: small
-// enough that a short chat does not reserve the whole context, large enough
-// that growth (a doubling copy) is rare.
-const DefaultKVInitial = 8192
+// DefaultKVInitial is the KV capacity in tokens a State starts with
+// (blocks.DefaultKVInitial).
+const DefaultKVInitial = blocks.DefaultKVInitial
 
 // StateOptions sizes a State. Zero fields take defaults.
 type StateOptions struct {
@@ -113,7 +113,7 @@ func (s *State) Clone() *State {
 	for i, ls := range s.layers {
 		cl := layerState{conv: cloneFloats(ls.conv), rec: cloneFloats(ls.rec)}
 		if ls.kv != nil {
-			cl.kv = ls.kv.resized(s.kvCap, s.pos)
+			cl.kv = ls.kv.Resized(s.kvCap, s.pos)
 		}
 		c.layers[i] = cl
 	}
@@ -143,7 +143,7 @@ func (s *State) CopyFrom(src *State) error {
 		copy(dst.conv, ls.conv)
 		copy(dst.rec, ls.rec)
 		if dst.kv != nil {
-			dst.kv.copyFrom(ls.kv, src.pos)
+			dst.kv.CopyFrom(ls.kv, src.pos)
 		}
 	}
 	s.pos = src.pos
@@ -168,14 +168,10 @@ func (s *State) growKV(need int) error {
 	if need <= s.kvCap {
 		return nil
 	}
-	newCap := max(s.kvCap, 1)
-	for newCap < need {
-		newCap *= 2
-	}
-	newCap = min(newCap, s.maxContext)
+	newCap := blocks.GrownKVCapacity(s.kvCap, need, s.maxContext)
 	for i := range s.layers {
 		if ls := &s.layers[i]; ls.kv != nil {
-			ls.kv = ls.kv.resized(newCap, s.pos)
+			ls.kv = ls.kv.Resized(newCap, s.pos)
 		}
 	}
 	s.kvCap = newCap
@@ -213,7 +209,7 @@ func (s *State) FillSynthetic(n int, seed uint64) error {
 			continue
 		}
 		for p := s.pos; p < n; p++ {
-			kv.putKV(p, at(p+i), at(7*p+i+1))
+			kv.PutKV(p, at(p+i), at(7*p+i+1))
 		}
 	}
 	s.pos = n
@@ -225,10 +221,8 @@ func (s *State) FillSynthetic(n int, seed uint64) error {
 func (s *State) KVBytes() int64 {
 	var n int64
 	for _, ls := range s.layers {
-		if kv := ls.kv; kv != nil {
-			for _, r := range []*kvRows{&kv.k, &kv.v} {
-				n += 4*int64(len(r.f32)) + 2*int64(len(r.b16)) + int64(len(r.q8)) + 4*int64(len(r.scales))
-			}
+		if ls.kv != nil {
+			n += ls.kv.Bytes()
 		}
 	}
 	return n

@@ -47,8 +47,7 @@ func (s *State) WriteTo(w io.Writer) (int64, error) {
 			cw.F32s(ls.rec)
 			continue
 		}
-		writeRows(cw, &ls.kv.k, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
-		writeRows(cw, &ls.kv.v, s.pos*ls.kv.row, kvGroup(ls.kv.dh))
+		ls.kv.WriteRows(cw, s.pos)
 	}
 	cw.Flush()
 	return cw.N, cw.Err
@@ -84,8 +83,7 @@ func (m *Model) ReadState(r io.Reader, opts StateOptions) (*State, error) {
 			cr.F32s(ls.rec)
 			continue
 		}
-		readRows(cr, &ls.kv.k, pos*ls.kv.row, kvGroup(ls.kv.dh))
-		readRows(cr, &ls.kv.v, pos*ls.kv.row, kvGroup(ls.kv.dh))
+		ls.kv.ReadRows(cr, pos)
 	}
 	if cr.Err != nil {
 		return nil, fmt.Errorf("qwen35: reading a %d-token state: %w", pos, cr.Err)
@@ -175,27 +173,4 @@ func readStateHeader(r io.Reader) (stateHeader, error) {
 	h.convLen, h.recLen = binary.LittleEndian.Uint32(v[12:]), binary.LittleEndian.Uint32(v[16:])
 	h.tokens = binary.LittleEndian.Uint64(v[20:])
 	return h, nil
-}
-
-// rowsParts hands each part of one cache's first n values (the written
-// tokens' rows) to the codec's function for its type: the values and, for
-// int8, their scales (one per group of values).
-func rowsParts(r *kvRows, n, group int, f32s func([]float32), u16s func([]uint16), i8s func([]int8)) {
-	switch {
-	case r.f32 != nil:
-		f32s(r.f32[:n])
-	case r.b16 != nil:
-		u16s(r.b16[:n])
-	default:
-		i8s(r.q8[:n])
-		f32s(r.scales[:n/group])
-	}
-}
-
-func writeRows(cw *lecodec.Writer, r *kvRows, n, group int) {
-	rowsParts(r, n, group, cw.F32s, cw.U16s, cw.I8s)
-}
-
-func readRows(cr *lecodec.Reader, r *kvRows, n, group int) {
-	rowsParts(r, n, group, cr.F32s, cr.U16s, cr.I8s)
 }

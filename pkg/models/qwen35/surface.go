@@ -250,7 +250,7 @@ func FootprintOf(cfg Config, req model.FootprintRequest) (model.StateFootprint, 
 	}
 	perToken := cfg.KVBytesPerToken(bits) * int64(full)
 	f.KV = perToken * int64(ctx)
-	f.KVGrowth = perToken * int64(previousCapacity(ctx))
+	f.KVGrowth = perToken * int64(blocks.PreviousKVCapacity(ctx))
 	f.Recurrent = cfg.StateBytes(0)
 	threads := req.Threads
 	if threads <= 0 {
@@ -258,17 +258,4 @@ func FootprintOf(cfg Config, req model.FootprintRequest) (model.StateFootprint, 
 	}
 	f.Attention = int64(threads) * int64(cfg.NumHeads/cfg.NumKVHeads) * int64(ctx) * 4
 	return f, nil
-}
-
-// previousCapacity is the KV capacity before the last doubling that
-// reaches ctx from DefaultKVInitial (0 when no growth is needed).
-func previousCapacity(ctx int) int {
-	c := DefaultKVInitial
-	if ctx <= c {
-		return 0
-	}
-	for 2*c < ctx {
-		c *= 2
-	}
-	return c
 }

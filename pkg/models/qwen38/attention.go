@@ -10,16 +10,38 @@ import (
 )
 
 // attnState is an attention layer's share of a sequence: K (after k_norm
-// and RoPE) and V [pos, Hkv·Dh], the indexer's raw keys [pos, dih] and the
-// block keys of every complete block [⌊pos/cr⌋, dih].
+// and RoPE) and V [pos, Hkv·Dh] in the state's KV width, the indexer's raw
+// keys [pos, dih] and the block keys of every complete block [⌊pos/cr⌋,
+// dih]. The indexer's keys stay float32 whatever the KV width: they are
+// its own projection, not K, so the blocks it selects (and its tie-break)
+// do not depend on the width.
 type attnState struct {
-	k, v, kraw, kb []float32
+	kv       *blocks.KVCache
+	kraw, kb []float32
+}
+
+// newAttnState allocates capacity tokens of an attention layer's state.
+func newAttnState(c Config, bits, capacity int) attnState {
+	return attnState{kv: blocks.NewKVCache(bits, capacity, c.NumKVHeads, c.HeadDim),
+		kraw: make([]float32, 0, capacity*c.IndexerDim), kb: make([]float32, 0, capacity/c.IndexerBlock*c.IndexerDim)}
+}
+
+// resized is a copy of capacity tokens holding the first used (a GDN
+// layer's empty attnState stays empty).
+func (as *attnState) resized(c *Config, capacity, used int) attnState {
+	if as.kv == nil {
+		return attnState{}
+	}
+	return attnState{kv: as.kv.Resized(capacity, used),
+		kraw: append(make([]float32, 0, capacity*c.IndexerDim), as.kraw...),
+		kb:   append(make([]float32, 0, capacity/c.IndexerBlock*c.IndexerDim), as.kb...)}
 }
 
 // attnScratch holds the per-chunk buffers of an attention layer.
 type attnScratch struct {
 	q2   []float32 // q_proj output [T, Hq·2·Dh]: per head, query then gate
 	k, v []float32 // [T, Hkv·Dh]
+	kRow []float32 // one token's keys before a below-float32 cache rounds them
 	qk   []float32 // index_qk_proj output [T, (nih+1)·dih]
 	o    []float32 // gated attention output [T, Hq·Dh]
 	// selection of each token: sparse[t] false means every visible key;
@@ -35,8 +57,10 @@ type attnScratch struct {
 type attnWorker struct {
 	q, qi  []float32 // a head group's normed, rotated queries and their interleaved copy [heads, Dh]
 	scores []float32 // [heads, n]
-	keys   []float32 // a sparse query's selected keys of one KV head [selected, Dh]
-	values []float32 // and their values
+	tile   []float32 // kernels.AttendScratch below float32
+	// a sparse query's selected keys and values of one KV head, in the
+	// cache's width (one head, rows of Dh)
+	selected *blocks.KVCache
 }
 
 // attnMixer is §3.6 for T tokens at positions pos0…: it appends the chunk's
@@ -52,16 +76,25 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	blocks.MatMulMulti(m.pool, [][]float32{q2, k, v, qk}, []*kernels.Matrix{w.Q, w.K, w.V, w.index}, x, T)
 	ws.prof.MarkProducts(model.PhaseAttnProjections, w.Q, w.K, w.V, w.index)
 
-	as.k = slices.Grow(as.k, T*kvd)[:(pos0+T)*kvd]
-	as.v = append(as.v[:pos0*kvd], v[:T*kvd]...)
+	// Keys are stored after k_norm and RoPE, values as projected, each
+	// rounded once to the cache's width; a float32 cache takes the keys in
+	// place.
 	as.kraw = as.kraw[:pos0*dih]
 	for t := range T {
 		cos, sin := ws.cos[t*half:(t+1)*half], ws.sin[t*half:(t+1)*half]
-		dst := as.k[(pos0+t)*kvd : (pos0+t+1)*kvd]
+		dst := as.kv.KeyRowF32(pos0 + t)
+		if dst == nil {
+			dst = blocks.Grow(&sc.kRow, kvd)
+		}
 		for g := range Hkv {
 			kh := dst[g*Dh : (g+1)*Dh]
 			blocks.RMSNorm(kh, k[t*kvd+g*Dh:t*kvd+(g+1)*Dh], w.KNorm, c.RMSNormEps)
 			blocks.Rotate(kh, cos, sin)
+		}
+		if as.kv.F32() {
+			copy(as.kv.ValueRowF32(pos0+t), v[t*kvd:(t+1)*kvd])
+		} else {
+			as.kv.PutKV(pos0+t, dst, v[t*kvd:(t+1)*kvd])
 		}
 		as.kraw = append(as.kraw, qk[t*qkw+c.IndexerHeads*dih:(t+1)*qkw]...)
 	}
@@ -73,7 +106,7 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	m.pool.Parallel(Hq, func(worker, lo, hi int) {
 		m.attnHeads(w, as, sc, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
-	ws.prof.Mark(model.PhaseAttnHeads, int64(4*(len(as.k)+len(as.v)+len(as.kraw))))
+	ws.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*blocks.KVBytesPerToken(as.kv.Bits(), kvd, Dh)+int64(4*(len(as.kraw)+len(as.kb))))
 	blocks.MatMul(m.pool, out, w.O, o, T)
 	ws.prof.MarkProducts(model.PhaseAttnOut, w.O)
 }
@@ -201,7 +234,7 @@ func dot(a, b []float32) float32 {
 // past it, only for the selected keys, gathered in ascending position order.
 func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *attnWorker, ws *workspace, pos0 int, q2, o []float32, T, lo, hi int) {
 	c := &m.cfg
-	Hq, Dh, kvd, half := c.NumHeads, c.HeadDim, c.kvDim(), c.RotaryDim/2
+	Hq, Dh, half := c.NumHeads, c.HeadDim, c.RotaryDim/2
 	group := Hq / c.NumKVHeads
 	B, cr := c.IndexerBlocks(), c.IndexerBlock
 	scale := float32(1 / math.Sqrt(float64(Dh)))
@@ -220,19 +253,21 @@ func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *at
 				blocks.Rotate(q, cos, sin)
 			}
 			og := o[t*Hq*Dh+h*Dh : t*Hq*Dh+end*Dh]
-			keys, values, stride, nk := as.k[g*Dh:], as.v[g*Dh:], kvd, n
+			kv, kg, nk := as.kv, g, n
 			if sc.sparse[t] {
 				// Only the selection is attended: its keys and values are
-				// gathered, in ascending position order, into rows of Dh.
-				keys, values, nk = gatherSelected(wk, as, g, Dh, kvd, sc.sel[t*B:(t+1)*B], cr, n)
-				stride = Dh
+				// gathered, in ascending position order and in the cache's
+				// width, into a one-head cache.
+				sel := sc.sel[t*B : (t+1)*B]
+				kv, kg, nk = gatherSelected(wk, as, g, sel, cr, n), 0, selectedCount(len(sel), cr, n)
 			}
+			tile := kv.TileScratch(&wk.tile, heads)
 			scores := blocks.Grow(&wk.scores, heads*nk)
-			kernels.AttendScores(scores, qs, Dh, keys, stride, nk, scale, blocks.Grow(&wk.qi, heads*Dh))
+			kv.Scores(scores, qs, kg, 0, nk, scale, blocks.Grow(&wk.qi, heads*Dh), tile)
 			for j := range heads {
 				blocks.SoftmaxInPlace(scores[j*nk : (j+1)*nk])
 			}
-			kernels.AttendValues(og, scores, Dh, values, stride, nk)
+			kv.Values(og, scores, kg, 0, Dh, nk, tile)
 			for j := range heads {
 				gate := q2[t*2*Hq*Dh+(h+j)*2*Dh+Dh:][:Dh]
 				kernels.MulSigmoid(og[j*Dh:(j+1)*Dh], gate)
@@ -242,27 +277,33 @@ func (m *Model) attnHeads(w *attnWeights, as *attnState, sc *attnScratch, wk *at
 	}
 }
 
+// selectedCount is how many keys a query at position n−1 attends when it
+// keeps the blocks sel: theirs and the tail's, cr·⌊n/cr⌋ to n−1.
+func selectedCount(sel, cr, n int) int { return sel*cr + n - n/cr*cr }
+
 // gatherSelected copies KV head g's keys and values at the selected
 // positions — the tokens of the blocks sel (ascending) and the tail from
-// cr·⌊n/cr⌋ to n−1 — into the worker's rows of Dh, and returns them with
-// their count.
-func gatherSelected(wk *attnWorker, as *attnState, g, Dh, kvd int, sel []int, cr, n int) (keys, values []float32, count int) {
+// cr·⌊n/cr⌋ to n−1 — into the worker's one-head cache, runs of adjacent
+// blocks at once, and returns it.
+func gatherSelected(wk *attnWorker, as *attnState, g int, sel []int, cr, n int) *blocks.KVCache {
 	tail := n / cr * cr
-	count = len(sel)*cr + n - tail
-	keys, values = blocks.Grow(&wk.keys, count*Dh), blocks.Grow(&wk.values, count*Dh)
-	i := 0
-	take := func(p int) {
-		copy(keys[i*Dh:(i+1)*Dh], as.k[p*kvd+g*Dh:p*kvd+(g+1)*Dh])
-		copy(values[i*Dh:(i+1)*Dh], as.v[p*kvd+g*Dh:p*kvd+(g+1)*Dh])
-		i++
+	count := selectedCount(len(sel), cr, n)
+	dst := wk.selected
+	if dst == nil || dst.Bits() != as.kv.Bits() || dst.HeadDim() != as.kv.HeadDim() || dst.Capacity() < count {
+		dst = blocks.NewKVCache(as.kv.Bits(), (len(sel)+1)*cr, 1, as.kv.HeadDim()) // the most a query keeps
+		wk.selected = dst
 	}
-	for _, b := range sel {
-		for p := b * cr; p < (b+1)*cr; p++ {
-			take(p)
+	at := 0
+	for i := 0; i < len(sel); {
+		j := i + 1
+		for j < len(sel) && sel[j] == sel[j-1]+1 {
+			j++
 		}
+		p0, p1 := sel[i]*cr, (sel[j-1]+1)*cr
+		as.kv.CopyHeadRows(dst, g, at, p0, p1)
+		at += p1 - p0
+		i = j
 	}
-	for p := tail; p < n; p++ {
-		take(p)
-	}
-	return keys, values, count
+	as.kv.CopyHeadRows(dst, g, at, tail, n)
+	return dst
 }

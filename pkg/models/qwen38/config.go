@@ -189,9 +189,9 @@ func (c Config) validatePLE() error {
 }
 
 // KVBytes is what tokens tokens of context hold in the attention layers
-// (§4): keys and values, the indexer's raw keys and the block key of every
-// complete block, all float32.
-func (c Config) KVBytes(tokens int) int64 {
+// (§4): keys and values at the KV width bits, the indexer's raw keys and
+// the block key of every complete block in float32.
+func (c Config) KVBytes(tokens, bits int) int64 {
 	var attn int64
 	for _, k := range c.Layers {
 		if k == SparseAttention {
@@ -199,8 +199,8 @@ func (c Config) KVBytes(tokens int) int64 {
 		}
 	}
 	t := int64(tokens)
-	perLayer := t*int64(2*c.kvDim()+c.IndexerDim) + t/int64(c.IndexerBlock)*int64(c.IndexerDim)
-	return 4 * attn * perLayer
+	indexer := 4 * (t*int64(c.IndexerDim) + t/int64(c.IndexerBlock)*int64(c.IndexerDim))
+	return attn * (t*blocks.KVBytesPerToken(bits, c.kvDim(), c.HeadDim) + indexer)
 }
 
 // FixedStateBytes is the state that does not grow with the context: every

@@ -98,6 +98,7 @@ func (m *Model) forwardChunk(st *State, ids []int, out []float32, allRows bool) 
 	ws.prof.Begin()
 	m.moe.BeginPass(T)
 	ws.moe.Pos = st.pos
+	st.growKV(st.pos + T)
 	m.pleRowsAhead(st, ids)
 	R := blocks.Grow(&ws.R, T*SH)
 	for t, id := range ids {

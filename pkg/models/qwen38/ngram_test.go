@@ -158,7 +158,11 @@ func TestReleaseGeometry(t *testing.T) {
 	if got, want := c.FixedStateBytes(), int64(36*(3*10240+48*128*128)*4+9*10240*4); got != want {
 		t.Errorf("fixed state %d bytes, want %d", got, want)
 	}
-	if got, want := c.KVBytes(4), int64(12*4*(4*(2*512+128)+128)); got != want {
-		t.Errorf("KV of 4 tokens %d bytes, want %d", got, want)
+	// Per attention layer and token, K and V at the width (int8: one scale
+	// per 64 values), and the float32 indexer keys: 4 raw, 1 block key.
+	for bits, kv := range map[int]int64{32: 2 * 4 * 512, 16: 2 * 2 * 512, 8: 2 * (512 + 4*512/64)} {
+		if got, want := c.KVBytes(4, bits), 12*(4*kv+4*(4*128+128)); got != want {
+			t.Errorf("KV of 4 tokens at %d bits: %d bytes, want %d", bits, got, want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix/hfsnap"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/safetensors"
 )
 
@@ -157,54 +158,65 @@ func checkRowIDs(t *testing.T, m *Model, ids, want []int) {
 }
 
 // TestQSASelectionMatchesTransformers: on the 850-token prompt, every
-// query's kept tokens in both attention layers equal transformers'.
+// query's kept tokens in both attention layers equal transformers' with a
+// float32 KV cache. The indexer reads its own keys, never K or V, so at
+// 16 and 8 bits the first attention layer (whose input no KV touched)
+// still keeps exactly transformers' tokens; the second sees inputs the
+// narrower cache moved, and its selections are counted (logged).
 func TestQSASelectionMatchesTransformers(t *testing.T) {
 	tr := loadTrace(t)
 	m := open(t, layouts[0], nil)
 	ids := quickIDs(tr.ints(t, "long.input_ids"))
 	c := m.Config()
 	B, cr := c.IndexerBlocks(), c.IndexerBlock
-	st := m.NewState(StateOptions{})
-	got := map[int][][]int{}
-	st.SetTap(func(p TapPoint, layer, pos int, _ []float32) {
-		if p != TapMixer || c.Layers[layer] != SparseAttention {
-			return
-		}
-		sc := &st.ws.attn
-		for t := range sc.sparse {
-			n := pos + t + 1
-			var kept []int
-			if !sc.sparse[t] {
-				for q := range n {
-					kept = append(kept, q)
-				}
-			} else {
-				for _, b := range sc.sel[t*B : (t+1)*B] {
-					for q := b * cr; q < (b+1)*cr; q++ {
+	for _, bits := range kvWidths {
+		st := m.NewState(StateOptions{KVBits: bits})
+		got := map[int][][]int{}
+		st.SetTap(func(p TapPoint, layer, pos int, _ []float32) {
+			if p != TapMixer || c.Layers[layer] != SparseAttention {
+				return
+			}
+			sc := &st.ws.attn
+			for t := range sc.sparse {
+				n := pos + t + 1
+				var kept []int
+				if !sc.sparse[t] {
+					for q := range n {
+						kept = append(kept, q)
+					}
+				} else {
+					for _, b := range sc.sel[t*B : (t+1)*B] {
+						for q := b * cr; q < (b+1)*cr; q++ {
+							kept = append(kept, q)
+						}
+					}
+					for q := n / cr * cr; q < n; q++ {
 						kept = append(kept, q)
 					}
 				}
-				for q := n / cr * cr; q < n; q++ {
-					kept = append(kept, q)
+				got[layer] = append(got[layer], kept)
+			}
+		})
+		if err := m.ForwardChunked(st, ids, nil, false, 300); err != nil {
+			t.Fatal(err)
+		}
+		for _, layer := range []int{3, 7} {
+			want := tr.ints(t, fmt.Sprintf("long.layers.%d.qsa_selected", layer))
+			width := len(want) / len(tr.ints(t, "long.input_ids"))
+			same := 0
+			for p, kept := range got[layer] {
+				w := want[p*width : (p+1)*width]
+				if i := slices.Index(w, -1); i >= 0 {
+					w = w[:i]
+				}
+				switch {
+				case slices.Equal(kept, w):
+					same++
+				case bits == model.KVFloat32 || layer == 3:
+					t.Fatalf("kv%d: layer %d query %d keeps %v, transformers %v", bits, layer, p, kept, w)
 				}
 			}
-			got[layer] = append(got[layer], kept)
-		}
-	})
-	if err := m.ForwardChunked(st, ids, nil, false, 300); err != nil {
-		t.Fatal(err)
-	}
-	for _, layer := range []int{3, 7} {
-		want := tr.ints(t, fmt.Sprintf("long.layers.%d.qsa_selected", layer))
-		width := len(want) / len(tr.ints(t, "long.input_ids"))
-		for p, kept := range got[layer] {
-			w := want[p*width : (p+1)*width]
-			if i := slices.Index(w, -1); i >= 0 {
-				w = w[:i]
-			}
-			if !slices.Equal(kept, w) {
-				t.Fatalf("layer %d query %d keeps %v, transformers %v", layer, p, kept, w)
-			}
+			t.Logf("kv%d layer %d: %d of %d queries keep transformers' tokens", bits, layer, same, len(got[layer]))
 		}
 	}
 }
