@@ -22,7 +22,7 @@
 # par, par512, reg, reg512);
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
 # this script's order: cuda kernels fidelity fidelity-nomma fidelity-pipe
-# synthetic bench cli (STEPS="kernels bench fidelity synthetic" for a short
+# synthetic bench cli stream (STEPS="kernels bench fidelity synthetic" for a short
 # device call); BENCH_DIRS=last benches the largest install only and
 # SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
 # same install, for before/after in one call.
@@ -79,7 +79,9 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # Sampled: sampling on the device vs the CPU sampler, the CPU engine and
 # sample.Reference on random rows. Snapshot: a state copied to the host
 # and restored continues bitwise (snapshot_test.go).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot'
+# Streamed/SlotKernels: experts streamed into VRAM slots, bitwise the
+# resident engine, and the slot kernels against their Go reference.
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
@@ -135,13 +137,34 @@ if [ ${#synth[@]} -gt 0 ]; then
 	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|sample_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
+# Experts streamed into VRAM slots from pinned RAM (docs/gpu.md): the
+# 40-layer synthetic under VRAM budgets of 6G and 12G, and resident (auto):
+# the plan, decode and prefill tok/s, the VRAM hit rate, PCIe bytes per
+# token and the achieved host-to-device rate (those bytes × decode tok/s).
+big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
+if want stream && [ -f "$big40/manifest.json" ]; then
+	stamp "stream"
+	for vb in 6G 12G auto; do
+		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
+			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
+			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
+			echo "STREAM --vram-budget $vb: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			grep -m1 '^gpu plan: host' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
+		else
+			status=1
+			echo "stream --vram-budget $vb failed:"
+			tail -5 "$OUT/stream-$vb.err"
+		fi
+	done
+fi
+
 echo
 echo "== closing table ($(( $(date +%s) - t0 ))s) =="
 for f in "$OUT"/*.log; do
 	case $f in
 	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's, $(grep -c 'FIDELITY device sampling' "$f") settings sampled on the device equal to sample.Reference on random rows" ;;
 	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|sampled session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
-	*) grep -hE 'FIDELITY|BENCH|^CLI' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*) grep -hE 'FIDELITY|BENCH|^CLI|^STREAM' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac
 done
 grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true

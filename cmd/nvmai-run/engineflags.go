@@ -39,6 +39,7 @@ func engineFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "install `DIR` (from nvmai-convert or nvmai-install)"},
 		&cli.StringFlag{Name: "engine", Value: "cpu", Usage: "where the model runs: cpu, or gpu (an NVIDIA GPU holding every weight; needs the driver and NVRTC)"},
 		cliutil.ThreadsFlag("compute threads (at most the cores; greedy output is the same for any count)", "t"),
+		&cli.StringFlag{Name: "vram-budget", Value: "auto", Usage: "with --engine gpu: device memory for the model, e.g. 12G, or auto (the free VRAM less max(512M, 5%)); routed experts that do not fit stream into VRAM slots from pinned RAM (docs/gpu.md)"},
 		&cli.StringFlag{Name: "ram-budget", Usage: "memory for cached experts, e.g. 8G or 512M (binary units)", DefaultText: "8G, at most half the RAM"},
 		cliutil.IntRange(&cli.IntFlag{Name: "expert-cache-slots", Usage: "experts cached per layer, instead of --ram-budget"}, 1, maxSlotsCeiling, ""),
 		cliutil.IntRange(&cli.IntFlag{Name: "io-threads", Usage: "parallel expert reads", DefaultText: "4"}, 1, expertcache.MaxIOThreads, ""),
@@ -194,8 +195,31 @@ func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 	if devices := nvmodel.Devices(); !slices.Contains(devices, engineDevice(c)) {
 		return runtime.Options{}, cliutil.Usagef("--engine %q: want one of %s", c.String("engine"), strings.Join(devices, ", "))
 	}
+	vram, err := vramBudget(c)
+	if err != nil {
+		return runtime.Options{}, err
+	}
 	return runtime.Options{Threads: c.Int("threads"), Device: engineDevice(c), Experts: x,
-		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context")}, nil
+		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context"), VRAMBudget: vram}, nil
+}
+
+// vramBudget reads --vram-budget: 0 for auto; a size only with --engine gpu.
+func vramBudget(c *cli.Context) (int64, error) {
+	v := strings.TrimSpace(c.String("vram-budget"))
+	if v == "" || strings.EqualFold(v, "auto") {
+		return 0, nil
+	}
+	if engineDevice(c) != nvmodel.GPU {
+		return 0, cliutil.Usagef("--vram-budget %s applies to --engine gpu; the %s engine keeps its experts in RAM (--ram-budget)", v, engineDevice(c))
+	}
+	b, err := expertcache.ParseSize(v)
+	if err != nil {
+		return 0, cliutil.Usagef("--vram-budget: %v (a size such as 12G, or auto)", err)
+	}
+	if b == 0 {
+		return 0, cliutil.Usagef("--vram-budget 0 holds nothing; give a size such as 12G, or auto")
+	}
+	return b, nil
 }
 
 // checkExpertFlags refuses an expert cache that cannot hold the experts one

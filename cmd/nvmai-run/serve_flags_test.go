@@ -16,7 +16,7 @@ import (
 // belongs in one list or the other.
 var serveApplied = map[string]string{
 	// engine and session flags: loadEngine / loadOptions, RuntimeOptions
-	"model": "", "engine": "", "threads": "", "ram-budget": "", "expert-cache-slots": "", "io-threads": "",
+	"model": "", "engine": "", "threads": "", "ram-budget": "", "vram-budget": "", "expert-cache-slots": "", "io-threads": "",
 	"prefetch": "", "warm-reads": "", "kv-bits": "", "rope-scaling": "", "force": "", "kv-initial": "", "max-context": "",
 	// sampling flags: serveDefaults → server.Config.Defaults
 	"max-tokens": "", "temperature": "", "top-k": "", "top-p": "", "seed": "",
@@ -24,7 +24,7 @@ var serveApplied = map[string]string{
 	"host": "", "port": "", "api-key": "", "cors-origin": "", "model-id": "", "queue-limit": "", "prompt-cache": "",
 	"prompt-cache-dir": "", "prompt-cache-disk-budget": "", "max-body": "", "thinking": "", "chat-template": "",
 	"max-connections": "", "stream-write-timeout": "", "allowed-host": "", "log-json": "", "responses-keep": "",
-	"models-dir": "", "idle-unload": "", "strict-max-tokens": "", "parallel": "",
+	"models-dir": "", "idle-unload": "", "strict-max-tokens": "", "parallel": "", "no-constrain-tools": "",
 	"no-webui": "", // serveAction: webui.Mount
 	"scripted": "", // test builds only: the scripted engine
 }

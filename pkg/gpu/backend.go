@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"os"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
@@ -56,7 +57,8 @@ func Loader(req model.Request) (model.Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--engine gpu: %w", err)
 	}
-	m, err := Load(dev, cfg, req.Weights, req.Dir, req.Manifest.Experts)
+	m, err := LoadWith(dev, cfg, req.Weights, req.Dir, req.Manifest.Experts,
+		LoadOptions{VRAMBudget: req.VRAMBudget, RAMBudget: req.RAMBudget, MaxContext: req.MaxContext, Log: os.Stderr})
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("--engine gpu: %w", err)
@@ -133,12 +135,16 @@ type BenchInfo struct {
 	PrefillTokens   int                `json:"prefill_profile_tokens,omitempty"`
 	PrefillMs       float64            `json:"prefill_profile_ms,omitempty"`
 	PrefillKernelMs map[string]float64 `json:"prefill_kernel_ms,omitempty"`
-	PDL             bool               `json:"pdl"`   // programmatic dependent launch
-	Fused           bool               `json:"fused"` // decode's fused launches
-	Grouped         bool               `json:"grouped_prefill"`
-	GDNSplit        bool               `json:"gdn_split"`   // delta rule 32 columns a block
-	MMA             bool               `json:"mma_prefill"` // prefill products on the tensor cores
-	Error           string             `json:"error,omitempty"`
+	// Plan is where the routed experts live (resident, or streamed into
+	// VRAM slots from pinned RAM) and what it predicts; nil for a dense
+	// model.
+	Plan     *Plan  `json:"plan,omitempty"`
+	PDL      bool   `json:"pdl"`   // programmatic dependent launch
+	Fused    bool   `json:"fused"` // decode's fused launches
+	Grouped  bool   `json:"grouped_prefill"`
+	GDNSplit bool   `json:"gdn_split"`   // delta rule 32 columns a block
+	MMA      bool   `json:"mma_prefill"` // prefill products on the tensor cores
+	Error    string `json:"error,omitempty"`
 }
 
 // BenchInfo measures the device figures of a decode step on a fresh
@@ -158,6 +164,10 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 	m := b.Model
 	info := &BenchInfo{Device: b.Dev.Name, Driver: b.Dev.Driver, NVRTC: fmt.Sprintf("%d.%d", b.Dev.NVRTCVer[0], b.Dev.NVRTCVer[1]),
 		WeightBytes: m.WeightBytes, TokenBytes: m.TokenBytes, PDL: b.Dev.PDL, Fused: m.fuse, Grouped: m.group, GDNSplit: m.splitGDN, MMA: m.mma}
+	if m.cfg.Arch == qwen35.ArchMoE {
+		p := m.plan
+		info.Plan = &p
+	}
 	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
 	if err != nil {
 		return info, err
@@ -432,6 +442,9 @@ func (info *BenchInfo) Summary() []string {
 	if info.PrefillTokens > 0 {
 		lines = append(lines, fmt.Sprintf("gpu prefill chunk of %d tokens: %.2f ms on the device, kernels one by one (%.0f tok/s)",
 			info.PrefillTokens, info.PrefillMs, float64(info.PrefillTokens)/(info.PrefillMs/1e3)))
+	}
+	if info.Plan != nil {
+		lines = append(lines, info.Plan.Lines()...)
 	}
 	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v, prefill on the tensor cores %v",
 		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))

@@ -72,10 +72,17 @@ type Model struct {
 	// (NVMAI_GPU_GDNREG=0 keeps gdn_rec_par): bitwise gdn_rec.
 	gdnReg bool
 
-	allocs      []cuda.DevicePtr
-	WeightBytes int64 // bytes uploaded
-	TokenBytes  int64 // weight bytes one decode token reads
-	phaseBytes  map[string]int64
+	// opt is the load's choices; free0 and total0 the device memory when
+	// Load began; plan where the experts live (PlanExperts); stream the
+	// streamed experts (nil when resident).
+	opt           LoadOptions
+	free0, total0 uint64
+	plan          Plan
+	stream        *streamer
+	allocs        []cuda.DevicePtr
+	WeightBytes   int64 // bytes uploaded
+	TokenBytes    int64 // weight bytes one decode token reads
+	phaseBytes    map[string]int64
 }
 
 type layerW struct {
@@ -99,6 +106,9 @@ type layerW struct {
 	// moeGrouped: the routed experts are quantized, so prefill can run
 	// them expert by expert.
 	moeGrouped bool
+	// stream is the layer's streamed experts (nil: resident); eGate, eUp
+	// and eDown then address the prefill staging buffer.
+	stream *streamLayer
 }
 
 // geometry is the derived sizes the forward pass uses.
@@ -119,13 +129,37 @@ func newGeometry(c qwen35.Config) geometry {
 	return g
 }
 
+// LoadOptions are the engine's choices beyond the install.
+type LoadOptions struct {
+	// VRAMBudget is the device memory the model may take, trunk, one
+	// sequence's state and experts together; 0 is auto: the memory free
+	// when Load begins less a reserve (autoReserve). When every expert
+	// fits, they are resident; else they stream (docs/gpu.md).
+	VRAMBudget int64
+	// RAMBudget (--ram-budget; 0: not set) bounds the page-locked RAM
+	// streamed experts take: it must hold every expert.
+	RAMBudget int64
+	// MaxContext is the context the plan reserves one sequence's state
+	// for (0: DefaultPlanContext).
+	MaxContext int
+	// Log gets the plan's lines (nil: none).
+	Log io.Writer
+}
+
 // Load uploads every weight of the install at dir (resident tensors from w,
-// routed experts from the expert files described by ex) to dev.
+// routed experts from the expert files described by ex) to dev, with the
+// default options (an auto VRAM budget).
 func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packexperts.Experts) (*Model, error) {
+	return LoadWith(dev, cfg, w, dir, ex, LoadOptions{})
+}
+
+// LoadWith is Load with options: the routed experts are resident when the
+// VRAM budget holds them, else streamed.
+func LoadWith(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packexperts.Experts, opt LoadOptions) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
+	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), opt: opt, fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
 		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
 	m.group = groupedPrefill(os.Getenv("NVMAI_GPU_GROUP"), m.mma)
 	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
@@ -136,6 +170,10 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 		return nil, err
 	}
 	err = dev.Do(func(c *cuda.Ctx) error {
+		var err error
+		if m.free0, m.total0, err = c.MemInfo(); err != nil {
+			return err
+		}
 		ks, err := gpukernels.Load(c)
 		if err != nil {
 			return err
@@ -146,6 +184,11 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 	if err != nil {
 		m.Close()
 		return nil, err
+	}
+	if opt.Log != nil && cfg.Arch == qwen35.ArchMoE {
+		for _, line := range m.plan.Lines() {
+			fmt.Fprintln(opt.Log, line)
+		}
 	}
 	return m, nil
 }
@@ -369,6 +412,14 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 	for _, l := range ex.Layers {
 		byLayer[l.Layer] = l.File
 	}
+	plan, err := m.planExperts(ex)
+	if err != nil {
+		return err
+	}
+	m.plan = plan
+	if !plan.Resident() {
+		return m.streamExperts(u.c, plan, dir, ex, byLayer, gate, up, down, offsets)
+	}
 	size := int64(ex.Count) * ex.Stride
 	buf := make([]byte, min(size, 256<<20))
 	for i := range m.layers {
@@ -453,6 +504,9 @@ func (m *Model) Close() {
 	m.dev.Do(func(c *cuda.Ctx) error {
 		for _, p := range m.allocs {
 			c.Free(p)
+		}
+		if m.stream != nil {
+			m.stream.freeHost(c)
 		}
 		return nil
 	})

@@ -634,15 +634,16 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
 			}
 			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
+			eGate, eUp, eDown, sel := m.routedExperts(l, st, ly, T, do)
 			grouped = T > 1 && m.group && ly.moeGrouped
 			if grouped {
 				do(l.MoEGroup(s.offs, s.list, s.sel, T*g.k, g.E))
 			}
-			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{ly.eGate, ly.eUp}, 0, s.sel, g.k, false)
+			gemv(s.u, T, g.H, []cuda.DevicePtr{s.eg, s.eu}, []*gpukernels.Mat{eGate, eUp}, 0, sel, g.k, false)
 			swiglu(s.sg, s.su, T, g.Is, ly.sDown)
 			one(s.sg, g.Is, s.shared, ly.sDown, 0)
-			swiglu(s.eg, s.eu, T*g.k, g.I, ly.eDown)
-			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{ly.eDown}, 0, s.sel, g.k, true)
+			swiglu(s.eg, s.eu, T*g.k, g.I, eDown)
+			gemv(s.eg, T*g.k, g.I, []cuda.DevicePtr{s.routed}, []*gpukernels.Mat{eDown}, 0, sel, g.k, true)
 			do(l.Combine(s.x, s.routed, s.weight, s.shared, gates, g.k, g.H, T, gstride))
 			mark(PhaseMoE)
 		} else {
@@ -684,7 +685,8 @@ func (m *Model) moeStep(l *gpukernels.Launcher, st *State, ly *layerW, multi fun
 			gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
 	}
 	do(l.Route(s.sel, s.weight, s.router, g.E, g.k, 1, stride))
-	multi(s.u, g.H, gpukernels.Seg{Y: s.eg, M: ly.eGate, Sel: s.sel, Slots: g.k}, gpukernels.Seg{Y: s.eu, M: ly.eUp, Sel: s.sel, Slots: g.k})
+	eGate, eUp, eDown, sel := m.routedExperts(l, st, ly, 1, do) // a streamed layer's slots
+	multi(s.u, g.H, gpukernels.Seg{Y: s.eg, M: eGate, Sel: sel, Slots: g.k}, gpukernels.Seg{Y: s.eu, M: eUp, Sel: sel, Slots: g.k})
 	do(l.SwiGLUQuantize(&s.qa, s.eg, s.eu, g.k+1, g.I))
-	do(l.MoEDown(s.x, ly.eDown, ly.sDown, &s.qa, s.sel, s.weight, gates, g.k, gstride, 1))
+	do(l.MoEDown(s.x, eDown, ly.sDown, &s.qa, sel, s.weight, gates, g.k, gstride, 1))
 }

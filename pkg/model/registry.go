@@ -40,6 +40,11 @@ type Request struct {
 	// than every expert (experts stream from disk), else 0: long passes
 	// then budget their scratch by it.
 	StreamedExpertBytes int64
+	// VRAMBudget is the device memory a GPU engine may take (--vram-budget;
+	// 0: auto), RAMBudget the host memory for expert slots (--ram-budget;
+	// 0: not set). Engines that hold no experts in device memory ignore
+	// them.
+	VRAMBudget, RAMBudget int64
 }
 
 // FootprintRequest is what sizes a process's sequence state.

@@ -528,7 +528,7 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		run.PrefillNgramBytes = ngramAtDecode.Bytes - ngramStart.Bytes
 		run.NgramRowBytes = e.ngramRowBytes()
 	}
-	if e.cache != nil {
+	if e.cache != nil || e.streamsExperts() {
 		pre := expertReport(start, atDecode, len(ids))
 		run.PrefillHitRate, run.PrefillBytesRead, run.PrefillIOWait = pre.HitRate, pre.BytesRead, pre.WaitSeconds
 		run.PrefillBytesPerToken = pre.BytesPerToken
@@ -550,8 +550,19 @@ func (e *Engine) benchOne(ctx context.Context, name string, ids []int, tokens, c
 		if e.counted != nil && layersAtDecode != nil {
 			run.layerFigures(layersAtDecode, e.counted.snapshot(), steps)
 		}
+		if e.cache == nil { // the GPU's copies run inside the step: bytes over the decode's time
+			run.ReadRate = run.BytesPerToken * run.DecodeTokS
+		}
 	}
 	return run, nil
+}
+
+// streamsExperts reports whether the engine streams experts itself (the
+// GPU engine's VRAM slots): the bench reports its hits and bytes as the
+// expert cache's.
+func (e *Engine) streamsExperts() bool {
+	s, ok := e.model.(interface{ StreamsExperts() bool })
+	return ok && s.StreamsExperts()
 }
 
 // layerFigures sets the per-layer decode figures from the layer counts at

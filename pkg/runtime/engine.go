@@ -33,6 +33,10 @@ type Options struct {
 	// (2x or 4x; 0 = 4x); "" or "none" keeps its own.
 	RopeScaling string
 	MaxContext  int
+	// VRAMBudget is the device memory the GPU engine may take (0: auto,
+	// the free memory less a reserve); experts that do not fit stream from
+	// pinned RAM (docs/gpu.md).
+	VRAMBudget int64
 }
 
 // Engine is a loaded model ready to generate.
@@ -93,7 +97,11 @@ func (e *Engine) load(opt Options) error {
 	if _, err := entry.Footprint(model.FootprintRequest{Manifest: m, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext, Threads: 1}); err != nil {
 		return err
 	}
-	req := model.Request{Dir: dir, Manifest: m, Weights: e.Install, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext}
+	req := model.Request{Dir: dir, Manifest: m, Weights: e.Install, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext,
+		VRAMBudget: opt.VRAMBudget, RAMBudget: opt.Experts.Budget}
+	if x := m.Experts; x != nil && opt.Experts.Slots > 0 {
+		req.RAMBudget = int64(opt.Experts.Slots) * x.Stride * int64(len(x.Layers))
+	}
 	if m.Experts != nil && !entry.HoldsExperts {
 		if e.cache, err = openExperts(e.Install, opt.Experts); err != nil {
 			return err
@@ -555,6 +563,11 @@ func (s *Session) Close() {
 // ExpertStats reports the expert cache's counters (zero for dense models).
 func (e *Engine) ExpertStats() expertcache.Stats {
 	if e.cache == nil {
+		// An engine that streams experts itself (the GPU's VRAM slots)
+		// reports them the same way.
+		if s, ok := e.model.(interface{ ExpertStats() expertcache.Stats }); ok {
+			return s.ExpertStats()
+		}
 		return expertcache.Stats{}
 	}
 	return e.cache.Stats()

@@ -177,6 +177,39 @@ func (c *Ctx) Alloc(n uint64) (DevicePtr, error) {
 // Free releases memory from Alloc.
 func (c *Ctx) Free(p DevicePtr) error { return c.dev.d.check("cuMemFree", c.dev.d.cuMemFree(p)) }
 
+// Flags of cuMemHostAlloc (cuda.h).
+const (
+	memHostAllocPortable  = 0x01 // pinned for every context, not only this one
+	memHostAllocDeviceMap = 0x02 // mapped into the device's address space
+)
+
+// HostAlloc returns n bytes of page-locked host memory, mapped into the
+// device's address space: host is the memory as Go sees it (the driver's,
+// not Go's heap: free it with HostFree), dev the address kernels read it
+// at, over the bus. A copy from it runs at the link's full rate.
+func (c *Ctx) HostAlloc(n uint64) (host []byte, dev DevicePtr, err error) {
+	if n == 0 {
+		n = 1
+	}
+	var p unsafe.Pointer
+	if err := c.dev.d.check(fmt.Sprintf("cuMemHostAlloc(%d bytes)", n), c.dev.d.cuMemHostAlloc(&p, n, memHostAllocPortable|memHostAllocDeviceMap)); err != nil {
+		return nil, 0, err
+	}
+	if err := c.dev.d.check("cuMemHostGetDevicePointer", c.dev.d.cuMemHostGetDevicePointer(&dev, p, 0)); err != nil {
+		c.dev.d.cuMemFreeHost(p)
+		return nil, 0, err
+	}
+	return unsafe.Slice((*byte)(p), n), dev, nil
+}
+
+// HostFree releases memory from HostAlloc.
+func (c *Ctx) HostFree(host []byte) error {
+	if len(host) == 0 {
+		return nil
+	}
+	return c.dev.d.check("cuMemFreeHost", c.dev.d.cuMemFreeHost(unsafe.Pointer(&host[0])))
+}
+
 // MemInfo returns free and total device memory.
 func (c *Ctx) MemInfo() (free, total uint64, err error) {
 	err = c.dev.d.check("cuMemGetInfo", c.dev.d.cuMemGetInfo(&free, &total))

@@ -55,6 +55,9 @@ type driver struct {
 	cuMemGetInfo                func(free, total *uint64) Result
 	cuMemAlloc                  func(p *DevicePtr, n uint64) Result
 	cuMemFree                   func(p DevicePtr) Result
+	cuMemHostAlloc              func(p *unsafe.Pointer, n uint64, flags uint32) Result
+	cuMemHostGetDevicePointer   func(d *DevicePtr, p unsafe.Pointer, flags uint32) Result
+	cuMemFreeHost               func(p unsafe.Pointer) Result
 	cuMemcpyDtoH                func(dst unsafe.Pointer, src DevicePtr, n uint64) Result
 	cuMemcpyDtoDAsync           func(dst, src DevicePtr, n uint64, s handle) Result
 	cuMemcpyHtoDAsync           func(dst DevicePtr, src unsafe.Pointer, n uint64, s handle) Result
@@ -101,7 +104,9 @@ func (d *driver) symbols() map[string]any {
 		"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRelease,
 		"cuCtxSetCurrent": &d.cuCtxSetCurrent, "cuCtxSynchronize": &d.cuCtxSynchronize,
 		"cuMemGetInfo_v2": &d.cuMemGetInfo, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
-		"cuMemcpyDtoH_v2":      &d.cuMemcpyDtoH,
+		"cuMemcpyDtoH_v2": &d.cuMemcpyDtoH,
+		"cuMemHostAlloc":  &d.cuMemHostAlloc, "cuMemHostGetDevicePointer_v2": &d.cuMemHostGetDevicePointer,
+		"cuMemFreeHost":        &d.cuMemFreeHost,
 		"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync,
 		"cuMemsetD32Async": &d.cuMemsetD32Async,
 		"cuStreamCreate":   &d.cuStreamCreate, "cuStreamDestroy_v2": &d.cuStreamDestroy, "cuStreamSynchronize": &d.cuStreamSynchronize,

@@ -19,7 +19,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -580,4 +580,73 @@ func boolInt(b bool) int {
 // Advance adds T to the device position.
 func (l *Launcher) Advance(pos cuda.DevicePtr, T int) error {
 	return l.launch("advance", cuda.D1(1), cuda.D1(32), 0, pos, T)
+}
+
+// Streamed experts (kernels.cu's slot_resolve, slot_fill, expert_need,
+// expert_stage): a layer's table is SlotTableWords int32 words, slotOf
+// [E], expertOf [S], lastUse [S], the step counter, the fill count and the
+// fill list [2k]; its stats SlotStatsWords uint64 counters.
+
+// MaxSlots is the most VRAM slots a streamed layer may have (SLOT_MAXS).
+const MaxSlots = 1024
+
+// SlotStatsWords is the uint64 counters of a streamed layer: decode hits,
+// misses, bytes copied; prefill experts staged from VRAM, from the host,
+// and the host bytes.
+const SlotStatsWords = 6
+
+// slotCopyUnroll is kernels.cu's SLOT_COPY_UNROLL.
+const slotCopyUnroll = 4
+
+// SlotTableWords is a streamed layer's table size in int32 words.
+func SlotTableWords(E, S, k int) int { return E + 2*S + 2 + 2*k }
+
+// SlotFillOffset is the word of the table where the fill count sits (the
+// fill list follows it).
+func SlotFillOffset(E, S int) int { return E + 2*S + 1 }
+
+// SlotCopyBlocks is how many blocks copy one record of stride bytes.
+func SlotCopyBlocks(stride int64) int {
+	return max(1, blocks(int(stride/16), 256*slotCopyUnroll))
+}
+
+func checkSlots(E, S, k int, stride int64) error {
+	if k < 1 || k > 64 || S < k || S > E || S > MaxSlots || stride <= 0 || stride%16 != 0 {
+		return fmt.Errorf("gpukernels: streamed experts: %d slots of %d experts top-%d (records of %d bytes) is outside top-k ≤ slots ≤ min(E, %d), k ≤ 64, records a multiple of 16 bytes", S, E, k, stride, MaxSlots)
+	}
+	return nil
+}
+
+// SlotResolve gives a decode step's k picks sel [k] their slots of the
+// layer's table tab, writing slotSel [k] and the fill list, and counts
+// into stats (slot_resolve).
+func (l *Launcher) SlotResolve(slotSel, tab, stats, sel cuda.DevicePtr, E, S, k int, stride int64) error {
+	if err := checkSlots(E, S, k, stride); err != nil {
+		return err
+	}
+	return l.launch("slot_resolve", cuda.D1(1), cuda.D1(256), 0, slotSel, tab, stats, sel, E, S, k, uint64(stride))
+}
+
+// SlotFill copies the fill list's experts from host (mapped pinned memory,
+// expert e at e·stride) into their slots of pool (slot_fill).
+func (l *Launcher) SlotFill(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64) error {
+	if err := checkSlots(E, S, k, stride); err != nil {
+		return err
+	}
+	return l.launch("slot_fill", cuda.D2(k, SlotCopyBlocks(stride)), cuda.D1(256), 0, pool, host, tab, E, S, uint64(stride))
+}
+
+// ExpertNeed marks need [E] with the experts of sel [n] (expert_need).
+func (l *Launcher) ExpertNeed(need, sel cuda.DevicePtr, n, E int) error {
+	return l.launch("expert_need", cuda.D1(1), cuda.D1(256), 0, need, sel, n, E)
+}
+
+// ExpertStage copies every needed expert into staging (expert e at
+// e·stride), from its slot of pool when the table gives it one, else from
+// host (expert_stage).
+func (l *Launcher) ExpertStage(staging, pool, host, need, tab, stats cuda.DevicePtr, E int, stride int64) error {
+	if stride <= 0 || stride%16 != 0 {
+		return fmt.Errorf("gpukernels: expert_stage: records of %d bytes are not a multiple of 16", stride)
+	}
+	return l.launch("expert_stage", cuda.D2(E, SlotCopyBlocks(stride)), cuda.D1(256), 0, staging, pool, host, need, tab, stats, uint64(stride))
 }

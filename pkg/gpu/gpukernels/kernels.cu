@@ -2439,3 +2439,177 @@ extern "C" __global__ void advance(int* pos, int T) {
     PDL_ENTRY();
     if (threadIdx.x == 0 && blockIdx.x == 0) *pos += T;
 }
+
+// ---------------------------------------------------------------------------
+// Streamed experts (docs/gpu.md, "Streaming experts into VRAM"): a MoE layer
+// keeps S of its E experts in a VRAM slot pool (slot s at pool + s·stride);
+// every expert lives in page-locked host memory mapped into the device
+// (expert e at host + e·stride). A layer's table tab is int32 words:
+// slotOf [E] (−1: not in VRAM), expertOf [S] (−1: empty), lastUse [S] (u32,
+// the step that last used the slot; 0: never), the step counter [1], the
+// fill count [1], the fill list [2k] (slot, expert). stats are u64 counters:
+// [0] decode hits, [1] decode misses, [2] decode bytes copied from the host,
+// [3] prefill experts staged from VRAM, [4] from the host, [5] the host bytes.
+#define SLOT_MAXS 1024
+#define SLOT_COPY_UNROLL 4
+
+__device__ __forceinline__ unsigned long long block_min_u64(unsigned long long v, unsigned long long* sh) {
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w < v ? w : v;
+    }
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    if (threadIdx.x == 0) {
+        unsigned long long r = sh[0];
+        for (int i = 1; i < nw; i++) r = sh[i] < r ? sh[i] : r;
+        sh[0] = r;
+    }
+    __syncthreads();
+    unsigned long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// slot_resolve gives a decode step's k picks sel[0..k) their VRAM slots
+// (streamcache.go's resolveRef is the reference, step for step): first
+// every pick already in a slot (a hit) marks that slot used by this step;
+// then each miss, in router order, takes the least recently used slot this
+// step has not used (the lowest index among equals; never-used slots, at
+// 0, first), evicts its expert, and is appended to the fill list. slotSel
+// [k] is each pick's slot. One block; S ≤ SLOT_MAXS, k ≤ 64.
+extern "C" __global__ void slot_resolve(int* slotSel, int* tab, unsigned long long* stats, const int* sel, int E, int S, int k, i64 stride) {
+    PDL_ENTRY();
+    __shared__ u32 last[SLOT_MAXS];
+    __shared__ unsigned long long red[32];
+    __shared__ int missAt[64];
+    __shared__ int nmiss;
+    __shared__ u32 stampS;
+    int* slotOf = tab;
+    int* expertOf = tab + E;
+    u32* lastUse = (u32*)(tab + E + S);
+    u32* counter = (u32*)(tab + E + 2 * S);
+    int* nfill = tab + E + 2 * S + 1;
+    int* fill = tab + E + 2 * S + 2;
+    for (int s = threadIdx.x; s < S; s += blockDim.x) last[s] = lastUse[s];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 stamp = counter[0] + 1;
+        counter[0] = stamp;
+        stampS = stamp;
+        int n = 0;
+        for (int i = 0; i < k; i++) {
+            int s = slotOf[sel[i]];
+            if (s >= 0) {
+                slotSel[i] = s;
+                last[s] = stamp;
+            } else {
+                missAt[n++] = i;
+            }
+        }
+        nmiss = n;
+    }
+    __syncthreads();
+    int n = nmiss;
+    u32 stamp = stampS;
+    for (int j = 0; j < n; j++) { // the same trips for every thread: block_min_u64 syncs
+        unsigned long long best = ~0ull;
+        for (int s = threadIdx.x; s < S; s += blockDim.x) {
+            if (last[s] == stamp) continue;
+            unsigned long long key = ((unsigned long long)last[s] << 32) | (unsigned long long)s;
+            best = key < best ? key : best;
+        }
+        best = block_min_u64(best, red);
+        if (threadIdx.x == 0) {
+            int x = (int)(best & 0xffffffffull);
+            int i = missAt[j];
+            int e = sel[i];
+            int old = expertOf[x];
+            if (old >= 0) slotOf[old] = -1;
+            slotOf[e] = x;
+            expertOf[x] = e;
+            last[x] = stamp;
+            slotSel[i] = x;
+            fill[2 * j] = x;
+            fill[2 * j + 1] = e;
+        }
+        __syncthreads();
+    }
+    for (int s = threadIdx.x; s < S; s += blockDim.x) lastUse[s] = last[s];
+    if (threadIdx.x == 0) {
+        nfill[0] = n;
+        stats[0] += (unsigned long long)(k - n);
+        stats[1] += (unsigned long long)n;
+        stats[2] += (unsigned long long)n * (unsigned long long)stride;
+    }
+}
+
+// slot_copy copies this block's share (blockIdx.y of gridDim.y) of one
+// stride-byte record from src to dst, 16 bytes a load, SLOT_COPY_UNROLL
+// loads in flight a thread (the source may be host memory over the bus).
+__device__ __forceinline__ void slot_copy(u8* dst, const u8* src, i64 stride) {
+    const uint4* s = (const uint4*)src;
+    uint4* d = (uint4*)dst;
+    i64 n = stride / 16;
+    i64 per = (n + gridDim.y - 1) / gridDim.y;
+    i64 begin = (i64)blockIdx.y * per, end = min(n, begin + per);
+    for (i64 j = begin + threadIdx.x; j < end; j += (i64)blockDim.x * SLOT_COPY_UNROLL) {
+        uint4 v[SLOT_COPY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SLOT_COPY_UNROLL; u++) {
+            i64 at = j + (i64)u * blockDim.x;
+            if (at < end) v[u] = s[at];
+        }
+#pragma unroll
+        for (int u = 0; u < SLOT_COPY_UNROLL; u++) {
+            i64 at = j + (i64)u * blockDim.x;
+            if (at < end) d[at] = v[u];
+        }
+    }
+}
+
+// slot_fill copies each expert of slot_resolve's fill list from the mapped
+// host memory into its slot: block (i, b) copies part b of entry i; blocks
+// past the fill count return.
+extern "C" __global__ void slot_fill(u8* pool, const u8* host, const int* tab, int E, int S, i64 stride) {
+    PDL_ENTRY();
+    const int* nfill = tab + E + 2 * S + 1;
+    const int* fill = tab + E + 2 * S + 2;
+    int i = blockIdx.x;
+    if (i >= nfill[0]) return;
+    int slot = fill[2 * i], e = fill[2 * i + 1];
+    slot_copy(pool + (i64)slot * stride, host + (i64)e * stride, stride);
+}
+
+// expert_need marks need[e] = 1 for every expert of sel [n] (a prefill
+// pass's picks), 0 for the others. One block.
+extern "C" __global__ void expert_need(int* need, const int* sel, int n, int E) {
+    PDL_ENTRY();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) need[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) need[sel[i]] = 1;
+}
+
+// expert_stage copies every needed expert e into staging + e·stride, from
+// its VRAM slot when it has one, else from the mapped host memory: block
+// (e, b) copies part b. The slot tables are only read.
+extern "C" __global__ void expert_stage(u8* staging, const u8* pool, const u8* host, const int* need, const int* tab,
+                                        unsigned long long* stats, i64 stride) {
+    PDL_ENTRY();
+    int e = blockIdx.x;
+    if (!need[e]) return;
+    int s = tab[e];
+    const u8* src = s >= 0 ? pool + (i64)s * stride : host + (i64)e * stride;
+    slot_copy(staging + (i64)e * stride, src, stride);
+    if (blockIdx.y == 0 && threadIdx.x == 0) {
+        if (s >= 0) {
+            atomicAdd(&stats[3], 1ull);
+        } else {
+            atomicAdd(&stats[4], 1ull);
+            atomicAdd(&stats[5], (unsigned long long)stride);
+        }
+    }
+}

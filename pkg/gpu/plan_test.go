@@ -1,0 +1,103 @@
+package gpu
+
+import (
+	"strings"
+	"testing"
+)
+
+// PlanExperts keeps a model resident when the budget holds every expert,
+// streams with as many slots a layer as the rest of the budget holds, and
+// refuses, with the numbers, a budget below 3·top-k slots a layer or one
+// that cannot hold the trunk, the state and the staging buffer.
+func TestPlanExperts(t *testing.T) {
+	const mib = 1 << 20
+	base := PlanInput{TrunkBytes: 1024 * mib, StateBytes: 256 * mib, PlanContext: 4096, Stride: mib, Layers: 10, Experts: 64, TopK: 4}
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		force  int
+		slots  int    // want, when no error
+		err    string // want a refusal containing this
+	}{
+		{name: "every expert fits", budget: 2048 * mib, slots: 64},
+		{name: "exactly fits", budget: (1024 + 256 + 640) * mib, slots: 64},
+		{name: "one byte short streams", budget: (1024+256+640)*mib - 1, slots: 57},
+		{name: "streamed", budget: 1536 * mib, slots: 19}, // (1536 − 1280 − 64) / 10
+		{name: "3·top-k slots", budget: (1280 + 64 + 120) * mib, slots: 12},
+		{name: "below 3·top-k", budget: (1280+64+120)*mib - 1, err: "below 3·top-k = 12 slots"},
+		{name: "no room for the trunk", budget: 1300 * mib, err: "cannot hold the trunk"},
+		{name: "forced", budget: 4096 * mib, force: 6, slots: 6},
+		{name: "forced below top-k", budget: 4096 * mib, force: 3, err: "NVMAI_GPU_SLOTS=3"},
+		{name: "forced past E", budget: 4096 * mib, force: 65, err: "NVMAI_GPU_SLOTS=65"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base
+			in.Budget, in.ForceSlots = tc.budget, tc.force
+			p, err := PlanExperts(in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Slots != tc.slots {
+				t.Fatalf("%d slots a layer, want %d", p.Slots, tc.slots)
+			}
+			if p.Resident() != (tc.slots == 64) {
+				t.Fatalf("resident %v with %d slots", p.Resident(), p.Slots)
+			}
+			if p.Resident() {
+				if p.StagingBytes != 0 || p.SlotBytes != 0 || p.PinnedBytes != 0 {
+					t.Fatalf("resident plan has streaming buffers: %+v", p)
+				}
+				return
+			}
+			if p.StagingBytes != 64*mib || p.SlotBytes != int64(tc.slots)*10*mib || p.PinnedBytes != 640*mib {
+				t.Fatalf("streaming buffers %+v", p)
+			}
+			if tc.force == 0 && p.TrunkBytes+p.StateBytes+p.StagingBytes+p.SlotBytes > tc.budget {
+				t.Fatalf("the plan takes %d bytes, past the budget %d", p.TrunkBytes+p.StateBytes+p.StagingBytes+p.SlotBytes, tc.budget)
+			}
+			want := 10 * 4 * (1 - float64(tc.slots)/64) * mib
+			if p.UniformMissBytes != want {
+				t.Fatalf("uniform miss bytes %v, want %v", p.UniformMissBytes, want)
+			}
+			p.setH2D(20e9)
+			if p.PredictedTokS != 20e9/want {
+				t.Fatalf("predicted %v tok/s", p.PredictedTokS)
+			}
+			if lines := p.Lines(); len(lines) != 2 || !strings.Contains(lines[0], "streamed") {
+				t.Fatalf("plan lines %q", lines)
+			}
+		})
+	}
+}
+
+// NVMAI_GPU_SLOTS is a positive count or unset.
+func TestSlotsFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+		ok   bool
+	}{{"", 0, true}, {"24", 24, true}, {"0", 0, false}, {"-3", 0, false}, {"x", 0, false}} {
+		n, err := slotsFromEnv(tc.v)
+		if (err == nil) != tc.ok || n != tc.want {
+			t.Errorf("%q: %d, %v", tc.v, n, err)
+		}
+	}
+}
+
+// The auto reserve is 5% of the device, at least 512 MiB.
+func TestAutoReserve(t *testing.T) {
+	for _, tc := range []struct {
+		total uint64
+		want  int64
+	}{{8 << 30, 512 << 20}, {80 << 30, 4 << 30}, {16 << 30, 16 << 30 / 20}} {
+		if got := autoReserve(tc.total); got != tc.want {
+			t.Errorf("autoReserve(%d) = %d, want %d", tc.total, got, tc.want)
+		}
+	}
+}

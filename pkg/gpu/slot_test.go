@@ -1,0 +1,214 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+)
+
+// slot_resolve and slot_fill against the Go reference (slotRef), step for
+// step on random routing with a hot set: the device's tables (slotOf,
+// expertOf, lastUse, the step, the fill list), each pick's slot, the
+// counters, and every slot's bytes; and expert_need and expert_stage on
+// random prefill passes between the steps: every needed expert staged
+// byte for byte, from its slot or the host, the tables untouched. At 24
+// slots and at E−1.
+func TestSlotKernelsMatchReference(t *testing.T) {
+	needGPU(t)
+	const E, k = 256, 8
+	const stride = 3073 * 16 // several copy blocks a record, the last one short
+	for _, S := range []int{24, E - 1} {
+		t.Run(fmt.Sprintf("S=%d", S), func(t *testing.T) {
+			dev, err := cuda.Open(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			// Everything runs on the device goroutine: a mismatch is
+			// returned as an error, never t.Fatal there.
+			if err := dev.Do(func(c *cuda.Ctx) error { return slotKernelsCheck(c, E, S, k, stride) }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
+	ks, err := gpukernels.Load(c)
+	if err != nil {
+		return err
+	}
+	host, hostDev, err := c.HostAlloc(uint64(int64(E) * stride))
+	if err != nil {
+		return err
+	}
+	defer c.HostFree(host)
+	for e := range E {
+		rec := host[int64(e)*stride : int64(e+1)*stride]
+		for j := range rec {
+			rec[j] = byte(e*131 + j*7 + j>>9)
+		}
+	}
+	words := gpukernels.SlotTableWords(E, S, k)
+	const prefillT = 37
+	var ptrs []cuda.DevicePtr
+	defer func() {
+		for _, p := range ptrs {
+			c.Free(p)
+		}
+	}()
+	alloc := func(n int64) (cuda.DevicePtr, error) {
+		p, err := c.Alloc(uint64(n))
+		if err == nil {
+			ptrs = append(ptrs, p)
+		}
+		return p, err
+	}
+	var pool, tab, stats, slotSel, sel, staging, need cuda.DevicePtr
+	for _, a := range []struct {
+		p *cuda.DevicePtr
+		n int64
+	}{{&pool, int64(S) * stride}, {&tab, 4 * int64(words)}, {&stats, 8 * gpukernels.SlotStatsWords}, {&slotSel, 4 * int64(k)},
+		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}} {
+		if *a.p, err = alloc(a.n); err != nil {
+			return err
+		}
+	}
+	for _, m := range []struct {
+		p cuda.DevicePtr
+		v uint32
+		n int
+	}{{tab, 0xffffffff, E + S}, {tab + cuda.DevicePtr(4*(E+S)), 0, words - E - S}, {stats, 0, 2 * gpukernels.SlotStatsWords}, {pool, 0, int(int64(S) * stride / 4)}} {
+		if err := c.Memset32(m.p, m.v, uint64(m.n)); err != nil {
+			return err
+		}
+	}
+	l := &gpukernels.Launcher{C: c, K: ks}
+	ref := newSlotRef(E, S)
+	rng := rand.New(rand.NewPCG(1, uint64(S)))
+	var wantStats [gpukernels.SlotStatsWords]uint64
+	pick := func() int32 { // a hot set of 40 experts takes 70% of picks
+		if rng.IntN(10) < 7 {
+			return int32(rng.IntN(40))
+		}
+		return int32(rng.IntN(E))
+	}
+	readTab := func() ([]int32, error) {
+		got := make([]int32, words)
+		return got, c.DtoH(cuda.Bytes(got), tab)
+	}
+	for step := 1; step <= 400; step++ {
+		var picks []int32
+		for len(picks) < k {
+			if e := pick(); !slices.Contains(picks, e) {
+				picks = append(picks, e)
+			}
+		}
+		if err := c.HtoD(sel, cuda.Bytes(picks)); err != nil {
+			return err
+		}
+		if err := l.SlotResolve(slotSel, tab, stats, sel, E, S, k, stride); err != nil {
+			return err
+		}
+		if err := l.SlotFill(pool, hostDev, tab, E, S, k, stride); err != nil {
+			return err
+		}
+		want := ref.resolve(picks)
+		got := make([]int32, k)
+		if err := c.DtoH(cuda.Bytes(got), slotSel); err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("step %d, picks %v: slots %v, the reference %v", step, picks, got, want)
+		}
+		gotTab, err := readTab()
+		if err != nil {
+			return err
+		}
+		wantTab := ref.words(k)
+		n := E + 2*S + 2 + 2*len(ref.fill) // the fill list past its count is stale
+		if !slices.Equal(gotTab[:n], wantTab[:n]) {
+			return fmt.Errorf("step %d, picks %v: the device's table differs from the reference's: first at word %d (%d, want %d)",
+				step, picks, firstDiff(gotTab[:n], wantTab[:n]), gotTab[firstDiff(gotTab[:n], wantTab[:n])], wantTab[firstDiff(gotTab[:n], wantTab[:n])])
+		}
+		if step%50 == 0 { // every slot holds its expert's bytes
+			p := make([]byte, int64(S)*stride)
+			if err := c.DtoH(p, pool); err != nil {
+				return err
+			}
+			for s, e := range ref.expertOf {
+				if e >= 0 && !bytes.Equal(p[int64(s)*stride:int64(s+1)*stride], host[int64(e)*stride:int64(e+1)*stride]) {
+					return fmt.Errorf("step %d: slot %d does not hold expert %d's bytes", step, s, e)
+				}
+			}
+		}
+		if step%60 == 0 { // a prefill pass: stage, the tables untouched
+			tokSel := make([]int32, prefillT*k)
+			needed := map[int32]bool{}
+			for i := range tokSel {
+				tokSel[i] = pick()
+				needed[tokSel[i]] = true
+			}
+			if err := c.HtoD(sel, cuda.Bytes(tokSel)); err != nil {
+				return err
+			}
+			if err := c.Memset32(staging, 0, uint64(int64(E)*stride/4)); err != nil {
+				return err
+			}
+			if err := l.ExpertNeed(need, sel, len(tokSel), E); err != nil {
+				return err
+			}
+			if err := l.ExpertStage(staging, pool, hostDev, need, tab, stats, E, stride); err != nil {
+				return err
+			}
+			st := make([]byte, int64(E)*stride)
+			if err := c.DtoH(st, staging); err != nil {
+				return err
+			}
+			for e := range needed {
+				if !bytes.Equal(st[int64(e)*stride:int64(e+1)*stride], host[int64(e)*stride:int64(e+1)*stride]) {
+					return fmt.Errorf("step %d: expert %d staged with the wrong bytes (slot %d)", step, e, ref.slotOf[e])
+				}
+				if ref.slotOf[e] >= 0 {
+					wantStats[3]++
+				} else {
+					wantStats[4]++
+					wantStats[5] += uint64(stride)
+				}
+			}
+			after, err := readTab()
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(after[:E+2*S+2], gotTab[:E+2*S+2]) {
+				return fmt.Errorf("step %d: staging changed the slot tables", step)
+			}
+		}
+	}
+	wantStats[0], wantStats[1], wantStats[2] = ref.hits, ref.misses, ref.misses*uint64(stride)
+	gotStats := make([]uint64, gpukernels.SlotStatsWords)
+	if err := c.DtoH(cuda.Bytes(gotStats), stats); err != nil {
+		return err
+	}
+	if !slices.Equal(gotStats, wantStats[:]) {
+		return fmt.Errorf("counters %v, want %v", gotStats, wantStats)
+	}
+	if ref.hits == 0 || ref.misses == 0 {
+		return fmt.Errorf("the routing gave %d hits and %d misses: the test exercises nothing", ref.hits, ref.misses)
+	}
+	return nil
+}
+
+func firstDiff(a, b []int32) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return 0
+}

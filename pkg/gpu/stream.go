@@ -1,0 +1,356 @@
+package gpu
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+)
+
+// Streamed experts (docs/gpu.md, "Streaming experts into VRAM"): when the
+// plan gives a MoE layer S < E slots, every expert of the layer sits in
+// page-locked host memory mapped into the device, and S of them in a VRAM
+// slot pool. A decode step resolves its picks to slots on the device
+// (slot_resolve: hits, and least-recently-used slots for the misses) and
+// copies the misses from the host (slot_fill), inside the decode graph;
+// the expert products then gather from the pool by slot. A prefill pass
+// copies every expert it needs into a staging buffer indexed by expert id
+// (expert_need, expert_stage: from a slot when the expert has one, else
+// from the host) and runs the products on it with the router's ids; it
+// leaves the slot tables as they were. The products are the resident
+// engine's kernels on the same bytes, so the output is bitwise the same.
+
+// streamLayer is one streamed MoE layer.
+type streamLayer struct {
+	host           []byte         // every expert, page-locked: expert e at e·Stride
+	hostDev        cuda.DevicePtr // host as the device reads it
+	pool           cuda.DevicePtr // S slots of Stride bytes
+	tab            cuda.DevicePtr // slot_resolve's table (gpukernels.SlotTableWords)
+	stats          cuda.DevicePtr // gpukernels.SlotStatsWords counters
+	slotSel        cuda.DevicePtr // [k] a decode step's slots, router order
+	gate, up, down *gpukernels.Mat
+}
+
+// streamer is a model's streamed experts.
+type streamer struct {
+	slots   int
+	stride  int64
+	staging cuda.DevicePtr // E records: a prefill pass's experts by id
+	need    cuda.DevicePtr // [E] int32: the experts a prefill pass routes to
+	stats   cuda.DevicePtr // every layer's counters, layer after layer
+	layers  []*streamLayer // by layer index
+}
+
+// routedExperts enqueues what layer ly's expert products need after
+// Route wrote s.sel, and returns the matrices and the selection they
+// gather by: the resident buffers and s.sel, or for a streamed layer the
+// pool and the decode step's slots (T == 1), or the staging buffer and
+// s.sel (prefill).
+func (m *Model) routedExperts(l *gpukernels.Launcher, st *State, ly *layerW, T int, do func(error)) (gate, up, down *gpukernels.Mat, sel cuda.DevicePtr) {
+	s, sl := &st.s, ly.stream
+	if sl == nil {
+		return ly.eGate, ly.eUp, ly.eDown, s.sel
+	}
+	g, x := m.geom, m.stream
+	if T == 1 {
+		do(l.SlotResolve(sl.slotSel, sl.tab, sl.stats, s.sel, g.E, x.slots, g.k, x.stride))
+		do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride))
+		return sl.gate, sl.up, sl.down, sl.slotSel
+	}
+	do(l.ExpertNeed(x.need, s.sel, T*g.k, g.E))
+	do(l.ExpertStage(x.staging, sl.pool, sl.hostDev, x.need, sl.tab, sl.stats, g.E, x.stride))
+	return ly.eGate, ly.eUp, ly.eDown, s.sel
+}
+
+// planExperts sizes the experts' place from the options and the device
+// memory free when Load began (the trunk is uploaded by now).
+func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
+	cfg, g := m.cfg, m.geom
+	budget, reserve := m.opt.VRAMBudget, int64(0)
+	auto := budget <= 0
+	if auto {
+		reserve = autoReserve(m.total0)
+		budget = int64(m.free0) - reserve
+	} else if budget > int64(m.free0) {
+		return Plan{}, fmt.Errorf("gpu: --vram-budget %s is more than the %s of VRAM free on %s; lower it, or use auto", gib(budget), gib(int64(m.free0)), m.dev.Name)
+	}
+	ctx := m.opt.MaxContext
+	if ctx <= 0 {
+		ctx = DefaultPlanContext
+	}
+	ctx = min(ctx, cfg.MaxContext)
+	force, err := slotsFromEnv(os.Getenv("NVMAI_GPU_SLOTS"))
+	if err != nil {
+		return Plan{}, err
+	}
+	p, err := PlanExperts(PlanInput{Budget: budget, TrunkBytes: m.WeightBytes, StateBytes: stateBytes(cfg, g, m.chunk, ctx), PlanContext: ctx,
+		Stride: ex.Stride, Layers: len(m.layers), Experts: g.E, TopK: g.k, ForceSlots: force})
+	p.BudgetAuto, p.Reserve = auto, reserve
+	if err != nil {
+		return p, err
+	}
+	if !p.Resident() {
+		if p.Slots > gpukernels.MaxSlots {
+			return p, fmt.Errorf("gpu: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", p.Slots, gpukernels.MaxSlots)
+		}
+		if m.opt.RAMBudget > 0 && m.opt.RAMBudget < p.PinnedBytes {
+			return p, fmt.Errorf("gpu: %d of %d experts a layer fit the VRAM budget; the rest stream from page-locked RAM, which must hold every expert (%s), but --ram-budget is %s. Streaming experts from disk on the GPU is not done yet: drop --ram-budget or raise it to %s, raise --vram-budget, or run --engine cpu",
+				p.Slots, p.Experts, gib(p.PinnedBytes), gib(m.opt.RAMBudget), gib(p.PinnedBytes))
+		}
+		if avail, ok := memAvailable(); ok && p.PinnedBytes > avail {
+			return p, fmt.Errorf("gpu: %d of %d experts a layer fit the VRAM budget; the rest stream from page-locked RAM, which must hold every expert (%s), but only %s of RAM is available. Streaming experts from disk on the GPU is not done yet: raise --vram-budget, free RAM, or run --engine cpu",
+				p.Slots, p.Experts, gib(p.PinnedBytes), gib(avail))
+		}
+	}
+	return p, nil
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo.
+func memAvailable() (int64, bool) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// streamExperts loads every layer's experts into page-locked host memory
+// and sets up the slot pools, tables and the staging buffer (the plan
+// streams). offsets gives a part's data, scales and biases offsets in a
+// record.
+func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.Experts, byLayer map[int]string,
+	gate, up, down *kernels.Matrix, offsets func(*kernels.Matrix) (d, s, b int64)) error {
+	g := m.geom
+	E, S, k, stride := g.E, p.Slots, g.k, ex.Stride
+	x := &streamer{slots: S, stride: stride, layers: make([]*streamLayer, len(m.layers))}
+	m.stream = x
+	var err error
+	alloc := func(n int64) cuda.DevicePtr {
+		if err != nil {
+			return 0
+		}
+		ptr, e := c.Alloc(uint64(max(n, 4)))
+		if e != nil {
+			err = fmt.Errorf("gpu: no room in VRAM for %s of streamed-expert buffers: %w", mib(n), e)
+			return 0
+		}
+		m.allocs = append(m.allocs, ptr)
+		return ptr
+	}
+	x.staging, x.need = alloc(int64(E)*stride), alloc(4*int64(E))
+	x.stats = alloc(8 * gpukernels.SlotStatsWords * int64(len(m.layers)))
+	if err != nil {
+		return err
+	}
+	if err := c.Memset32(x.stats, 0, uint64(2*gpukernels.SlotStatsWords*len(m.layers))); err != nil {
+		return err
+	}
+	size := int64(E) * stride
+	tabWords := gpukernels.SlotTableWords(E, S, k)
+	for i := range m.layers {
+		file, ok := byLayer[i]
+		if !ok {
+			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
+		}
+		host, hostDev, herr := c.HostAlloc(uint64(size))
+		if herr != nil {
+			return fmt.Errorf("gpu: pinning %s of RAM for the experts of layer %d: %w; streaming needs every expert in page-locked RAM (%s in all) and streaming from disk on the GPU is not done yet: raise --vram-budget, free RAM, or run --engine cpu",
+				mib(size), i, herr, gib(p.PinnedBytes))
+		}
+		sl := &streamLayer{host: host, hostDev: hostDev}
+		x.layers[i] = sl
+		if err := readExpertFile(filepath.Join(dir, file), host); err != nil {
+			return err
+		}
+		sl.pool, sl.tab, sl.slotSel = alloc(int64(S)*stride), alloc(4*int64(tabWords)), alloc(4*int64(k))
+		if err != nil {
+			return err
+		}
+		sl.stats = x.stats + cuda.DevicePtr(8*gpukernels.SlotStatsWords*i)
+		// slotOf and expertOf −1 (nothing in VRAM), the rest 0.
+		if err := c.Memset32(sl.tab, 0xffffffff, uint64(E+S)); err != nil {
+			return err
+		}
+		if err := c.Memset32(sl.tab+cuda.DevicePtr(4*(E+S)), 0, uint64(tabWords-E-S)); err != nil {
+			return err
+		}
+		m.WeightBytes += int64(S) * stride
+		ly := &m.layers[i]
+		ly.stream = sl
+		for _, pr := range []struct {
+			staged, pooled **gpukernels.Mat
+			mt             *kernels.Matrix
+		}{{&ly.eGate, &sl.gate, gate}, {&ly.eUp, &sl.up, up}, {&ly.eDown, &sl.down, down}} {
+			d, s, b := offsets(pr.mt)
+			if d%16 != 0 || stride%16 != 0 {
+				return fmt.Errorf("gpu: expert part at offset %d (stride %d) is not 16-byte aligned", d, stride)
+			}
+			mat := func(base cuda.DevicePtr) *gpukernels.Mat {
+				mt := &gpukernels.Mat{Rows: pr.mt.Rows, Cols: pr.mt.Cols, Enc: pr.mt.Enc, Data: base + cuda.DevicePtr(d), EData: stride, EScale: stride}
+				if pr.mt.Enc == kernels.Q4 || pr.mt.Enc == kernels.Q8 {
+					mt.Scales, mt.Biases = base+cuda.DevicePtr(s), base+cuda.DevicePtr(b)
+				}
+				return mt
+			}
+			*pr.staged, *pr.pooled = mat(x.staging), mat(sl.pool)
+			n := int64(g.k) * int64(len(pr.mt.Data)+len(pr.mt.Scales)+len(pr.mt.Biases))
+			m.TokenBytes += n
+			m.phaseBytes[PhaseMoE] += n
+		}
+		ly.moeGrouped = ly.eGate.Quantized() && ly.eUp.Quantized() && ly.eDown.Quantized()
+		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
+			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
+	}
+	rate, err := h2dRate(c, x.staging, x.layers[0].host)
+	if err != nil {
+		return err
+	}
+	m.plan.setH2D(rate)
+	return nil
+}
+
+// readExpertFile reads a layer's expert file, exactly len(dst) bytes, into
+// dst.
+func readExpertFile(path string, dst []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("gpu: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != int64(len(dst)) {
+		return fmt.Errorf("gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, len(dst))
+	}
+	const chunk = 64 << 20
+	for off := 0; off < len(dst); off += chunk {
+		if _, err := io.ReadFull(f, dst[off:min(off+chunk, len(dst))]); err != nil {
+			return fmt.Errorf("gpu: reading %s at %d: %w", path, off, err)
+		}
+	}
+	return nil
+}
+
+// h2dMeasureBytes is how much the load copies from pinned memory to time
+// the host-to-device link.
+const h2dMeasureBytes = 256 << 20
+
+// h2dRate times copies of src (page-locked) to dst, at least
+// h2dMeasureBytes in all, between two events: bytes per second.
+func h2dRate(c *cuda.Ctx, dst cuda.DevicePtr, src []byte) (float64, error) {
+	if len(src) == 0 {
+		return 0, nil
+	}
+	if err := c.HtoDAsync(dst, src); err != nil { // warm
+		return 0, err
+	}
+	reps := (h2dMeasureBytes + len(src) - 1) / len(src)
+	start, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Destroy(start)
+	for range reps {
+		if err := c.HtoDAsync(dst, src); err != nil {
+			return 0, err
+		}
+	}
+	end, err := c.Record()
+	if err != nil {
+		return 0, err
+	}
+	defer c.Destroy(end)
+	ms, err := c.Elapsed(start, end)
+	if err != nil || ms <= 0 {
+		return 0, err
+	}
+	return float64(reps) * float64(len(src)) / (ms / 1e3), nil
+}
+
+// freeHost releases the pinned experts.
+func (x *streamer) freeHost(c *cuda.Ctx) {
+	for _, sl := range x.layers {
+		if sl != nil && sl.host != nil {
+			c.HostFree(sl.host)
+			sl.host = nil
+		}
+	}
+}
+
+// StreamStats are the streamed experts' counters, read back from the
+// device (on demand: nothing is read per step).
+type StreamStats struct {
+	// Decode steps: picks found in a VRAM slot, picks copied from pinned
+	// RAM, and the bytes those copies moved over the bus.
+	DecodeHits, DecodeMisses, DecodeBytes int64
+	// Prefill passes: experts staged from a VRAM slot, from pinned RAM,
+	// and the bytes the latter moved over the bus.
+	PrefillFromVRAM, PrefillFromHost, PrefillBytes int64
+	Layers                                         [][gpukernels.SlotStatsWords]int64
+}
+
+// StreamStats reads the counters; ok is false when the experts are
+// resident.
+func (m *Model) StreamStats() (s StreamStats, ok bool, err error) {
+	x := m.stream
+	if x == nil {
+		return s, false, nil
+	}
+	raw := make([]uint64, gpukernels.SlotStatsWords*len(x.layers))
+	if err := m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(raw), x.stats) }); err != nil {
+		return s, true, err
+	}
+	s.Layers = make([][gpukernels.SlotStatsWords]int64, len(x.layers))
+	for i := range x.layers {
+		for j := range gpukernels.SlotStatsWords {
+			s.Layers[i][j] = int64(raw[i*gpukernels.SlotStatsWords+j])
+		}
+		l := s.Layers[i]
+		s.DecodeHits += l[0]
+		s.DecodeMisses += l[1]
+		s.DecodeBytes += l[2]
+		s.PrefillFromVRAM += l[3]
+		s.PrefillFromHost += l[4]
+		s.PrefillBytes += l[5]
+	}
+	return s, true, nil
+}
+
+// Plan is where the experts live, as Load decided it.
+func (m *Model) Plan() Plan { return m.plan }
+
+// ExpertStats is the streamed experts' counters as the CPU expert cache
+// reports its own (runtime.Engine.ExpertStats, the bench): a hit is an
+// expert found in a VRAM slot (decode picks and prefill's staged experts),
+// a miss one copied from pinned RAM, BytesRead the bytes copied over the
+// bus. Nothing is waited for on the host, so ReadSeconds and WaitSeconds
+// stay 0. Zero when the experts are resident (or the counters cannot be
+// read).
+func (b *Backend) ExpertStats() expertcache.Stats {
+	s, ok, err := b.Model.StreamStats()
+	if !ok || err != nil {
+		return expertcache.Stats{}
+	}
+	p := b.Model.plan
+	return expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
+		BytesRead: s.DecodeBytes + s.PrefillBytes, Mode: "gpu-pinned", Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
+}
+
+// StreamsExperts reports whether the experts stream into VRAM slots (the
+// bench then reports the slot cache's figures).
+func (b *Backend) StreamsExperts() bool { return b.Model.stream != nil }

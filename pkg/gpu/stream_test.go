@@ -1,0 +1,192 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/sample"
+)
+
+// loadGPUWith loads dir on the GPU with a VRAM budget (0: auto) and
+// NVMAI_GPU_SLOTS=slots (0: the plan decides). The caller closes it.
+func loadGPUWith(t *testing.T, dir string, slots int, budget int64) *runtime.Engine {
+	t.Helper()
+	v := ""
+	if slots > 0 {
+		v = strconv.Itoa(slots)
+	}
+	t.Setenv("NVMAI_GPU_SLOTS", v)
+	e, err := runtime.Load(dir, runtime.Options{Threads: 4, Device: model.GPU, VRAMBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// freeVRAM is the device memory free now, as seen through probe (which
+// keeps the primary context alive between the engines).
+func freeVRAM(t *testing.T, probe *cuda.Device) int64 {
+	t.Helper()
+	var free uint64
+	if err := probe.Do(func(c *cuda.Ctx) (err error) { free, _, err = c.MemInfo(); return }); err != nil {
+		t.Fatal(err)
+	}
+	return int64(free)
+}
+
+// streamOutputs are what the streamed engine must reproduce bitwise.
+type streamOutputs struct {
+	logits  []float32
+	greedy  []int
+	sampled [][]int
+}
+
+// streamSampling is the seeded sampling the streamed checks compare: the
+// generation config's filters, and none.
+var streamSampling = []sample.Params{sampleParams[0], sampleParams[3]}
+
+func runOutputs(t *testing.T, e *runtime.Engine, ids []int) streamOutputs {
+	t.Helper()
+	o := streamOutputs{logits: lastLogits(t, e, ids), greedy: greedy(t, e, ids, 64)}
+	for _, p := range streamSampling {
+		s, _ := sampledTokens(t, e, ids, 32, p, false)
+		o.sampled = append(o.sampled, s)
+	}
+	return o
+}
+
+// compareStreamed checks a streamed engine's outputs against the
+// resident one's, its plan and counters, and that closing it gives its
+// device memory back.
+func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamOutputs, ids []int, load func() *runtime.Engine, slots int) {
+	t.Helper()
+	before := freeVRAM(t, probe)
+	e := load()
+	b := e.Model().(*Backend)
+	p := b.Model.Plan()
+	got := runOutputs(t, e, ids)
+	st, ok, err := b.Model.StreamStats()
+	e.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := freeVRAM(t, probe)
+	t.Logf("FIDELITY streamed %s: %d of %d slots a layer, H2D %.1f GB/s; logits bitwise the resident engine's %v, greedy equal %v, sampled equal %v; decode hits %d misses %d (%d bytes), prefill %d from VRAM %d from RAM (%d bytes); VRAM free %d MiB before, %d after Close",
+		name, p.Slots, p.Experts, p.H2D/1e9, slices.Equal(got.logits, want.logits), slices.Equal(got.greedy, want.greedy),
+		slices.EqualFunc(got.sampled, want.sampled, slices.Equal), st.DecodeHits, st.DecodeMisses, st.DecodeBytes,
+		st.PrefillFromVRAM, st.PrefillFromHost, st.PrefillBytes, before>>20, after>>20)
+	if !ok || p.Resident() || p.Slots != slots {
+		t.Fatalf("%s: plan %+v, want %d slots a layer streamed", name, p, slots)
+	}
+	if !slices.Equal(got.logits, want.logits) {
+		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, maxAbsDiff(got.logits, want.logits))
+	}
+	if !slices.Equal(got.greedy, want.greedy) {
+		t.Errorf("%s: greedy %v, resident %v", name, got.greedy, want.greedy)
+	}
+	for i := range want.sampled {
+		if !slices.Equal(got.sampled[i], want.sampled[i]) {
+			t.Errorf("%s: sampled %+v: %v, resident %v", name, streamSampling[i], got.sampled[i], want.sampled[i])
+		}
+	}
+	if st.DecodeMisses == 0 || st.DecodeHits+st.DecodeMisses == 0 || st.PrefillFromHost == 0 || st.DecodeBytes != st.DecodeMisses*p.Stride {
+		t.Errorf("%s: counters %+v do not show decode copies and prefill staging", name, st)
+	}
+	// The kernels' module stays loaded with the context: a few MiB.
+	if before-after > 32<<20 {
+		t.Errorf("%s: %d MiB of VRAM not given back after Close", name, (before-after)>>20)
+	}
+}
+
+// Streamed experts give bitwise the resident engine's logits, 64 greedy
+// tokens and seeded sampled tokens after a prompt of several prefill
+// passes (NVMAI_GPU_CHUNK=128), on the tiny-moe fixture at 4, 8 and 16
+// bits (the fused decode launches, and the unfused float path) with
+// 3·top-k = 12 and E/2 = 8 slots a layer (NVMAI_GPU_SLOTS: the fixture's
+// 16 experts fit any budget).
+func TestStreamedMatchesResident(t *testing.T) {
+	needGPU(t)
+	t.Setenv("NVMAI_GPU_CHUNK", "128")
+	refs := loadRefs(t, "tiny-moe.refs.json")
+	ids := refs[0].IDs
+	for _, r := range refs {
+		if len(r.IDs) > len(ids) {
+			ids = r.IDs
+		}
+	}
+	if len(ids) <= 2*128 {
+		t.Fatalf("the longest refs prompt has %d tokens: not several passes of 128", len(ids))
+	}
+	probe, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	for _, bits := range []int{4, 8, 16} {
+		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
+			dir := install(t, "tiny-moe-fused", bits)
+			res := loadGPUWith(t, dir, 0, 0)
+			if p := res.Model().(*Backend).Model.Plan(); !p.Resident() {
+				res.Close()
+				t.Fatalf("the fixture does not load resident: %+v", p)
+			}
+			want := runOutputs(t, res, ids)
+			res.Close()
+			for _, slots := range []int{12, 8} {
+				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit", bits), probe, want, ids,
+					func() *runtime.Engine { return loadGPUWith(t, dir, slots, 0) }, slots)
+			}
+		})
+	}
+}
+
+// The synthetic 35B-A3B geometry (NVMAI_SYNTH_DIRS, installs of at most 8
+// layers; NVMAI_STREAM_BIG=1 takes them all) streamed under two VRAM
+// budgets, sized from the resident plan to give 24 (3·top-k) and 128
+// slots a layer: bitwise the resident engine, through prefill passes of 64
+// tokens.
+func TestStreamedSyntheticMatchesResident(t *testing.T) {
+	needGPU(t)
+	t.Setenv("NVMAI_GPU_CHUNK", "64")
+	probe, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m, _, err := packexperts.ReadManifest(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Geometry.NumLayers > 8 && os.Getenv("NVMAI_STREAM_BIG") != "1" {
+				t.Skipf("%d layers: NVMAI_STREAM_BIG=1 streams it", m.Geometry.NumLayers)
+			}
+			ids := make([]int, 200)
+			for i := range ids {
+				ids[i] = 100 + (37*i)%5000
+			}
+			res := loadGPUWith(t, dir, 0, 0)
+			p := res.Model().(*Backend).Model.Plan()
+			if !p.Resident() {
+				res.Close()
+				t.Fatalf("the synthetic install does not load resident: %+v", p)
+			}
+			want := runOutputs(t, res, ids)
+			res.Close()
+			for _, slots := range []int{3 * p.TopK, 128} {
+				budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(slots)*p.Stride*int64(p.Layers) + p.Stride/2
+				compareStreamed(t, fmt.Sprintf("%s at %s", filepath.Base(dir), gib(budget)), probe, want, ids,
+					func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, slots)
+			}
+		})
+	}
+}
