@@ -9,15 +9,19 @@
 #      server: aggregate tok/s (all tokens over the wall time, short prompts' prefill included)
 #      and each stream's own decode rate (the server's predicted_per_second), --runs runs.
 #      The server runs without a prompt cache, so no request resumes another's prompt.
+#      --routing SPEC (e.g. synthetic:agent) or --routing-trace FILE makes the server replay that
+#      routing instead of the router's (serve --routing: each slot its own seed or offset; read-ahead
+#      off), the realistic locality random weights lack (issue #39's "agent routing regime").
 #
 #   scripts/serve-bench.sh [--only overhead|ttft|parallel] [--install DIR] [--runs N] [--ttft-runs N] [--ram-budget 2G|all]
 #                          [--threads N] [--prefix-words N] [--streams N] [--tokens N] [--engine cpu|gpu] [--bin DIR]
+#                          [--routing synthetic:agent | --routing-trace FILE]   (--only parallel)
 #
 # --ram-budget all gives the expert cache every expert (the "all in RAM" case). Acceptance of
 # issue #39 on the 40-layer 4-bit synthetic (bin/nvmai-convert synth --geometry qwen3.5-35b-a3b
 # --bits 4 -o DIR):
-#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget 8G --threads 16 --runs 3
-#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget all --threads 16 --runs 3
+#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget 8G --threads 16 --runs 3 --routing synthetic:agent
+#   scripts/serve-bench.sh --only parallel --install DIR --ram-budget all --threads 16 --runs 3 --routing synthetic:agent
 #
 # --install defaults to models/synth-l4, created with
 #   bin/nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --layers 4 --output DIR
@@ -29,7 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780 engine=cpu bin= streams=4 tokens=64
+install=models/synth-l4 runs=5 ttft_runs=3 only= budget=2G threads=2 words=1780 engine=cpu bin= streams=4 tokens=64 routing=()
 while [ $# -gt 0 ]; do
   case $1 in
     --install) install=$2; shift 2 ;;
@@ -43,11 +47,13 @@ while [ $# -gt 0 ]; do
     --tokens) tokens=$2; shift 2 ;;
     --engine) engine=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
+    --routing | --routing-trace) routing=("$1" "$2"); shift 2 ;;
     *) echo "serve-bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case $engine in cpu | gpu) ;; *) echo "serve-bench.sh: --engine $engine: use cpu or gpu" >&2; exit 2 ;; esac
 case $only in "" | overhead | ttft | parallel) ;; *) echo "serve-bench.sh: --only $only: use overhead, ttft or parallel" >&2; exit 2 ;; esac
+[ ${#routing[@]} -gt 0 ] && [ "$only" != parallel ] && { echo "serve-bench.sh: ${routing[0]} applies to --only parallel" >&2; exit 2; }
 [ "$only" = parallel ] && [ "$engine" = gpu ] && { echo "serve-bench.sh: --only parallel: the GPU engine has no batched step yet (serve --parallel refuses it)" >&2; exit 2; }
 if [ -z "$bin" ]; then
   go build -o bin/ ./cmd/nvmai-convert ./cmd/nvmai-run ./scripts/internal/servebench
@@ -89,7 +95,8 @@ start_server() {
 
 if [ "$only" = parallel ]; then
 echo "== $streams streams at once (--parallel $streams) vs one after another, $tokens tokens each, $(basename "$install") on the $engine ($runs runs)"
-start_server "$install" --parallel "$streams"
+start_server "$install" --parallel "$streams" "${routing[@]}"
+grep 'routing replayed' "$work/server.log" || true
 "$bin/servebench" -mode parallel -url "$url" -runs "$runs" -streams "$streams" -tokens "$tokens"
 stop_server
 exit 0

@@ -44,7 +44,7 @@ order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
 verified install under DIR is served by its path there; the model a request names is loaded
 when its turn comes (one in memory at a time).`,
-		Flags: append(append(modelFlags(), scriptedFlags...),
+		Flags: append(append(append(modelFlags(), scriptedFlags...),
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on; anything but loopback needs --api-key"},
 			&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port"},
 			&cli.StringFlag{Name: "api-key", Usage: "require this key (Authorization: Bearer KEY or x-api-key: KEY)", EnvVars: []string{"NVMAI_API_KEY"}},
@@ -52,6 +52,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running ones; more get 429"},
 			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU engine; each holds its own sequence state)", DefaultText: "as many sequence states as fit in memory, at most 4; 1 where batching is not available"}, 1, server.MaxParallel, ""),
+			&cli.BoolFlag{Name: "no-constrain-tools", Usage: "leave tool calls unconstrained (free text parsed after the fact); by default, once the model opens a <tool_call> only a well-formed call of a declared tool can follow (docs/structured-output.md)"},
 			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
 			&cli.StringFlag{Name: "prompt-cache-dir", Usage: "also keep snapshots of long prefixes (an agent's system prompt and tools) in `DIR`, where a restarted server finds them"},
@@ -67,7 +68,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.IntFlag{Name: "responses-keep", Value: responses.DefaultKeep, Usage: "newest /v1/responses responses held in memory for previous_response_id (0 = none)"},
 			&cli.StringFlag{Name: "models-dir", Usage: "serve every verified install under `DIR` (ids: their paths there), one loaded at a time, instead of --model"},
 			&cli.DurationFlag{Name: "idle-unload", Usage: "with --models-dir: unload the model after this long without requests (e.g. 10m)", DefaultText: "never"},
-		),
+		), serveRoutingFlags()...),
 		Action: serveAction,
 	}
 }
@@ -89,6 +90,9 @@ func serveAction(c *cli.Context) error {
 	}
 	several := c.IsSet("models-dir")
 	if err := checkModelsFlags(c); err != nil {
+		return err
+	}
+	if err := checkServeRouting(c); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(c.Int("port"))))
@@ -149,6 +153,14 @@ func serveAction(c *cli.Context) error {
 	}
 	footprints.Delete(e) // serve prints the footprint with its parallel states instead
 	fmt.Fprintln(c.App.ErrWriter, "nvmai-run serve: "+foot.String())
+	routes, routesLine, err := serveRouting(c, e, parallel)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	if routesLine != "" {
+		fmt.Fprintln(c.App.ErrWriter, "nvmai-run serve: "+routesLine)
+	}
 	cacheBytes, _ := expertcache.ParseSize(c.String("prompt-cache"))
 	disk, err := openPromptDisk(c, c.String("model"))
 	if err != nil {
@@ -158,7 +170,7 @@ func serveAction(c *cli.Context) error {
 	defer disk.Close() // finishes the queued writes
 	re := server.NewRuntimeEngine(e, server.RuntimeOptions{
 		ModelID: modelID(c), Budget: c.String("ram-budget"), KVInitial: c.Int("kv-initial"), KVBits: kvBits(c), MaxContext: c.Int("max-context"), CacheBytes: cacheBytes,
-		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c), Parallel: parallel,
+		Disk: disk, TemplateSHA256: server.TemplateSHA256(renderer), SnapshotGap: snapshotGap(c), Parallel: parallel, Routing: routes,
 	})
 	defer re.Close()
 	srv.SetEngine(re, renderer)
@@ -208,7 +220,7 @@ func serveUntilDone(c *cli.Context, hs *http.Server, oh *httpapi.Host, errc chan
 }
 
 func serveOptions(c *cli.Context) (server.Config, httpapi.Options, error) {
-	cfg := server.Config{QueueLimit: c.Int("queue-limit"), StrictMaxTokens: c.Bool("strict-max-tokens"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
+	cfg := server.Config{QueueLimit: c.Int("queue-limit"), StrictMaxTokens: c.Bool("strict-max-tokens"), NoToolConstraint: c.Bool("no-constrain-tools"), Notice: func(line string) { fmt.Fprintln(os.Stderr, "nvmai-run serve: "+line) }}
 	if c.Bool("log-json") {
 		cfg.Log = server.JSONLogger(os.Stderr)
 	}

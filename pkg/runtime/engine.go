@@ -236,6 +236,10 @@ type SessionOptions struct {
 	// StepProfile, when set, receives the phase times of the session's
 	// decode steps (model.Profiler; nvmai-run bench reports them).
 	StepProfile *model.StepProfile
+	// Routing, when set, names every token's experts in place of the
+	// router's (model.RouteOverrider: serve replaying a routing regime for
+	// a benchmark). A state that cannot take it is the session's error.
+	Routing model.RouteOverride
 }
 
 // NewSession starts an empty conversation. A state the engine cannot make
@@ -252,6 +256,15 @@ func (s *Session) start() {
 	if s.err != nil {
 		s.st = nil
 		return
+	}
+	if s.opt.Routing != nil {
+		o, ok := s.st.(model.RouteOverrider)
+		if !ok {
+			s.st.Close()
+			s.st, s.err = nil, s.e.routingRefusal()
+			return
+		}
+		o.SetRouteOverride(s.opt.Routing)
 	}
 	s.host, _ = s.st.(model.HostLogits)
 	s.sampler, _ = s.st.(model.Sampler)
@@ -386,7 +399,7 @@ func (s *Session) Generate(ctx context.Context, promptIDs []int, opt GenerateOpt
 	res := &Result{PromptIDs: slices.Clone(promptIDs), IDs: []int{}}
 	before := s.e.ExpertStats()
 	defer func() {
-		if s.e.cache != nil {
+		if s.e.cache != nil || s.e.streamsExperts() {
 			res.Experts = expertReport(before, s.e.ExpertStats(), len(res.PromptIDs)+len(res.IDs))
 		}
 		res.PeakRSS, _ = expertcache.PeakRSS()

@@ -13,6 +13,8 @@ import (
 	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
@@ -77,9 +79,15 @@ func same(got, alone parResult) string {
 // runAlone serves each request on its own fresh one-slot engine.
 func runAlone(t testing.TB, e *runtime.Engine, reqs []parReq, prompts [][]int) []parResult {
 	t.Helper()
+	return runAloneWith(t, e, RuntimeOptions{PrefillChunk: 8}, reqs, prompts)
+}
+
+// runAloneWith is runAlone on engines made with opt.
+func runAloneWith(t testing.TB, e *runtime.Engine, opt RuntimeOptions, reqs []parReq, prompts [][]int) []parResult {
+	t.Helper()
 	res := make([]parResult, len(reqs))
 	for i, q := range reqs {
-		r := NewRuntimeEngine(e, RuntimeOptions{PrefillChunk: 8})
+		r := NewRuntimeEngine(e, opt)
 		res[i] = serveOne(context.Background(), r, q, prompts[i])
 		r.Close()
 	}
@@ -94,7 +102,14 @@ func runAlone(t testing.TB, e *runtime.Engine, reqs []parReq, prompts [][]int) [
 // earliest arrive together.
 func runBatched(t testing.TB, e *runtime.Engine, n int, reqs []parReq, prompts [][]int, cacheBytes int64) (res []parResult, r *RuntimeEngine, largest int) {
 	t.Helper()
-	r = NewRuntimeEngine(e, RuntimeOptions{Parallel: n, ParallelPass: 5, PrefillChunk: 8, CacheBytes: cacheBytes})
+	return runBatchedWith(t, e, RuntimeOptions{Parallel: n, ParallelPass: 5, PrefillChunk: 8, CacheBytes: cacheBytes}, reqs, prompts)
+}
+
+// runBatchedWith is runBatched on an engine made with opt.
+func runBatchedWith(t testing.TB, e *runtime.Engine, opt RuntimeOptions, reqs []parReq, prompts [][]int) (res []parResult, r *RuntimeEngine, largest int) {
+	t.Helper()
+	n := opt.Parallel
+	r = NewRuntimeEngine(e, opt)
 	if r.Parallel() != n {
 		t.Fatalf("Parallel %d, asked %d", r.Parallel(), n)
 	}
@@ -564,5 +579,56 @@ func TestParallelServingStreamedExperts(t *testing.T) {
 	}
 	if st := e.ExpertStats(); st.Misses == 0 {
 		t.Fatalf("no expert was read: %+v", st)
+	}
+}
+
+// With every slot replaying one synthetic agent-regime routing source
+// (RuntimeOptions.Routing), batched serving gives every request the output
+// it gets alone under the same replay, on resident and streamed experts;
+// and the replay is what routed them (some output differs from the
+// router's).
+func TestParallelServingReplaysRouting(t *testing.T) {
+	resident := tinyEngine(t)
+	streamed, err := runtime.Load(fixinstall.Install(t, testfix.Embedded(t), 8), runtime.Options{Threads: 1, Experts: runtime.ExpertOptions{Slots: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer streamed.Close()
+	for _, e := range []*runtime.Engine{resident, streamed} {
+		geom, err := e.RoutingGeometry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := routing.NewSynthetic(geom, routing.Spec{Regime: routing.Agent, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay := func(int) model.RouteOverride { return src }
+		reqs, prompts := parRequests(t, e)
+		router := runAlone(t, e, reqs, prompts)
+		alone := runAloneWith(t, e, RuntimeOptions{PrefillChunk: 8, Routing: replay}, reqs, prompts)
+		differs := false
+		for i := range reqs {
+			differs = differs || same(alone[i], router[i]) != ""
+		}
+		if !differs {
+			t.Fatal("every request's output under the replay is the router's: the test cannot tell them apart")
+		}
+		for _, sc := range [][]int{{0, 0, 0, 0, 0, 0, 0}, {0, 6, 0, 6, 14, 14, 3}} {
+			rs := append([]parReq(nil), reqs...)
+			for i := range rs {
+				rs[i].arrive = sc[i]
+			}
+			got, r, largest := runBatchedWith(t, e, RuntimeOptions{Parallel: 3, ParallelPass: 5, PrefillChunk: 8, CacheBytes: 64 << 20, Routing: replay}, rs, prompts)
+			r.Close()
+			if largest < 2 {
+				t.Errorf("arrivals %v: no step batched two sequences", sc)
+			}
+			for i := range rs {
+				if d := same(got[i], alone[i]); d != "" {
+					t.Errorf("arrivals %v: request %d: %s", sc, i, d)
+				}
+			}
+		}
 	}
 }

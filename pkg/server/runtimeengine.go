@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/promptcache"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -54,6 +55,10 @@ type RuntimeOptions struct {
 	// pass between two batched steps of the running ones (default
 	// DefaultParallelPass), with Parallel > 1.
 	ParallelPass int
+	// Routing, when set, gives slot i's session the routing it replays in
+	// place of the router's (runtime.SessionOptions.Routing: serve
+	// --routing, a benchmark of realistic routing on random weights).
+	Routing func(slot int) model.RouteOverride
 }
 
 // RuntimeEngine serves an nvmai runtime.Engine: one session per slot
@@ -102,8 +107,12 @@ func NewRuntimeEngine(e *runtime.Engine, opt RuntimeOptions) *RuntimeEngine {
 	}
 	r := &RuntimeEngine{e: e, opt: opt, cache: promptcache.New[*runtime.Snapshot](opt.CacheBytes), imStart: -1,
 		free: make(chan struct{}, opt.Parallel)}
-	for range opt.Parallel {
-		r.slots = append(r.slots, &slot{sess: e.NewSession(runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits})})
+	for i := range opt.Parallel {
+		so := runtime.SessionOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: opt.KVBits}
+		if opt.Routing != nil {
+			so.Routing = opt.Routing(i)
+		}
+		r.slots = append(r.slots, &slot{sess: e.NewSession(so)})
 		r.free <- struct{}{}
 	}
 	r.disk = newDiskTier(e, r.slots[0].sess, opt)
