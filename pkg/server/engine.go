@@ -14,6 +14,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/sample"
+	"github.com/nvmai/nvmai/pkg/toolconstrain"
 )
 
 // Engine generates tokens. Calls are serialized by the server's queue.
@@ -54,6 +55,10 @@ type Generation struct {
 	// after the model's </think>.
 	Format           *jsonconstrain.Schema
 	FormatAfterThink bool
+	// Tools, when set (and Format is not), constrains tool calls: free
+	// text passes, and once the model opens a call only a well-formed
+	// call of a declared tool can follow (pkg/toolconstrain).
+	Tools *toolconstrain.Plan
 }
 
 // Finish says why generation ended.

@@ -16,12 +16,13 @@ type formatMasker struct {
 	masker   *jsonconstrain.Masker
 	err      error
 	thinkEnd int // </think>, -1 when the vocabulary has none
+	tools    toolVocab
 }
 
 // constraint returns the runtime hook for g, nil when g has no Format.
 // The caller holds the engine's lock.
 func (f *formatMasker) constraint(tok *tokenizer.Tokenizer, ends []int, g Generation) (runtime.Constraint, error) {
-	if g.Format == nil {
+	if g.Format == nil && g.Tools == nil {
 		return nil, nil
 	}
 	if f.masker == nil && f.err == nil {
@@ -30,6 +31,9 @@ func (f *formatMasker) constraint(tok *tokenizer.Tokenizer, ends []int, g Genera
 		if id, ok := tok.TokenID("</think>"); ok {
 			f.thinkEnd = id
 		}
+	}
+	if g.Format == nil {
+		return f.toolConstraint(tok, ends, g.Tools), nil
 	}
 	if f.err != nil {
 		return nil, fmt.Errorf("structured output: %w", f.err)

@@ -47,6 +47,10 @@ type Config struct {
 	// Anthropic endpoint and chat always lower it. A prompt that alone
 	// does not fit is refused either way.
 	StrictMaxTokens bool
+	// NoToolConstraint turns off the tool-call constraint for every
+	// request (serve --no-constrain-tools): calls are then free text
+	// parsed after the fact, as before issue #40.
+	NoToolConstraint bool
 }
 
 // Defaults are server-wide generation settings, as llama-server's -n,
@@ -270,6 +274,9 @@ type ChatRequest struct {
 	ToolChoice        ToolChoiceMode
 	ToolName          string // ToolNamed: the function
 	ParallelToolCalls bool   // false: generation ends when a second call starts
+	// NoToolConstraint leaves this request's tool calls unconstrained
+	// (the request field nvmai_constrain_tools: false).
+	NoToolConstraint bool
 	// Kwargs are chat_template_kwargs; Thinking, when set, is
 	// enable_thinking unless Kwargs already has it.
 	Kwargs   map[string]any
@@ -769,7 +776,8 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools, NoToolCalls: req.ToolChoice == ToolNone})
 	acc.push(parser.Push(j.forced))
 	stops := newStopMatcher(req.Stop)
-	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling, Format: req.Format, FormatAfterThink: req.Format != nil && j.think}
+	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling, Format: req.Format, FormatAfterThink: req.Format != nil && j.think,
+		Tools: j.s.toolPlan(req)}
 	out, err := j.generate(ctx, g, func(text string) bool {
 		safe, hit := stops.Push(text)
 		if safe != "" {

@@ -160,12 +160,11 @@ func (c *Constraint) simSet(id int32) {
 }
 
 // maskText: in free text every token goes, except one that opens a call
-// it cannot continue (or any call, with tool_choice none).
+// it cannot continue (or any call, with tool_choice none). Free text is
+// then exactly what it is without the constraint, embedding padding rows
+// past the vocabulary included.
 func (c *Constraint) maskText(logits []float32) int {
-	allowed := min(len(logits), c.v.n)
-	for i := c.v.n; i < len(logits); i++ {
-		logits[i] = float32(math.Inf(-1))
-	}
+	allowed := len(logits)
 	var open state
 	c.m.literal(&open, litOpenRest)
 	for _, ct := range c.v.openers[c.st.k] {
@@ -233,12 +232,9 @@ func (c *Constraint) Advance(id int) (ended bool, err error) {
 		}
 		return true, nil
 	}
-	if id < 0 || id >= c.v.n {
-		return false, fmt.Errorf("toolconstrain: token %d is outside the vocabulary", id)
-	}
-	if c.v.v.IsSpecial(id) {
+	if id < 0 || id >= c.v.n || c.v.v.IsSpecial(id) {
 		if st.ph != pText {
-			return false, fmt.Errorf("toolconstrain: special token %d inside a tool call", id)
+			return false, fmt.Errorf("toolconstrain: special or out-of-vocabulary token %d inside a tool call", id)
 		}
 		st.k = 0
 		return false, nil

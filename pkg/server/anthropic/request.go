@@ -45,6 +45,9 @@ type messagesRequest struct {
 	TopK          *int            `json:"top_k"`
 	Thinking      *thinkingConfig `json:"thinking"`
 	Stream        bool            `json:"stream"`
+	// ConstrainTools false leaves this request's tool calls unconstrained
+	// (nvmai's own field; docs/structured-output.md).
+	ConstrainTools *bool `json:"nvmai_constrain_tools"`
 	// OutputFormat is the structured-outputs beta's field; OutputConfig
 	// .Format the same object where the API has it now.
 	OutputFormat json.RawMessage `json:"output_format"`
@@ -114,7 +117,8 @@ func (c *converter) toChat(r *messagesRequest) (*server.ChatRequest, error) {
 	if len(r.Messages) > maxMessages || len(r.Tools) > maxTools {
 		return nil, badRequest("messages", "too many messages (at most %d) or tools (at most %d)", maxMessages, maxTools)
 	}
-	req := &server.ChatRequest{Endpoint: "/v1/messages", Model: r.Model, ParallelToolCalls: true, ClampMaxTokens: true}
+	req := &server.ChatRequest{Endpoint: "/v1/messages", Model: r.Model, ParallelToolCalls: true, ClampMaxTokens: true,
+		NoToolConstraint: r.ConstrainTools != nil && !*r.ConstrainTools}
 	if c.counting {
 		req.Endpoint = "/v1/messages/count_tokens"
 	}

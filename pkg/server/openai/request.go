@@ -63,6 +63,10 @@ type chatRequest struct {
 	FunctionCall        json.RawMessage   `json:"function_call"`
 	Audio               json.RawMessage   `json:"audio"`
 	Modalities          []string          `json:"modalities"`
+
+	// ConstrainTools false leaves this request's tool calls unconstrained
+	// (nvmai's own field; docs/structured-output.md).
+	ConstrainTools *bool `json:"nvmai_constrain_tools"`
 }
 
 type message struct {
@@ -266,6 +270,7 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 	if r.ParallelToolCalls != nil {
 		req.ParallelToolCalls = *r.ParallelToolCalls
 	}
+	req.NoToolConstraint = r.ConstrainTools != nil && !*r.ConstrainTools
 	if req.Format, err = responseFormat(r.ResponseFormat); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,10 @@ type request struct {
 	} `json:"text"`
 	Store  *bool `json:"store"`
 	Stream bool  `json:"stream"`
+
+	// ConstrainTools false leaves this request's tool calls unconstrained
+	// (nvmai's own field; docs/structured-output.md).
+	ConstrainTools *bool `json:"nvmai_constrain_tools"`
 }
 
 // item is one element of input. Which fields count depends on Type
@@ -117,6 +121,7 @@ func convert(r *request, prior []chattemplate.Message, defaults sample.Params) (
 	if r.ParallelToolCalls != nil {
 		req.ParallelToolCalls = *r.ParallelToolCalls
 	}
+	req.NoToolConstraint = r.ConstrainTools != nil && !*r.ConstrainTools
 	if r.MaxOutputTokens != nil {
 		if *r.MaxOutputTokens < 1 {
 			return nil, badRequest("max_output_tokens", "max_output_tokens must be at least 1, got %d", *r.MaxOutputTokens)
