@@ -39,16 +39,16 @@ type Plan struct {
 	TrunkBytes   int64 `json:"trunk_bytes"`
 	StateBytes   int64 `json:"state_bytes"`
 	PlanContext  int   `json:"plan_context_tokens"`
-	ExpertBytes  int64 `json:"expert_bytes"`        // every routed expert of every layer
-	StagingBytes int64 `json:"staging_bytes"`       // streamed: E records
-	SlotBytes    int64 `json:"vram_slot_bytes"`     // streamed: Slots·Stride·Layers
-	PinnedBytes  int64 `json:"pinned_ram_bytes"`    // streamed: every expert
-	Slots        int   `json:"slots_per_layer"`     // == Experts: resident
-	Experts      int   `json:"experts_per_layer"`   //
-	TopK         int   `json:"top_k"`               //
-	Layers       int   `json:"moe_layers"`          //
-	Stride       int64 `json:"expert_record_bytes"` //
-	Forced       bool  `json:"slots_forced,omitempty"`
+	ExpertBytes  int64 `json:"expert_bytes"`     // every routed expert of every layer
+	StagingBytes int64 `json:"staging_bytes"`    // streamed: E records
+	SlotBytes    int64 `json:"vram_slot_bytes"`  // streamed: Slots·Stride·Layers
+	PinnedBytes  int64 `json:"pinned_ram_bytes"` // streamed: every expert
+	Slots        int   `json:"slots_per_layer"`  // == Experts: resident
+	Experts      int   `json:"experts_per_layer"`
+	TopK         int   `json:"top_k"`
+	Layers       int   `json:"moe_layers"`
+	Stride       int64 `json:"expert_record_bytes"`
+	Forced       bool  `json:"slots_forced,omitempty"` // NVMAI_GPU_SLOTS, whatever the budget
 	// H2D is the host-to-device rate measured at load from pinned memory
 	// (bytes/s, streamed only). UniformMissBytes is the bytes a decode step
 	// copies when routing is uniform (each pick misses with 1 − S/E), and
