@@ -55,7 +55,7 @@ var streamSampling = []sample.Params{sampleParams[0], sampleParams[3]}
 
 func runOutputs(t *testing.T, e *runtime.Engine, ids []int) streamOutputs {
 	t.Helper()
-	o := streamOutputs{logits: lastLogits(t, e, ids), greedy: greedy(t, e, ids, 64)}
+	o := streamOutputs{logits: lastLogits(t, e, ids), greedy: greedy(t, e, ids, 65)} // 64 decode steps
 	for _, p := range streamSampling {
 		s, _ := sampledTokens(t, e, ids, 32, p, false)
 		o.sampled = append(o.sampled, s)
@@ -106,7 +106,7 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 	}
 }
 
-// Streamed experts give bitwise the resident engine's logits, 64 greedy
+// Streamed experts give bitwise the resident engine's logits, 65 greedy
 // tokens and seeded sampled tokens after a prompt of several prefill
 // passes (NVMAI_GPU_CHUNK=128), on the tiny-moe fixture at 4, 8 and 16
 // bits (the fused decode launches, and the unfused float path) with
