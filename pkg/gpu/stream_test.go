@@ -109,7 +109,8 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 // Streamed experts give bitwise the resident engine's logits, 65 greedy
 // tokens and seeded sampled tokens after a prompt of several prefill
 // passes (NVMAI_GPU_CHUNK=128), on the tiny-moe fixture at 4, 8 and 16
-// bits (the fused decode launches, and the unfused float path) with
+// bits (the fused decode launches, the unfused float path, and at 4 bits
+// the unfused quantized one, NVMAI_GPU_FUSE=0) with
 // 3·top-k = 12 and E/2 = 8 slots a layer (NVMAI_GPU_SLOTS: the fixture's
 // 16 experts fit any budget).
 func TestStreamedMatchesResident(t *testing.T) {
@@ -130,8 +131,17 @@ func TestStreamedMatchesResident(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	for _, bits := range []int{4, 8, 16} {
-		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
+	for _, tc := range []struct {
+		bits int
+		fuse string // NVMAI_GPU_FUSE: "0" runs decode unfused (qgemv gathers by slot)
+	}{{4, ""}, {8, ""}, {16, ""}, {4, "0"}} {
+		bits := tc.bits
+		name := fmt.Sprintf("%d-bit", bits)
+		if tc.fuse == "0" {
+			name += "-unfused"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("NVMAI_GPU_FUSE", tc.fuse)
 			dir := install(t, "tiny-moe-fused", bits)
 			res := loadGPUWith(t, dir, 0, 0)
 			if p := res.Model().(*Backend).Model.Plan(); !p.Resident() {
