@@ -223,6 +223,10 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 					continue
 				}
 				patterns = append(patterns, patternSource{regex: src, keyword: k, label: fmt.Sprintf("pattern %q", src)})
+			case "format":
+				before := len(c.problems)
+				patterns = append(patterns, c.format(v, m.at)...)
+				ok = ok && len(c.problems) == before
 			case "anyOf":
 				if anyOfFrom != "" {
 					fail(m.at, k, "anyOf in more than one allOf subschema (also at %s) cannot be merged", anyOfFrom)

@@ -262,6 +262,7 @@ type patternSource struct {
 	regex   string
 	keyword string // "pattern" or "format"
 	label   string // what the error calls it: the pattern, or the format name
+	maxLen  int    // the most characters the format allows (0: no limit)
 }
 
 // component is one pattern's part of the NFA: its states are
@@ -275,6 +276,9 @@ type component struct {
 // buildStringDFA compiles the patterns, all of which a string must match,
 // with at least minLen and at most maxLen characters.
 func buildStringDFA(pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
+	if minLen > maxLen {
+		return nil, nil, &RegexError{0, fmt.Sprintf("no string of %d to %d characters matches", minLen, maxLen), false}
+	}
 	a := &byteNFA{limit: 64 * maxChars}
 	var comps []component
 	var roots []int32

@@ -183,7 +183,7 @@ var supported = map[string]bool{
 	"maxLength": true, "enum": true, "const": true, "anyOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-	"allOf": true, "prefixItems": true, "pattern": true,
+	"allOf": true, "prefixItems": true, "pattern": true, "format": true,
 }
 
 // onlyAnnotationsBeside reports whether kw holds keyword and annotations.
@@ -554,10 +554,18 @@ func (c *compiler) patterns(n *node, kw map[string]json.RawMessage, ptr string) 
 		}
 		pats = append(pats, patternSource{regex: src, keyword: "pattern", label: fmt.Sprintf("pattern %q", src)})
 	}
+	if raw, ok := kw["format"]; ok {
+		pats = append(pats, c.format(raw, ptr)...)
+	}
 	pats = append(pats, c.mergedPatterns[ptr]...)
 	delete(c.mergedPatterns, ptr)
 	if len(pats) == 0 || n.types&tString == 0 || len(c.problems) > 0 {
 		return
+	}
+	for _, p := range pats {
+		if p.maxLen > 0 {
+			n.maxLen = min(n.maxLen, p.maxLen)
+		}
 	}
 	d, which, err := buildStringDFA(pats, n.minLen, n.maxLen, limits.PatternChars, limits.PatternStates)
 	if err == nil {
@@ -580,6 +588,21 @@ func (c *compiler) patterns(n *node, kw map[string]json.RawMessage, ptr string) 
 	default:
 		c.fail(pointer(ptr, "pattern"), "pattern", "%s is not an ECMA-262 regular expression: %v", which.label, err)
 	}
+}
+
+// format reads a format keyword into its patterns, or records that it is
+// not one nvmai enforces.
+func (c *compiler) format(raw json.RawMessage, ptr string) []patternSource {
+	var name string
+	if json.Unmarshal(raw, &name) != nil {
+		c.fail(pointer(ptr, "format"), "format", "format must be a string")
+		return nil
+	}
+	pats, ok := formatSources(name)
+	if !ok {
+		c.fail(pointer(ptr, "format"), "format", "unsupported schema keyword \"format\": format %q is not one nvmai enforces (it enforces %s)", name, formatNames())
+	}
+	return pats
 }
 
 func describePatterns(pats []patternSource) string {

@@ -23,7 +23,7 @@ func TestCompileErrors(t *testing.T) {
 			[]string{`unsupported schema keyword "uniqueItems" at /properties/name/uniqueItems`}},
 		{"every unsupported keyword is named", `{"uniqueItems":true,"not":{}}`,
 			[]string{`unsupported schema keyword "not" at /not`, `unsupported schema keyword "uniqueItems" at /uniqueItems`}},
-		{"pointer escapes", `{"properties":{"a/b~c":{"format":"date"}}}`, []string{`at /properties/a~1b~0c/format`}},
+		{"pointer escapes", `{"properties":{"a/b~c":{"uniqueItems":true}}}`, []string{`at /properties/a~1b~0c/uniqueItems`}},
 		{"tuple items", `{"items":[{}]}`, []string{`"items" as an array`}},
 		{"false schema", `false`, []string{"allows no value at /"}},
 		{"not an object", `[1]`, []string{"must be an object or a boolean at /"}},
@@ -97,8 +97,8 @@ func TestFromResponseFormat(t *testing.T) {
 		{name: "bad type", rf: `{"type":"yaml"}`, wantErr: `"yaml" is not one of`, wantParam: "response_format.type"},
 		{name: "not an object", rf: `"json"`, wantErr: "must be an object", wantParam: "response_format"},
 		{name: "schema missing", rf: `{"type":"json_schema","json_schema":{"name":"p"}}`, wantErr: "is missing", wantParam: "response_format.json_schema.schema"},
-		{name: "schema unsupported", rf: `{"type":"json_schema","json_schema":{"schema":{"properties":{"d":{"format":"date"}}}}}`,
-			wantErr: `unsupported schema keyword "format" at /properties/d/format`, wantParam: "response_format.json_schema.schema"},
+		{name: "schema unsupported", rf: `{"type":"json_schema","json_schema":{"schema":{"properties":{"d":{"uniqueItems":true}}}}}`,
+			wantErr: `unsupported schema keyword "uniqueItems" at /properties/d/uniqueItems`, wantParam: "response_format.json_schema.schema"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

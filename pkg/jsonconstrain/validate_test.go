@@ -305,6 +305,7 @@ func validateIndependently(schema, v any) error {
 	for _, draft := range []*jsonschema.Draft{jsonschema.Draft2020, jsonschema.Draft4} {
 		c := jsonschema.NewCompiler()
 		c.DefaultDraft(draft)
+		c.AssertFormat() // format is only an annotation unless asserted
 		if err := c.AddResource("schema.json", schema); err != nil {
 			return err
 		}
