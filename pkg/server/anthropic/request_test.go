@@ -214,7 +214,7 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 		{"too many stop sequences", `{"max_tokens":9,"stop_sequences":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"],"messages":[{"role":"user","content":"x"}]}`, "at most 16"},
 		{"output_format type", `{"max_tokens":9,"output_format":{"type":"json_object"},"messages":[{"role":"user","content":"x"}]}`, `output_format.type "json_object"`},
 		{"output_format schema missing", `{"max_tokens":9,"output_format":{"type":"json_schema"},"messages":[{"role":"user","content":"x"}]}`, "output_format.schema is missing"},
-		{"output_format unsupported keyword", `{"max_tokens":9,"output_format":{"type":"json_schema","schema":{"type":"string","pattern":"^a"}},"messages":[{"role":"user","content":"x"}]}`, "pattern"},
+		{"output_format unsupported keyword", `{"max_tokens":9,"output_format":{"type":"json_schema","schema":{"type":"array","uniqueItems":true}},"messages":[{"role":"user","content":"x"}]}`, "uniqueItems"},
 		{"both output formats", `{"max_tokens":9,"output_format":{"type":"json_schema","schema":{}},"output_config":{"format":{"type":"json_schema","schema":{}}},"messages":[{"role":"user","content":"x"}]}`, "not both"},
 		{"effort unknown", `{"max_tokens":9,"output_config":{"effort":"xhigh"},"messages":[{"role":"user","content":"x"}]}`, `output_config.effort "xhigh"`},
 		{"malformed JSON", `{"max_tokens":9,`, "malformed JSON"},

@@ -22,10 +22,10 @@ func TestResponseFormatErrors(t *testing.T) {
 	cases := []struct {
 		name, format, want, param string
 	}{
-		{"unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"name":{"type":"string","pattern":"^a"}}}}}`,
-			`unsupported schema keyword "pattern" at /properties/name/pattern`, schemaParam},
-		{"every unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"pattern":"a+","multipleOf":3}}}`,
-			`"multipleOf" at /multipleOf; unsupported schema keyword "pattern" at /pattern`, schemaParam},
+		{"unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"name":{"type":"array","uniqueItems":true}}}}}`,
+			`unsupported schema keyword "uniqueItems" at /properties/name/uniqueItems`, schemaParam},
+		{"every unsupported keyword named", `{"type":"json_schema","json_schema":{"name":"p","schema":{"uniqueItems":true,"not":{}}}}`,
+			`"not" at /not; unsupported schema keyword "uniqueItems" at /uniqueItems`, schemaParam},
 		{"unknown type", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"text"}}}`, `unknown type "text" at /type`, schemaParam},
 		{"contradictory bounds", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"array","minItems":3,"maxItems":2}}}`, "minItems 3 is over maxItems 2", schemaParam},
 		{"schema missing", `{"type":"json_schema","json_schema":{"name":"p"}}`, "is missing", schemaParam},
@@ -224,8 +224,8 @@ func TestCompletionsResponseFormat(t *testing.T) {
 	if gens := eng.Generations(); gens[len(gens)-1].Format == nil {
 		t.Fatal("response_format did not reach the engine")
 	}
-	status, _, resp = h.post("/v1/completions", "application/json", `{"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","format":"date"}}}}`)
-	if status != 400 || !strings.Contains(resp, `unsupported schema keyword \"format\" at /format`) || !strings.Contains(resp, `"param":"response_format.json_schema.schema"`) {
+	status, _, resp = h.post("/v1/completions", "application/json", `{"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":{"type":"array","uniqueItems":true}}}}`)
+	if status != 400 || !strings.Contains(resp, `unsupported schema keyword \"uniqueItems\" at /uniqueItems`) || !strings.Contains(resp, `"param":"response_format.json_schema.schema"`) {
 		t.Fatalf("%d %s", status, resp)
 	}
 }

@@ -103,7 +103,7 @@ func TestRequestErrorsNameTheField(t *testing.T) {
 		{"max_output_tokens 0", `{"input":"x","max_output_tokens":0}`, "max_output_tokens", "at least 1"},
 		{"bad text.format type", `{"input":"x","text":{"format":{"type":"yaml"}}}`, "text.format.type", "yaml"},
 		{"schema without schema", `{"input":"x","text":{"format":{"type":"json_schema","name":"n"}}}`, "text.format.schema", "needs a schema"},
-		{"unsupported schema keyword", `{"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"string","pattern":"^a"}}}}`, "text.format.schema", "pattern"},
+		{"unsupported schema keyword", `{"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"array","uniqueItems":true}}}}`, "text.format.schema", "uniqueItems"},
 		{"temperature out of range", `{"input":"x","temperature":-1}`, "temperature", "temperature"},
 		{"unknown previous response", `{"input":"x","previous_response_id":"resp_nope"}`, "previous_response_id", "resp_nope"},
 		{"malformed JSON", `{"input":`, "", "malformed JSON"},
