@@ -289,8 +289,8 @@ func (c *Constraint) apply(logits []float32) int {
 				}
 			}
 		}
-		for i := range logits {
-			logits[i] = inf
+		for x := logits; len(x) > 0; {
+			x = x[copy(x, negInf[:]):]
 		}
 		for _, k := range kept {
 			logits[k.id] = k.logit
@@ -313,3 +313,12 @@ func (c *Constraint) apply(logits []float32) int {
 	}
 	return count
 }
+
+// negInf is a block of -Inf copied over a row that is mostly refused.
+var negInf = func() *[1024]float32 {
+	var b [1024]float32
+	for i := range b {
+		b[i] = float32(math.Inf(-1))
+	}
+	return &b
+}()

@@ -223,3 +223,35 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 		}
 	}
 }
+
+// Generations on several goroutines share one Vocab (serve --parallel):
+// its lazily built tables are safe to share (run with -race).
+func TestConcurrentGenerationsShareVocab(t *testing.T) {
+	tok := fixtureTokenizer(t)
+	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
+	tools := parseTools(t, RandomTools)
+	g, err := Compile(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	texts := make([]string, 4)
+	for w := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tv.Constrain(Plan{Grammar: g, Choice: Required})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			texts[w], _ = sampleConstrained(t, c, tok, rand.New(rand.NewPCG(uint64(w), 7)), 2000, false)
+		}()
+	}
+	wg.Wait()
+	for _, text := range texts {
+		if _, err := CheckCalls(tools, "<tool_call>\n", text); err != nil {
+			t.Fatalf("%v in %q", err, text)
+		}
+	}
+}
