@@ -106,7 +106,13 @@ func (m *Model) attnMixer(w *attnWeights, as *attnState, sc *attnScratch, ws *wo
 	m.pool.Parallel(Hq, func(worker, lo, hi int) {
 		m.attnHeads(w, as, sc, &sc.workers[worker], ws, pos0, q2, o, T, lo, hi)
 	})
-	ws.prof.Mark(model.PhaseAttnHeads, int64(pos0+T)*blocks.KVBytesPerToken(as.kv.Bits(), kvd, Dh)+int64(4*(len(as.kraw)+len(as.kb))))
+	// what the last query reads: its attended K and V rows in the cache's
+	// width and, past the dense window, every block key
+	n, read := pos0+T, 0
+	if sc.sparse[T-1] {
+		n, read = selectedCount(c.IndexerBlocks(), c.IndexerBlock, n), len(as.kb)
+	}
+	ws.prof.Mark(model.PhaseAttnHeads, int64(n)*blocks.KVBytesPerToken(as.kv.Bits(), kvd, Dh)+4*int64(read))
 	blocks.MatMul(m.pool, out, w.O, o, T)
 	ws.prof.MarkProducts(model.PhaseAttnOut, w.O)
 }
