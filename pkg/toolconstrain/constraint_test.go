@@ -294,3 +294,28 @@ func TestCompileFallbacks(t *testing.T) {
 		t.Error("the same tools compiled twice (no cache)")
 	}
 }
+
+// A JSON argument's string without maxLength may be a whole file, longer
+// than a response_format document's 4096-character bound, and the JSON
+// may be indented.
+func TestJSONValuesHoldLongStrings(t *testing.T) {
+	v := newByteVocab()
+	tv := newTestVocab(t, v, []int{v.end()})
+	g, err := Compile(parseTools(t, `[{"name":"edit","parameters":{"type":"object","properties":{"edits":{"type":"array","items":{"type":"object","properties":{"new":{"type":"string"}}}}},"required":["edits"]}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tv.Constrain(Plan{Grammar: g, Choice: Named, Name: "edit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "<parameter=edits>\n[\n        {\n            \"new\": \"" + strings.Repeat("x", 6000) + "\"\n        }\n]\n</parameter>\n</function>\n</tool_call>"
+	for i := 0; i < len(text); i++ {
+		if _, err := c.Advance(int(text[i])); err != nil {
+			t.Fatalf("byte %d: %v", i, err)
+		}
+	}
+	if ended, err := c.Advance(v.end()); !ended || err != nil {
+		t.Fatalf("end: %v %v", ended, err)
+	}
+}

@@ -82,6 +82,18 @@ type Grammar struct {
 
 func rawParam() param { return param{kind: vRaw, maxLen: -1} }
 
+// valueOptions bound JSON parameter values more loosely than a
+// response_format document: a tool argument's string may be a whole file
+// (a string without maxLength would otherwise be cut at 4096 characters),
+// and a model may indent the JSON it writes.
+var valueOptions = func() jsonconstrain.Options {
+	o := jsonconstrain.DefaultOptions
+	o.MaxStringChars = 1 << 20
+	o.MaxItems = 1 << 16
+	o.MaxWhitespace = 32
+	return o
+}()
+
 // maxParams bounds a tool's parameters (the written ones are bits of a
 // uint64).
 const maxParams = 64
@@ -250,7 +262,7 @@ func classify(raw, defs, definitions json.RawMessage) (p param, why string) {
 		}
 		doc, _ = json.Marshal(m)
 	}
-	s, err := jsonconstrain.Compile(doc)
+	s, err := jsonconstrain.CompileWithOptions(doc, valueOptions)
 	if err != nil {
 		return rawParam(), refusal(err)
 	}
