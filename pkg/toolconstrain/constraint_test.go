@@ -3,9 +3,12 @@ package toolconstrain
 import (
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 )
 
@@ -317,5 +320,49 @@ func TestJSONValuesHoldLongStrings(t *testing.T) {
 	}
 	if ended, err := c.Advance(v.end()); !ended || err != nil {
 		t.Fatalf("end: %v %v", ended, err)
+	}
+}
+
+// What the real Qwen3.6 chat template writes for an assistant turn's
+// calls is exactly what the constraint lets through.
+func TestTemplateRenderedCallsPass(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "chattemplate", "testdata", "models", "qwen36", "chat_template.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := chattemplate.Parse(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []chattemplate.ToolCall{
+		{ID: "a", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Paris","days":3,"unit":"celsius","detail":true}`)},
+		{ID: "b", Name: "write_file", Arguments: json.RawMessage(`{"path":"a.txt","content":"line 1\nline 2\n","options":{"mode":1,"tags":["a","bc"]}}`)},
+		{ID: "c", Name: "noop", Arguments: json.RawMessage(`{}`)},
+	}
+	out, err := tmpl.Render(chattemplate.Input{Messages: []chattemplate.Message{
+		{Role: "user", Content: "Go."},
+		{Role: "assistant", Content: "Calling.", ToolCalls: calls},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, end := strings.Index(out, "<tool_call>"), strings.LastIndex(out, "</tool_call>")
+	if start < 0 || end < 0 {
+		t.Fatalf("no calls in %q", out)
+	}
+	text := out[strings.LastIndex(out[:start], "Calling.") : end+len("</tool_call>")]
+	v := newByteVocab()
+	tv := newTestVocab(t, v, []int{v.end()})
+	c, err := tv.Constrain(Plan{Grammar: testGrammar(t), Choice: Auto, Parallel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(text); i++ {
+		if _, err := c.Advance(int(text[i])); err != nil {
+			t.Fatalf("the template's %q: %v", text[:i+1], err)
+		}
+	}
+	if ended, err := c.Advance(v.end()); !ended || err != nil {
+		t.Fatalf("end after the template's calls: %v %v", ended, err)
 	}
 }
