@@ -25,15 +25,8 @@ func ValidKVBits(bits int) bool { return model.ValidKVBits(bits) }
 // kvCache is the K and V of one full-attention layer.
 type kvCache = blocks.KVCache
 
-// kvGroup is the int8 scale group for heads of width dh.
-func kvGroup(dh int) int { return blocks.KVGroup(dh) }
-
 // KVBytesPerToken is what one token costs in one full-attention layer's
 // K and V at the given width.
 func (c Config) KVBytesPerToken(bits int) int64 {
 	return blocks.KVBytesPerToken(bits, c.kvDim(), c.HeadDim)
-}
-
-func newKVCache(bits, capacity, hkv, dh int) *kvCache {
-	return blocks.NewKVCache(bits, capacity, hkv, dh)
 }

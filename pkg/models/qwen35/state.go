@@ -69,7 +69,7 @@ func (m *Model) NewState(opts StateOptions) *State {
 			st.layers[i].conv = make([]float32, (c.ConvKernel-1)*c.ConvChannels())
 			st.layers[i].rec = make([]float32, c.LinearValueHeads*c.LinearKeyDim*c.LinearValueDim)
 		case FullAttention:
-			st.layers[i].kv = newKVCache(bits, initial, c.NumKVHeads, c.HeadDim)
+			st.layers[i].kv = blocks.NewKVCache(bits, initial, c.NumKVHeads, c.HeadDim)
 		}
 	}
 	st.kvCap = initial
