@@ -178,7 +178,9 @@ func CheckCalls(tools []Tool, prefix, text string) ([]chatparse.ToolCall, error)
 }
 
 // Random weights, temperature 1, 20 seeds: forced calls (required and
-// named, one and several) always parse, name a declared tool and validate.
+// named, one and several), and a call the text opens under tool_choice
+// auto, always parse, name a declared tool and validate; at seed 0 every
+// step also checks Mask against Advance on every token.
 func TestRandomForcedCallsValidate(t *testing.T) {
 	tok := fixtureTokenizer(t)
 	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
@@ -190,11 +192,13 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 	plans := []struct {
 		plan   Plan
 		prefix string
+		opener string // auto: text the test writes before sampling, opening a call
 	}{
-		{Plan{Choice: Required}, "<tool_call>\n"},
-		{Plan{Choice: Required, Parallel: true}, "<tool_call>\n"},
-		{Plan{Choice: Named, Name: "write_file"}, "<tool_call>\n<function=write_file>\n"},
-		{Plan{Choice: Named, Name: "search"}, "<tool_call>\n<function=search>\n"},
+		{Plan{Choice: Auto, Parallel: true}, "", "Checking.<tool_call>\n<function="},
+		{Plan{Choice: Required}, "<tool_call>\n", ""},
+		{Plan{Choice: Required, Parallel: true}, "<tool_call>\n", ""},
+		{Plan{Choice: Named, Name: "write_file"}, "<tool_call>\n<function=write_file>\n", ""},
+		{Plan{Choice: Named, Name: "search"}, "<tool_call>\n<function=search>\n", ""},
 	}
 	for pi, pl := range plans {
 		for seed := range 20 {
@@ -205,7 +209,13 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 					t.Fatal(err)
 				}
 				rng := rand.New(rand.NewPCG(uint64(seed), uint64(pi)))
-				text, ended := sampleConstrained(t, c, tok, rng, 2000, pi == 0 && seed < 2)
+				for _, id := range tok.Encode(pl.opener) {
+					if _, err := c.Advance(id); err != nil {
+						t.Fatalf("opener token %d: %v", id, err)
+					}
+				}
+				text, ended := sampleConstrained(t, c, tok, rng, 2000, seed == 0)
+				text = pl.opener + text
 				if !ended {
 					t.Fatalf("no end within 2000 tokens: %q", text)
 				}
