@@ -227,9 +227,9 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 				before := len(c.problems)
 				patterns = append(patterns, c.format(v, m.at)...)
 				ok = ok && len(c.problems) == before
-			case "anyOf":
+			case "anyOf", "oneOf":
 				if anyOfFrom != "" {
-					fail(m.at, k, "anyOf in more than one allOf subschema (also at %s) cannot be merged", anyOfFrom)
+					fail(m.at, k, "%s in more than one allOf subschema (also at %s) cannot be merged", k, anyOfFrom)
 					continue
 				}
 				anyOfFrom = pointer(m.at, k)

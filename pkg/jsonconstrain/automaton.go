@@ -107,6 +107,12 @@ func (m *machine) step(top int32, b byte) int32 {
 			if t := m.literal(fr, b); t >= 0 || len(fr.node.lits[fr.lo]) != int(fr.pos) {
 				return t
 			}
+			if d := m.f[fr.parent].node.disc; d != nil && m.f[fr.parent].kind == kObject {
+				if top = m.discriminated(fr.parent, d.alts[fr.node.lits[fr.lo]]); top < 0 {
+					return -1
+				}
+				continue
+			}
 		}
 		// A complete number or literal that b does not extend ends before
 		// b; its parent reads b.
@@ -114,6 +120,19 @@ func (m *machine) step(top int32, b byte) int32 {
 			return -1
 		}
 	}
+}
+
+// discriminated switches the object at parent, whose discriminator value
+// has just ended, to the schema that value picks: the discriminator is one
+// of its properties, already written.
+func (m *machine) discriminated(parent int32, alt *node) int32 {
+	fr := m.f[parent]
+	name := fr.node.names[0]
+	i := sort.SearchStrings(alt.names, name)
+	fr.node, fr.seen, fr.extra, fr.cur = alt, uint64(1)<<i, 0, int32(i)
+	fr.phase, fr.ws = pAfter, 0
+	m.dropTooDeep(&fr)
+	return m.push(fr)
 }
 
 // complete records that the child of the frame at parent has ended.
@@ -140,12 +159,12 @@ func (m *machine) root(fr frame, b byte) int32 {
 // startValue begins a value of n with its first byte b, as the child of
 // the frame at parent (already in phase pIn).
 func (m *machine) startValue(parent int32, n *node, depth uint8, b byte) int32 {
-	for n.alts != nil {
-		i := n.first[b]
+	for n.union != nil {
+		i := n.union.first[b]
 		if i == 0 {
 			return -1
 		}
-		n = n.alts[i-1]
+		n = n.union.alts[i-1]
 	}
 	if n.lits != nil {
 		return m.startLiteral(parent, n, b)
@@ -154,6 +173,9 @@ func (m *machine) startValue(parent int32, n *node, depth uint8, b byte) int32 {
 	switch {
 	case b == '{' && n.types&tObject != 0 && int(depth)+1+int(n.objDeep) <= m.opts.MaxDepth:
 		child.kind, child.phase, child.depth, child.cur = kObject, oStart, depth+1, -1
+		if n.disc != nil {
+			child.node = n.disc.fitting(m.opts.MaxDepth - int(depth) - 1)
+		}
 		m.dropTooDeep(&child)
 	case b == '[' && n.types&tArray != 0 && int(depth)+1+int(n.arrDeep) <= m.opts.MaxDepth:
 		child.kind, child.phase, child.depth = kArray, aStart, depth+1

@@ -100,10 +100,14 @@ type node struct {
 	// sorted bytewise (enum, const, and the synthetic boolean/null nodes).
 	lits []string
 
-	// alts, when non-nil, are anyOf alternatives that each start with
-	// different bytes: first[b] is the index into alts plus one, 0 for none.
-	alts  []*node
-	first *[256]uint8
+	// union, when non-nil, makes this an anyOf or oneOf (union.go).
+	union *unionInfo
+
+	// disc, when non-nil, makes this an object of one of several object
+	// schemas told apart by a discriminator property (union.go): names
+	// holds just that property, which must come first, and its value
+	// picks the schema the rest of the object follows.
+	disc *discUnion
 
 	// Nesting a value needs below the frame it opens, so that the
 	// automaton never opens a container it cannot close within
@@ -174,13 +178,16 @@ var annotations = map[string]bool{
 	"title": true, "description": true, "$schema": true, "$id": true,
 	"$comment": true, "default": true, "examples": true, "deprecated": true,
 	"readOnly": true, "writeOnly": true,
+	// OpenAPI's (and Pydantic's) hint beside oneOf/anyOf; JSON Schema
+	// gives it no meaning, and the alternatives are enforced without it.
+	"discriminator": true,
 }
 
 // supported are the keywords the compiler implements.
 var supported = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "minLength": true,
-	"maxLength": true, "enum": true, "const": true, "anyOf": true,
+	"maxLength": true, "enum": true, "const": true, "anyOf": true, "oneOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
 	"allOf": true, "prefixItems": true, "pattern": true, "format": true,
@@ -222,7 +229,14 @@ func CompileWithOptions(schema json.RawMessage, opts Options) (*Schema, error) {
 		return nil, &SchemaError{c.problems}
 	}
 	c.fillAliases()
+	for _, u := range c.unions {
+		c.finishUnion(u)
+	}
+	if len(c.problems) > 0 {
+		return nil, &SchemaError{c.problems}
+	}
 	settleDepths(root)
+	buildVariants(root)
 	if int(root.minDeep) > opts.MaxDepth {
 		return nil, &SchemaError{[]Problem{{Message: fmt.Sprintf("schema has no instance nested less than %d levels deep (a required property or minItems recurses without end?)", opts.MaxDepth+1)}}}
 	}
@@ -268,6 +282,9 @@ type compiler struct {
 	// schema at a pointer: a merged schema has one "pattern" keyword, and
 	// a string must match them all.
 	mergedPatterns map[string][]patternSource
+	// unions are the anyOf and oneOf nodes, told apart once every $ref
+	// target they may name has compiled.
+	unions []*unionInfo
 	// levels counts the objects and arrays the subschema being compiled
 	// sits in, so that a $ref back to a target still being compiled can
 	// tell recursion through a container from a loop with none.
@@ -349,8 +366,10 @@ func (c *compiler) node(raw json.RawMessage, ptr string, depth int) *node {
 	if ref, ok := kw["$ref"]; ok {
 		return c.ref(ref, ptr)
 	}
-	if alts, ok := kw["anyOf"]; ok {
-		return c.anyOf(alts, kw, ptr, depth)
+	for _, keyword := range []string{"anyOf", "oneOf"} {
+		if _, ok := kw[keyword]; ok {
+			return c.union(keyword, kw, ptr, depth)
+		}
 	}
 	n := &node{types: tAll, maxLen: c.opts.MaxStringChars, maxItems: c.opts.MaxItems}
 	if t, ok := kw["type"]; ok {
@@ -645,6 +664,9 @@ func (c *compiler) literals(n *node, kw map[string]json.RawMessage, ptr string) 
 			values = []json.RawMessage{raw}
 		}
 	}
+	if !c.finishUnionsBelow(n, ptr) {
+		return nil
+	}
 	check := &Schema{root: n, opts: c.opts}
 	seen := map[string]bool{}
 	var lits []string
@@ -728,51 +750,10 @@ func canonicalNumbers(x any) any {
 	return x
 }
 
-// anyOf compiles alternatives that the first byte of a value tells apart,
-// so the automaton never has to follow two at once.
-func (c *compiler) anyOf(raw json.RawMessage, kw map[string]json.RawMessage, ptr string, depth int) *node {
-	for k := range kw {
-		if k != "anyOf" && !annotations[k] {
-			c.fail(pointer(ptr, k), k, "unsupported schema keyword %q beside anyOf", k)
-			return nil
-		}
-	}
-	var alts []json.RawMessage
-	if json.Unmarshal(raw, &alts) != nil || len(alts) == 0 {
-		c.fail(pointer(ptr, "anyOf"), "anyOf", "anyOf must be a non-empty array")
-		return nil
-	}
-	if len(alts) > 7 {
-		c.fail(pointer(ptr, "anyOf"), "anyOf", "anyOf has %d alternatives; at most 7 are supported", len(alts))
-		return nil
-	}
-	n := &node{first: new([256]uint8)}
-	for i, a := range alts {
-		at := pointer(ptr, "anyOf", fmt.Sprint(i))
-		alt := c.node(a, at, depth+1)
-		if alt == nil {
-			return nil
-		}
-		for b := 0; b < 256; b++ {
-			if !startsWith(alt, byte(b)) {
-				continue
-			}
-			if prev := n.first[b]; prev != 0 {
-				c.fail(at, "anyOf", "alternatives %d and %d can both start with %q; nvmai supports anyOf only when each alternative starts differently (for example a string or null)", prev-1, i, rune(b))
-				return nil
-			}
-			n.first[b] = uint8(i + 1)
-		}
-		n.alts = append(n.alts, alt)
-		n.types |= alt.types
-	}
-	return n
-}
-
 // startsWith reports whether a value of n can begin with byte b.
 func startsWith(n *node, b byte) bool {
-	if n.alts != nil {
-		return n.first[b] != 0
+	if n.union != nil {
+		return n.union.first[b] != 0
 	}
 	if n.lits != nil {
 		for _, l := range n.lits {
@@ -790,6 +771,9 @@ func startsWith(n *node, b byte) bool {
 	case b == '"':
 		return n.types&tString != 0
 	case b == '-' || b >= '0' && b <= '9':
+		if n.num != nil { // bounds decide the sign and first digit
+			return n.types&(tNumber|tInteger) != 0 && n.num.next[0][numClass(b)] >= 0
+		}
 		return n.types&(tNumber|tInteger) != 0
 	case b == 't' || b == 'f':
 		return n.types&tBoolean != 0
@@ -925,8 +909,15 @@ func settleDepths(root *node) {
 		for _, p := range n.prefix {
 			visit(p)
 		}
-		for _, a := range n.alts {
-			visit(a)
+		if n.union != nil {
+			for _, a := range n.union.alts {
+				visit(a)
+			}
+		}
+		if n.disc != nil {
+			for _, a := range n.disc.all {
+				visit(a)
+			}
 		}
 	}
 	visit(root)
@@ -950,12 +941,22 @@ func nodeDepths(n *node) (obj, arr, least, props uint16) {
 	if n.lits != nil {
 		return 0, 0, 0, 0 // literals are matched byte by byte, without frames
 	}
-	if n.alts != nil {
+	if n.union != nil {
 		least = noInstance
-		for _, a := range n.alts {
+		for _, a := range n.union.alts {
 			least = min(least, a.minDeep)
 		}
 		return 0, 0, least, 0
+	}
+	if n.disc != nil {
+		// The object opens where some alternative can close; which ones
+		// its discriminator may then pick depends on the room left
+		// (discUnion.variants).
+		obj = noInstance
+		for _, a := range n.disc.all {
+			obj, props = min(obj, a.objDeep), max(props, a.propDeep)
+		}
+		return obj, noInstance, min(obj+1, noInstance), min(props, noInstance)
 	}
 	for i, p := range n.props {
 		props = max(props, p.minDeep)
