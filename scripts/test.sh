@@ -14,6 +14,17 @@ scratch=$(mktemp -d)
 trap 'if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
 packages=("$@")
 [ ${#packages[@]} -gt 0 ] || packages=(./...)
+# The web page's browser test (pkg/server/webui) needs headless Chromium (Debian's package chromium,
+# .ci/run installs it): it skips without one, unless CI or NVMAI_BROWSER=1 makes it required.
+echo "== prerequisites"
+chrome=${NVMAI_CHROME:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
+if [ -n "$chrome" ]; then
+  echo "browser: $("$chrome" --version 2>/dev/null || echo "$chrome")"
+elif [ -n "${CI:-}" ] || [ "${NVMAI_BROWSER:-}" = 1 ]; then
+  echo "FAIL: Chromium is required (CI or NVMAI_BROWSER=1) for the browser test: apt-get install chromium"; exit 1
+else
+  echo "SKIPPED: Chromium is not installed (apt-get install chromium); the browser test of the web page skips"
+fi
 echo "== lint gates"; scripts/lint.sh
 go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.

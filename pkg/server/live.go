@@ -79,7 +79,7 @@ func (l *liveState) notifyLocked() {
 }
 
 // LiveChanged returns a channel closed at the next token, generation start
-// or end.
+// or end, or LiveNotify.
 func (s *Server) LiveChanged() <-chan struct{} {
 	s.live.mu.Lock()
 	defer s.live.mu.Unlock()
@@ -87,6 +87,14 @@ func (s *Server) LiveChanged() <-chan struct{} {
 		s.live.changed = make(chan struct{})
 	}
 	return s.live.changed
+}
+
+// LiveNotify wakes LiveChanged's watchers: the HTTP host calls it when it
+// has counted a request, so a live view shows the totals /metrics has.
+func (s *Server) LiveNotify() {
+	s.live.mu.Lock()
+	s.live.notifyLocked()
+	s.live.mu.Unlock()
 }
 
 // Live is a snapshot for the live panel (GET /v1/live).

@@ -148,6 +148,7 @@ func (h *Host) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if logged(r.URL.Path, log.Status) {
 			h.counts.record(h.endpointLabel(r.URL.Path), log)
 			h.s.Log(*log)
+			h.s.LiveNotify() // /v1/live's totals are these counters
 		}
 	}()
 	err := h.serve(rec, r, log)

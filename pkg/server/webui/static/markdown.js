@@ -223,7 +223,8 @@ function codeBlock(text, lang, onCode) {
 const INLINE = [
   { re: /`+/y, fn: codeSpan },
   { re: /\*\*(?=\S)([\s\S]*?\S)\*\*/y, fn: (m, p) => wrapped('strong', m[1], p) },
-  { re: /__(?=\S)([\s\S]*?\S)__/y, fn: (m, p) => wrapped('strong', m[1], p) },
+  // Underscores emphasise only at word edges (snake_case and __dunder__ stay text).
+  { re: /(?<!\w)__(?=\S)([\s\S]*?\S)__(?!\w)/y, fn: (m, p) => wrapped('strong', m[1], p) },
   { re: /~~(?=\S)([\s\S]*?\S)~~/y, fn: (m, p) => wrapped('del', m[1], p) },
   { re: /\*(?=[^\s*])([\s\S]*?[^\s*])\*/y, fn: (m, p) => wrapped('em', m[1], p) },
   { re: /(?<![\w])_(?=\S)([\s\S]*?\S)_(?![\w])/y, fn: (m, p) => wrapped('em', m[1], p) },
