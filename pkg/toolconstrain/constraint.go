@@ -265,7 +265,11 @@ func (c *Constraint) Advance(id int) (ended bool, err error) {
 	return false, nil
 }
 
-// apply masks logits by c.bits and returns how many stay allowed.
+// apply masks logits by c.bits and returns how many stay allowed. It goes
+// a 64-id word at a time, as jsonconstrain's Mask.Apply: an allowed word is
+// skipped, in a word mostly allowed only the refused ids are visited, and a
+// run of mostly refused words is filled by block copies and its few allowed
+// logits put back.
 func (c *Constraint) apply(logits []float32) int {
 	n := min(len(logits), c.v.n)
 	count := 0
@@ -279,39 +283,61 @@ func (c *Constraint) apply(logits []float32) int {
 		count += bits.OnesCount64(w)
 	}
 	inf := float32(math.Inf(-1))
-	if count*2 < n {
-		// Few allowed (markup): fill the row and put them back.
-		kept := c.kept[:0]
-		for i, w := range c.bits {
-			for ; w != 0; w &= w - 1 {
-				if id := i*64 + bits.TrailingZeros64(w); id < n {
-					kept = append(kept, keptLogit{int32(id), logits[id]})
-				}
+	for lo := 0; lo < len(logits); {
+		w := c.word(lo / 64)
+		switch {
+		case w == ^uint64(0):
+			lo += 64
+		case bits.OnesCount64(w) > 32:
+			seg := logits[lo:min(lo+64, len(logits))]
+			refused := ^w
+			if len(seg) < 64 {
+				refused &= 1<<len(seg) - 1
 			}
-		}
-		for x := logits; len(x) > 0; {
-			x = x[copy(x, negInf[:]):]
-		}
-		for _, k := range kept {
-			logits[k.id] = k.logit
-		}
-		c.kept = kept
-		return count
-	}
-	for i, w := range c.bits {
-		if w == ^uint64(0) {
-			continue
-		}
-		for refused := ^w; refused != 0; refused &= refused - 1 {
-			if id := i*64 + bits.TrailingZeros64(refused); id < len(logits) {
-				logits[id] = inf
+			for ; refused != 0; refused &= refused - 1 {
+				seg[bits.TrailingZeros64(refused)] = inf
 			}
+			lo += 64
+		default:
+			lo = c.fillSparse(logits, lo)
 		}
-	}
-	for i := len(c.bits) * 64; i < len(logits); i++ {
-		logits[i] = inf
 	}
 	return count
+}
+
+// fillSparse masks the run of mostly refused words from logits[lo] and
+// returns where the run ends.
+func (c *Constraint) fillSparse(logits []float32, lo int) int {
+	kept := c.kept[:0]
+	hi := lo
+	for ; hi < len(logits); hi += 64 {
+		w := c.word(hi / 64)
+		if bits.OnesCount64(w) > 32 {
+			break
+		}
+		for ; w != 0; w &= w - 1 {
+			if i := hi + bits.TrailingZeros64(w); i < len(logits) {
+				kept = append(kept, keptLogit{int32(i), logits[i]})
+			}
+		}
+	}
+	hi = min(hi, len(logits))
+	for x := logits[lo:hi]; len(x) > 0; {
+		x = x[copy(x, negInf[:]):]
+	}
+	for _, k := range kept {
+		logits[k.id] = k.logit
+	}
+	c.kept = kept
+	return hi
+}
+
+// word is the mask's word i; ids past the vocabulary are refused.
+func (c *Constraint) word(i int) uint64 {
+	if i < len(c.bits) {
+		return c.bits[i]
+	}
+	return 0
 }
 
 // negInf is a block of -Inf copied over a row that is mostly refused.
