@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/big"
 
 	"sort"
 )
@@ -195,6 +196,8 @@ func (c *compiler) merge(members []member, ptr string) (map[string]json.RawMessa
 					dir = -1
 				}
 				tighten(out, k, v, dir)
+			case "multipleOf":
+				out[k] = lcmMultiple(out[k], v)
 			case "const":
 				lit, err := compact(v)
 				if prev, seen := out[k]; seen {
@@ -371,4 +374,30 @@ func intersectEnums(a, b json.RawMessage) (json.RawMessage, error) {
 		return nil, nil
 	}
 	return json.Marshal(both)
+}
+
+// lcmMultiple is the least common multiple of two multipleOf values (a
+// number is a multiple of both exactly when it is a multiple of it), or
+// the new one when either is not a positive number (compiling it then
+// reports the problem).
+func lcmMultiple(prev, v json.RawMessage) json.RawMessage {
+	if prev == nil {
+		return v
+	}
+	a, b := ratOf(prev), ratOf(v)
+	if a == nil || b == nil || a.Sign() <= 0 || b.Sign() <= 0 {
+		return v
+	}
+	// a = p/q and b = r/s in lowest terms: lcm is lcm(p, r) / gcd(q, s).
+	p, q, r, sd := a.Num(), a.Denom(), b.Num(), b.Denom()
+	g := new(big.Int).GCD(nil, nil, p, r)
+	l := new(big.Int).Mul(p, r)
+	l.Quo(l, g)
+	d := new(big.Int).GCD(nil, nil, q, sd)
+	lcm := new(big.Rat).SetFrac(l, d)
+	places := 0
+	for x := new(big.Rat).Set(lcm); !x.IsInt() && places < 64; places++ {
+		x.Mul(x, big.NewRat(10, 1))
+	}
+	return json.RawMessage(lcm.FloatString(places))
 }

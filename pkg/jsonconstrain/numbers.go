@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+
+	"github.com/nvmai/nvmai/pkg/limits"
 )
 
 // Numeric bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum)
@@ -64,6 +66,10 @@ type numKey struct {
 	total           uint8 // bytes read
 	relLo, relHi    uint8
 	posLo, posHi    uint8 // fraction digits matched while relEQ
+	// multipleOf a/10^s: the digits read so far (the fraction's first
+	// fracDigits of them, at most s) as an integer, mod a.
+	rem        uint16
+	fracDigits uint8
 }
 
 type numBuilder struct {
@@ -75,6 +81,9 @@ type numBuilder struct {
 	states   map[numKey]int
 	keys     []numKey
 	dfa      *numberDFA
+	// multipleOf is mod / 10^scale; mod 0 means none.
+	mod, scale int
+	overflow   bool // more than maxNumberStates
 }
 
 // compileBounds compiles the bound keywords of kw into n.num, or records a
@@ -82,12 +91,17 @@ type numBuilder struct {
 func (c *compiler) compileBounds(n *node, kw map[string]json.RawMessage, ptr string) {
 	lo, loExcl, loKey := c.bound(kw, ptr, "minimum", "exclusiveMinimum", 1)
 	hi, hiExcl, hiKey := c.bound(kw, ptr, "maximum", "exclusiveMaximum", -1)
+	mod, scale, hasMod := c.multipleOf(kw, ptr)
 	okLo, okHi := lo != nil, hi != nil
-	if !okLo && !okHi || n.types&(tNumber|tInteger) == 0 {
+	if !okLo && !okHi && !hasMod || n.types&(tNumber|tInteger) == 0 {
 		return
 	}
 	b := &numBuilder{integer: n.types&tNumber == 0, maxBytes: c.opts.MaxNumberBytes,
-		states: map[numKey]int{}, dfa: &numberDFA{}, posOK: true, negOK: true}
+		states: map[numKey]int{}, dfa: &numberDFA{}, posOK: true, negOK: true, mod: mod, scale: scale}
+	if hasMod && scale == 0 {
+		// Every multiple of an integer is an integer: written as one.
+		b.integer = true
+	}
 	var bad string
 	// x = M for "M", x = -M for "-M": turn the bounds on x into bounds on M.
 	if okLo {
@@ -127,11 +141,18 @@ func (c *compiler) compileBounds(n *node, kw map[string]json.RawMessage, ptr str
 		if key == "" {
 			key = hiKey
 		}
+		if key == "" || hasMod && b.overflow {
+			key = "multipleOf"
+		}
 		kind := "number"
 		if b.integer {
 			kind = "integer"
 		}
-		c.fail(pointer(ptr, key), key, "no %s of at most %d bytes (written without an exponent) lies within the bounds", kind, c.opts.MaxNumberBytes)
+		if b.overflow {
+			c.fail(pointer(ptr, key), key, "the digit automaton for these bounds and multipleOf needs more than %d states (the divisor times the digits a number may have); narrow the bounds or use a smaller multipleOf", maxNumberStates)
+			return
+		}
+		c.fail(pointer(ptr, key), key, "no %s of at most %d bytes (written without an exponent) lies within the bounds and is a multiple of multipleOf", kind, c.opts.MaxNumberBytes)
 		return
 	}
 	n.num = b.dfa
@@ -222,6 +243,7 @@ func (b *numBuilder) build() bool {
 	b.state(numKey{})
 	for i := 0; i < len(b.keys); i++ {
 		if len(b.keys) > maxNumberStates {
+			b.overflow = true
 			return false
 		}
 		key := b.keys[i]
@@ -308,6 +330,16 @@ func (b *numBuilder) step(k numKey, class int) (numKey, bool) {
 		return k, true
 	case k.frac:
 		k.digitsAfterDot = true
+		if b.mod > 0 {
+			if int(k.fracDigits) >= b.scale {
+				if class != 0 {
+					return k, false // past multipleOf's decimals only zeros
+				}
+			} else {
+				k.rem = uint16((int(k.rem)*10 + class) % b.mod)
+				k.fracDigits++
+			}
+		}
 		k.relLo, k.posLo = fracStep(k.relLo, k.posLo, bs[0], byte('0'+class))
 		k.relHi, k.posHi = fracStep(k.relHi, k.posHi, bs[1], byte('0'+class))
 		return k, true
@@ -317,6 +349,9 @@ func (b *numBuilder) step(k numKey, class int) (numKey, bool) {
 	}
 	if !started && class == 0 {
 		k.zero = true
+	}
+	if b.mod > 0 {
+		k.rem = uint16((int(k.rem)*10 + class) % b.mod)
 	}
 	d := byte('0' + class)
 	k.relLo = intStep(k.relLo, k.k, bs[0], d)
@@ -382,6 +417,16 @@ func (b *numBuilder) accepts(k numKey) bool {
 	if k.k == 0 || k.frac && !k.digitsAfterDot {
 		return false
 	}
+	if b.mod > 0 {
+		// The number times 10^scale, mod the divisor's digits.
+		rem := int(k.rem)
+		for f := int(k.fracDigits); f < b.scale; f++ {
+			rem = rem * 10 % b.mod
+		}
+		if rem != 0 {
+			return false
+		}
+	}
 	relLo, relHi := k.relLo, k.relHi
 	bs := b.bounds(k)
 	posLo, posHi := k.posLo, k.posHi
@@ -402,3 +447,35 @@ func (b *numBuilder) accepts(k numKey) bool {
 	okHi := !hi.set || relHi == relLT || relHi == relEQ && !hi.exclusive
 	return okLo && okHi
 }
+
+// multipleOf reads the keyword as mod / 10^scale, both integers (every
+// JSON number is a terminating decimal); ok is false when it is absent or
+// refused.
+func (c *compiler) multipleOf(kw map[string]json.RawMessage, ptr string) (mod, scale int, ok bool) {
+	raw, present := kw["multipleOf"]
+	if !present {
+		return 0, 0, false
+	}
+	r := ratOf(raw)
+	if r == nil || r.Sign() <= 0 {
+		c.fail(pointer(ptr, "multipleOf"), "multipleOf", "multipleOf must be a number greater than 0")
+		return 0, 0, false
+	}
+	scaled := new(big.Rat).Set(r)
+	for !scaled.IsInt() {
+		if scale++; scale > maxMultipleOfScale {
+			c.fail(pointer(ptr, "multipleOf"), "multipleOf", "unsupported schema keyword \"multipleOf\": %s has more than %d decimals", r.FloatString(maxMultipleOfScale+2), maxMultipleOfScale)
+			return 0, 0, false
+		}
+		scaled.Mul(scaled, big.NewRat(10, 1))
+	}
+	num := scaled.Num()
+	if !num.IsInt64() || num.Int64() > limits.MultipleOf {
+		c.fail(pointer(ptr, "multipleOf"), "multipleOf", "unsupported schema keyword \"multipleOf\": %s has the digits %s, over nvmai's limit of %d (the digit automaton tracks the remainder by it)", r.RatString(), num, limits.MultipleOf)
+		return 0, 0, false
+	}
+	return int(num.Int64()), scale, true
+}
+
+// maxMultipleOfScale bounds multipleOf's decimals (0.000001 has 6).
+const maxMultipleOfScale = 16

@@ -190,7 +190,7 @@ var supported = map[string]bool{
 	"maxLength": true, "enum": true, "const": true, "anyOf": true, "oneOf": true,
 	"$ref": true, "$defs": true, "definitions": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-	"allOf": true, "prefixItems": true, "pattern": true, "format": true,
+	"allOf": true, "prefixItems": true, "pattern": true, "format": true, "multipleOf": true,
 }
 
 // onlyAnnotationsBeside reports whether kw holds keyword and annotations.
