@@ -1,0 +1,5 @@
+//go:build !race
+
+package jsonconstrain
+
+const raceEnabled = false
