@@ -44,7 +44,7 @@ func FromResponseFormat(raw json.RawMessage, opts Options) (*Schema, error) {
 		if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
 			return nil, &ResponseFormatError{"response_format.json_schema.schema", fmt.Errorf("is missing")}
 		}
-		s, err := CompileWithOptions(rf.JSONSchema.Schema, opts)
+		s, err := CompileCached(rf.JSONSchema.Schema, opts)
 		if err != nil {
 			return nil, &ResponseFormatError{"response_format.json_schema.schema", err}
 		}

@@ -538,7 +538,7 @@ func (c *converter) outputFormat(r *messagesRequest, req *server.ChatRequest) er
 	if isNull(f.Schema) {
 		return badRequest(param+".schema", "%s.schema is missing", param)
 	}
-	s, err := jsonconstrain.Compile(f.Schema)
+	s, err := jsonconstrain.CompileCached(f.Schema, jsonconstrain.DefaultOptions)
 	if err != nil {
 		return badRequest(param+".schema", "%s.schema: %v", param, err)
 	}

@@ -209,7 +209,7 @@ func textFormat(raw json.RawMessage) (*jsonconstrain.Schema, error) {
 		if len(f.Schema) == 0 {
 			return nil, badRequest("text.format.schema", "text.format json_schema needs a schema")
 		}
-		s, err := jsonconstrain.Compile(f.Schema)
+		s, err := jsonconstrain.CompileCached(f.Schema, jsonconstrain.DefaultOptions)
 		if err != nil {
 			return nil, badRequest("text.format.schema", "text.format.schema: %v", err)
 		}
