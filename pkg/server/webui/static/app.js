@@ -348,6 +348,12 @@ function fillBubble(b, m) {
     b.appendChild(box);
   }
   if (m.streaming) b.appendChild(Object.assign(document.createElement('span'), { className: 'cursor', textContent: '▍' }));
+  if (!m.streaming && !m.error && !m.content && !m.reasoning && !(m.tool_calls || []).length) {
+    // A reply of tokens that decode to nothing (an end-of-sequence at once,
+    // or a synthetic model's ids beyond its tokenizer).
+    const n = m.usage?.completion_tokens;
+    b.appendChild(Object.assign(document.createElement('p'), { className: 'note', textContent: `no text` + (n ? ` (${n} tokens generated)` : '') }));
+  }
   if (m.finish === 'stopped') b.appendChild(Object.assign(document.createElement('p'), { className: 'note', textContent: 'stopped' }));
   if (m.error) b.appendChild(Object.assign(document.createElement('p'), { className: 'note error', textContent: m.error }));
   if (atBottom) box.scrollTop = box.scrollHeight;
@@ -549,7 +555,7 @@ function showLive(s) {
   $('live-state').textContent = s.queue.generating > 0 ? 'generating' : s.queue.waiting > 0 ? 'queued' : 'idle';
   $('live-state').classList.toggle('on', s.queue.generating > 0);
   put('live-model', s.model, s.model ?? 'none loaded');
-  put('live-prefill', g?.prefill_tok_s, g?.running ? (g.ttft_s == null ? 'prefilling…' : '–') : fmt.rate(g?.prefill_tok_s));
+  put('live-prefill', g?.prefill_tok_s, g?.running ? (g.ttft_s == null ? 'prefilling…' : 'at the end') : fmt.rate(g?.prefill_tok_s));
   put('live-decode', g?.decode_tok_s, fmt.rate(g?.decode_tok_s));
   put('live-ttft', g?.ttft_s, fmt.secs(g?.ttft_s));
   put('live-tokens', g?.tokens, g ? `${fmt.int(g.tokens)} generated · ${fmt.int(g.prompt_tokens)} prompt` : '–');
