@@ -6,8 +6,8 @@
 #
 # The install is a 4-layer cut of qwen3.5-35b-a3b at 4 bits (2.8 GiB; random weights, so the reply
 # means nothing and its tokens mostly lie beyond the synthetic tokenizer), written with
-# `nvmai-convert synth` into WORK when absent; --ram-budget 256M holds 3 of its 4 layers' worth
-# of slots... far fewer than its 256 experts a layer, so experts stream from disk at every token.
+# `nvmai-convert synth` into WORK when absent; --ram-budget 256M buys 37 expert slots a layer, far
+# fewer than its 256 experts, so experts stream from disk at every token.
 # Needs Chromium (apt-get install chromium, or NVMAI_CHROME=PATH); the page is driven by
 # scripts/internal/webshot (chromedp).
 #
