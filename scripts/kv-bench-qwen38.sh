@@ -12,7 +12,7 @@
 # (NVMAI_BOUNDED_IO=0) so that decode measures compute rather than the disk.
 #
 # usage: scripts/kv-bench-qwen38.sh [WORK_DIR]     (default /tmp/kv-bench-qwen38; the install is written
-#                                                  there, ~6.6 GiB for 4 layers, unless present)
+#                                                  there, ~6.8 GiB on disk for 4 layers, unless present)
 #        ROUNDS=3 CONTEXTS="32768" TOKENS=8 LAYERS=4 NICE=19 KEEP=1 scripts/kv-bench-qwen38.sh
 #        KEEP=1 keeps an install this run wrote (default: it is removed at the end).
 set -euo pipefail
