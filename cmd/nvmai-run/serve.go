@@ -38,7 +38,7 @@ func serveCommand() *cli.Command {
 		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages,
 POST /v1/messages/count_tokens, GET /v1/models, POST /apply-template,
-GET /health. Up to --parallel generations run at once (default: as many as fit in memory, at most 4),
+GET /health, GET /metrics, GET /v1/live; the web page at GET / (--no-webui: off). Up to --parallel generations run at once (default: as many as fit in memory, at most 4),
 decoded together in batched steps, each output identical to the request alone; others wait in FIFO
 order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
