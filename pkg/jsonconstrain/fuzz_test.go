@@ -21,6 +21,10 @@ func FuzzCompile(f *testing.F) {
 	f.Add([]byte(`{"type":"number","exclusiveMinimum":0.5,"maximum":2}`), []byte(`0.51`))
 	f.Add([]byte(`{"properties":{"a":{"$ref":"#"}},"enum":[{"a":{}}]}`), []byte(`{"a":{}}`))
 	f.Add([]byte(`{"type":"object","properties":{"a":{"pattern":"x"}}}`), []byte(`{}`))
+	f.Add([]byte(`{"type":"string","pattern":"^(a|bc){1,3}$","minLength":2}`), []byte(`"abc"`))
+	f.Add([]byte(`{"type":"string","format":"date-time"}`), []byte(`"2024-02-29T00:00:00Z"`))
+	f.Add([]byte(`{"oneOf":[{"type":"object","properties":{"t":{"const":"a"}},"required":["t"]},{"type":"object","properties":{"t":{"const":"b"},"n":{"$ref":"#"}},"required":["t"]},{"type":"null"}]}`), []byte(`{"t":"b","n":{"t":"a"}}`))
+	f.Add([]byte(`{"type":"number","multipleOf":0.25,"maximum":3}`), []byte(`2.75`))
 	f.Fuzz(func(t *testing.T, schema, doc []byte) {
 		if len(schema) == 0 {
 			return

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -41,7 +42,22 @@ type Masker struct {
 	end        []int // end-of-turn ids, allowed only when a document is complete
 	isEnd      map[int]bool
 	vocabulary Vocabulary
+
+	// patternPlain caches, per state of a pattern's DFA, the plain tokens
+	// (of up to plainChars characters) it accepts, so a patterned string
+	// walks only the rest trie, as an unpatterned one does.
+	patternMu    sync.Mutex
+	patternPlain map[patternState][]uint64
 }
+
+type patternState struct {
+	d     *stringDFA
+	state int32
+}
+
+// maxPatternPlain bounds the cached bitsets (31 KB each at a 248k
+// vocabulary); past it the cache starts again.
+const maxPatternPlain = 512
 
 // plainChars bounds the plain tokens kept as bitsets; longer ones (rare)
 // are walked.
@@ -288,6 +304,9 @@ func (m *Masker) Allowed(st *State, mk *Mask) {
 	if c, ok := m.plainRoom(&mk.m, top); ok {
 		copy(mk.bits, m.plainUpTo[c])
 		m.rest.walk(mk, 0, top)
+	} else if plain := m.patternRoom(mk, top); plain != nil {
+		copy(mk.bits, plain)
+		m.rest.walk(mk, 0, top)
 	} else {
 		clear(mk.bits)
 		m.all.walk(mk, 0, top)
@@ -316,6 +335,42 @@ func (m *Masker) plainRoom(mc *machine, top int32) (c int, ok bool) {
 		return plainChars, roomy && n.extra != nil && int(fr.extra) < n.maxExtra
 	}
 	return 0, false
+}
+
+// patternRoom returns the plain tokens a patterned string accepts at the
+// state top, or nil when top is not between characters of one or the
+// string is too near maxLength. Far enough from it (room for plainChars
+// characters and the longest shortest finish), which plain tokens fit
+// depends only on the DFA's state, so the bitset is cached by it.
+func (m *Masker) patternRoom(mk *Mask, top int32) []uint64 {
+	fr := &mk.m.f[top]
+	if fr.kind != kString || fr.phase != sNormal || fr.need > 0 || fr.node.pat == nil {
+		return nil
+	}
+	d := fr.node.pat
+	if fr.node.maxLen-int(fr.lo) < plainChars+int(d.maxDist) {
+		return nil
+	}
+	key := patternState{d, fr.extra}
+	m.patternMu.Lock()
+	plain, ok := m.patternPlain[key]
+	m.patternMu.Unlock()
+	if ok {
+		return plain
+	}
+	clear(mk.bits)
+	m.all.walk(mk, 0, top)
+	plain = make([]uint64, len(mk.bits))
+	for i, w := range mk.bits {
+		plain[i] = w & m.plainUpTo[plainChars][i]
+	}
+	m.patternMu.Lock()
+	if m.patternPlain == nil || len(m.patternPlain) >= maxPatternPlain {
+		m.patternPlain = map[patternState][]uint64{}
+	}
+	m.patternPlain[key] = plain
+	m.patternMu.Unlock()
+	return plain
 }
 
 // walk marks every token below node n reachable from the state top.

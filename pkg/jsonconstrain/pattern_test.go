@@ -355,3 +355,57 @@ func FuzzPattern(f *testing.F) {
 		}
 	})
 }
+
+// Inside a patterned string far from maxLength, the mask comes from the
+// per-DFA-state cache of plain tokens plus a walk of the rest: it equals
+// the naive mask (every token tried on its own), on the first use of a
+// state and from the cache after.
+func TestPatternMaskCache(t *testing.T) {
+	m, ends := fixtureMasker(t)
+	tok := fixtureTokenizer(t)
+	endSet := map[int]bool{ends[0]: true, ends[1]: true}
+	for _, schema := range []string{
+		`{"type":"string","format":"uuid"}`,
+		`{"type":"string","pattern":"^[a-z ]+(-[0-9]+)?$"}`,
+		`{"type":"string","pattern":"the","minLength":5}`,
+	} {
+		s := mustCompile(t, schema)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for walk := 0; walk < 3; walk++ {
+			st := s.Start()
+			var doc []byte
+			var mk Mask
+			for step := 0; step < 12; step++ {
+				for again := 0; again < 2; again++ {
+					m.Allowed(st, &mk)
+					want := allowedNaive(tok, st, endSet)
+					if mk.Count() != len(want) {
+						t.Fatalf("%s after %q (pass %d): mask has %d tokens, naive %d", schema, doc, again, mk.Count(), len(want))
+					}
+					for id := range want {
+						if !mk.Allows(id) {
+							t.Fatalf("%s after %q: token %d (%q) missing", schema, doc, id, tok.TokenBytes(id))
+						}
+					}
+				}
+				var ids []int
+				for id := 0; id < tok.IDCount(); id++ {
+					if mk.Allows(id) && !endSet[id] {
+						ids = append(ids, id)
+					}
+				}
+				if len(ids) == 0 {
+					break
+				}
+				id := ids[rng.IntN(len(ids))]
+				if _, err := m.Accept(st, id); err != nil {
+					t.Fatal(err)
+				}
+				doc = append(doc, tok.TokenBytes(id)...)
+			}
+		}
+	}
+	if len(m.patternPlain) == 0 {
+		t.Fatal("the cache was never used")
+	}
+}

@@ -33,7 +33,8 @@ type stringDFA struct {
 	accept []bool
 	// dist is the fewest characters still to be started before an
 	// accepting state: a byte from a state between characters starts one.
-	dist []int32
+	dist    []int32
+	maxDist int32 // the largest finite dist
 }
 
 func (d *stringDFA) step(state int32, b byte) int32 {
@@ -562,6 +563,9 @@ func (b *dfaBuilder) finish() *stringDFA {
 		if t >= 0 && d.dist[t] < 0 {
 			d.next[i] = -1
 		}
+	}
+	for _, v := range d.dist {
+		d.maxDist = max(d.maxDist, v)
 	}
 	return d
 }
