@@ -2,8 +2,11 @@ package jsonconstrain
 
 import (
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/sample"
 )
@@ -141,9 +144,10 @@ func BenchmarkNewMasker248k(b *testing.B) {
 const stepDocument = `{"name":"the quick brown fox","age":42,"tags":["red","green"],` +
 	`"address":{"street":"main road 12","city":"東京都"},"ok":true,"score":-3.25e2,"kind":"b"}`
 
-// greedyTokens splits doc by longest match over v's tokens, roughly what
-// a model's tokens look like.
-func greedyTokens(v *synthVocab, doc string) []int {
+// synthByText maps each token's text of synthetic248k to its first id,
+// for greedyTokens; longest is the longest token in bytes.
+var synthByText = sync.OnceValues(func() (map[string]int, int) {
+	v := synthetic248k()
 	byText := map[string]int{}
 	longest := 0
 	for id, t := range v.toks {
@@ -154,6 +158,16 @@ func greedyTokens(v *synthVocab, doc string) []int {
 			longest = max(longest, len(t))
 		}
 	}
+	return byText, longest
+})
+
+// greedyTokens splits doc by longest match over synthetic248k's tokens
+// (v), roughly what a model's tokens look like.
+func greedyTokens(v *synthVocab, doc string) []int {
+	if v != synthetic248k() {
+		panic("greedyTokens splits over synthetic248k")
+	}
+	byText, longest := synthByText()
 	var ids []int
 	for len(doc) > 0 {
 		for n := min(longest, len(doc)); n > 0; n-- {
@@ -234,5 +248,74 @@ func BenchmarkNewMaskerFixture(b *testing.B) {
 		if _, err := NewMasker(tok, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCorpusMask248k is issue #40's cost criterion: for every corpus
+// schema nvmai compiles (testdata/corpus), what structured output adds to
+// one generated token on a Qwen-sized vocabulary (248,320 logits):
+// Constraint.Mask (the automaton's Allowed over the vocabulary trie, then
+// Mask.Apply on the row) and Advance over the picked token. It reports
+// per step of a document of that schema the median over the b.N
+// documents (µs/step), the mean, and the slowest single step. The
+// document is one a random-logit model wrote over the fixture vocabulary
+// (seed 0, TestCorpusRandomGenerationValidates' limits), re-split by
+// longest match into synthetic248k's tokens and followed by an end token;
+// the schema is compiled under DefaultOptions, as the server compiles it.
+// scripts/mask-cost.sh runs it and compares each schema with a decode
+// step.
+func BenchmarkCorpusMask248k(b *testing.B) {
+	v := synthetic248k()
+	end := len(v.toks) - 2
+	m, err := NewMasker(v, []int{end, len(v.toks) - 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fixture, _ := fixtureMasker(b)
+	tok := fixtureTokenizer(b)
+	logits := make([]float32, len(v.toks))
+	for _, cs := range loadCorpus(b, "testdata/corpus") {
+		s, err := Compile(cs.Schema)
+		if err != nil {
+			continue // refused: nothing to mask
+		}
+		var short *Schema
+		for _, o := range corpusOptions {
+			if short, err = CompileWithOptions(cs.Schema, o); err == nil {
+				break
+			}
+		}
+		doc, ended := randomLogitDocument(b, fixture, tok, short, 0, corpusMaxTokens)
+		if !ended {
+			b.Fatalf("%s: no document within %d tokens", cs.Name, corpusMaxTokens)
+		}
+		ids := append(greedyTokens(v, string(doc)), end)
+		b.Run(strings.ReplaceAll(cs.Name, "/", "."), func(b *testing.B) {
+			var slowest time.Duration
+			perDoc := make([]time.Duration, 0, b.N)
+			for range b.N {
+				c := m.Constrain(s)
+				docStart := time.Now()
+				for _, id := range ids {
+					start := time.Now()
+					if c.Mask(logits) == 0 {
+						b.Fatalf("dead end in %q", doc)
+					}
+					if _, err := c.Advance(id); err != nil {
+						b.Fatalf("%v in %q", err, doc)
+					}
+					slowest = max(slowest, time.Since(start))
+				}
+				perDoc = append(perDoc, time.Since(docStart))
+			}
+			// The median document: on a shared machine another process's
+			// time slice lands in a few documents, and would swamp a mean.
+			slices.Sort(perDoc)
+			perStep := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(len(ids)) / 1e3 }
+			b.ReportMetric(perStep(perDoc[len(perDoc)/2]), "µs/step")
+			b.ReportMetric(perStep(b.Elapsed())/float64(b.N), "mean-µs/step")
+			b.ReportMetric(float64(slowest.Nanoseconds())/1e3, "max-µs/step")
+			b.ReportMetric(float64(len(ids)), "steps")
+		})
 	}
 }
