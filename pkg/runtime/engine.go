@@ -500,7 +500,7 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 			return 0, err
 		}
 	}
-	if s.host != nil || opt.OnLogits != nil || opt.Constraint != nil {
+	if s.host != nil || opt.OnLogits != nil || constrained(opt.Constraint) {
 		row, err := s.row()
 		if err != nil {
 			return 0, err
@@ -528,7 +528,7 @@ func (s *Session) next(sampler *sample.Sampler, opt GenerateOptions) (int, error
 // sampleRow picks from the logits copied here, after the constraint's mask
 // and the OnLogits hook.
 func (s *Session) sampleRow(sampler *sample.Sampler, opt GenerateOptions, row []float32) (int, error) {
-	if opt.Constraint != nil && opt.Constraint.Mask(row) == 0 {
+	if constrained(opt.Constraint) && opt.Constraint.Mask(row) == 0 {
 		return 0, fmt.Errorf("runtime: %w", ErrConstraintDeadEnd)
 	}
 	if opt.OnLogits != nil {

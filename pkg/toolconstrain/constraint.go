@@ -36,6 +36,9 @@ type Constraint struct {
 	bits   []uint64
 	jmk    jsonconstrain.Mask
 	kept   []keptLogit
+	// idle[k]: in free text at progress k on "<tool_call>", whether every
+	// token is allowed (0: not known yet, 1: yes, -1: no).
+	idle []int8
 }
 
 type keptLogit struct {
@@ -68,6 +71,31 @@ func (tv *Vocab) Constrain(p Plan) (*Constraint, error) {
 
 // InCall reports whether the output is inside a call (or after one).
 func (c *Constraint) InCall() bool { return c.st.ph != pText }
+
+// Idle reports whether Mask would allow every token now: free text where
+// no token could open a call the grammar refuses (runtime.IdleConstraint,
+// so a device keeps sampling the row where it is until a call opens).
+func (c *Constraint) Idle() bool {
+	if c.st.ph != pText {
+		return false
+	}
+	k := c.st.k
+	if c.idle == nil {
+		c.idle = make([]int8, len(c.v.openers))
+	}
+	if c.idle[k] == 0 {
+		c.idle[k] = 1
+		var open state
+		c.m.literal(&open, litOpenRest)
+		for _, ct := range c.v.openers[k] {
+			if c.m.none || !c.sim(open, c.v.v.TokenBytes(int(ct.id))[ct.off:]) {
+				c.idle[k] = -1
+				break
+			}
+		}
+	}
+	return c.idle[k] > 0
+}
 
 // Mask sets the logits of the tokens that cannot come next to -Inf and
 // returns how many stay allowed. Logits past the vocabulary (embedding

@@ -254,6 +254,9 @@ func TestMaskAgreesWithAdvance(t *testing.T) {
 			if n != count {
 				t.Fatalf("after %q: Mask reports %d allowed, %d are", o.text[:i], count, n)
 			}
+			if c.Idle() && n != len(ok) {
+				t.Fatalf("after %q: idle, but %d of %d tokens allowed", o.text[:i], n, len(ok))
+			}
 			if i < len(o.text) {
 				if _, err := c.Advance(int(o.text[i])); err != nil {
 					t.Fatalf("after %q: %v", o.text[:i], err)
@@ -364,5 +367,45 @@ func TestTemplateRenderedCallsPass(t *testing.T) {
 	}
 	if ended, err := c.Advance(v.end()); !ended || err != nil {
 		t.Fatalf("end after the template's calls: %v %v", ended, err)
+	}
+}
+
+// Idle (the device may sample the row where it is) only where Mask would
+// allow every token: free text in which no token opens a call the grammar
+// refuses.
+func TestIdle(t *testing.T) {
+	v := newByteVocab("<tool_call>", "_call>x", "call>")
+	tv := newTestVocab(t, v, []int{v.end()})
+	g := testGrammar(t)
+	for _, tc := range []struct {
+		name   string
+		plan   Plan
+		prefix string
+		want   bool
+	}{
+		{"auto, text", Plan{Choice: Auto}, "Hello", true},
+		{"auto, a token would open a call badly", Plan{Choice: Auto}, "Hello <tool", false}, // "_call>x"
+		{"auto, mid-tag", Plan{Choice: Auto}, "Hello <tool_", true},
+		{"none, text", Plan{Choice: None}, "Hello", false},
+		{"inside a call", Plan{Choice: Auto}, "<tool_call>\n", false},
+		{"required", Plan{Choice: Required}, "", false},
+	} {
+		tc.plan.Grammar = g
+		c, err := tv.Constrain(tc.plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(tc.prefix); i++ {
+			if _, err := c.Advance(int(tc.prefix[i])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := c.Idle(); got != tc.want {
+			t.Errorf("%s: idle %v, want %v", tc.name, got, tc.want)
+		}
+		ok, n := allowedRow(c, v.IDCount())
+		if c.Idle() && n != len(ok) {
+			t.Errorf("%s: idle, but %d of %d allowed", tc.name, n, len(ok))
+		}
 	}
 }
