@@ -172,7 +172,10 @@ func (b *browser) waitDone() {
 // scriptedModels serves two scripted models; each answers from the last
 // user message: "slow" streams 400 tokens 40 ms apart, "xss" a reply full
 // of markup, anything else a greeting naming the model.
-type scriptedModels struct{ ids []string }
+type scriptedModels struct {
+	ids     []string
+	engines *sync.Map // id → the *scriptedEngine loaded last
+}
 
 func (m scriptedModels) List() []server.ModelInfo {
 	out := make([]server.ModelInfo, len(m.ids))
@@ -183,7 +186,9 @@ func (m scriptedModels) List() []server.ModelInfo {
 }
 
 func (m scriptedModels) Load(id string) (server.Engine, server.Renderer, error) {
-	return &scriptedEngine{id: id, Engine: &servertest.Engine{Context: 8192, Script: func(prompt string) []string { return script(id, prompt) }}}, servertest.Renderer{}, nil
+	e := &scriptedEngine{id: id, Engine: &servertest.Engine{Context: 8192, Script: func(prompt string) []string { return script(id, prompt) }}}
+	m.engines.Store(id, e)
+	return e, servertest.Renderer{}, nil
 }
 
 func (scriptedModels) Unload(string) {}
@@ -318,7 +323,8 @@ func TestBrowserScriptedEngine(t *testing.T) {
 	b := newBrowser(t)
 	const key = "sekrit"
 	s := server.New(server.Config{Log: func(server.RequestLog) {}})
-	if err := s.SetModels(scriptedModels{ids: []string{"alpha", "beta"}}, 0); err != nil {
+	models := scriptedModels{ids: []string{"alpha", "beta"}, engines: &sync.Map{}}
+	if err := s.SetModels(models, 0); err != nil {
 		t.Fatal(err)
 	}
 	h := httpapi.New(s, httpapi.Options{APIKey: key})
@@ -381,14 +387,23 @@ func TestBrowserScriptedEngine(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// Another model.
+	// Another model, with a temperature and no thinking (reasoning effort
+	// none).
 	eval[bool](b, `(() => { const m = document.getElementById('model'); m.value = 'beta'; return m.dispatchEvent(new Event('change')) })()`)
+	b.do(chromedp.Click(chromedp.CSS("details.settings summary")), chromedp.SendKeys(chromedp.ID("temperature"), "0.3"))
+	eval[bool](b, `(document.getElementById('effort').value = 'none') === 'none'`)
 	b.send("hello again")
 	b.waitDone()
 	if reply := eval[string](b, lastReply+`.querySelector('.text:not(details .text)').textContent`); !strings.Contains(reply, "Hello from beta") || s.Loaded() != "beta" {
 		t.Fatalf("after switching: reply %q, loaded %q", reply, s.Loaded())
 	}
+	beta, _ := models.engines.Load("beta")
+	gens := beta.(*scriptedEngine).Generations()
+	if g := gens[len(gens)-1]; g.Sampling.Temperature != 0.3 || strings.HasSuffix(decode(g.Prompt), "<think>\n") {
+		t.Fatalf("the request had temperature %v and a prompt ending %q; want 0.3 and no think block", g.Sampling.Temperature, decode(g.Prompt)[max(0, len(g.Prompt)-20):])
+	}
 	checkLiveMatchesMetrics(t, b, hs.URL, key, []string{"prompt_tokens", "generated_tokens", "prompt_cache_reused_tokens"})
+	eval[bool](b, `(document.getElementById('effort').value = '') === ''`) // thinking back on
 
 	// Markup in a reply is shown, never run.
 	b.send("xss")

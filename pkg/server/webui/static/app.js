@@ -576,12 +576,16 @@ function showLive(s) {
 function heat(ec) {
   const box = $('heat');
   if (!ec) {
-    box.replaceChildren();
+    const none = document.createElement('em');
+    none.textContent = 'no expert cache: the engine holds every expert';
+    box.replaceChildren(none);
+    box.classList.add('none');
     box.dataset.layers = '0';
     lastLayers = null;
     return;
   }
-  if (box.children.length !== ec.layers.length) {
+  box.classList.remove('none');
+  if (box.children.length !== ec.layers.length || box.querySelector('em')) {
     box.replaceChildren(...ec.layers.map(() => document.createElement('span')));
   }
   box.dataset.layers = String(ec.layers.length);
