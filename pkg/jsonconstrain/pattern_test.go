@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -408,4 +409,40 @@ func TestPatternMaskCache(t *testing.T) {
 	if len(m.patternPlain) == 0 {
 		t.Fatal("the cache was never used")
 	}
+}
+
+// The pattern cache is shared by every generation on a Masker: concurrent
+// masks inside patterned strings agree with a serial one (run with -race).
+func TestPatternMaskCacheConcurrent(t *testing.T) {
+	m, _ := fixtureMasker(t)
+	s := mustCompile(t, `{"type":"object","properties":{"d":{"type":"string","format":"date-time"}}}`)
+	prefixes := []string{`{"d":"`, `{"d":"2`, `{"d":"2024-0`, `{"d":"2024-02-2`, `{"d":"2024-02-29T1`}
+	want := make([]int, len(prefixes))
+	for i, p := range prefixes {
+		st := s.Start()
+		st.AcceptBytes([]byte(p))
+		var mk Mask
+		m.Allowed(st, &mk)
+		want[i] = mk.Count()
+		m.patternMu.Lock()
+		m.patternPlain = nil // each goroutine below fills the cache again
+		m.patternMu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mk Mask
+			for i, p := range prefixes {
+				st := s.Start()
+				st.AcceptBytes([]byte(p))
+				m.Allowed(st, &mk)
+				if mk.Count() != want[i] {
+					t.Errorf("after %s: %d tokens, want %d", p, mk.Count(), want[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
