@@ -30,7 +30,7 @@ type CorpusSchema struct {
 	Schema json.RawMessage
 }
 
-// LoadCorpus reads every schema of the corpus in dir, in name order. Each
+// loadCorpus reads every schema of the corpus in dir, in name order. Each
 // file is {"_source": {...}, "schema": {...}} or {"_source": {...},
 // "tools": [{"name", "inputSchema", "outputSchema"?}]}: the schemas real
 // clients send, with where each came from (testdata/corpus/SOURCES.md).
