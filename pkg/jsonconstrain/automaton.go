@@ -107,7 +107,7 @@ func (m *machine) step(top int32, b byte) int32 {
 			if t := m.literal(fr, b); t >= 0 || len(fr.node.lits[fr.lo]) != int(fr.pos) {
 				return t
 			}
-			if d := m.f[fr.parent].node.disc; d != nil && m.f[fr.parent].kind == kObject {
+			if d := m.f[fr.parent].node.disc; d != nil && d.alts != nil && m.f[fr.parent].kind == kObject {
 				if top = m.discriminated(fr.parent, d.alts[fr.node.lits[fr.lo]]); top < 0 {
 					return -1
 				}
@@ -598,6 +598,13 @@ func (m *machine) closeKey(fr frame) int32 {
 		}
 		fr.seen |= bit
 		fr.cur = fr.lo
+		if d := n.disc; d != nil && d.byKey != nil {
+			// The first key picks the alternative the object follows.
+			alt := d.byKey[n.names[fr.lo]]
+			i := sort.SearchStrings(alt.names, n.names[fr.lo])
+			fr.node, fr.seen, fr.cur = alt, uint64(1)<<i, int32(i)
+			m.dropTooDeep(&fr)
+		}
 	} else {
 		if n.extra == nil || int(fr.extra) >= n.maxExtra {
 			return -1

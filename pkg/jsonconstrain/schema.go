@@ -956,6 +956,12 @@ func nodeDepths(n *node) (obj, arr, least, props uint16) {
 		for _, a := range n.disc.all {
 			obj, props = min(obj, a.objDeep), max(props, a.propDeep)
 		}
+		if n.disc.byKey != nil {
+			obj = noInstance
+			for i := range n.names {
+				obj = min(obj, uint16(min(keyNeed(n, i), noInstance)))
+			}
+		}
 		return obj, noInstance, min(obj+1, noInstance), min(props, noInstance)
 	}
 	for i, p := range n.props {

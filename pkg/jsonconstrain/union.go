@@ -22,8 +22,9 @@ import (
 
 // discUnion is the object alternatives of one anyOf or oneOf.
 type discUnion struct {
-	alts map[string]*node // by the discriminator value, compact
-	all  []*node          // in schema order
+	alts  map[string]*node // by the discriminator value, compact
+	byKey map[string]*node // or by the first key, for key-discriminated objects
+	all   []*node          // in schema order
 	// variants[k] is the union of the alternatives that need at most
 	// need[k] levels below the object (recursive ones can need many):
 	// an object opened with less room offers only the discriminator
@@ -71,6 +72,14 @@ func buildVariants(root *node) {
 					needs = append(needs, int(a.objDeep))
 				}
 			}
+			if d.byKey != nil {
+				needs = needs[:0]
+				for i := range n.names {
+					if k := keyNeed(n, i); k < noInstance && !slices.Contains(needs, k) {
+						needs = append(needs, k)
+					}
+				}
+			}
 			sort.Ints(needs)
 			for _, need := range needs {
 				d.variants = append(d.variants, variant(n, need))
@@ -87,6 +96,23 @@ func buildVariants(root *node) {
 // variant is the union n narrowed to the alternatives needing at most
 // need levels.
 func variant(n *node, need int) *node {
+	if n.disc.byKey != nil {
+		sub := &discUnion{byKey: map[string]*node{}, all: n.disc.all}
+		v := *n
+		v.names, v.props, v.disc = nil, nil, sub
+		v.objDeep = noInstance
+		for i, name := range n.names {
+			if k := keyNeed(n, i); k <= need {
+				v.names = append(v.names, name)
+				v.props = append(v.props, n.props[i])
+				sub.byKey[name] = n.disc.byKey[name]
+				v.objDeep = min(v.objDeep, uint16(k))
+			}
+		}
+		v.minDeep = v.objDeep + 1
+		sub.variants, sub.need = []*node{&v}, []int{need}
+		return &v
+	}
 	sub := &discUnion{alts: map[string]*node{}}
 	var values []string
 	for _, v := range n.props[0].lits {
@@ -253,12 +279,65 @@ func (c *compiler) discriminate(keyword string, alts []*node, objects []int, ptr
 		}
 		return &node{types: tObject, names: []string{name}, props: []*node{lits}, required: 1, disc: d}
 	}
+	if d := keyDiscriminated(alts, objects); d != nil {
+		return d
+	}
 	detail := "no property is required in each"
 	if len(why) > 0 {
 		detail = strings.Join(why, "; ")
 	}
-	c.fail(pointer(ptr, keyword), keyword, "alternatives %v are all objects, and no required const or enum property tells them apart (%s); nvmai accepts %s of objects only with such a discriminator", objects, detail, keyword)
+	c.fail(pointer(ptr, keyword), keyword, "alternatives %v are all objects, and no required const or enum property tells them apart (%s), nor does each have a property the others forbid (additionalProperties false); nvmai accepts %s of objects only with such a discriminator", objects, detail, keyword)
 	return nil
+}
+
+// keyDiscriminated tells the object alternatives apart by their keys:
+// when each has properties that every other forbids (not among its
+// properties, and additionalProperties false), the first key written is
+// one of those and picks its alternative. A value of one alternative then
+// holds a key each other one refuses, so they are disjoint.
+func keyDiscriminated(alts []*node, objects []int) *node {
+	byKey := map[string]*node{}
+	for _, i := range objects {
+		a := alts[i]
+		owned := 0
+		for _, name := range a.names {
+			exclusive := true
+			for _, j := range objects {
+				if b := alts[j]; j != i && (b.extra != nil || slices.Contains(b.names, name)) {
+					exclusive = false
+					break
+				}
+			}
+			if exclusive {
+				byKey[name] = a
+				owned++
+			}
+		}
+		if owned == 0 {
+			return nil
+		}
+	}
+	n := &node{types: tObject, required: 1, disc: &discUnion{byKey: byKey}}
+	for name := range byKey {
+		n.names = append(n.names, name)
+	}
+	sort.Strings(n.names)
+	for _, name := range n.names {
+		a := byKey[name]
+		n.props = append(n.props, a.props[sort.SearchStrings(a.names, name)])
+	}
+	for _, i := range objects {
+		n.disc.all = append(n.disc.all, alts[i])
+	}
+	return n
+}
+
+// keyNeed is the nesting an object needs below itself when its first key
+// is names[i] of the key-discriminated n: the alternative's, or that
+// key's value's.
+func keyNeed(n *node, i int) int {
+	a := n.disc.byKey[n.names[i]]
+	return int(max(a.objDeep, n.props[i].minDeep))
 }
 
 // discriminator maps the values of property name to the alternative each

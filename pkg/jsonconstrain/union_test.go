@@ -34,6 +34,12 @@ func TestCompileUnions(t *testing.T) {
 				`{"pet":{"lives":3,"pet_type":"cat"}}`}}, // the discriminator is written first
 		{name: "anyOf discriminated", schema: `{"anyOf":[{"type":"object","properties":{"k":{"const":1},"a":{"type":"string"}},"required":["k"]},{"type":"object","properties":{"k":{"const":2}},"required":["k"],"additionalProperties":false}]}`,
 			accepts: []string{`{"k":1,"a":"x","z":0}`, `{"k":2}`}, refuses: []string{`{"k":2,"a":"x"}`, `{"k":3}`}},
+		{name: "objects told apart by keys", schema: reviewCommentSchema,
+			accepts: []string{`[{"position":3,"path":"a","body":"b"},{"line":7,"body":"c","path":"d"}]`, `[]`},
+			refuses: []string{`[{"path":"a","position":3,"body":"b"}]`, // the telling key comes first
+				`[{"position":3,"line":4,"path":"a","body":"b"}]`, `[{"line":1,"path":"a"}]`, `[{}]`}},
+		{name: "keys shared", schema: `{"oneOf":[{"type":"object","properties":{"a":{},"b":{}},"additionalProperties":false},{"type":"object","properties":{"a":{}},"additionalProperties":false}]}`,
+			keyword: "oneOf", want: "nor does each have a property the others forbid"},
 		{name: "objects without a discriminator", schema: `{"oneOf":[{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}]}`,
 			keyword: "oneOf", want: `alternatives [0 1] are all objects, and no required const or enum property tells them apart ("a" has no const or enum in alternative 0)`},
 		{name: "discriminator not required", schema: `{"oneOf":[{"type":"object","properties":{"t":{"const":"a"}}},{"type":"object","properties":{"t":{"const":"b"}},"required":["t"]}]}`,
@@ -70,8 +76,19 @@ func TestCompileUnions(t *testing.T) {
 	}
 }
 
+// reviewCommentSchema is mcp-server-github's create_pull_request_review
+// comments: the two alternatives share path and body and differ by
+// position versus line, each forbidden by the other.
+const reviewCommentSchema = `{"type":"array","items":{"oneOf":[
+ {"type":"object","properties":{"path":{"type":"string"},"position":{"type":"number"},"body":{"type":"string"}},"required":["path","position","body"],"additionalProperties":false},
+ {"type":"object","properties":{"path":{"type":"string"},"line":{"type":"number"},"body":{"type":"string"}},"required":["path","line","body"],"additionalProperties":false}]}}`
+
 var unionWalkSchemas = []string{
 	petSchema,
+	reviewCommentSchema,
+	// key-discriminated and recursive: a node's first key picks it
+	`{"$defs":{"T":{"anyOf":[{"type":"object","properties":{"leaf":{"type":"integer"}},"required":["leaf"],"additionalProperties":false},
+	 {"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":2},"name":{"type":"string"}},"required":["kids"],"additionalProperties":false}]}},"$ref":"#/$defs/T"}`,
 	// a recursive discriminated tree: the depth bookkeeping holds across
 	// the switch from the union to the chosen alternative
 	`{"$defs":{"T":{"oneOf":[{"type":"object","properties":{"k":{"const":"leaf"},"v":{"type":"integer"}},"required":["k","v"],"additionalProperties":false},
