@@ -149,7 +149,7 @@ func (c *compiler) compileBounds(n *node, kw map[string]json.RawMessage, ptr str
 			kind = "integer"
 		}
 		if b.overflow {
-			c.fail(pointer(ptr, key), key, "the digit automaton for these bounds and multipleOf needs more than %d states (the divisor times the digits a number may have); narrow the bounds or use a smaller multipleOf", maxNumberStates)
+			c.fail(pointer(ptr, key), key, "unsupported schema keyword %q: the digit automaton for these bounds and multipleOf needs more than %d states (the divisor times the digits a number may have); narrow the bounds or use a smaller multipleOf", key, maxNumberStates)
 			return
 		}
 		c.fail(pointer(ptr, key), key, "no %s of at most %d bytes (written without an exponent) lies within the bounds and is a multiple of multipleOf", kind, c.opts.MaxNumberBytes)

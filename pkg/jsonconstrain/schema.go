@@ -594,9 +594,14 @@ func (c *compiler) patterns(n *node, kw map[string]json.RawMessage, ptr string) 
 	var re *RegexError
 	errors.As(err, &re)
 	if which == nil {
-		// The patterns together (with the lengths) are at fault.
+		// The patterns together (with the lengths) are at fault: past
+		// nvmai's limits, or matching no string at all.
 		key := pats[0].keyword
-		c.fail(pointer(ptr, key), key, "%s: %s", describePatterns(pats), re.Message)
+		if re.Unsupported {
+			c.fail(pointer(ptr, key), key, "unsupported schema keyword %q: %s: %s", key, describePatterns(pats), re.Message)
+		} else {
+			c.fail(pointer(ptr, key), key, "%s: %s", describePatterns(pats), re.Message)
+		}
 		return
 	}
 	switch {

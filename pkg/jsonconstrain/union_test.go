@@ -2,6 +2,7 @@ package jsonconstrain
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"testing"
 )
@@ -154,4 +155,27 @@ func TestRecursiveUnionAlternative(t *testing.T) {
 	}
 	_, err := Compile(json.RawMessage(`{"$defs":{"N":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/N"},{"type":"null"}]}},"enum":[{"next":null}]}},"$ref":"#/$defs/N"}`))
 	checkCompile(t, err, "enum", "enum beside an anyOf that refers back to a schema being compiled")
+}
+
+// Past nvmai's automaton limits a schema is unsupported (not wrong), so a
+// client can tell the two apart; a pattern no string matches is wrong.
+func TestLimitsAreUnsupported(t *testing.T) {
+	for _, tc := range []struct {
+		schema      string
+		unsupported bool
+	}{
+		{`{"type":"string","pattern":".{100}x.{100}"}`, true},
+		{`{"type":"integer","multipleOf":999}`, true},
+		{`{"type":"string","pattern":"(a)\\1"}`, true},
+		{`{"type":"string","format":"int32"}`, true},
+		{`{"type":"string","pattern":"^a{5}$","maxLength":4}`, false},
+		{`{"type":"string","pattern":"("}`, false},
+		{`{"type":"integer","multipleOf":0}`, false},
+	} {
+		_, err := Compile(json.RawMessage(tc.schema))
+		var se *SchemaError
+		if !errors.As(err, &se) || se.Unsupported() != tc.unsupported {
+			t.Errorf("%s: %v, want Unsupported() = %v", tc.schema, err, tc.unsupported)
+		}
+	}
 }
