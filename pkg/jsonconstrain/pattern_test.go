@@ -78,7 +78,10 @@ func TestPatternStrings(t *testing.T) {
 		{pattern: `^[a-c]+$`, accepts: []string{"abcba"}, refuses: []string{"abd", ""}},
 		{pattern: `^[^a-c]$`, accepts: []string{"d", "\n", `"`, "é"}, refuses: []string{"a", "b"}},
 		{pattern: `^[\d.-]+$`, accepts: []string{"1.5-2"}, refuses: []string{"1,5"}},
-		{pattern: `^[\w\s]$`, accepts: []string{"a", " "}, refuses: []string{"-"}},
+		{pattern: `^[\w\s]$`, accepts: []string{"a", " "}, refuses: []string{"-", "\u00a0"}},
+		// a negated \s excludes every engine's spaces, \S every engine's non-spaces
+		{pattern: `^[^\s]$`, accepts: []string{"a", "é"}, refuses: []string{" ", "\u00a0", "\v", "\u2028"}},
+		{pattern: `^[^\S]$`, accepts: []string{" ", "\t"}, refuses: []string{"a", "\u00a0", "\v"}},
 		{pattern: `^[\b]$`, accepts: []string{"\b"}, refuses: []string{"b"}},
 		{pattern: `^[-a]$`, accepts: []string{"-", "a"}, refuses: []string{"b"}},
 		{pattern: `^[a-]$`, accepts: []string{"-", "a"}, refuses: []string{"b"}},

@@ -536,7 +536,7 @@ func (p *regexParser) class() (runeSet, error) {
 		// engines read the ] as a literal. Refused rather than guessed.
 		return nil, p.errorf(true, "the class %s means different things to different engines; write (?!) or [\\s\\S] out explicitly", p.src[start:p.pos+1])
 	}
-	var ranges []runeRange
+	var ranges, wide []runeRange
 	for {
 		if !p.more() {
 			p.pos = start
@@ -546,6 +546,7 @@ func (p *regexParser) class() (runeSet, error) {
 			p.pos++
 			break
 		}
+		rest := p.src[p.pos:]
 		lo, loSet, err := p.classAtom()
 		if err != nil {
 			return nil, err
@@ -563,19 +564,27 @@ func (p *regexParser) class() (runeSet, error) {
 				return nil, p.errorf(false, "range out of order in class")
 			}
 			ranges = append(ranges, runeRange{lo, hi})
+			wide = append(wide, runeRange{lo, hi})
 			continue
 		}
-		if loSet != nil {
-			ranges = append(ranges, loSet...)
-		} else {
+		switch {
+		case loSet == nil:
 			ranges = append(ranges, runeRange{lo, lo})
+			wide = append(wide, runeRange{lo, lo})
+		case strings.HasPrefix(rest, `\s`):
+			ranges, wide = append(ranges, loSet...), append(wide, ecmaSpaceSet...)
+		case strings.HasPrefix(rest, `\S`):
+			ranges, wide = append(ranges, loSet...), append(wide, spaceSet.complement()...)
+		default:
+			ranges, wide = append(ranges, loSet...), append(wide, loSet...)
 		}
 	}
-	s := normalize(ranges)
+	// ranges holds what every engine's reading of the items matches, wide
+	// what any reading may: a negated class excludes the latter.
 	if negate {
-		s = s.complement()
+		return normalize(wide).complement(), nil
 	}
-	return s, nil
+	return normalize(ranges), nil
 }
 
 // classAtom reads one character of a class, or a class escape (\d…) as a
