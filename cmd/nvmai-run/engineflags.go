@@ -200,7 +200,7 @@ func loadOptions(c *cli.Context, dir string) (runtime.Options, error) {
 		return runtime.Options{}, err
 	}
 	return runtime.Options{Threads: c.Int("threads"), Device: engineDevice(c), Experts: x,
-		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context"), VRAMBudget: vram}, nil
+		RopeScaling: c.String("rope-scaling"), MaxContext: c.Int("max-context"), VRAMBudget: vram, KVBits: kvBits(c)}, nil
 }
 
 // vramBudget reads --vram-budget: 0 for auto; a size only with --engine gpu.

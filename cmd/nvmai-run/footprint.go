@@ -11,22 +11,13 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
-// kvBits is --kv-bits, except that the GPU engine's KV cache is float32
-// (checkKVFlags refuses another explicit width there).
-func kvBits(c *cli.Context) int {
-	if engineDevice(c) == nvmodel.GPU {
-		return nvmodel.KVFloat32
-	}
-	return c.Int("kv-bits")
-}
+// kvBits is --kv-bits: the KV width of both engines' sessions.
+func kvBits(c *cli.Context) int { return c.Int("kv-bits") }
 
 // checkKVFlags validates --kv-bits and --rope-scaling before anything loads.
 func checkKVFlags(c *cli.Context) error {
 	if !nvmodel.ValidKVBits(c.Int("kv-bits")) {
 		return cliutil.Usagef("--kv-bits %d: use 8, 16 or 32", c.Int("kv-bits"))
-	}
-	if engineDevice(c) == nvmodel.GPU && c.IsSet("kv-bits") && c.Int("kv-bits") != nvmodel.KVFloat32 {
-		return cliutil.Usagef("--kv-bits %d: the GPU engine keeps its KV cache in float32 (leave --kv-bits out, or use --engine cpu)", c.Int("kv-bits"))
 	}
 	switch c.String("rope-scaling") {
 	case nvmodel.RopeNone, nvmodel.RopeYaRN:

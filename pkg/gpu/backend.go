@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -21,12 +22,11 @@ func init() {
 	}
 }
 
-// Footprint implements model.Footprinter: the sequence's KV cache (float32),
-// recurrent state and scratch live in device memory, so none of it is host
-// memory. The geometry and context are checked as the CPU engine checks
-// them.
+// Footprint implements model.Footprinter: the sequence's KV cache (at
+// req.KVBits, stored as the CPU engine stores it), recurrent state and
+// scratch live in device memory, so none of it is host memory. The
+// geometry, KV width and context are checked as the CPU engine checks them.
 func Footprint(req model.FootprintRequest) (model.StateFootprint, error) {
-	req.KVBits = model.KVFloat32
 	f, err := qwen35.Footprint(req)
 	if err != nil {
 		return f, err
@@ -58,7 +58,7 @@ func Loader(req model.Request) (model.Model, error) {
 		return nil, fmt.Errorf("--engine gpu: %w", err)
 	}
 	m, err := LoadWith(dev, cfg, req.Weights, req.Dir, req.Manifest.Experts,
-		LoadOptions{VRAMBudget: req.VRAMBudget, RAMBudget: req.RAMBudget, MaxContext: req.MaxContext, Log: os.Stderr})
+		LoadOptions{VRAMBudget: req.VRAMBudget, RAMBudget: req.RAMBudget, MaxContext: req.MaxContext, KVBits: req.KVBits, Log: os.Stderr})
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("--engine gpu: %w", err)
@@ -73,9 +73,14 @@ func (b *Backend) Info() model.Info {
 		VocabSize: c.VocabSize, MaxContext: c.MaxContext}
 }
 
-// NewState starts a sequence; its KV cache is float32 whatever KVBits.
+// NewState starts a sequence; a zero KVBits is model.DefaultKVBits, as on
+// the CPU engine.
 func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
-	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext})
+	bits := cmp.Or(opt.KVBits, model.DefaultKVBits)
+	if !model.ValidKVBits(bits) {
+		return nil, fmt.Errorf("gpu: KV cache width %d bits: use 8, 16 or 32", opt.KVBits)
+	}
+	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +173,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		p := m.plan
 		info.Plan = &p
 	}
-	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8})
+	st, err := m.NewState(StateOptions{KVInitial: prompt + 4*steps + 8, KVBits: m.kvBits()})
 	if err != nil {
 		return info, err
 	}
@@ -331,7 +336,7 @@ func copyBandwidth(c *cuda.Ctx, n uint64) (float64, error) {
 // prefillProfile times one prefill chunk of T tokens, kernel by kernel,
 // on a fresh sequence that already holds T tokens.
 func (m *Model) prefillProfile(T int) (float64, map[string]float64, error) {
-	st, err := m.NewState(StateOptions{KVInitial: 2 * T})
+	st, err := m.NewState(StateOptions{KVInitial: 2 * T, KVBits: m.kvBits()})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -10,7 +10,8 @@ import (
 )
 
 // The GPU engine registers both qwen35 architectures, counts no host
-// memory for a sequence (it is in device memory), and refuses YaRN (its
+// memory for a sequence (it is in device memory) at the KV width asked,
+// and refuses YaRN (its
 // kernels take plain inverse frequencies) before it opens a device.
 func TestGPURegistersAndRefusesYaRNFirst(t *testing.T) {
 	for _, arch := range []string{qwen35.ArchMoE, qwen35.ArchDense} {
@@ -24,9 +25,15 @@ func TestGPURegistersAndRefusesYaRNFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	f, err := Footprint(model.FootprintRequest{Manifest: in.Manifest, MaxContext: 64})
-	if err != nil || f.KV != 0 || f.Recurrent != 0 || f.Attention != 0 || f.PassScratch != 0 || f.KVBits != model.KVFloat32 || f.MaxContext != 64 {
-		t.Errorf("GPU footprint %+v, %v: want no host memory for the sequence, float32 KV, 64 tokens", f, err)
+	// The KV width is --kv-bits, the CPU engine's default when not given.
+	for _, tc := range []struct{ ask, want int }{{0, model.DefaultKVBits}, {16, 16}, {32, 32}, {8, 8}} {
+		f, err := Footprint(model.FootprintRequest{Manifest: in.Manifest, MaxContext: 64, KVBits: tc.ask})
+		if err != nil || f.KV != 0 || f.Recurrent != 0 || f.Attention != 0 || f.PassScratch != 0 || f.KVBits != tc.want || f.MaxContext != 64 {
+			t.Errorf("GPU footprint at --kv-bits %d: %+v, %v: want no host memory for the sequence, %d-bit KV, 64 tokens", tc.ask, f, err, tc.want)
+		}
+	}
+	if _, err := Footprint(model.FootprintRequest{Manifest: in.Manifest, KVBits: 4}); err == nil || !strings.Contains(err.Error(), "8, 16 or 32") {
+		t.Errorf("GPU footprint at 4-bit KV: %v, want a refusal", err)
 	}
 	_, err = Loader(model.Request{Dir: dir, Manifest: in.Manifest, Weights: in, RopeScaling: model.RopeYaRN})
 	if err == nil || !strings.Contains(err.Error(), "--engine cpu") {

@@ -10,6 +10,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
@@ -142,9 +144,16 @@ type LoadOptions struct {
 	// MaxContext is the context the plan reserves one sequence's state
 	// for (0: DefaultPlanContext).
 	MaxContext int
+	// KVBits is the sessions' KV width (--kv-bits), which the plan counts
+	// one sequence's KV cache at: model.KVFloat32, KVBF16 or KVInt8; 0 is
+	// model.DefaultKVBits, the runtime's default.
+	KVBits int
 	// Log gets the plan's lines (nil: none).
 	Log io.Writer
 }
+
+// kvBits is the KV width the plan and the bench count (LoadOptions.KVBits).
+func (m *Model) kvBits() int { return cmp.Or(m.opt.KVBits, model.DefaultKVBits) }
 
 // Load uploads every weight of the install at dir (resident tensors from w,
 // routed experts from the expert files described by ex) to dev, with the
@@ -158,6 +167,9 @@ func Load(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packex
 func LoadWith(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *packexperts.Experts, opt LoadOptions) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if opt.KVBits != 0 && !model.ValidKVBits(opt.KVBits) {
+		return nil, fmt.Errorf("gpu: a KV cache of %d bits; use 8, 16 or 32", opt.KVBits)
 	}
 	m := &Model{dev: dev, cfg: cfg, geom: newGeometry(cfg), opt: opt, fuse: os.Getenv("NVMAI_GPU_FUSE") != "0",
 		splitGDN: os.Getenv("NVMAI_GPU_GDNSPLIT") != "0", mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}

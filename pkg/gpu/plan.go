@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
 
@@ -18,6 +19,7 @@ type PlanInput struct {
 	// state, a prefill pass's scratch and attention scores, sampling.
 	StateBytes  int64
 	PlanContext int
+	KVBits      int   // the KV width StateBytes counts (reported)
 	Stride      int64 // bytes of one expert record
 	Layers      int   // MoE layers
 	Experts     int   // E, experts per layer
@@ -39,11 +41,12 @@ type Plan struct {
 	TrunkBytes   int64 `json:"trunk_bytes"`
 	StateBytes   int64 `json:"state_bytes"`
 	PlanContext  int   `json:"plan_context_tokens"`
-	ExpertBytes  int64 `json:"expert_bytes"`     // every routed expert of every layer
-	StagingBytes int64 `json:"staging_bytes"`    // streamed: E records
-	SlotBytes    int64 `json:"vram_slot_bytes"`  // streamed: Slots·Stride·Layers
-	PinnedBytes  int64 `json:"pinned_ram_bytes"` // streamed: every expert
-	Slots        int   `json:"slots_per_layer"`  // == Experts: resident
+	KVBits       int   `json:"kv_bits,omitempty"` // the width the state's KV cache is counted at
+	ExpertBytes  int64 `json:"expert_bytes"`      // every routed expert of every layer
+	StagingBytes int64 `json:"staging_bytes"`     // streamed: E records
+	SlotBytes    int64 `json:"vram_slot_bytes"`   // streamed: Slots·Stride·Layers
+	PinnedBytes  int64 `json:"pinned_ram_bytes"`  // streamed: every expert
+	Slots        int   `json:"slots_per_layer"`   // == Experts: resident
 	Experts      int   `json:"experts_per_layer"`
 	TopK         int   `json:"top_k"`
 	Layers       int   `json:"moe_layers"`
@@ -63,7 +66,7 @@ func (p Plan) Resident() bool { return p.Slots >= p.Experts }
 
 // PlanExperts decides the slots per layer, or refuses with the numbers.
 func PlanExperts(in PlanInput) (Plan, error) {
-	p := Plan{Budget: in.Budget, TrunkBytes: in.TrunkBytes, StateBytes: in.StateBytes, PlanContext: in.PlanContext,
+	p := Plan{Budget: in.Budget, TrunkBytes: in.TrunkBytes, StateBytes: in.StateBytes, PlanContext: in.PlanContext, KVBits: in.KVBits,
 		Experts: in.Experts, TopK: in.TopK, Layers: in.Layers, Stride: in.Stride,
 		ExpertBytes: int64(in.Layers) * int64(in.Experts) * in.Stride}
 	if in.Experts < 1 || in.TopK < 1 || in.TopK > in.Experts || in.Layers < 0 || in.Stride <= 0 {
@@ -128,19 +131,27 @@ func (p Plan) Lines() []string {
 		budget += fmt.Sprintf(" (auto: free VRAM less a %s reserve)", gib(p.Reserve))
 	}
 	if p.Resident() {
-		return []string{fmt.Sprintf("gpu plan: resident: VRAM budget %s holds the trunk %s, the state at %d tokens %s and every expert %s (%d a layer × %d layers)",
-			budget, gib(p.TrunkBytes), p.PlanContext, gib(p.StateBytes), gib(p.ExpertBytes), p.Experts, p.Layers)}
+		return []string{fmt.Sprintf("gpu plan: resident: VRAM budget %s holds the trunk %s, the state at %d tokens%s %s and every expert %s (%d a layer × %d layers)",
+			budget, gib(p.TrunkBytes), p.PlanContext, p.kvWidth(), gib(p.StateBytes), gib(p.ExpertBytes), p.Experts, p.Layers)}
 	}
 	forced := ""
 	if p.Forced {
 		forced = " (NVMAI_GPU_SLOTS)"
 	}
 	return []string{
-		fmt.Sprintf("gpu plan: streamed: VRAM budget %s = trunk %s + state at %d tokens %s + prefill staging %s + expert slots %s (%d of %d a layer%s × %d layers); pinned RAM %s (every expert)",
-			budget, gib(p.TrunkBytes), p.PlanContext, gib(p.StateBytes), gib(p.StagingBytes), gib(p.SlotBytes), p.Slots, p.Experts, forced, p.Layers, gib(p.PinnedBytes)),
+		fmt.Sprintf("gpu plan: streamed: VRAM budget %s = trunk %s + state at %d tokens%s %s + prefill staging %s + expert slots %s (%d of %d a layer%s × %d layers); pinned RAM %s (every expert)",
+			budget, gib(p.TrunkBytes), p.PlanContext, p.kvWidth(), gib(p.StateBytes), gib(p.StagingBytes), gib(p.SlotBytes), p.Slots, p.Experts, forced, p.Layers, gib(p.PinnedBytes)),
 		fmt.Sprintf("gpu plan: host→device %.1f GB/s measured from pinned memory; uniform routing would copy %s a token (each of %d picks × %d layers missing with 1−%d/%d), so the copies allow at most %.0f tok/s",
 			p.H2D/1e9, mib(int64(p.UniformMissBytes)), p.TopK, p.Layers, p.Slots, p.Experts, p.PredictedTokS),
 	}
+}
+
+// kvWidth names the KV width the state is counted at, when known.
+func (p Plan) kvWidth() string {
+	if p.KVBits == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d-bit KV)", p.KVBits)
 }
 
 // DefaultPlanContext is the context the plan reserves one sequence's
@@ -156,20 +167,22 @@ func autoReserve(total uint64) int64 {
 }
 
 // stateBytes is one sequence's device memory at ctx tokens with prefill
-// passes of chunk tokens: State.alloc's buffers, the KV cache and the one
+// passes of chunk tokens and a KV cache of kvBits: State.alloc's buffers,
+// the KV cache (values and int8 scales, as allocKV sizes them) and the one
 // a growth copies from, the attention scores at that capacity, and the
 // sampling buffers.
-func stateBytes(cfg qwen35.Config, g geometry, chunk, ctx int) int64 {
+func stateBytes(cfg qwen35.Config, g geometry, chunk, ctx, kvBits int) int64 {
 	T := int64(chunk)
 	f := func(n int) int64 { return 4 * T * int64(max(n, 1)) }
-	n := cfg.StateBytesAt(ctx, qwen35.KVFloat32) // KV and recurrent state
+	n := cfg.StateBytesAt(ctx, kvBits) // KV and recurrent state
 	kvLayers := int64(0)
 	for _, kind := range cfg.Layers {
 		if kind == qwen35.FullAttention {
 			kvLayers++
 		}
 	}
-	kv := kvLayers * 2 * 4 * int64(g.kvd) * int64(min(ctx, cfg.MaxContext))
+	values, scales := gpukernels.KVRowBytes(kvBits, g.kvd, g.attn.Dh)
+	kv := kvLayers * 2 * (values + scales) * int64(min(ctx, cfg.MaxContext))
 	n += kv / 2 // the previous capacity, held while a growth copies it
 	n += 2*f(g.H) + 2*f(g.C) + f(g.vd) + f(max(g.vd, g.attn.Hq*g.attn.Dh)) + f(2*g.gdn.Hv) + f(g.gdn.Hv)
 	n += f(2*g.attn.Hq*g.attn.Dh) + 2*f(g.kvd) + f(g.E+1) + 2*f(g.k) + 2*f(g.Is) + f(1)

@@ -3,6 +3,9 @@ package gpu
 import (
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
 // PlanExperts keeps a model resident when the budget holds every expert,
@@ -99,5 +102,43 @@ func TestAutoReserve(t *testing.T) {
 		if got := autoReserve(tc.total); got != tc.want {
 			t.Errorf("autoReserve(%d) = %d, want %d", tc.total, got, tc.want)
 		}
+	}
+}
+
+// geometry35B is Qwen3.5/3.6-35B-A3B's (every fourth layer full attention, the default).
+func geometry35B() packexperts.Geometry {
+	return packexperts.Geometry{
+		VocabSize: 248320, HiddenSize: 2048, NumLayers: 40, RMSNormEps: 1e-6, HiddenAct: "silu",
+		NumAttentionHeads: 16, NumKeyValueHeads: 2, HeadDim: 256, RopeTheta: 1e7, PartialRotaryFactor: 0.25,
+		MaxPositionEmbeddings: 262144, LinearConvKernelDim: 4, LinearNumKeyHeads: 16,
+		LinearNumValueHeads: 32, LinearKeyHeadDim: 128, LinearValueHeadDim: 128,
+		NumExperts: 256, NumExpertsPerTok: 8, MoeIntermediateSize: 512, SharedExpertIntermediateSize: 512,
+	}
+}
+
+// The plan counts one sequence's KV cache at the sessions' width, as the
+// device stores it (allocKV): at 262,144 tokens the 35B-A3B's 10 attention
+// layers take 10 GiB at 32 bits, 5 GiB at 16 and 2.66 GiB at 8 (values and
+// int8 scales), plus half as much again while the last growth copies it.
+func TestStateBytesCountsKVWidth(t *testing.T) {
+	cfg, err := qwen35.ConfigFromGeometry(qwen35.ArchMoE, geometry35B())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGeometry(cfg)
+	const ctx = 262144
+	want := map[int]int64{32: 10 << 30, 16: 5 << 30, 8: 10 * ctx * 1088}
+	at32 := stateBytes(cfg, g, DefaultChunk, ctx, 32)
+	for _, bits := range []int{32, 16, 8} {
+		kv := cfg.StateBytesAt(ctx, bits) - cfg.StateBytesAt(0, bits)
+		if kv != want[bits] {
+			t.Errorf("%d-bit KV at %d tokens: %d bytes, want %d", bits, ctx, kv, want[bits])
+		}
+		n := stateBytes(cfg, g, DefaultChunk, ctx, bits)
+		if saved := at32 - n; saved != 3*(want[32]-want[bits])/2 {
+			t.Errorf("%d-bit KV: the state is %d bytes smaller than at 32 bits, want the KV cache's %d and its growth copy's", bits, saved, 3*(want[32]-want[bits])/2)
+		}
+		t.Logf("35B-A3B at %d tokens, %d-bit KV: KV %.2f GiB (+%.2f GiB while growing); one sequence's device state %.2f GiB",
+			ctx, bits, float64(kv)/(1<<30), float64(kv)/2/(1<<30), float64(n)/(1<<30))
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nvmai/nvmai/internal/lecodec"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
@@ -14,7 +15,9 @@ import (
 // A sequence's state between two Forward calls is its position (host and
 // device copies), each Gated DeltaNet layer's conv window and recurrent
 // matrices, each attention layer's K and V rows [0, pos), and the last
-// row's logits and greedy pick. Everything else on the device is scratch a
+// row's logits and greedy pick. K and V are copied in the cache's width
+// (float32, bfloat16, or int8 values with their scales), so a snapshot
+// restores only into a sequence of the same width. Everything else on the device is scratch a
 // forward pass rewrites before reading, or a cache keyed by its own
 // content (the sampling counts remember the history they hold and recount
 // for any other), so a State restored from a Snapshot continues exactly as
@@ -35,7 +38,8 @@ var (
 
 // SnapshotVersion is the version of the layout Snapshot.WriteTo writes
 // and ReadSnapshot reads (docs/gpu.md, "State snapshots").
-const SnapshotVersion = 1
+// Version 2 added the KV width; version 1 (float32 KV) is still read.
+const SnapshotVersion = 2
 
 // snapshotMagic opens a serialized GPU state. It differs from the CPU
 // engine's ("Q35S"): the engines round differently, so neither resumes the
@@ -46,20 +50,92 @@ var snapshotMagic = [4]byte{'N', 'G', 'P', 'S'}
 const maxSnapshotLayers = 1024
 
 // snapLayout is what sizes a snapshot's arrays: the model's layer kinds
-// and widths. It is the geometry a serialized snapshot declares and is
-// checked against before anything is allocated.
+// and widths, and the state's KV width. It is the geometry a serialized
+// snapshot declares and is checked against before anything is allocated.
 type snapLayout struct {
-	kinds   []qwen35.LayerKind
-	kvRow   int // floats of one token's K (or V) row in one layer: Hkv·Dh
-	convLen int // floats of one GDN layer's conv window: (K−1)·C
-	recLen  int // floats of one GDN layer's recurrent matrices: Hv·Dk·Dv
-	vocab   int // floats of the logits row
+	kinds    []qwen35.LayerKind
+	kvRow    int // values of one token's K (or V) row in one layer: Hkv·Dh
+	kvBits   int // the KV cache's width: 32, 16 or 8
+	kvScales int // 8 bits: scales of one row (Hkv·Dh / group); else 0
+	convLen  int // floats of one GDN layer's conv window: (K−1)·C
+	recLen   int // floats of one GDN layer's recurrent matrices: Hv·Dk·Dv
+	vocab    int // floats of the logits row
 }
 
-func (m *Model) snapLayout() snapLayout {
+func (m *Model) snapLayout(kvBits int) snapLayout {
 	g := m.geom
-	return snapLayout{kinds: m.cfg.Layers, kvRow: g.kvd, convLen: (g.K - 1) * g.C,
+	lay := snapLayout{kinds: m.cfg.Layers, kvRow: g.kvd, kvBits: kvBits, convLen: (g.K - 1) * g.C,
 		recLen: g.gdn.Hv * g.gdn.Dk * g.gdn.Dv, vocab: g.V}
+	if kvBits == model.KVInt8 {
+		lay.kvScales = g.kvd / gpukernels.KVGroup(g.attn.Dh)
+	}
+	return lay
+}
+
+// kvHost is one layer's K (or V) rows [0, pos) in host memory, in the
+// cache's width: exactly one of f32, b16, q8 is set, and scales with q8.
+type kvHost struct {
+	f32    []float32
+	b16    []uint16
+	q8     []int8
+	scales []float32
+}
+
+func newKVHost(lay snapLayout, pos int) kvHost {
+	n := pos * lay.kvRow
+	switch lay.kvBits {
+	case model.KVBF16:
+		return kvHost{b16: make([]uint16, n)}
+	case model.KVInt8:
+		return kvHost{q8: make([]int8, n), scales: make([]float32, pos*lay.kvScales)}
+	}
+	return kvHost{f32: make([]float32, n)}
+}
+
+// values is the rows' values as bytes (what the device cache holds).
+func (h *kvHost) values() []byte {
+	switch {
+	case h.b16 != nil:
+		return cuda.Bytes(h.b16)
+	case h.q8 != nil:
+		return cuda.Bytes(h.q8)
+	}
+	return cuda.Bytes(h.f32)
+}
+
+func (h *kvHost) bytes() int64 {
+	return 4*int64(len(h.f32)) + 2*int64(len(h.b16)) + int64(len(h.q8)) + 4*int64(len(h.scales))
+}
+
+// write writes the values, then the scales of an int8 cache.
+func (h *kvHost) write(sw *lecodec.Writer) {
+	switch {
+	case h.b16 != nil:
+		sw.U16s(h.b16)
+	case h.q8 != nil:
+		sw.I8s(h.q8)
+		sw.F32s(h.scales)
+	default:
+		sw.F32s(h.f32)
+	}
+}
+
+func (h *kvHost) read(sr *lecodec.Reader) {
+	switch {
+	case h.b16 != nil:
+		sr.U16s(h.b16)
+	case h.q8 != nil:
+		sr.I8s(h.q8)
+		sr.F32s(h.scales)
+	default:
+		sr.F32s(h.f32)
+	}
+}
+
+// kvWidthError is the refusal of a snapshot whose KV width is not the
+// sequence's.
+func kvWidthError(snap, seq int) error {
+	return fmt.Errorf("gpu: the snapshot's KV cache is %d-bit, this sequence's %d-bit: a snapshot resumes only a sequence of its KV width (--kv-bits)", snap, seq)
 }
 
 // Snapshot is a copy of a State in host memory (plain Go memory). It is
@@ -71,26 +147,29 @@ type Snapshot struct {
 	pos       int
 	next      int32       // the greedy pick of the last row (−1: a NaN)
 	conv, rec [][]float32 // per layer; nil for attention layers
-	k, v      [][]float32 // per layer, pos·kvRow values; nil for GDN layers
+	k, v      []kvHost    // per layer, pos rows; empty for GDN layers
 	logits    []float32   // the last row
 }
 
 // Len is the number of tokens the snapshot holds.
 func (sn *Snapshot) Len() int { return sn.pos }
 
+// KVBits is the width of the snapshot's K and V rows.
+func (sn *Snapshot) KVBits() int { return sn.lay.kvBits }
+
 // Bytes is the host memory the snapshot holds.
 func (sn *Snapshot) Bytes() int64 {
-	n := int64(len(sn.logits))
+	n := 4 * int64(len(sn.logits))
 	for l := range sn.lay.kinds {
-		n += int64(len(sn.conv[l]) + len(sn.rec[l]) + len(sn.k[l]) + len(sn.v[l]))
+		n += 4*int64(len(sn.conv[l])+len(sn.rec[l])) + sn.k[l].bytes() + sn.v[l].bytes()
 	}
-	return 4*n + 64
+	return n + 64
 }
 
 func newSnapshot(lay snapLayout, pos int) *Snapshot {
 	n := len(lay.kinds)
 	return &Snapshot{lay: lay, pos: pos, conv: make([][]float32, n), rec: make([][]float32, n),
-		k: make([][]float32, n), v: make([][]float32, n)}
+		k: make([]kvHost, n), v: make([]kvHost, n)}
 }
 
 // Snapshot implements model.Snapshotter: it copies the state to host
@@ -99,7 +178,7 @@ func (st *State) Snapshot() (model.Snapshot, error) {
 	if st.failed != nil {
 		return nil, fmt.Errorf("gpu: cannot snapshot a sequence whose last forward failed: %w", st.failed)
 	}
-	lay := st.m.snapLayout()
+	lay := st.m.snapLayout(st.kvBits)
 	sn := newSnapshot(lay, st.pos)
 	sn.m = st.m
 	sn.logits = make([]float32, lay.vocab)
@@ -125,13 +204,20 @@ func (st *State) Snapshot() (model.Snapshot, error) {
 				}
 				continue
 			}
-			// Rows [0, pos) are the cache's first pos·kvRow values.
-			sn.k[l], sn.v[l] = make([]float32, st.pos*lay.kvRow), make([]float32, st.pos*lay.kvRow)
-			if err := c.DtoH(cuda.Bytes(sn.k[l]), st.kc[l]); err != nil {
-				return err
-			}
-			if err := c.DtoH(cuda.Bytes(sn.v[l]), st.vc[l]); err != nil {
-				return err
+			// Rows [0, pos) are the cache's first pos rows of values and
+			// of scales.
+			sn.k[l], sn.v[l] = newKVHost(lay, st.pos), newKVHost(lay, st.pos)
+			kv := st.kv[l]
+			for _, cp := range []struct {
+				dst []byte
+				src cuda.DevicePtr
+			}{{sn.k[l].values(), kv.K}, {sn.v[l].values(), kv.V}, {cuda.Bytes(sn.k[l].scales), kv.KS}, {cuda.Bytes(sn.v[l].scales), kv.VS}} {
+				if len(cp.dst) == 0 {
+					continue
+				}
+				if err := c.DtoH(cp.dst, cp.src); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -156,6 +242,9 @@ func (st *State) Restore(s model.Snapshot) error {
 	}
 	if sn.m != st.m {
 		return fmt.Errorf("gpu: the snapshot comes from another model")
+	}
+	if sn.lay.kvBits != st.kvBits {
+		return kvWidthError(sn.lay.kvBits, st.kvBits)
 	}
 	if sn.pos > st.maxCtx {
 		return fmt.Errorf("gpu: the snapshot holds %d tokens, more than the sequence's context of %d", sn.pos, st.maxCtx)
@@ -184,10 +273,15 @@ func (st *State) Restore(s model.Snapshot) error {
 			if kind == qwen35.LinearAttention {
 				copies = append(copies, hostCopy{st.conv[l], cuda.Bytes(sn.conv[l])}, hostCopy{st.rec[l], cuda.Bytes(sn.rec[l])})
 			} else {
-				copies = append(copies, hostCopy{st.kc[l], cuda.Bytes(sn.k[l])}, hostCopy{st.vc[l], cuda.Bytes(sn.v[l])})
+				kv := st.kv[l]
+				copies = append(copies, hostCopy{kv.K, sn.k[l].values()}, hostCopy{kv.V, sn.v[l].values()},
+					hostCopy{kv.KS, cuda.Bytes(sn.k[l].scales)}, hostCopy{kv.VS, cuda.Bytes(sn.v[l].scales)})
 			}
 		}
 		for _, cp := range copies {
+			if len(cp.src) == 0 {
+				continue
+			}
 			if err := c.HtoDAsync(cp.dst, cp.src); err != nil {
 				return err
 			}
@@ -210,9 +304,10 @@ type hostCopy struct {
 
 // ReadSnapshot implements model.SnapshotReader: it reads a snapshot that
 // Snapshot.WriteTo wrote for this model, refusing one of another geometry
-// or longer than this sequence's context before allocating its arrays.
+// or KV width, or longer than this sequence's context, before allocating
+// its arrays.
 func (st *State) ReadSnapshot(r io.Reader) (model.Snapshot, error) {
-	sn, err := readSnapshot(r, st.m.snapLayout(), st.maxCtx)
+	sn, err := readSnapshot(r, st.m.snapLayout(st.kvBits), st.maxCtx)
 	if err != nil {
 		return nil, err
 	}
@@ -224,18 +319,21 @@ func (st *State) ReadSnapshot(r io.Reader) (model.Snapshot, error) {
 // version, layer count.
 const snapHeaderFixed = 12
 
-// snapHeaderTail is the header's length after the layer kinds: KV row,
-// conv and recurrent floats, vocabulary (u32 each), position (u64), greedy
-// pick (i32).
-const snapHeaderTail = 4*4 + 8 + 4
+// snapHeaderTail is the header's length after the layer kinds: KV row
+// values, KV bits, conv and recurrent floats, vocabulary (u32 each),
+// position (u64), greedy pick (i32). Version 1 had no KV bits.
+const snapHeaderTail = 5*4 + 8 + 4
 
-// WriteTo writes the snapshot: "NGPS", version u32, layer count u32, one
-// kind byte per layer (0 Gated DeltaNet, 1 attention), KV row floats u32,
-// conv floats u32, recurrent floats u32, vocabulary u32, position u64,
-// greedy pick i32; then per layer in order its conv window and recurrent
-// matrices, or its K rows then V rows [0, position); then the logits row.
-// Numbers are little-endian and floats are written as their bits, so a
-// round trip is exact.
+// WriteTo writes the snapshot: "NGPS", version u32 (2), layer count u32,
+// one kind byte per layer (0 Gated DeltaNet, 1 attention), KV row values
+// u32, KV bits u32 (32, 16 or 8), conv floats u32, recurrent floats u32,
+// vocabulary u32, position u64, greedy pick i32; then per layer in order
+// its conv window and recurrent matrices, or its K rows then V rows
+// [0, position) in the KV width (float32; bfloat16 as u16; int8 values then
+// their float32 scales, one per group of a row, as the CPU engine's
+// state section lays them out); then the logits row. Numbers are
+// little-endian and floats are written as their bits, so a round trip is
+// exact.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	lay := sn.lay
 	b := append([]byte(nil), snapshotMagic[:]...)
@@ -244,7 +342,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	for _, k := range lay.kinds {
 		b = append(b, byte(k))
 	}
-	for _, v := range []int{lay.kvRow, lay.convLen, lay.recLen, lay.vocab} {
+	for _, v := range []int{lay.kvRow, lay.kvBits, lay.convLen, lay.recLen, lay.vocab} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(sn.pos))
@@ -256,8 +354,8 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			sw.F32s(sn.conv[l])
 			sw.F32s(sn.rec[l])
 		} else {
-			sw.F32s(sn.k[l])
-			sw.F32s(sn.v[l])
+			sn.k[l].write(sw)
+			sn.v[l].write(sw)
 		}
 	}
 	sw.F32s(sn.logits)
@@ -278,14 +376,19 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 	if [4]byte(fixed[:4]) != snapshotMagic {
 		return nil, fmt.Errorf("gpu: not a GPU engine snapshot (magic %q, want %q); it was written by another engine or is damaged", fixed[:4], snapshotMagic[:])
 	}
-	if v := binary.LittleEndian.Uint32(fixed[4:]); v != SnapshotVersion {
-		return nil, fmt.Errorf("gpu: snapshot version %d; this build reads version %d", v, SnapshotVersion)
+	version := binary.LittleEndian.Uint32(fixed[4:])
+	if version != 1 && version != SnapshotVersion {
+		return nil, fmt.Errorf("gpu: snapshot version %d; this build reads versions 1 and %d", version, SnapshotVersion)
 	}
 	layers := binary.LittleEndian.Uint32(fixed[8:])
 	if layers > maxSnapshotLayers || int(layers) != len(lay.kinds) {
 		return nil, fmt.Errorf("gpu: the snapshot has %d layers, this model %d: it was written for another model", layers, len(lay.kinds))
 	}
-	rest := make([]byte, int(layers)+snapHeaderTail)
+	tail := snapHeaderTail
+	if version == 1 {
+		tail -= 4
+	}
+	rest := make([]byte, int(layers)+tail)
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return nil, fmt.Errorf("gpu: reading the snapshot header: %w", lecodec.NoEOF(err))
 	}
@@ -296,6 +399,11 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 	}
 	h := rest[layers:]
 	u32 := func(i int) int { return int(binary.LittleEndian.Uint32(h[4*i:])) }
+	kvBits := model.KVFloat32 // version 1
+	if version != 1 {
+		// The rest of the tail as version 1 lays it out, without the bits.
+		kvBits, h = u32(1), append(h[:4:4], h[8:]...)
+	}
 	switch kvRow, conv, rec, vocab := u32(0), u32(1), u32(2), u32(3); {
 	case kvRow != lay.kvRow:
 		return nil, fmt.Errorf("gpu: the snapshot's KV rows hold %d floats, this model's %d: it was written for another model", kvRow, lay.kvRow)
@@ -303,6 +411,11 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 		return nil, fmt.Errorf("gpu: the snapshot's Gated DeltaNet layers hold %d+%d floats, this model's %d+%d: it was written for another model", conv, rec, lay.convLen, lay.recLen)
 	case vocab != lay.vocab:
 		return nil, fmt.Errorf("gpu: the snapshot's logits row holds %d floats, this model's vocabulary %d: it was written for another model", vocab, lay.vocab)
+	case kvBits != lay.kvBits:
+		if !model.ValidKVBits(kvBits) {
+			return nil, fmt.Errorf("gpu: the snapshot's KV width is %d bits; a snapshot holds 8, 16 or 32", kvBits)
+		}
+		return nil, kvWidthError(kvBits, lay.kvBits)
 	}
 	pos := binary.LittleEndian.Uint64(h[16:])
 	if pos > uint64(maxCtx) {
@@ -328,8 +441,13 @@ func readSnapshot(r io.Reader, lay snapLayout, maxCtx int) (*Snapshot, error) {
 			sn.conv[l] = floats(lay.convLen)
 			sn.rec[l] = floats(lay.recLen)
 		} else {
-			sn.k[l] = floats(sn.pos * lay.kvRow)
-			sn.v[l] = floats(sn.pos * lay.kvRow)
+			for _, kv := range []*kvHost{&sn.k[l], &sn.v[l]} {
+				if sr.Err != nil {
+					break // allocate nothing past a short input
+				}
+				*kv = newKVHost(lay, sn.pos)
+				kv.read(sr)
+			}
 		}
 	}
 	sn.logits = floats(lay.vocab)

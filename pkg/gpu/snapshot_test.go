@@ -23,7 +23,27 @@ import (
 
 func testLayout() snapLayout {
 	G, A := qwen35.LinearAttention, qwen35.FullAttention
-	return snapLayout{kinds: []qwen35.LayerKind{G, G, A, G, A}, kvRow: 8, convLen: 6, recLen: 16, vocab: 32}
+	return snapLayout{kinds: []qwen35.LayerKind{G, G, A, G, A}, kvRow: 8, kvBits: 32, convLen: 6, recLen: 16, vocab: 32}
+}
+
+// atWidth is lay with its KV cache at bits (two int8 scale groups a row).
+func atWidth(lay snapLayout, bits int) snapLayout {
+	lay.kvBits, lay.kvScales = bits, 0
+	if bits == model.KVInt8 {
+		lay.kvScales = 2
+	}
+	return lay
+}
+
+// kvRowBytes is one K (or V) row's bytes at lay's width.
+func kvRowBytes(lay snapLayout) int {
+	switch lay.kvBits {
+	case model.KVBF16:
+		return 2 * lay.kvRow
+	case model.KVInt8:
+		return lay.kvRow + 4*lay.kvScales
+	}
+	return 4 * lay.kvRow
 }
 
 // randomSnapshot fills every array with random bits (NaN payloads, −0 and
@@ -42,8 +62,14 @@ func randomSnapshot(lay snapLayout, pos int, seed uint64) *Snapshot {
 	for l, kind := range lay.kinds {
 		if kind == qwen35.LinearAttention {
 			sn.conv[l], sn.rec[l] = fill(lay.convLen), fill(lay.recLen)
-		} else {
-			sn.k[l], sn.v[l] = fill(pos*lay.kvRow), fill(pos*lay.kvRow)
+			continue
+		}
+		for _, kv := range []*kvHost{&sn.k[l], &sn.v[l]} {
+			*kv = newKVHost(lay, pos)
+			for i := range kv.values() {
+				kv.values()[i] = byte(r.Uint32())
+			}
+			copy(kv.scales, fill(len(kv.scales)))
 		}
 	}
 	sn.logits = fill(lay.vocab)
@@ -54,12 +80,20 @@ func sameSnapshot(a, b *Snapshot) bool {
 	if a.pos != b.pos || a.next != b.next || !bitsEqual(a.logits, b.logits) || len(a.lay.kinds) != len(b.lay.kinds) {
 		return false
 	}
+	if a.lay.kvBits != b.lay.kvBits {
+		return false
+	}
 	for l := range a.lay.kinds {
-		if !bitsEqual(a.conv[l], b.conv[l]) || !bitsEqual(a.rec[l], b.rec[l]) || !bitsEqual(a.k[l], b.k[l]) || !bitsEqual(a.v[l], b.v[l]) {
+		if !bitsEqual(a.conv[l], b.conv[l]) || !bitsEqual(a.rec[l], b.rec[l]) || !sameKV(a.k[l], b.k[l]) || !sameKV(a.v[l], b.v[l]) {
 			return false
 		}
 	}
 	return true
+}
+
+func sameKV(a, b kvHost) bool {
+	return bytes.Equal(a.values(), b.values()) && len(a.values()) == len(b.values()) && bitsEqual(a.scales, b.scales) &&
+		(a.f32 == nil) == (b.f32 == nil) && (a.b16 == nil) == (b.b16 == nil) && (a.q8 == nil) == (b.q8 == nil)
 }
 
 func encodeSnapshot(t testing.TB, sn *Snapshot) []byte {
@@ -75,34 +109,55 @@ func encodeSnapshot(t testing.TB, sn *Snapshot) []byte {
 	return buf.Bytes()
 }
 
-// A written snapshot reads back bit for bit, at every length, and takes
-// the bytes its header and arrays need; Bytes counts the arrays.
+// A written snapshot reads back bit for bit, at every length and KV
+// width, and takes the bytes its header and arrays need (K and V in the
+// width: int8 values then their scales); Bytes counts the arrays.
 func TestSnapshotCodecRoundTrip(t *testing.T) {
-	lay := testLayout()
-	for _, pos := range []int{0, 1, 5, 16} {
-		sn := randomSnapshot(lay, pos, uint64(pos))
-		b := encodeSnapshot(t, sn)
-		floats := 3*(lay.convLen+lay.recLen) + 2*2*pos*lay.kvRow + lay.vocab
-		if want := snapHeaderFixed + len(lay.kinds) + snapHeaderTail + 4*floats; len(b) != want {
-			t.Errorf("pos %d: %d bytes, want %d", pos, len(b), want)
-		}
-		if got := sn.Bytes(); got < int64(4*floats) || got > int64(4*floats)+64 {
-			t.Errorf("pos %d: Bytes %d for %d floats", pos, got, floats)
-		}
-		got, err := readSnapshot(bytes.NewReader(b), lay, 16)
-		if err != nil {
-			t.Fatalf("pos %d: %v", pos, err)
-		}
-		if !sameSnapshot(got, sn) || got.Len() != pos || got.Bytes() != sn.Bytes() {
-			t.Errorf("pos %d: the snapshot read back differs from the one written", pos)
+	for _, bits := range []int{32, 16, 8} {
+		lay := atWidth(testLayout(), bits)
+		for _, pos := range []int{0, 1, 5, 16} {
+			sn := randomSnapshot(lay, pos, uint64(pos))
+			b := encodeSnapshot(t, sn)
+			arrays := 4*(3*(lay.convLen+lay.recLen)+lay.vocab) + 2*2*pos*kvRowBytes(lay)
+			if want := snapHeaderFixed + len(lay.kinds) + snapHeaderTail + arrays; len(b) != want {
+				t.Errorf("%d-bit, pos %d: %d bytes, want %d", bits, pos, len(b), want)
+			}
+			if got := sn.Bytes(); got < int64(arrays) || got > int64(arrays)+64 {
+				t.Errorf("%d-bit, pos %d: Bytes %d for %d bytes of arrays", bits, pos, got, arrays)
+			}
+			got, err := readSnapshot(bytes.NewReader(b), lay, 16)
+			if err != nil {
+				t.Fatalf("%d-bit, pos %d: %v", bits, pos, err)
+			}
+			if !sameSnapshot(got, sn) || got.Len() != pos || got.Bytes() != sn.Bytes() || got.KVBits() != bits {
+				t.Errorf("%d-bit, pos %d: the snapshot read back differs from the one written", bits, pos)
+			}
 		}
 	}
 	// Arrays longer than the staging buffer cross its boundary.
-	big := snapLayout{kinds: []qwen35.LayerKind{qwen35.FullAttention, qwen35.LinearAttention}, kvRow: 4099, convLen: 3, recLen: 20000, vocab: 17000}
+	big := snapLayout{kinds: []qwen35.LayerKind{qwen35.FullAttention, qwen35.LinearAttention}, kvRow: 4099, kvBits: 32, convLen: 3, recLen: 20000, vocab: 17000}
 	sn := randomSnapshot(big, 9, 1)
 	got, err := readSnapshot(bytes.NewReader(encodeSnapshot(t, sn)), big, 9)
 	if err != nil || !sameSnapshot(got, sn) {
 		t.Fatalf("a snapshot larger than the staging buffer: err %v, equal %v", err, err == nil && sameSnapshot(got, sn))
+	}
+}
+
+// A version-1 snapshot (written before the KV width was recorded: float32
+// KV) still reads, into a float32 sequence only.
+func TestReadSnapshotVersion1(t *testing.T) {
+	lay := testLayout()
+	sn := randomSnapshot(lay, 5, 9)
+	v2 := encodeSnapshot(t, sn)
+	tail := snapHeaderFixed + len(lay.kinds)
+	v1 := slices.Concat(v2[:tail+4], v2[tail+8:]) // without the bits field
+	binary.LittleEndian.PutUint32(v1[4:], 1)
+	got, err := readSnapshot(bytes.NewReader(v1), lay, 16)
+	if err != nil || !sameSnapshot(got, sn) {
+		t.Fatalf("version 1: err %v, equal %v", err, err == nil && sameSnapshot(got, sn))
+	}
+	if _, err := readSnapshot(bytes.NewReader(v1), atWidth(lay, 8), 16); err == nil || !strings.Contains(err.Error(), "KV cache is 32-bit, this sequence's 8-bit") {
+		t.Fatalf("version 1 into an 8-bit sequence: %v", err)
 	}
 }
 
@@ -122,18 +177,20 @@ func TestReadSnapshotRefuses(t *testing.T) {
 		want   string
 	}{
 		{"the CPU engine's magic", func(b []byte) { copy(b, "Q35S") }, 16, "not a GPU engine snapshot"},
-		{"a later version", put32(4, 2), 16, "version 2"},
+		{"a later version", put32(4, 3), 16, "version 3"},
 		{"fewer layers", put32(8, 4), 16, "has 4 layers, this model 5"},
 		{"a huge layer count", put32(8, math.MaxUint32), 16, "layers"},
 		{"another layer kind", func(b []byte) { b[snapHeaderFixed+2] = byte(qwen35.LinearAttention) }, 16, "layer 2 of the snapshot"},
 		{"wider KV rows", put32(tail, 16), 16, "KV rows hold 16 floats, this model's 8"},
-		{"another conv window", put32(tail+4, 7), 16, "Gated DeltaNet layers hold 7+16"},
-		{"another recurrent state", put32(tail+8, 15), 16, "Gated DeltaNet layers hold 6+15"},
-		{"another vocabulary", put32(tail+12, 31), 16, "vocabulary 32"},
+		{"another KV width", put32(tail+4, 8), 16, "the snapshot's KV cache is 8-bit, this sequence's 32-bit"},
+		{"no KV width", put32(tail+4, 7), 16, "KV width is 7 bits"},
+		{"another conv window", put32(tail+8, 7), 16, "Gated DeltaNet layers hold 7+16"},
+		{"another recurrent state", put32(tail+12, 15), 16, "Gated DeltaNet layers hold 6+15"},
+		{"another vocabulary", put32(tail+16, 31), 16, "vocabulary 32"},
 		{"longer than the context", nil, 4, "holds 5 tokens, more than the sequence's context of 4"},
-		{"a huge length", func(b []byte) { binary.LittleEndian.PutUint64(b[tail+16:], math.MaxUint64) }, 16, "more than the sequence's context"},
-		{"a pick past the vocabulary", put32(tail+24, 32), 16, "greedy pick 32"},
-		{"a pick below −1", put32(tail+24, math.MaxUint32-1), 16, "greedy pick -2"},
+		{"a huge length", func(b []byte) { binary.LittleEndian.PutUint64(b[tail+20:], math.MaxUint64) }, 16, "more than the sequence's context"},
+		{"a pick past the vocabulary", put32(tail+28, 32), 16, "greedy pick 32"},
+		{"a pick below −1", put32(tail+28, math.MaxUint32-1), 16, "greedy pick -2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := slices.Clone(good)
@@ -170,7 +227,7 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 
 // A write that fails anywhere is reported, with the bytes that went out.
 func TestSnapshotWriteToReportsWriteErrors(t *testing.T) {
-	big := snapLayout{kinds: []qwen35.LayerKind{qwen35.FullAttention, qwen35.LinearAttention}, kvRow: 4099, convLen: 3, recLen: 20000, vocab: 17000}
+	big := snapLayout{kinds: []qwen35.LayerKind{qwen35.FullAttention, qwen35.LinearAttention}, kvRow: 4099, kvBits: 8, kvScales: 4099, convLen: 3, recLen: 20000, vocab: 17000}
 	sn := randomSnapshot(big, 9, 2)
 	size := len(encodeSnapshot(t, sn))
 	for _, room := range []int{0, 10, lecodec.Chunk - 1, lecodec.Chunk + 5, size - 1} {
@@ -400,7 +457,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	if err := other.Restore(snap); err == nil || !strings.Contains(err.Error(), "another model") {
 		t.Errorf("Restore into another model: %v", err)
 	}
-	if !reflect.DeepEqual(moe.snapLayout(), dense.snapLayout()) {
+	if !reflect.DeepEqual(moe.snapLayout(32), dense.snapLayout(32)) {
 		if _, err := other.ReadSnapshot(bytes.NewReader(disk.Bytes())); err == nil || !strings.Contains(err.Error(), "another model") {
 			t.Errorf("ReadSnapshot of another geometry: %v", err)
 		}

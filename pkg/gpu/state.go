@@ -1,12 +1,14 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
@@ -37,7 +39,12 @@ const MaxChunkLimit = 1024
 type StateOptions struct {
 	KVInitial  int // starting capacity in tokens (default 1024); doubles on demand
 	MaxContext int // default the model's maximum
-	NoGraph    bool
+	// KVBits is the KV cache's width: model.KVFloat32, KVBF16 or KVInt8,
+	// stored as the CPU engine stores it (docs/kv-cache.md). 0 means
+	// float32, as qwen35.StateOptions; the runtime's sessions pass
+	// model.DefaultKVBits (Backend.NewState).
+	KVBits  int
+	NoGraph bool
 }
 
 // State is one sequence on the device: recurrent and conv state, the KV
@@ -48,14 +55,15 @@ type State struct {
 	pos          int // host mirror of *dpos
 	chunkLen     int // prefill tokens per pass (Model.chunk when allocated)
 	maxCtx, kcap int
+	kvBits       int
 	noGraph      bool
 
 	dpos, tokens, next cuda.DevicePtr
-	cand               cuda.DevicePtr   // topk_cand's header and (id, logit) pairs
-	samp               *sampBuffers     // allocated by the first sampled step
-	sampled            int              // steps Sample decided on the device (tests)
-	conv, rec          []cuda.DevicePtr // per layer (GDN layers only)
-	kc, vc             []cuda.DevicePtr // per layer (attention layers only)
+	cand               cuda.DevicePtr       // topk_cand's header and (id, logit) pairs
+	samp               *sampBuffers         // allocated by the first sampled step
+	sampled            int                  // steps Sample decided on the device (tests)
+	conv, rec          []cuda.DevicePtr     // per layer (GDN layers only)
+	kv                 []gpukernels.KVCache // per layer (attention layers only)
 	s                  scratch
 	graph              *cuda.Graph
 	graphKernels       int
@@ -78,7 +86,10 @@ type scratch struct {
 // NewState allocates a sequence.
 func (m *Model) NewState(opt StateOptions) (*State, error) {
 	cfg := m.cfg
-	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph, chunkLen: max(m.chunk, 1)}
+	st := &State{m: m, maxCtx: opt.MaxContext, noGraph: opt.NoGraph, chunkLen: max(m.chunk, 1), kvBits: cmp.Or(opt.KVBits, model.KVFloat32)}
+	if !model.ValidKVBits(st.kvBits) {
+		return nil, fmt.Errorf("gpu: a KV cache of %d bits; use 8, 16 or 32", opt.KVBits)
+	}
 	if st.maxCtx <= 0 || st.maxCtx > cfg.MaxContext {
 		st.maxCtx = cfg.MaxContext
 	}
@@ -119,8 +130,7 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	st.cand = a(4 * (4 + 2*MaxCandidates))
 	st.conv = make([]cuda.DevicePtr, len(cfg.Layers))
 	st.rec = make([]cuda.DevicePtr, len(cfg.Layers))
-	st.kc = make([]cuda.DevicePtr, len(cfg.Layers))
-	st.vc = make([]cuda.DevicePtr, len(cfg.Layers))
+	st.kv = make([]gpukernels.KVCache, len(cfg.Layers))
 	for l, kind := range cfg.Layers {
 		if kind == qwen35.LinearAttention {
 			st.conv[l] = a(4 * (g.K - 1) * g.C)
@@ -148,32 +158,41 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	return st.allocKV(c, st.kcap, 0)
 }
 
-// allocKV gives every attention layer a cache of capacity tokens, keeping
-// the first keep tokens, and sizes the score scratch to match.
+// allocKV gives every attention layer a cache of capacity tokens at the
+// state's width, keeping the first keep tokens (values and scales), and
+// sizes the score scratch to match.
 func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 	g, cfg := st.m.geom, st.m.cfg
-	row := uint64(4 * g.kvd)
+	values, scales := gpukernels.KVRowBytes(st.kvBits, g.kvd, g.attn.Dh)
 	for l, kind := range cfg.Layers {
 		if kind != qwen35.FullAttention {
 			continue
 		}
-		for _, buf := range []*cuda.DevicePtr{&st.kc[l], &st.vc[l]} {
-			p, err := c.Alloc(row * uint64(capacity))
-			if err != nil {
-				return fmt.Errorf("gpu: no room for a KV cache of %d tokens: %w", capacity, err)
+		kv := &st.kv[l]
+		kv.Bits = st.kvBits
+		for _, b := range []struct {
+			buf *cuda.DevicePtr
+			row int64
+		}{{&kv.K, values}, {&kv.V, values}, {&kv.KS, scales}, {&kv.VS, scales}} {
+			if b.row == 0 {
+				continue
 			}
-			if *buf != 0 {
+			p, err := c.Alloc(uint64(b.row) * uint64(capacity))
+			if err != nil {
+				return fmt.Errorf("gpu: no room for a %d-bit KV cache of %d tokens: %w", st.kvBits, capacity, err)
+			}
+			if *b.buf != 0 {
 				if keep > 0 {
-					if err := c.DtoD(p, *buf, row*uint64(keep)); err != nil {
+					if err := c.DtoD(p, *b.buf, uint64(b.row)*uint64(keep)); err != nil {
 						return err
 					}
 				}
 				if err := c.Sync(); err != nil {
 					return err
 				}
-				c.Free(*buf)
+				c.Free(*b.buf)
 			}
-			*buf = p
+			*b.buf = p
 		}
 	}
 	if st.s.scores != 0 {
@@ -200,10 +219,11 @@ func (st *State) Close() {
 		for _, p := range st.allocs {
 			c.Free(p)
 		}
-		for l := range st.kc {
-			if st.kc[l] != 0 {
-				c.Free(st.kc[l])
-				c.Free(st.vc[l])
+		for _, kv := range st.kv {
+			for _, p := range []cuda.DevicePtr{kv.K, kv.V, kv.KS, kv.VS} {
+				if p != 0 {
+					c.Free(p)
+				}
 			}
 		}
 		if st.s.scores != 0 {
@@ -216,6 +236,9 @@ func (st *State) Close() {
 
 // Len is the number of tokens the sequence holds.
 func (st *State) Len() int { return st.pos }
+
+// KVBits implements model.KVWidth: the KV cache's width.
+func (st *State) KVBits() int { return st.kvBits }
 
 // MaxContext is the most tokens the sequence may hold.
 func (st *State) MaxContext() int { return st.maxCtx }
@@ -615,8 +638,8 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			} else {
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
 			}
-			do(l.AttnKV(st.kc[i], st.vc[i], s.k, s.v, ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, T))
-			do(l.AttnHeads(s.o, s.scores, s.q2, st.kc[i], st.vc[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, T))
+			do(l.AttnKV(st.kv[i], s.k, s.v, ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, T))
+			do(l.AttnHeads(s.o, s.scores, s.q2, st.kv[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, T))
 			one(s.o, g.attn.Hq*g.attn.Dh, s.x, ly.o, s.x)
 			mark(PhaseAttention)
 		}

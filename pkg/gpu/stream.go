@@ -92,7 +92,7 @@ func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	p, err := PlanExperts(PlanInput{Budget: budget, TrunkBytes: m.WeightBytes, StateBytes: stateBytes(cfg, g, m.chunk, ctx), PlanContext: ctx,
+	p, err := PlanExperts(PlanInput{Budget: budget, TrunkBytes: m.WeightBytes, StateBytes: stateBytes(cfg, g, m.chunk, ctx, m.kvBits()), PlanContext: ctx, KVBits: m.kvBits(),
 		Stride: ex.Stride, Layers: len(m.layers), Experts: g.E, TopK: g.k, ForceSlots: force})
 	p.BudgetAuto, p.Reserve = auto, reserve
 	if err != nil {

@@ -45,6 +45,10 @@ type Request struct {
 	// 0: not set). Engines that hold no experts in device memory ignore
 	// them.
 	VRAMBudget, RAMBudget int64
+	// KVBits is the sessions' KV width (--kv-bits; 0: DefaultKVBits), for
+	// an engine that plans its device memory at load (the GPU engine).
+	// Each State still takes its own width from StateOptions.KVBits.
+	KVBits int
 }
 
 // FootprintRequest is what sizes a process's sequence state.

@@ -37,6 +37,10 @@ type Options struct {
 	// the free memory less a reserve); experts that do not fit stream from
 	// pinned RAM (docs/gpu.md).
 	VRAMBudget int64
+	// KVBits is the sessions' KV width (0: model.DefaultKVBits), which the
+	// GPU engine's plan counts one sequence at; each session still sets
+	// its own (SessionOptions.KVBits).
+	KVBits int
 }
 
 // Engine is a loaded model ready to generate.
@@ -98,7 +102,7 @@ func (e *Engine) load(opt Options) error {
 		return err
 	}
 	req := model.Request{Dir: dir, Manifest: m, Weights: e.Install, RopeScaling: opt.RopeScaling, MaxContext: opt.MaxContext,
-		VRAMBudget: opt.VRAMBudget, RAMBudget: opt.Experts.Budget}
+		VRAMBudget: opt.VRAMBudget, RAMBudget: opt.Experts.Budget, KVBits: opt.KVBits}
 	if x := m.Experts; x != nil && opt.Experts.Slots > 0 {
 		req.RAMBudget = int64(opt.Experts.Slots) * x.Stride * int64(len(x.Layers))
 	}

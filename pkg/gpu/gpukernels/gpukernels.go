@@ -13,13 +13,15 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
+	kvblocks "github.com/nvmai/nvmai/pkg/models/blocks"
 )
 
 //go:embed kernels.cu
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -466,21 +468,75 @@ func (l *Launcher) GDNNorm(o, oraw, z, normW cuda.DevicePtr, s GDNShape, eps flo
 // AttnShape is the full-attention geometry.
 type AttnShape struct{ Hq, Hkv, Dh, Half int }
 
-// AttnKV writes the chunk's keys (normed, rotated) and values at *pos….
-func (l *Launcher) AttnKV(kc, vc, k, v, kNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, T int) error {
-	return l.launch("attn_kv", cuda.D2(s.Hkv, T), cuda.D1(128), 0, kc, vc, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, T)
+// KVCache is one attention layer's K and V rows in device memory, a row of
+// Hkv·Dh values per token, at one of the CPU engine's widths
+// (blocks.KVCache, docs/kv-cache.md): float32, bfloat16, or int8 with
+// the scales of each row (one float32 per KVGroup(Dh) values) in KS and VS.
+type KVCache struct {
+	Bits   int            // model.KVFloat32, KVBF16 or KVInt8
+	K, V   cuda.DevicePtr // [capacity, Hkv·Dh] values
+	KS, VS cuda.DevicePtr // int8: [capacity, Hkv·Dh/KVGroup(Dh)] scales
+}
+
+// KVGroup is the int8 cache's scale group for heads of dh values, the CPU
+// engine's (blocks.KVGroup).
+func KVGroup(dh int) int { return kvblocks.KVGroup(dh) }
+
+// KVRowBytes is the bytes one token's K (or V) row of kvd values (heads of
+// dh) takes at bits: its values, and its scales for int8.
+func KVRowBytes(bits, kvd, dh int) (values, scales int64) {
+	switch bits {
+	case model.KVBF16:
+		return 2 * int64(kvd), 0
+	case model.KVInt8:
+		return int64(kvd), 4 * int64(kvd/KVGroup(dh))
+	}
+	return 4 * int64(kvd), 0
+}
+
+// AttnKV writes the chunk's keys (normed, rotated) and values at *pos… in
+// the cache's width: rounded to bfloat16 or quantized per group as the CPU
+// engine's kernels.ToBF16 and kernels.QuantizeQ8 do, bit for bit.
+func (l *Launcher) AttnKV(kv KVCache, k, v, kNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, T int) error {
+	grid, block := cuda.D2(s.Hkv, T), cuda.D1(128)
+	switch kv.Bits {
+	case model.KVFloat32:
+		return l.launch("attn_kv", grid, block, 0, kv.K, kv.V, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, T)
+	case model.KVBF16:
+		return l.launch("attn_kv_bf16", grid, block, 4*s.Dh, kv.K, kv.V, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, T)
+	case model.KVInt8:
+		return l.launch("attn_kv_q8", grid, block, 4*s.Dh, kv.K, kv.V, kv.KS, kv.VS, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, KVGroup(s.Dh), T)
+	}
+	return fmt.Errorf("gpukernels: attn_kv: a KV cache of %d bits; want 8, 16 or 32", kv.Bits)
 }
 
 // AttnHeads computes the gated attention output of every query head: the
 // scores in attnSlices slices of positions, then the softmax and values in
-// slices of 64 head dims.
-func (l *Launcher) AttnHeads(o, scores, q2, kc, vc, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
-	if err := l.launch("attn_scores", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256), s.Dh*4,
-		scores, q2, kc, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity); err != nil {
-		return err
+// slices of 64 head dims. A cache below float32 is widened value by value
+// as kernels.widenQ8 / widenBF16 widen it, so the output is bitwise what
+// the float32 kernels give over the widened rows.
+func (l *Launcher) AttnHeads(o, scores, q2 cuda.DevicePtr, kv KVCache, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
+	sGrid, sBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256)
+	vGrid, vBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64)
+	var err error
+	switch kv.Bits {
+	case model.KVFloat32:
+		if err = l.launch("attn_scores", sGrid, sBlock, s.Dh*4, scores, q2, kv.K, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity); err == nil {
+			err = l.launch("attn_values", vGrid, vBlock, 0, o, scores, q2, kv.V, pos, s.Hq, s.Hkv, s.Dh, capacity)
+		}
+	case model.KVBF16:
+		if err = l.launch("attn_scores_bf16", sGrid, sBlock, s.Dh*4, scores, q2, kv.K, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity); err == nil {
+			err = l.launch("attn_values_bf16", vGrid, vBlock, 0, o, scores, q2, kv.V, pos, s.Hq, s.Hkv, s.Dh, capacity)
+		}
+	case model.KVInt8:
+		g := KVGroup(s.Dh)
+		if err = l.launch("attn_scores_q8", sGrid, sBlock, s.Dh*4, scores, q2, kv.K, kv.KS, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, capacity, g); err == nil {
+			err = l.launch("attn_values_q8", vGrid, vBlock, 0, o, scores, q2, kv.V, kv.VS, pos, s.Hq, s.Hkv, s.Dh, capacity, g)
+		}
+	default:
+		err = fmt.Errorf("gpukernels: attention over a KV cache of %d bits; want 8, 16 or 32", kv.Bits)
 	}
-	return l.launch("attn_values", cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64), 0,
-		o, scores, q2, vc, pos, s.Hq, s.Hkv, s.Dh, capacity)
+	return err
 }
 
 // attnSlices is how many blocks share one head's scores.

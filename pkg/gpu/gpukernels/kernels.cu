@@ -1741,52 +1741,149 @@ __device__ void norm_rotate(float* dst, const float* x, const float* scale, int 
     __syncthreads();
 }
 
+// KV cache widths (docs/kv-cache.md), as pkg/models/blocks.KVCache stores a
+// row of Hkv·Dh values per token: float32; int8 with one float32 scale per
+// group of `group` values (64, or the whole head), the scales of a row in
+// their own array [cap, Hkv·Dh/group]; or bfloat16.
+#define KV_F32 0
+#define KV_Q8 1
+#define KV_BF16 2
+
+// kv_at is value col of cached row `row`, widened as kernels.widenQ8 and
+// widenBF16 widen it: float32(q)·scale, one rounded multiply; bfloat16 is
+// exact. The attention kernels read every cached value through it, so over
+// a narrow cache they compute what they compute over the widened float32
+// rows, bit for bit.
+template <int W>
+__device__ __forceinline__ float kv_at(const void* c, const float* sc, i64 row, int col, int kvd, int group) {
+    if (W == KV_Q8) return __fmul_rn((float)((const signed char*)c)[row * kvd + col], sc[row * (kvd / group) + col / group]);
+    if (W == KV_BF16) return bf16f(((const u16*)c)[row * kvd + col]);
+    return ((const float*)c)[row * kvd + col];
+}
+
+// nanmax is Go's max on float32: a NaN on either side gives a NaN.
+__device__ __forceinline__ float nanmax(float a, float b) {
+    return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+}
+
+// kv_put stores x [Dh] (a head of one token) as cached row `row`, columns
+// col… (a multiple of group), by the whole block: kernels.ToBF16 (to
+// nearest even, a NaN kept quiet) or kernels.QuantizeQ8 (scale =
+// max|x|/127 over the group in float32, q = x·(1/scale) in float64 rounded
+// half away from zero, clamped to ±127; a zero, infinite or NaN scale
+// stores zeros), a warp a group. x is the block's own (shared) memory or
+// global memory it only reads.
+template <int W>
+__device__ void kv_put(void* c, float* sc, const float* x, i64 row, int col, int Dh, int kvd, int group) {
+    if (W == KV_F32) {
+        for (int i = threadIdx.x; i < Dh; i += blockDim.x) ((float*)c)[row * kvd + col + i] = x[i];
+        return;
+    }
+    if (W == KV_BF16) {
+        for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
+            float v = x[i];
+            u32 b = __float_as_uint(v);
+            u16 h = (v != v) ? (u16)((b >> 16) | 0x40u) : (u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+            ((u16*)c)[row * kvd + col + i] = h;
+        }
+        return;
+    }
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    signed char* q = (signed char*)c + row * kvd + col;
+    for (int gi = w; gi < Dh / group; gi += warps) {
+        const float* xs = x + gi * group;
+        float amax = 0;
+        for (int i = lane; i < group; i += 32) amax = nanmax(amax, fabsf(xs[i]));
+        for (int off = 16; off > 0; off >>= 1) amax = nanmax(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float s = __fdiv_rn(amax, 127.0f);
+        if (lane == 0) sc[row * (kvd / group) + (col + gi * group) / group] = s;
+        bool zero = s == 0 || s != s || isinf(s);
+        double inv = zero ? 0 : __ddiv_rn(1.0, (double)s);
+        for (int i = lane; i < group; i += 32) {
+            signed char r = 0;
+            if (!zero) r = (signed char)(int)fmin(127.0, fmax(-127.0, round(__dmul_rn((double)xs[i], inv))));
+            q[gi * group + i] = r;
+        }
+    }
+}
+
 // attn_kv: normalise and rotate the chunk's keys into the cache and copy its
-// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
-extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
-                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
-    PDL_ENTRY();
+// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh] at width W (and, for int8,
+// their scales ks, vs); positions start at *pos. Below float32 the key is
+// normed and rotated into shared memory [Dh] first, then stored as the CPU
+// engine stores the float32 row (blocks.KVCache.PutKV).
+template <int W>
+__device__ void attn_kv_w(void* kc, void* vc, float* ks, float* vs, const float* k, const float* v, const float* kNorm,
+                          const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int group, float* krow) {
     __shared__ double sh[32];
     int g = blockIdx.x, t = blockIdx.y;
     int kvd = Hkv * Dh;
     int p = *pos + t;
-    norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
-    for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
+    if (W == KV_F32) {
+        norm_rotate((float*)kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
+        for (int i = threadIdx.x; i < Dh; i += blockDim.x) ((float*)vc)[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
+        return;
+    }
+    norm_rotate(krow, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
+    kv_put<W>(kc, ks, krow, p, g * Dh, Dh, kvd, group);
+    kv_put<W>(vc, vs, v + (i64)t * kvd + g * Dh, p, g * Dh, Dh, kvd, group);
+}
+
+extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
+                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    PDL_ENTRY();
+    attn_kv_w<KV_F32>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, 0);
+}
+
+extern "C" __global__ void attn_kv_q8(signed char* kc, signed char* vc, float* ks, float* vs, const float* k, const float* v,
+                                      const float* kNorm, const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps,
+                                      int group, int T) {
+    PDL_ENTRY();
+    extern __shared__ float krow[]; // [Dh]
+    attn_kv_w<KV_Q8>(kc, vc, ks, vs, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, group, krow);
+}
+
+extern "C" __global__ void attn_kv_bf16(u16* kc, u16* vc, const float* k, const float* v, const float* kNorm,
+                                        const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    PDL_ENTRY();
+    extern __shared__ float krow[]; // [Dh]
+    attn_kv_w<KV_BF16>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, krow);
 }
 
 // attn_scores: per query head, token and slice z of the positions, the
 // normed rotated query and its scores over the cache up to the token
 // (kernels.AttendScores: four lanes, (l0+l1)+(l2+l3), a quad of threads a
 // position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
-extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
-                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
-    PDL_ENTRY();
+// The cache is read at width W (kv_at).
+template <int W>
+__device__ void attn_scores_w(float* scores, const float* q2, const void* kc, const float* ks, const float* qNorm, const float* invFreq,
+                              const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap, int group) {
     extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
     int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int hg = Hq / Hkv, g = h / hg, kvd = Hkv * Dh;
     int p = *pos + t, n = p + 1;
     float scale = (float)(1.0 / sqrt((double)Dh));
     const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
     norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p, sh);
     float* sc = scores + ((i64)t * Hq + h) * cap;
     int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
+    int c0 = g * Dh;
     for (int s0 = z * nq; s0 < n; s0 += nq * Z) {
         int s = s0 + quad;
         float acc = 0;
         if (s < n) {
-            const float* kr = kc + (i64)s * kvd + g * Dh;
             int i = 0;
             for (; i + 4 * ATT_B <= Dh; i += 4 * ATT_B) {
                 float kv[ATT_B];
 #pragma unroll
-                for (int k = 0; k < ATT_B; k++) kv[k] = kr[i + 4 * k + l];
+                for (int k = 0; k < ATT_B; k++) kv[k] = kv_at<W>(kc, ks, s, c0 + i + 4 * k + l, kvd, group);
 #pragma unroll
                 for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(qs[i + 4 * k + l], kv[k]));
             }
-            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kv_at<W>(kc, ks, s, c0 + i + l, kvd, group)));
             if (l == 0)
-                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kv_at<W>(kc, ks, s, c0 + i, kvd, group)));
         }
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
@@ -1794,18 +1891,38 @@ extern "C" __global__ void attn_scores(float* scores, const float* q2, const flo
     }
 }
 
+extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
+                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    PDL_ENTRY();
+    attn_scores_w<KV_F32>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh);
+}
+
+extern "C" __global__ void attn_scores_q8(float* scores, const float* q2, const signed char* kc, const float* ks, const float* qNorm,
+                                          const float* invFreq, const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap,
+                                          int group) {
+    PDL_ENTRY();
+    attn_scores_w<KV_Q8>(scores, q2, kc, ks, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, group);
+}
+
+extern "C" __global__ void attn_scores_bf16(float* scores, const float* q2, const u16* kc, const float* qNorm, const float* invFreq,
+                                            const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    PDL_ENTRY();
+    attn_scores_w<KV_BF16>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh);
+}
+
 // attn_values: per query head, token and slice of head dims, the softmax of
 // the scores (kernels.Exp after the maximum, a float64 denominator; every
 // block recomputes it) and the weighted values (kernels.AttendValues:
-// ascending positions from zero), times the sigmoid gate.
-extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
-                                       int Hq, int Hkv, int Dh, int cap) {
-    PDL_ENTRY();
+// ascending positions from zero), times the sigmoid gate. The cache is read
+// at width W (kv_at).
+template <int W>
+__device__ void attn_values_w(float* o, const float* scores, const float* q2, const void* vc, const float* vs, const int* pos,
+                              int Hq, int Hkv, int Dh, int cap, int group) {
     __shared__ double sh[32];
     __shared__ float wsm[ATT_SMEM];
     __shared__ float red[32];
     int h = blockIdx.x, t = blockIdx.y;
-    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int hg = Hq / Hkv, g = h / hg, kvd = Hkv * Dh;
     int n = *pos + t + 1;
     const float* sc = scores + ((i64)t * Hq + h) * cap;
     float mx = -__int_as_float(0x7f800000);
@@ -1826,40 +1943,57 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
     float inv = (float)(1.0 / sum);
     const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
     int i = blockIdx.z * blockDim.x + threadIdx.x;
+    int col = g * Dh + i;
     if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
         for (int s = threadIdx.x; s < n; s += blockDim.x) wsm[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
         __syncthreads();
         if (i >= Dh) return;
         float acc = 0;
-        const float* vcol = vc + g * Dh + i;
         int s = 0;
         for (; s + ATT_B <= n; s += ATT_B) {
             float vv[ATT_B];
 #pragma unroll
-            for (int k = 0; k < ATT_B; k++) vv[k] = vcol[(i64)(s + k) * kvd];
+            for (int k = 0; k < ATT_B; k++) vv[k] = kv_at<W>(vc, vs, s + k, col, kvd, group);
 #pragma unroll
             for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(wsm[s + k], vv[k]));
         }
-        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], vcol[(i64)s * kvd]));
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], kv_at<W>(vc, vs, s, col, kvd, group)));
         o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
         return;
     }
     if (i >= Dh) return;
     float acc = 0;
-    const float* vcol = vc + g * Dh + i;
     int s = 0;
     for (; s + ATT_B <= n; s += ATT_B) {
         float vv[ATT_B], ww[ATT_B];
 #pragma unroll
         for (int k = 0; k < ATT_B; k++) {
-            vv[k] = vcol[(i64)(s + k) * kvd];
+            vv[k] = kv_at<W>(vc, vs, s + k, col, kvd, group);
             ww[k] = sc[s + k];
         }
 #pragma unroll
         for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(ww[k], mx)), inv), vv[k]));
     }
-    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), vcol[(i64)s * kvd]));
+    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), kv_at<W>(vc, vs, s, col, kvd, group)));
     o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+}
+
+extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
+                                       int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
+    attn_values_w<KV_F32>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh);
+}
+
+extern "C" __global__ void attn_values_q8(float* o, const float* scores, const float* q2, const signed char* vc, const float* vs,
+                                          const int* pos, int Hq, int Hkv, int Dh, int cap, int group) {
+    PDL_ENTRY();
+    attn_values_w<KV_Q8>(o, scores, q2, vc, vs, pos, Hq, Hkv, Dh, cap, group);
+}
+
+extern "C" __global__ void attn_values_bf16(float* o, const float* scores, const float* q2, const u16* vc, const int* pos,
+                                            int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
+    attn_values_w<KV_BF16>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh);
 }
 
 // ---------------------------------------------------------------------------
