@@ -401,6 +401,10 @@ func (c *compiler) types(raw json.RawMessage, ptr string) int {
 		c.fail(ptr, "type", "type must be a type name or a non-empty array of them")
 		return 0
 	}
+	if dup := duplicate(many); dup != "" {
+		c.fail(ptr, "type", "type lists %q twice", dup)
+		return 0
+	}
 	set := 0
 	for i, name := range many {
 		t, ok := typeNames[name]
@@ -451,6 +455,11 @@ func (c *compiler) object(n *node, kw map[string]json.RawMessage, ptr string, de
 	if raw, ok := kw["required"]; ok {
 		if json.Unmarshal(raw, &required) != nil {
 			c.fail(pointer(ptr, "required"), "required", "required must be an array of strings")
+		}
+		if dup := duplicate(required); dup != "" {
+			// The meta-schema asks for unique names; validators refuse
+			// the schema otherwise.
+			c.fail(pointer(ptr, "required"), "required", "required lists %q twice", dup)
 		}
 	}
 	for _, r := range required {
@@ -1008,4 +1017,16 @@ func (n *node) itemAt(i int) *node {
 		return n.prefix[i]
 	}
 	return n.items
+}
+
+// duplicate returns a string that occurs twice in list, or "".
+func duplicate(list []string) string {
+	seen := map[string]bool{}
+	for _, s := range list {
+		if seen[s] {
+			return s
+		}
+		seen[s] = true
+	}
+	return ""
 }

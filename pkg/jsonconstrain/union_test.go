@@ -179,3 +179,12 @@ func TestLimitsAreUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// Names listed twice in required or type make a schema the meta-schema
+// (and so the validators clients use) refuses; nvmai refuses it too.
+func TestCompileDuplicateNames(t *testing.T) {
+	_, err := Compile(json.RawMessage(`{"properties":{"0":{}},"required":["1","1"]}`))
+	checkCompile(t, err, "required", `required lists "1" twice at /required`)
+	_, err = Compile(json.RawMessage(`{"type":["string","null","string"]}`))
+	checkCompile(t, err, "type", `type lists "string" twice at /type`)
+}
