@@ -81,7 +81,10 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # and restored continues bitwise (snapshot_test.go).
 # Streamed/SlotKernels: experts streamed into VRAM slots, bitwise the
 # resident engine, and the slot kernels against their Go reference.
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels'
+# KVWidth: the KV cache at --kv-bits 8 and 16 against the CPU engine at the
+# same width, and chunked prefill against single steps at each width
+# (kvwidth_test.go; the snapshots at each width match Snapshot).
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
