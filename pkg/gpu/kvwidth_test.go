@@ -73,8 +73,8 @@ func compareWidths(t *testing.T, name string, cpu, gpu *runtime.Engine, ids []in
 		for same < len(wg) && same < len(gg) && gg[same] == wg[same] {
 			same++
 		}
-		t.Logf("FIDELITY %s %d-bit KV, %d-token prompt: logits rel. error vs the CPU engine %.2e (vs the GPU at 32 bits %.2e); greedy agrees for %d of %d tokens; picked on the device equal %v",
-			name, bits, len(ids), rel, from32, same, n, slices.Equal(dev, wg))
+		t.Logf("FIDELITY %s %d-bit KV, %d-token prompt: logits rel. error vs the CPU engine %.2e (bitwise equal %v; vs the GPU at 32 bits %.2e); greedy agrees for %d of %d tokens; picked on the device equal %v",
+			name, bits, len(ids), rel, bitsEqual(gl, wl), from32, same, n, slices.Equal(dev, wg))
 		if same != len(wg) || len(gg) != len(wg) {
 			t.Errorf("%s %d-bit KV: greedy differs from token %d: GPU %v, CPU %v", name, bits, same, gg, wg)
 		}

@@ -364,7 +364,13 @@ func TestAttnHeadsNarrowCacheIsTheCPUEnginesWidening(t *testing.T) {
 						}
 						want := in.cpu(k, v)
 						rel := relDiff(got, want)
-						errs = append(errs, fmt.Sprintf("%d-bit %.2e", bits, rel))
+						equal := 0
+						for i := range got {
+							if math.Float32bits(got[i]) == math.Float32bits(want[i]) {
+								equal++
+							}
+						}
+						errs = append(errs, fmt.Sprintf("%d-bit %.2e (%d of %d values bitwise)", bits, rel, equal, len(got)))
 						if rel > 1e-5 {
 							t.Fatalf("%d-bit attention: relative error %.2e against the CPU engine's", bits, rel)
 						}
