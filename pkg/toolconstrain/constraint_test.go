@@ -270,7 +270,9 @@ func TestCompileFallbacks(t *testing.T) {
 	g, err := Compile(parseTools(t, `[{"name":"f","parameters":{"type":"object","properties":{
 		"when":{"type":"string","format":"date"},
 		"re":{"type":"string","pattern":"^a+$"},
-		"mixed":{"type":["string","integer"]},
+		"mixed":{"type":["string","object"]},
+		"flag":{"type":["boolean","string"]},
+		"same":{"$ref":"#/properties/ok"},
 		"odd":{"type":"object","not":{}},
 		"ok":{"type":"integer"}}}},
 		{"name":"bad name","parameters":{}}]`))
@@ -283,7 +285,7 @@ func TestCompileFallbacks(t *testing.T) {
 			t.Errorf("fallbacks %q lack %q", got, want)
 		}
 	}
-	if strings.Contains(got, "f.ok") || g.HasTool("bad name") || !g.HasTool("f") {
+	if strings.Contains(got, "f.ok") || strings.Contains(got, "f.flag") || strings.Contains(got, "f.same") || g.HasTool("bad name") || !g.HasTool("f") {
 		t.Errorf("fallbacks %q, tools %v", got, g.lits)
 	}
 	if _, err := Compile(parseTools(t, `[{"name":"a b"}]`)); err == nil {
@@ -292,7 +294,9 @@ func TestCompileFallbacks(t *testing.T) {
 	g2, _ := Compile(parseTools(t, `[{"name":"f","parameters":{"type":"object","properties":{
 		"when":{"type":"string","format":"date"},
 		"re":{"type":"string","pattern":"^a+$"},
-		"mixed":{"type":["string","integer"]},
+		"mixed":{"type":["string","object"]},
+		"flag":{"type":["boolean","string"]},
+		"same":{"$ref":"#/properties/ok"},
 		"odd":{"type":"object","not":{}},
 		"ok":{"type":"integer"}}}},
 		{"name":"bad name","parameters":{}}]`))

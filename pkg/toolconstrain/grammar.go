@@ -21,6 +21,7 @@
 package toolconstrain
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -193,6 +194,10 @@ func compileTool(t Tool, g *Grammar) (tool, error) {
 	if len(t.Parameters) > 0 && json.Unmarshal(t.Parameters, &root) != nil {
 		root.Properties = nil // not an object schema: no parameters
 	}
+	var rootDoc any
+	dec := json.NewDecoder(bytes.NewReader(t.Parameters))
+	dec.UseNumber()
+	_ = dec.Decode(&rootDoc)
 	names := make([]string, 0, len(root.Properties))
 	for n := range root.Properties {
 		if validName(n) {
@@ -204,7 +209,7 @@ func compileTool(t Tool, g *Grammar) (tool, error) {
 	}
 	slices.Sort(names)
 	for i, n := range names {
-		p, why := classify(root.Properties[n], root.Defs, root.Definitions)
+		p, why := classify(root.Properties[n], rootDoc)
 		p.name = n
 		if why != "" {
 			g.Fallbacks = append(g.Fallbacks, t.Name+"."+n+": "+why)
@@ -222,7 +227,7 @@ func compileTool(t Tool, g *Grammar) (tool, error) {
 // chatparse types it (a parameter whose types are all "string" stays the
 // raw text; others are decoded as JSON). why, when not "", says why the
 // value is left free.
-func classify(raw, defs, definitions json.RawMessage) (p param, why string) {
+func classify(raw json.RawMessage, root any) (p param, why string) {
 	var kw map[string]json.RawMessage
 	if json.Unmarshal(raw, &kw) != nil {
 		return rawParam(), "" // true, or not a schema: anything goes
@@ -241,32 +246,113 @@ func classify(raw, defs, definitions json.RawMessage) (p param, why string) {
 	case ts["string"] && len(ts) == 1:
 		return stringParam(kw, keys)
 	case ts["string"]:
-		if plainStringOrNull(kw, 0) {
+		// chatparse keeps such a value the raw text as a string (null
+		// for "null"), which fits when the string branch is plain and no
+		// object or array would be parsed from it.
+		if plainScalars(kw, 0) {
 			return rawParam(), ""
 		}
-		return rawParam(), "mixes string and non-string types, which the raw value format cannot constrain"
+		return rawParam(), "mixes string with object, array or constrained types, which the raw value format cannot constrain"
 	}
-	doc := raw
-	if len(defs) > 0 || len(definitions) > 0 {
-		// $ref points into the tool's parameters schema: give the
-		// parameter's schema the definitions it may reference.
-		m := make(map[string]json.RawMessage, len(kw)+2)
-		for k, v := range kw {
-			m[k] = v
-		}
-		if _, ok := m["$defs"]; !ok && len(defs) > 0 {
-			m["$defs"] = defs
-		}
-		if _, ok := m["definitions"]; !ok && len(definitions) > 0 {
-			m["definitions"] = definitions
-		}
-		doc, _ = json.Marshal(m)
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&doc) != nil {
+		return rawParam(), "not JSON"
 	}
-	s, err := jsonconstrain.CompileWithOptions(doc, valueOptions)
+	// A $ref points into the tool's parameters schema: give the
+	// parameter's schema the definitions it may reference, and inline
+	// references to other places in it (a sibling property).
+	m, _ := inlineRefs(doc, root, 0).(map[string]any)
+	if r, ok := root.(map[string]any); ok && m != nil {
+		for _, k := range []string{"$defs", "definitions"} {
+			if _, has := m[k]; !has && r[k] != nil {
+				m[k] = r[k]
+			}
+		}
+		doc = m
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return rawParam(), err.Error()
+	}
+	s, err := jsonconstrain.CompileWithOptions(b, valueOptions)
 	if err != nil {
 		return rawParam(), refusal(err)
 	}
 	return param{kind: vJSON, schema: s}, ""
+}
+
+// inlineRefs replaces, in the schema v, each $ref into root other than
+// its $defs and definitions (which the compiler resolves) by what it
+// points to, its own other keywords kept beside.
+func inlineRefs(v, root any, depth int) any {
+	if depth > 8 {
+		return v
+	}
+	switch x := v.(type) {
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = inlineRefs(e, root, depth)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = inlineRefs(e, root, depth)
+		}
+		ref, _ := x["$ref"].(string)
+		if !strings.HasPrefix(ref, "#/") || strings.HasPrefix(ref, "#/$defs/") || strings.HasPrefix(ref, "#/definitions/") {
+			return out
+		}
+		target, ok := pointer(root, ref[1:])
+		if !ok {
+			return out
+		}
+		merged, ok := inlineRefs(target, root, depth+1).(map[string]any)
+		if !ok {
+			return out
+		}
+		res := make(map[string]any, len(merged)+len(out))
+		for k, e := range merged {
+			res[k] = e
+		}
+		for k, e := range out {
+			if k != "$ref" {
+				res[k] = e
+			}
+		}
+		return res
+	}
+	return v
+}
+
+// pointer resolves an RFC 6901 JSON pointer in v.
+func pointer(v any, p string) (any, bool) {
+	if p == "" {
+		return v, true
+	}
+	for _, tok := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			e, ok := x[tok]
+			if !ok {
+				return nil, false
+			}
+			v = e
+		case []any:
+			var i int
+			if _, err := fmt.Sscanf(tok, "%d", &i); err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // refusal names what jsonconstrain refused.
@@ -343,9 +429,11 @@ func stringParam(kw map[string]json.RawMessage, keys []string) (param, string) {
 	return p, ""
 }
 
-// plainStringOrNull reports a schema whose values are strings of any kind
-// or null, nothing else constrained (Optional[str]).
-func plainStringOrNull(kw map[string]json.RawMessage, depth int) bool {
+// plainScalars reports a schema whose values are strings of any kind or
+// other scalars (null, booleans, numbers), nothing else constrained: any
+// raw text then parses to a value that fits (Optional[str], a
+// ["boolean","string"] flag).
+func plainScalars(kw map[string]json.RawMessage, depth int) bool {
 	if depth > 8 {
 		return false
 	}
@@ -361,7 +449,9 @@ func plainStringOrNull(kw map[string]json.RawMessage, depth int) bool {
 				return false
 			}
 			for _, t := range many {
-				if t != "string" && t != "null" {
+				switch t {
+				case "string", "null", "boolean", "number", "integer":
+				default:
 					return false
 				}
 			}
@@ -371,7 +461,7 @@ func plainStringOrNull(kw map[string]json.RawMessage, depth int) bool {
 				return false
 			}
 			for _, a := range alts {
-				if !plainStringOrNull(a, depth+1) {
+				if !plainScalars(a, depth+1) {
 					return false
 				}
 			}
