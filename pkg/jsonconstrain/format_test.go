@@ -145,6 +145,8 @@ func TestFormatInSchemas(t *testing.T) {
 		{name: "in allOf", schema: `{"allOf":[{"type":"string","format":"ipv4"},{"pattern":"^10\\."}]}`, accepts: []string{`"10.0.0.1"`}, refuses: []string{`"11.0.0.1"`, `"10.0.0.256"`}},
 		{name: "unknown in allOf", schema: `{"allOf":[{"type":"string"},{"format":"color"}]}`, keyword: "format", want: `format "color" is not one nvmai enforces`},
 		{name: "enum filtered by format", schema: `{"enum":["2024-01-01","yesterday"],"format":"date"}`, accepts: []string{`"2024-01-01"`}, refuses: []string{`"yesterday"`}},
+		{name: "minLength below the shortest address", schema: `{"type":"string","format":"email","minLength":3}`, accepts: []string{`"a@b"`}, refuses: []string{`"a@"`}},
+		{name: "minLength above it", schema: `{"type":"string","format":"uuid","minLength":37}`, keyword: "format", want: "no string of 37 to 4096 characters matches"},
 		{name: "nullable date-time", schema: `{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}`, accepts: []string{`null`, `"2024-01-01T00:00:00Z"`}, refuses: []string{`"2024-01-01"`}},
 	}
 	for _, tc := range tests {

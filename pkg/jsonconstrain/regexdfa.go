@@ -277,6 +277,19 @@ type component struct {
 // buildStringDFA compiles the patterns, all of which a string must match,
 // with at least minLen and at most maxLen characters.
 func buildStringDFA(pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
+	if minLen > 0 {
+		// Counting up to minLength multiplies the states; when no string
+		// the patterns match is shorter (minLength 1 beside "^\d+$", an
+		// e-mail address), the count is not needed.
+		if d, _, err := buildCountedDFA(pats, 0, maxLen, maxChars, maxStates); err == nil && int(d.dist[0]) >= minLen {
+			return d, nil, nil
+		}
+	}
+	return buildCountedDFA(pats, minLen, maxLen, maxChars, maxStates)
+}
+
+// buildCountedDFA is buildStringDFA with minLen counted into the states.
+func buildCountedDFA(pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
 	if minLen > maxLen {
 		return nil, nil, &RegexError{0, fmt.Sprintf("no string of %d to %d characters matches", minLen, maxLen), false}
 	}
