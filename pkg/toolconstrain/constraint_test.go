@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
@@ -411,5 +412,25 @@ func TestIdle(t *testing.T) {
 		if c.Idle() && n != len(ok) {
 			t.Errorf("%s: idle, but %d of %d allowed", tc.name, n, len(ok))
 		}
+	}
+}
+
+// References that branch into themselves are inlined within a budget: the
+// schema compiles or falls back at once, never blows up.
+func TestSelfBranchingRefsStayBounded(t *testing.T) {
+	refs := strings.Repeat(`{"$ref":"#/properties/a"},`, 10)
+	params := `{"type":"object","properties":{"a":{"anyOf":[` + strings.TrimSuffix(refs, ",") + `]}}}`
+	done := make(chan error, 1)
+	go func() {
+		_, err := Compile([]Tool{{Name: "loop", Parameters: json.RawMessage(params)}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("compiling self-branching references did not finish")
 	}
 }

@@ -263,7 +263,8 @@ func classify(raw json.RawMessage, root any) (p param, why string) {
 	// A $ref points into the tool's parameters schema: give the
 	// parameter's schema the definitions it may reference, and inline
 	// references to other places in it (a sibling property).
-	m, _ := inlineRefs(doc, root, 0).(map[string]any)
+	budget := maxInlined
+	m, _ := inlineRefs(doc, root, 0, &budget).(map[string]any)
 	if r, ok := root.(map[string]any); ok && m != nil {
 		for _, k := range []string{"$defs", "definitions"} {
 			if _, has := m[k]; !has && r[k] != nil {
@@ -283,10 +284,16 @@ func classify(raw json.RawMessage, root any) (p param, why string) {
 	return param{kind: vJSON, schema: s}, ""
 }
 
+// maxInlined bounds the references inlineRefs replaces in one parameter,
+// so that references that branch into themselves cannot blow a schema up.
+const maxInlined = 64
+
 // inlineRefs replaces, in the schema v, each $ref into root other than
 // its $defs and definitions (which the compiler resolves) by what it
-// points to, its own other keywords kept beside.
-func inlineRefs(v, root any, depth int) any {
+// points to, its own other keywords kept beside, at most *budget of them;
+// a reference left (a cycle, or past the budget) makes the compiler
+// refuse the schema, and the value is left free.
+func inlineRefs(v, root any, depth int, budget *int) any {
 	if depth > 8 {
 		return v
 	}
@@ -294,23 +301,24 @@ func inlineRefs(v, root any, depth int) any {
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = inlineRefs(e, root, depth)
+			out[i] = inlineRefs(e, root, depth, budget)
 		}
 		return out
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = inlineRefs(e, root, depth)
+			out[k] = inlineRefs(e, root, depth, budget)
 		}
 		ref, _ := x["$ref"].(string)
-		if !strings.HasPrefix(ref, "#/") || strings.HasPrefix(ref, "#/$defs/") || strings.HasPrefix(ref, "#/definitions/") {
+		if !strings.HasPrefix(ref, "#/") || strings.HasPrefix(ref, "#/$defs/") || strings.HasPrefix(ref, "#/definitions/") || *budget <= 0 {
 			return out
 		}
+		*budget--
 		target, ok := pointer(root, ref[1:])
 		if !ok {
 			return out
 		}
-		merged, ok := inlineRefs(target, root, depth+1).(map[string]any)
+		merged, ok := inlineRefs(target, root, depth+1, budget).(map[string]any)
 		if !ok {
 			return out
 		}
