@@ -1741,11 +1741,134 @@ __device__ void norm_rotate(float* dst, const float* x, const float* scale, int 
     __syncthreads();
 }
 
-// KV cache widths (docs/kv-cache.md), as pkg/models/blocks.KVCache stores a
-// row of Hkv·Dh values per token: float32; int8 with one float32 scale per
-// group of `group` values (64, or the whole head), the scales of a row in
-// their own array [cap, Hkv·Dh/group]; or bfloat16.
-#define KV_F32 0
+// attn_kv: normalise and rotate the chunk's keys into the cache and copy its
+// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh]; positions start at *pos.
+extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
+                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    int g = blockIdx.x, t = blockIdx.y;
+    int kvd = Hkv * Dh;
+    int p = *pos + t;
+    norm_rotate(kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) vc[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
+}
+
+// attn_scores: per query head, token and slice z of the positions, the
+// normed rotated query and its scores over the cache up to the token
+// (kernels.AttendScores: four lanes, (l0+l1)+(l2+l3), a quad of threads a
+// position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
+extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
+                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
+    PDL_ENTRY();
+    extern __shared__ float qs[]; // [Dh]
+    __shared__ double sh[32];
+    int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int p = *pos + t, n = p + 1;
+    float scale = (float)(1.0 / sqrt((double)Dh));
+    const float* qsrc = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh;
+    norm_rotate(qs, qsrc, qNorm, Dh, eps, invFreq, half, p, sh);
+    float* sc = scores + ((i64)t * Hq + h) * cap;
+    int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
+    for (int s0 = z * nq; s0 < n; s0 += nq * Z) {
+        int s = s0 + quad;
+        float acc = 0;
+        if (s < n) {
+            const float* kr = kc + (i64)s * kvd + g * Dh;
+            int i = 0;
+            for (; i + 4 * ATT_B <= Dh; i += 4 * ATT_B) {
+                float kv[ATT_B];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) kv[k] = kr[i + 4 * k + l];
+#pragma unroll
+                for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(qs[i + 4 * k + l], kv[k]));
+            }
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kr[i + l]));
+            if (l == 0)
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kr[i]));
+        }
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
+        if (l == 0 && s < n) sc[s] = __fmul_rn(acc, scale);
+    }
+}
+
+// attn_values: per query head, token and slice of head dims, the softmax of
+// the scores (kernels.Exp after the maximum, a float64 denominator; every
+// block recomputes it) and the weighted values (kernels.AttendValues:
+// ascending positions from zero), times the sigmoid gate.
+extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
+                                       int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    __shared__ float wsm[ATT_SMEM];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int n = *pos + t + 1;
+    const float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx = -__int_as_float(0x7f800000);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) mx = fmaxf(mx, sc[s]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mm = red[0];
+        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
+        red[0] = mm;
+    }
+    __syncthreads();
+    mx = red[0];
+    double sum = 0;
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sum += (double)exp32k(__fsub_rn(sc[s], mx));
+    sum = block_sum_d(sum, sh);
+    float inv = (float)(1.0 / sum);
+    const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
+    int i = blockIdx.z * blockDim.x + threadIdx.x;
+    if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
+        for (int s = threadIdx.x; s < n; s += blockDim.x) wsm[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
+        __syncthreads();
+        if (i >= Dh) return;
+        float acc = 0;
+        const float* vcol = vc + g * Dh + i;
+        int s = 0;
+        for (; s + ATT_B <= n; s += ATT_B) {
+            float vv[ATT_B];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) vv[k] = vcol[(i64)(s + k) * kvd];
+#pragma unroll
+            for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(wsm[s + k], vv[k]));
+        }
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], vcol[(i64)s * kvd]));
+        o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+        return;
+    }
+    if (i >= Dh) return;
+    float acc = 0;
+    const float* vcol = vc + g * Dh + i;
+    int s = 0;
+    for (; s + ATT_B <= n; s += ATT_B) {
+        float vv[ATT_B], ww[ATT_B];
+#pragma unroll
+        for (int k = 0; k < ATT_B; k++) {
+            vv[k] = vcol[(i64)(s + k) * kvd];
+            ww[k] = sc[s + k];
+        }
+#pragma unroll
+        for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(ww[k], mx)), inv), vv[k]));
+    }
+    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), vcol[(i64)s * kvd]));
+    o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
+}
+
+// The KV cache below float32 (--kv-bits 8 and 16, docs/kv-cache.md), as
+// pkg/models/blocks.KVCache stores a row of Hkv·Dh values per token: int8
+// with one float32 scale per group of `group` values (64, or the whole
+// head), the scales of a row in their own array [cap, Hkv·Dh/group]; or
+// bfloat16. attn_kv_*, attn_scores_* and attn_values_* are attn_kv,
+// attn_scores and attn_values (above, the float32 cache, unchanged) with
+// the cache written and read at that width.
 #define KV_Q8 1
 #define KV_BF16 2
 
@@ -1757,8 +1880,7 @@ __device__ void norm_rotate(float* dst, const float* x, const float* scale, int 
 template <int W>
 __device__ __forceinline__ float kv_at(const void* c, const float* sc, i64 row, int col, int kvd, int group) {
     if (W == KV_Q8) return __fmul_rn((float)((const signed char*)c)[row * kvd + col], sc[row * (kvd / group) + col / group]);
-    if (W == KV_BF16) return bf16f(((const u16*)c)[row * kvd + col]);
-    return ((const float*)c)[row * kvd + col];
+    return bf16f(((const u16*)c)[row * kvd + col]);
 }
 
 // nanmax is Go's max on float32: a NaN on either side gives a NaN.
@@ -1775,10 +1897,6 @@ __device__ __forceinline__ float nanmax(float a, float b) {
 // global memory it only reads.
 template <int W>
 __device__ void kv_put(void* c, float* sc, const float* x, i64 row, int col, int Dh, int kvd, int group) {
-    if (W == KV_F32) {
-        for (int i = threadIdx.x; i < Dh; i += blockDim.x) ((float*)c)[row * kvd + col + i] = x[i];
-        return;
-    }
     if (W == KV_BF16) {
         for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
             float v = x[i];
@@ -1807,11 +1925,9 @@ __device__ void kv_put(void* c, float* sc, const float* x, i64 row, int col, int
     }
 }
 
-// attn_kv: normalise and rotate the chunk's keys into the cache and copy its
-// values; kv [T, Hkv·Dh]; caches [cap, Hkv·Dh] at width W (and, for int8,
-// their scales ks, vs); positions start at *pos. Below float32 the key is
-// normed and rotated into shared memory [Dh] first, then stored as the CPU
-// engine stores the float32 row (blocks.KVCache.PutKV).
+// attn_kv_w is attn_kv at width W (and, for int8, the scales ks, vs): the
+// key is normed and rotated into shared memory [Dh] first, then stored as
+// the CPU engine stores the float32 row (blocks.KVCache.PutKV).
 template <int W>
 __device__ void attn_kv_w(void* kc, void* vc, float* ks, float* vs, const float* k, const float* v, const float* kNorm,
                           const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int group, float* krow) {
@@ -1819,20 +1935,9 @@ __device__ void attn_kv_w(void* kc, void* vc, float* ks, float* vs, const float*
     int g = blockIdx.x, t = blockIdx.y;
     int kvd = Hkv * Dh;
     int p = *pos + t;
-    if (W == KV_F32) {
-        norm_rotate((float*)kc + (i64)p * kvd + g * Dh, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
-        for (int i = threadIdx.x; i < Dh; i += blockDim.x) ((float*)vc)[(i64)p * kvd + g * Dh + i] = v[(i64)t * kvd + g * Dh + i];
-        return;
-    }
     norm_rotate(krow, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
     kv_put<W>(kc, ks, krow, p, g * Dh, Dh, kvd, group);
     kv_put<W>(vc, vs, v + (i64)t * kvd + g * Dh, p, g * Dh, Dh, kvd, group);
-}
-
-extern "C" __global__ void attn_kv(float* kc, float* vc, const float* k, const float* v, const float* kNorm,
-                                   const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
-    PDL_ENTRY();
-    attn_kv_w<KV_F32>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, 0);
 }
 
 extern "C" __global__ void attn_kv_q8(signed char* kc, signed char* vc, float* ks, float* vs, const float* k, const float* v,
@@ -1850,11 +1955,7 @@ extern "C" __global__ void attn_kv_bf16(u16* kc, u16* vc, const float* k, const 
     attn_kv_w<KV_BF16>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, krow);
 }
 
-// attn_scores: per query head, token and slice z of the positions, the
-// normed rotated query and its scores over the cache up to the token
-// (kernels.AttendScores: four lanes, (l0+l1)+(l2+l3), a quad of threads a
-// position). q2 [T, Hq·2·Dh] (per head query then gate); scores [T, Hq, cap].
-// The cache is read at width W (kv_at).
+// attn_scores_w is attn_scores with the cache read at width W (kv_at).
 template <int W>
 __device__ void attn_scores_w(float* scores, const float* q2, const void* kc, const float* ks, const float* qNorm, const float* invFreq,
                               const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap, int group) {
@@ -1891,12 +1992,6 @@ __device__ void attn_scores_w(float* scores, const float* q2, const void* kc, co
     }
 }
 
-extern "C" __global__ void attn_scores(float* scores, const float* q2, const float* kc, const float* qNorm, const float* invFreq,
-                                       const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
-    PDL_ENTRY();
-    attn_scores_w<KV_F32>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh);
-}
-
 extern "C" __global__ void attn_scores_q8(float* scores, const float* q2, const signed char* kc, const float* ks, const float* qNorm,
                                           const float* invFreq, const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap,
                                           int group) {
@@ -1910,11 +2005,7 @@ extern "C" __global__ void attn_scores_bf16(float* scores, const float* q2, cons
     attn_scores_w<KV_BF16>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh);
 }
 
-// attn_values: per query head, token and slice of head dims, the softmax of
-// the scores (kernels.Exp after the maximum, a float64 denominator; every
-// block recomputes it) and the weighted values (kernels.AttendValues:
-// ascending positions from zero), times the sigmoid gate. The cache is read
-// at width W (kv_at).
+// attn_values_w is attn_values with the cache read at width W (kv_at).
 template <int W>
 __device__ void attn_values_w(float* o, const float* scores, const float* q2, const void* vc, const float* vs, const int* pos,
                               int Hq, int Hkv, int Dh, int cap, int group) {
@@ -1976,12 +2067,6 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
     }
     for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), kv_at<W>(vc, vs, s, col, kvd, group)));
     o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
-}
-
-extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
-                                       int Hq, int Hkv, int Dh, int cap) {
-    PDL_ENTRY();
-    attn_values_w<KV_F32>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh);
 }
 
 extern "C" __global__ void attn_values_q8(float* o, const float* scores, const float* q2, const signed char* vc, const float* vs,
