@@ -1877,10 +1877,25 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // exact. The attention kernels read every cached value through it, so over
 // a narrow cache they compute what they compute over the widened float32
 // rows, bit for bit.
+// kv_rows is a cache row's geometry: kvd values, gpr scale groups of
+// `group` values (shift: log2(group) when a power of two, else −1, so the
+// common group of 64 costs a shift, not a division).
+struct kv_rows {
+    int kvd, gpr, group, shift;
+};
+
+__device__ __forceinline__ kv_rows kv_rows_of(int kvd, int group) {
+    kv_rows r = {kvd, kvd / group, group, (group & (group - 1)) == 0 ? __ffs(group) - 1 : -1};
+    return r;
+}
+
 template <int W>
-__device__ __forceinline__ float kv_at(const void* c, const float* sc, i64 row, int col, int kvd, int group) {
-    if (W == KV_Q8) return __fmul_rn((float)((const signed char*)c)[row * kvd + col], sc[row * (kvd / group) + col / group]);
-    return bf16f(((const u16*)c)[row * kvd + col]);
+__device__ __forceinline__ float kv_at(const void* c, const float* sc, i64 row, int col, const kv_rows& r) {
+    if (W == KV_Q8) {
+        int gi = r.shift >= 0 ? col >> r.shift : col / r.group;
+        return __fmul_rn((float)((const signed char*)c)[row * r.kvd + col], sc[row * r.gpr + gi]);
+    }
+    return bf16f(((const u16*)c)[row * r.kvd + col]);
 }
 
 // nanmax is Go's max on float32: a NaN on either side gives a NaN.
@@ -1970,6 +1985,7 @@ __device__ void attn_scores_w(float* scores, const float* q2, const void* kc, co
     float* sc = scores + ((i64)t * Hq + h) * cap;
     int quad = threadIdx.x >> 2, l = threadIdx.x & 3, nq = blockDim.x >> 2;
     int c0 = g * Dh;
+    kv_rows kr = kv_rows_of(kvd, group);
     for (int s0 = z * nq; s0 < n; s0 += nq * Z) {
         int s = s0 + quad;
         float acc = 0;
@@ -1978,13 +1994,13 @@ __device__ void attn_scores_w(float* scores, const float* q2, const void* kc, co
             for (; i + 4 * ATT_B <= Dh; i += 4 * ATT_B) {
                 float kv[ATT_B];
 #pragma unroll
-                for (int k = 0; k < ATT_B; k++) kv[k] = kv_at<W>(kc, ks, s, c0 + i + 4 * k + l, kvd, group);
+                for (int k = 0; k < ATT_B; k++) kv[k] = kv_at<W>(kc, ks, s, c0 + i + 4 * k + l, kr);
 #pragma unroll
                 for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(qs[i + 4 * k + l], kv[k]));
             }
-            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kv_at<W>(kc, ks, s, c0 + i + l, kvd, group)));
+            for (; i + 4 <= Dh; i += 4) acc = __fadd_rn(acc, __fmul_rn(qs[i + l], kv_at<W>(kc, ks, s, c0 + i + l, kr)));
             if (l == 0)
-                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kv_at<W>(kc, ks, s, c0 + i, kvd, group)));
+                for (; i < Dh; i++) acc = __fadd_rn(acc, __fmul_rn(qs[i], kv_at<W>(kc, ks, s, c0 + i, kr)));
         }
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1, 4));
         acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2, 4));
@@ -2035,6 +2051,7 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
     const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
     int i = blockIdx.z * blockDim.x + threadIdx.x;
     int col = g * Dh + i;
+    kv_rows kr = kv_rows_of(kvd, group);
     if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
         for (int s = threadIdx.x; s < n; s += blockDim.x) wsm[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
         __syncthreads();
@@ -2044,11 +2061,11 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
         for (; s + ATT_B <= n; s += ATT_B) {
             float vv[ATT_B];
 #pragma unroll
-            for (int k = 0; k < ATT_B; k++) vv[k] = kv_at<W>(vc, vs, s + k, col, kvd, group);
+            for (int k = 0; k < ATT_B; k++) vv[k] = kv_at<W>(vc, vs, s + k, col, kr);
 #pragma unroll
             for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(wsm[s + k], vv[k]));
         }
-        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], kv_at<W>(vc, vs, s, col, kvd, group)));
+        for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(wsm[s], kv_at<W>(vc, vs, s, col, kr)));
         o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
         return;
     }
@@ -2059,13 +2076,13 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
         float vv[ATT_B], ww[ATT_B];
 #pragma unroll
         for (int k = 0; k < ATT_B; k++) {
-            vv[k] = kv_at<W>(vc, vs, s + k, col, kvd, group);
+            vv[k] = kv_at<W>(vc, vs, s + k, col, kr);
             ww[k] = sc[s + k];
         }
 #pragma unroll
         for (int k = 0; k < ATT_B; k++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(ww[k], mx)), inv), vv[k]));
     }
-    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), kv_at<W>(vc, vs, s, col, kvd, group)));
+    for (; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv), kv_at<W>(vc, vs, s, col, kr)));
     o[(i64)t * Hq * Dh + h * Dh + i] = __fmul_rn(acc, sigk(gate[i]));
 }
 
