@@ -69,9 +69,6 @@ func (tv *Vocab) Constrain(p Plan) (*Constraint, error) {
 	return c, nil
 }
 
-// InCall reports whether the output is inside a call (or after one).
-func (c *Constraint) InCall() bool { return c.st.ph != pText }
-
 // Idle reports whether Mask would allow every token now: free text where
 // no token could open a call the grammar refuses (runtime.IdleConstraint,
 // so a device keeps sampling the row where it is until a call opens).
