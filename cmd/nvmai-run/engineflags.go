@@ -19,6 +19,7 @@ import (
 	// The GPU engine registers itself (model.GPU) for --engine gpu; the
 	// CPU architectures come with package runtime.
 	_ "github.com/nvmai/nvmai/pkg/gpu"
+	_ "github.com/nvmai/nvmai/pkg/gpu/qwen38gpu" // qwen4_exp on the GPU
 )
 
 // Ceilings of the numeric flags: far beyond any model, low enough that a

@@ -1,0 +1,123 @@
+package qwen38gpu
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/qwen38"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/runtime"
+)
+
+// The GPU engine of qwen4_exp holds every weight, the routed experts
+// included, in device memory; the n-gram tables stay on disk.
+func init() {
+	model.Register(packexperts.ArchQwen4Exp, model.GPU, model.Entry{Load: Loader, Footprint: Footprint, HoldsExperts: true})
+}
+
+// Footprint implements model.Footprinter: the geometry, KV width and
+// context are checked as the CPU engine checks them; the sequence's state
+// lives in device memory, so the host keeps only the n-gram reader's
+// buffers.
+func Footprint(req model.FootprintRequest) (model.StateFootprint, error) {
+	cpu, err := model.Lookup(packexperts.ArchQwen4Exp, model.CPU)
+	if err != nil {
+		return model.StateFootprint{}, err
+	}
+	f, err := cpu.Footprint(req)
+	if err != nil {
+		return f, err
+	}
+	return model.StateFootprint{KVBits: f.KVBits, MaxContext: f.MaxContext, ReadBuffers: f.ReadBuffers}, nil
+}
+
+// Backend is the qwen4_exp GPU engine as a model.Model.
+type Backend struct {
+	Dev    *cuda.Device
+	Model  *Model
+	tables io.Closer
+}
+
+// Loader opens GPU 0, the install's n-gram tables (host side) and uploads
+// the weights. The geometry is checked first, so a model the engine cannot
+// run is refused without a device.
+func Loader(req model.Request) (model.Model, error) {
+	if req.RopeScaling != "" && req.RopeScaling != model.RopeNone {
+		return nil, fmt.Errorf("%s: rope scaling %q is not supported for qwen4_exp installs yet", req.Dir, req.RopeScaling)
+	}
+	cfg, err := qwen38.ConfigFromGeometry(req.Manifest.Geometry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", req.Dir, err)
+	}
+	b := &Backend{}
+	var ngrams qwen38.NgramTable
+	if len(cfg.PLELayers) > 0 {
+		t, err := runtime.OpenNgramTables(req.Dir, req.Manifest, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ngrams, b.tables = t, t
+	}
+	if b.Dev, err = cuda.Open(0); err != nil {
+		b.closeTables()
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	b.Model, err = Load(b.Dev, cfg, req.Weights, req.Dir, req.Manifest.Experts, ngrams, LoadOptions{VRAMBudget: req.VRAMBudget, Log: os.Stderr})
+	if err != nil {
+		b.Dev.Close()
+		b.closeTables()
+		return nil, fmt.Errorf("--engine gpu: %w", err)
+	}
+	return b, nil
+}
+
+func (b *Backend) closeTables() {
+	if b.tables != nil {
+		b.tables.Close()
+	}
+}
+
+// Info implements model.Model.
+func (b *Backend) Info() model.Info {
+	c := b.Model.Config()
+	return model.Info{Name: fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch), Architecture: packexperts.ArchQwen4Exp,
+		Device: model.GPU, VocabSize: c.VocabSize, MaxContext: c.MaxContext}
+}
+
+// NewState starts a sequence; a zero KVBits is model.DefaultKVBits, as on
+// the CPU engine.
+func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
+	bits := cmp.Or(opt.KVBits, model.DefaultKVBits)
+	if !model.ValidKVBits(bits) {
+		return nil, fmt.Errorf("qwen38gpu: KV cache width %d bits: use 8, 16 or 32", opt.KVBits)
+	}
+	return b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
+}
+
+// PassLength implements model.PassSizer: a prompt runs in passes of the
+// engine's chunk.
+func (b *Backend) PassLength(int) int { return b.Model.chunk }
+
+// StateBytes implements model.StateSizer: what a sequence holds in VRAM
+// besides its scratch (KV, indexer keys, GDN and PLE state).
+func (b *Backend) StateBytes(tokens, kvBits int) int64 {
+	c := b.Model.Config()
+	return c.KVBytes(tokens, kvBits) + c.FixedStateBytes()
+}
+
+// Close frees the weights, the device and the n-gram tables.
+func (b *Backend) Close() {
+	b.Model.Close()
+	b.Dev.Close()
+	b.closeTables()
+}
+
+var (
+	_ model.State   = (*State)(nil)
+	_ model.Sampler = (*State)(nil)
+	_ model.KVWidth = (*State)(nil)
+)

@@ -1,0 +1,415 @@
+package qwen38gpu
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/kernels"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/blocks"
+	"github.com/nvmai/nvmai/pkg/models/qwen38"
+	"github.com/nvmai/nvmai/pkg/packexperts"
+)
+
+// DefaultChunk is the most tokens one prefill pass carries; the attention
+// scores scratch is 4·chunk·Hq·KV-capacity bytes.
+const DefaultChunk = 256
+
+// Model is the decoder's weights in device memory, and the host side of
+// the n-gram tables.
+type Model struct {
+	dev    *cuda.Device
+	ks     *gpukernels.Set
+	qk     *Kernels
+	cfg    qwen38.Config
+	g      geometry
+	ngrams qwen38.NgramTable
+
+	embed, lmHead *gpukernels.Mat
+	mixer         hcW
+	layers        []layerW
+	ple           []*pleW // by rank among the PLE layers
+	invFreq       cuda.DevicePtr
+
+	mma, gdnPipe, gdnPar, gdnReg bool
+	chunk                        int
+	allocs                       []cuda.DevicePtr
+	WeightBytes                  int64 // bytes uploaded
+}
+
+// hcW is one gated residual's weights (inject nil for the final mixer).
+type hcW struct {
+	norm             cuda.DevicePtr // 1 + w, [S·H]
+	down, up, inject *gpukernels.Mat
+}
+
+type pleW struct {
+	index, layer                 int
+	key, value                   *gpukernels.Mat
+	normKey, normQuery, normConv cuda.DevicePtr
+	conv                         cuda.DevicePtr // [S·H, Kp]
+}
+
+type layerW struct {
+	kind          qwen38.LayerKind
+	attnHC, mlpHC hcW
+	ple           *pleW
+
+	qkv, z, b, a, out              *gpukernels.Mat
+	conv, negExpA, dtBias, gdnNorm cuda.DevicePtr
+	q, k, v, o, index              *gpukernels.Mat
+	qNorm, kNorm, iqNorm, ikNorm   cuda.DevicePtr
+	router, sharedG, sGate, sUp    *gpukernels.Mat
+	sDown, eGate, eUp, eDown       *gpukernels.Mat
+}
+
+// geometry is the derived sizes the forward pass uses.
+type geometry struct {
+	H, S, SH, r, V, C, K, vd, kvd, E, k, I, Is, Dp, Kp, N int
+	gdn                                                   gpukernels.GDNShape
+	attn                                                  gpukernels.AttnShape
+	idx                                                   IndexerShape
+	eps                                                   float32
+}
+
+func newGeometry(c qwen38.Config) geometry {
+	g := geometry{H: c.HiddenSize, S: c.Streams, SH: c.StreamWidth(), r: c.LowRank, V: c.VocabSize, C: c.ConvChannels(), K: c.ConvKernel,
+		vd: c.LinearValueHeads * c.LinearValueDim, kvd: c.NumKVHeads * c.HeadDim, E: c.NumExperts, k: c.ExpertsPerToken,
+		I: c.ExpertIntermediate, Is: c.SharedIntermediate, Dp: c.PLEDim, Kp: c.PLEConvKernel, N: c.NgramSize, eps: c.RMSNormEps}
+	g.gdn = gpukernels.GDNShape{C: g.C, Hk: c.LinearKeyHeads, Hv: c.LinearValueHeads, Dk: c.LinearKeyDim, Dv: c.LinearValueDim}
+	g.attn = gpukernels.AttnShape{Hq: c.NumHeads, Hkv: c.NumKVHeads, Dh: c.HeadDim, Half: c.RotaryDim / 2}
+	g.idx = IndexerShape{Heads: c.IndexerHeads, Dim: c.IndexerDim, Half: c.RotaryDim / 2, Block: c.IndexerBlock, Keep: c.IndexerBlocks()}
+	return g
+}
+
+// LoadOptions are the engine's choices beyond the install.
+type LoadOptions struct {
+	// VRAMBudget is the device memory the model may take (0: what is free
+	// at load). Every weight is resident: a budget the weights do not fit
+	// is refused (streamed experts are not done for qwen4_exp).
+	VRAMBudget int64
+	Log        io.Writer
+}
+
+// Load uploads every weight of the qwen4_exp install at dir (resident
+// tensors from w, routed experts from the expert files ex describes) to
+// dev. ngrams serves the PLE layers' table rows from the host.
+func Load(dev *cuda.Device, cfg qwen38.Config, w model.Weights, dir string, ex *packexperts.Experts, ngrams qwen38.NgramTable, opt LoadOptions) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.PLELayers) > 0 && ngrams == nil {
+		return nil, fmt.Errorf("qwen38gpu: the config has PLE layers %v but no n-gram table was given", cfg.PLELayers)
+	}
+	m := &Model{dev: dev, cfg: cfg, g: newGeometry(cfg), ngrams: ngrams, chunk: DefaultChunk,
+		mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
+	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
+	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
+	m.gdnReg = m.gdnPar && os.Getenv("NVMAI_GPU_GDNREG") != "0"
+	err := dev.Do(func(c *cuda.Ctx) error {
+		free, _, err := c.MemInfo()
+		if err != nil {
+			return err
+		}
+		if need := residentBytes(w, dir, ex); opt.VRAMBudget > 0 && need > opt.VRAMBudget || need > int64(free) {
+			avail := int64(free)
+			if opt.VRAMBudget > 0 {
+				avail = min(avail, opt.VRAMBudget)
+			}
+			return fmt.Errorf("qwen38gpu: the weights take %d MiB and %d MiB of VRAM are available; streaming qwen4_exp experts on the GPU is not done yet: run it with --engine cpu or on a larger card", need>>20, avail>>20)
+		}
+		if m.ks, err = gpukernels.Load(c); err != nil {
+			return err
+		}
+		if m.qk, err = LoadKernels(c); err != nil {
+			return err
+		}
+		return m.upload(c, w, dir, ex)
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	if opt.Log != nil {
+		fmt.Fprintf(opt.Log, "gpu plan: qwen4_exp resident, %d MiB of weights in VRAM (experts included); n-gram tables read on the host\n", m.WeightBytes>>20)
+	}
+	return m, nil
+}
+
+// residentBytes estimates the VRAM the weights take: the expert files and
+// what the install lists beside them (an upper bound: the resident file
+// sizes).
+func residentBytes(w model.Weights, dir string, ex *packexperts.Experts) int64 {
+	var n int64
+	if ex != nil {
+		n += int64(ex.Count) * ex.Stride * int64(len(ex.Layers))
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".safetensors" {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+	}
+	return n
+}
+
+// uploader copies tensors to the device, remembering the first error.
+type uploader struct {
+	m   *Model
+	c   *cuda.Ctx
+	w   model.Weights
+	err error
+}
+
+func (u *uploader) bytes(b []byte) cuda.DevicePtr {
+	if u.err != nil || len(b) == 0 {
+		return 0
+	}
+	p, err := u.c.AllocCopy(b)
+	if err != nil {
+		u.err = fmt.Errorf("qwen38gpu: uploading weights: %w", err)
+		return 0
+	}
+	u.m.allocs = append(u.m.allocs, p)
+	u.m.WeightBytes += int64(len(b))
+	return p
+}
+
+func (u *uploader) matrix(name string, rows, cols int) *gpukernels.Mat {
+	if u.err != nil {
+		return nil
+	}
+	km, err := u.w.Matrix(name)
+	if err == nil {
+		err = blocks.CheckMatrix(km, rows, cols)
+	}
+	if err != nil {
+		u.err = fmt.Errorf("qwen38gpu: tensor %s: %w", name, err)
+		return nil
+	}
+	return &gpukernels.Mat{Rows: rows, Cols: cols, Enc: km.Enc, Data: u.bytes(km.Data), Scales: u.bytes(km.Scales), Biases: u.bytes(km.Biases)}
+}
+
+// vector uploads an n-value parameter, as 1 + w when onePlus (blocks.OnePlus).
+func (u *uploader) vector(name string, n int, onePlus bool) cuda.DevicePtr {
+	if u.err != nil {
+		return 0
+	}
+	v, err := u.w.Vector(name)
+	if err == nil && len(v) != n {
+		err = fmt.Errorf("%d values, the geometry needs %d; the install does not match its manifest geometry", len(v), n)
+	}
+	if err != nil {
+		u.err = fmt.Errorf("qwen38gpu: tensor %s: %w", name, err)
+		return 0
+	}
+	if onePlus {
+		v = blocks.OnePlus(v)
+	}
+	return u.bytes(cuda.Bytes(v))
+}
+
+func (u *uploader) hc(prefix string, inject bool) hcW {
+	g := u.m.g
+	h := hcW{norm: u.vector(prefix+"hc_norm.weight", g.SH, true),
+		down: u.matrix(prefix+"input_mix_weight_down.weight", g.r, g.SH),
+		up:   u.matrix(prefix+"input_mix_weight_up.weight", g.SH, g.r)}
+	if inject {
+		h.inject = u.matrix(prefix+"block_inject_weight.weight", g.S, g.SH)
+	}
+	return h
+}
+
+func (m *Model) upload(c *cuda.Ctx, w model.Weights, dir string, ex *packexperts.Experts) error {
+	cfg, g := m.cfg, m.g
+	u := &uploader{m: m, c: c, w: w}
+	m.embed = u.matrix("model.embed_tokens.weight", g.V, g.H)
+	m.lmHead = u.matrix("lm_head.weight", g.V, g.H)
+	m.mixer = u.hc("model.hyper_connection_mixer.", false)
+	m.invFreq = u.bytes(cuda.Bytes(blocks.NewRope(cfg.RopeTheta, cfg.RotaryDim).InvFreq))
+	m.layers = make([]layerW, len(cfg.Layers))
+	for i, kind := range cfg.Layers {
+		m.layers[i] = m.uploadLayer(u, i, kind)
+	}
+	for k, l := range cfg.PLELayers {
+		n := func(s string) string { return blocks.LayerPrefix(l) + "ple." + s }
+		p := &pleW{index: k, layer: l,
+			key:       u.matrix(n("key_proj.weight"), g.SH, g.Dp),
+			value:     u.matrix(n("value_proj.weight"), g.H, g.Dp),
+			normKey:   u.vector(n("norm_key.weight"), g.SH, true),
+			normQuery: u.vector(n("norm_query.weight"), g.SH, true),
+			normConv:  u.vector(n("norm_conv.weight"), g.SH, true),
+			conv:      u.vector(n("conv1d.weight"), g.SH*g.Kp, false)}
+		m.layers[l].ple = p
+		m.ple = append(m.ple, p)
+	}
+	if u.err != nil {
+		return u.err
+	}
+	return m.uploadExperts(c, dir, ex)
+}
+
+func (m *Model) uploadLayer(u *uploader, i int, kind qwen38.LayerKind) layerW {
+	cfg, g := m.cfg, m.g
+	n := func(s string) string { return blocks.LayerPrefix(i) + s }
+	ly := layerW{kind: kind, attnHC: u.hc(n("attn_hyper_connection."), true), mlpHC: u.hc(n("mlp_hyper_connection."), true)}
+	switch kind {
+	case qwen38.LinearAttention:
+		Hv := cfg.LinearValueHeads
+		ly.qkv = u.matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
+		ly.z = u.matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
+		ly.b = u.matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
+		ly.a = u.matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
+		ly.out = u.matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
+		ly.conv = u.vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
+		ly.dtBias = u.vector(n("linear_attn.dt_bias"), Hv, false)
+		ly.gdnNorm = u.vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
+		if u.err == nil {
+			aLog, err := u.w.Vector(n("linear_attn.A_log"))
+			if err != nil || len(aLog) != Hv {
+				u.err = fmt.Errorf("qwen38gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
+			} else {
+				neg := make([]float32, Hv)
+				for h, v := range aLog {
+					neg[h] = -blocks.Exp32(v) // as blocks.Loader.GDN
+				}
+				ly.negExpA = u.bytes(cuda.Bytes(neg))
+			}
+		}
+	case qwen38.SparseAttention:
+		Dh, dih := cfg.HeadDim, cfg.IndexerDim
+		ly.q = u.matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
+		ly.k = u.matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
+		ly.v = u.matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
+		ly.o = u.matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
+		ly.qNorm = u.vector(n("self_attn.q_norm.weight"), Dh, true)
+		ly.kNorm = u.vector(n("self_attn.k_norm.weight"), Dh, true)
+		ly.index = u.matrix(n("self_attn.indexer.index_qk_proj.weight"), (cfg.IndexerHeads+1)*dih, g.H)
+		ly.iqNorm = u.vector(n("self_attn.indexer.q_layernorm.weight"), dih, true)
+		ly.ikNorm = u.vector(n("self_attn.indexer.k_layernorm.weight"), dih, true)
+	}
+	ly.router = u.matrix(n("mlp.gate.weight"), g.E, g.H)
+	ly.sGate = u.matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
+	ly.sUp = u.matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
+	ly.sDown = u.matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
+	ly.sharedG = u.matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
+	return ly
+}
+
+// uploadExperts copies each MoE layer's expert file whole into one device
+// buffer: expert e's matrices sit e·Stride after expert 0's, which is what
+// the gathered products index with the ids route wrote (as pkg/gpu).
+func (m *Model) uploadExperts(c *cuda.Ctx, dir string, ex *packexperts.Experts) error {
+	g := m.g
+	if ex == nil {
+		return fmt.Errorf("qwen38gpu: a qwen4_exp install needs routed experts; the manifest lists none")
+	}
+	if ex.Count != g.E || ex.TopK != g.k {
+		return fmt.Errorf("qwen38gpu: the manifest's experts are %d top-%d, the geometry says %d top-%d", ex.Count, ex.TopK, g.E, g.k)
+	}
+	rec := make([]byte, ex.Stride)
+	gate, up, down, err := packexperts.ExpertViews(rec, ex.Parts)
+	if err != nil {
+		return err
+	}
+	for _, mt := range []*kernels.Matrix{gate, up, down} {
+		if err := mt.Validate(); err != nil {
+			return fmt.Errorf("qwen38gpu: expert record: %w", err)
+		}
+	}
+	off := func(p []byte) int64 {
+		if len(p) == 0 {
+			return 0
+		}
+		return int64(uintptr(unsafe.Pointer(&p[0])) - uintptr(unsafe.Pointer(&rec[0])))
+	}
+	byLayer := map[int]string{}
+	for _, l := range ex.Layers {
+		byLayer[l.Layer] = l.File
+	}
+	size := int64(ex.Count) * ex.Stride
+	buf := make([]byte, min(size, 256<<20))
+	for i := range m.layers {
+		file, ok := byLayer[i]
+		if !ok {
+			return fmt.Errorf("qwen38gpu: the manifest lists no expert file for layer %d", i)
+		}
+		base, err := m.uploadFile(c, filepath.Join(dir, file), size, buf)
+		if err != nil {
+			return err
+		}
+		ly := &m.layers[i]
+		for _, pr := range []struct {
+			dst **gpukernels.Mat
+			mt  *kernels.Matrix
+		}{{&ly.eGate, gate}, {&ly.eUp, up}, {&ly.eDown, down}} {
+			d := off(pr.mt.Data)
+			if d%16 != 0 || ex.Stride%16 != 0 {
+				return fmt.Errorf("qwen38gpu: expert part at offset %d (stride %d) is not 16-byte aligned", d, ex.Stride)
+			}
+			mat := &gpukernels.Mat{Rows: pr.mt.Rows, Cols: pr.mt.Cols, Enc: pr.mt.Enc, Data: base + cuda.DevicePtr(d), EData: ex.Stride, EScale: ex.Stride}
+			if pr.mt.Enc == kernels.Q4 || pr.mt.Enc == kernels.Q8 {
+				mat.Scales, mat.Biases = base+cuda.DevicePtr(off(pr.mt.Scales)), base+cuda.DevicePtr(off(pr.mt.Biases))
+			}
+			*pr.dst = mat
+		}
+	}
+	return nil
+}
+
+// uploadFile copies a file of exactly size bytes into new device memory.
+func (m *Model) uploadFile(c *cuda.Ctx, path string, size int64, buf []byte) (cuda.DevicePtr, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("qwen38gpu: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != size {
+		return 0, fmt.Errorf("qwen38gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, size)
+	}
+	p, err := c.Alloc(uint64(size))
+	if err != nil {
+		return 0, fmt.Errorf("qwen38gpu: no room for the experts of %s (%d MiB): %w", filepath.Base(path), size>>20, err)
+	}
+	m.allocs = append(m.allocs, p)
+	m.WeightBytes += size
+	for at := int64(0); at < size; {
+		n, err := io.ReadFull(f, buf[:min(int64(len(buf)), size-at)])
+		if err != nil {
+			return 0, fmt.Errorf("qwen38gpu: reading %s at %d: %w", path, at, err)
+		}
+		if err := c.HtoD(p+cuda.DevicePtr(at), buf[:n]); err != nil {
+			return 0, err
+		}
+		at += int64(n)
+	}
+	return p, nil
+}
+
+// Close frees the weights.
+func (m *Model) Close() {
+	if m.dev == nil {
+		return
+	}
+	m.dev.Do(func(c *cuda.Ctx) error {
+		for _, p := range m.allocs {
+			c.Free(p)
+		}
+		return nil
+	})
+	m.allocs = nil
+}
+
+// Config is the model's geometry.
+func (m *Model) Config() qwen38.Config { return m.cfg }
+
+// sqrtF32 is float32(math.Sqrt(float64(n))), as qwen38 forms √H and √dih.
+func sqrtF32(n int) float32 { return float32(math.Sqrt(float64(n))) }
