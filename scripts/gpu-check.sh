@@ -5,11 +5,12 @@
 #
 #   scripts/gpu-check.sh                 # from a checkout with Go
 #   NVMAI_GPU_BIN=dir scripts/gpu-check.sh   # prebuilt: dir holds cuda.test,
-#                                        # gpukernels.test, gpu.test, nvmai-convert
+#                                        # gpukernels.test, gpu.test, qwen38gpu.test, nvmai-convert
 #
 # Fixtures come from a git-ignored copy, $NVMAI_GPU_FIXTURES (default
 # .fixtures/ at the repository root: tiny-moe-fused, tiny-moe-perexpert,
-# tiny-dense and their refs JSON), since ../shared is not on GPU machines.
+# tiny-dense, tiny-qwen38-fused, tiny-qwen38-perexpert and their refs JSON),
+# since ../shared is not on GPU machines.
 # SYNTH=none skips the synthetic 35B-A3B installs; SYNTH=4 makes only the
 # 4-layer one; the default makes 4 and 40 layers (18.7 GiB, in $WORK).
 # SYNTH_BITS=8 makes them 8-bit (40 layers: ~35 GiB of disk and VRAM) for
@@ -21,7 +22,7 @@
 # nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
 # par, par512, reg, reg512);
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
-# this script's order: cuda kernels fidelity fidelity-nomma fidelity-pipe
+# this script's order: cuda kernels fidelity qwen38 fidelity-nomma fidelity-pipe
 # synthetic bench cli stream (STEPS="kernels bench fidelity synthetic" for a short
 # device call); BENCH_DIRS=last benches the largest install only and
 # SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
@@ -36,10 +37,11 @@ mkdir -p "$OUT" "$WORK"
 export NVMAI_GPU=1 NVMAI_GPU_FIXTURES=${NVMAI_GPU_FIXTURES:-$root/.fixtures}
 # Where ../shared exists (a developer's machine), refresh the git-ignored copy
 # that travels to GPU machines.
-if [ ! -d "$NVMAI_GPU_FIXTURES/tiny-dense" ] && [ -d "$root/../shared/fixtures/dev" ]; then
+if [ -d "$root/../shared/fixtures/dev" ]; then
 	mkdir -p "$NVMAI_GPU_FIXTURES"
-	for f in tiny-moe-fused tiny-moe-perexpert tiny-dense tiny-moe.refs.json tiny-dense.refs.json; do
-		cp -r "$root/../shared/fixtures/dev/$f" "$NVMAI_GPU_FIXTURES/"
+	for f in tiny-moe-fused tiny-moe-perexpert tiny-dense tiny-moe.refs.json tiny-dense.refs.json \
+		tiny-qwen38-fused tiny-qwen38-perexpert tiny-qwen38.refs.json; do
+		[ -e "$NVMAI_GPU_FIXTURES/$f" ] || cp -r "$root/../shared/fixtures/dev/$f" "$NVMAI_GPU_FIXTURES/"
 	done
 fi
 export NVMAI_CUBIN_CACHE=${NVMAI_CUBIN_CACHE:-$WORK/cubin}
@@ -56,6 +58,7 @@ if [ -z "$bin" ]; then
 		go test -c -o "$bin/cuda.test" ./pkg/gpu/cuda &&
 		go test -c -o "$bin/gpukernels.test" ./pkg/gpu/gpukernels &&
 		go test -c -o "$bin/gpu.test" ./pkg/gpu &&
+		go test -c -o "$bin/qwen38gpu.test" ./pkg/gpu/qwen38gpu &&
 		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert &&
 		go build -o "$bin/nvmai-run" ./cmd/nvmai-run) || { echo "build failed"; exit 1; }
 fi
@@ -84,8 +87,12 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # KVWidth: the KV cache at --kv-bits 8 and 16 against the CPU engine at the
 # same width, and chunked prefill against single steps at each width
 # (kvwidth_test.go; the snapshots at each width match Snapshot).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth'
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|Qwen38GPU'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
+# against their Go references, the tiny-qwen38 fixtures against
+# transformers, synthetic 4/8-bit installs against the CPU engine.
+[ -x "$bin/qwen38gpu.test" ] && run qwen38 "$bin/qwen38gpu.test" -test.run "$fid|Kernels|SourceCompiles" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
 # NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256); and with the delta rule as
