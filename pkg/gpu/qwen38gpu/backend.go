@@ -53,6 +53,13 @@ func Loader(req model.Request) (model.Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", req.Dir, err)
 	}
+	for k, en := range req.Manifest.NGram {
+		if k < len(cfg.PLELayers) {
+			if err := qwen38.NewNgramHasher(cfg, k).CheckConstants(fmt.Sprintf("%s: manifest ngram[%d]", req.Dir, k), en.Multipliers, en.VocabSizes, en.Offsets); err != nil {
+				return nil, err
+			}
+		}
+	}
 	b := &Backend{}
 	var ngrams qwen38.NgramTable
 	if len(cfg.PLELayers) > 0 {

@@ -48,3 +48,18 @@ func SignedSqrt(g float32) float32 { return signedSqrt(g) }
 // TopBlocks is the QSA indexer's selection: the indices of the n best
 // scores in the order (−score, index), as a set (no particular order).
 func TopBlocks(scores []float32, n int) []int { return topBlocks(scores, n, nil) }
+
+// CheckConstants compares hashing constants stored elsewhere (an install
+// manifest's ngram entry: where, in the error) with the config's formulas,
+// as New does with a checkpoint's int64 buffers.
+func (h *NgramHasher) CheckConstants(where string, mult, primes, offsets []int64) error {
+	for _, c := range []struct {
+		name      string
+		got, want []int64
+	}{{"multipliers", mult, h.consts.mult}, {"vocab_sizes", primes, h.consts.primes}, {"offsets", offsets, h.consts.offsets}} {
+		if err := h.consts.check(where+"."+c.name, c.got, c.want); err != nil {
+			return err
+		}
+	}
+	return nil
+}

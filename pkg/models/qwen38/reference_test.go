@@ -2,6 +2,7 @@ package qwen38
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,22 @@ func TestNgramHasherIsPLERows(t *testing.T) {
 	h.Reset()
 	if got := h.Rows(nil, ids); !slices.Equal(got, want) {
 		t.Fatalf("after Reset rows %v, want %v", got, want)
+	}
+}
+
+// TestNgramHasherCheckConstants: the recomputed constants pass, a changed
+// one is refused naming where it came from.
+func TestNgramHasherCheckConstants(t *testing.T) {
+	c := Config{VocabSize: 4160, NgramSize: 3, HeadsPerNgram: 8, Seed: 1234, NgramRowsDivide: 128, NgramVocabBase: 1000, EOS: 4096}
+	h := NewNgramHasher(c, 0)
+	nc := newNgramConsts(c, 0)
+	if err := h.CheckConstants("ngram[0]", nc.mult, nc.primes, nc.offsets); err != nil {
+		t.Fatal(err)
+	}
+	bad := slices.Clone(nc.primes)
+	bad[3]++
+	err := h.CheckConstants("ngram[0]", nc.mult, bad, nc.offsets)
+	if err == nil || !strings.Contains(err.Error(), "ngram[0].vocab_sizes[3]") {
+		t.Fatalf("a changed prime gave %v", err)
 	}
 }
