@@ -92,7 +92,7 @@ run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
 # against their Go references, the tiny-qwen38 fixtures against
 # transformers, synthetic 4/8-bit installs against the CPU engine.
-[ -x "$bin/qwen38gpu.test" ] && run qwen38 "$bin/qwen38gpu.test" -test.run "$fid|Kernels|SourceCompiles" -test.timeout 8m
+[ -x "$bin/qwen38gpu.test" ] && run qwen38 "$bin/qwen38gpu.test" -test.run "$fid|Kernels|SourceCompiles|Registered" -test.timeout 8m
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
 # delta rule as gdn_rec, 256-token passes (NVMAI_GPU_MMA=0
 # NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256); and with the delta rule as
