@@ -40,6 +40,7 @@ type Backend struct {
 	Dev    *cuda.Device
 	Model  *Model
 	tables io.Closer
+	last   *State // the latest state, for the tests
 }
 
 // Loader opens GPU 0, the install's n-gram tables (host side) and uploads
@@ -102,7 +103,12 @@ func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
 	if !model.ValidKVBits(bits) {
 		return nil, fmt.Errorf("qwen38gpu: KV cache width %d bits: use 8, 16 or 32", opt.KVBits)
 	}
-	return b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
+	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
+	if err != nil {
+		return nil, err
+	}
+	b.last = st
+	return st, nil
 }
 
 // PassLength implements model.PassSizer: a prompt runs in passes of the

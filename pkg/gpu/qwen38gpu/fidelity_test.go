@@ -15,6 +15,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 func TestMain(m *testing.M) { fixinstall.Main(m) }
@@ -215,5 +216,44 @@ func TestQwen38GPUChunkedPrefillEqualsSteps(t *testing.T) {
 	}
 	if d := maxAbsDiff(rows[0], rows[1]); d != 0 {
 		t.Fatalf("whole prompt vs token by token: logits differ by %g", d)
+	}
+}
+
+// TestQwen38GPUSampledOnDevice: sampled generation on the GPU engine picks
+// every token on the device, and the picks are those of the CPU sampler
+// over the same rows copied to the host (an OnLogits hook), seed for seed.
+func TestQwen38GPUSampledOnDevice(t *testing.T) {
+	cudatest.Need(t)
+	e := loadEngine(t, fixinstall.Install(t, fixture(t, qwen38Layouts[0]), 16), true)
+	b := e.Model().(*Backend)
+	ids := e.Tokenizer.Encode("Once upon a")
+	for _, p := range []sample.Params{
+		{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7},
+		{Temperature: 1, Seed: 4},
+		{Temperature: 0.7, TopK: 20, RepetitionPenalty: 1.3, PresencePenalty: 0.5, Seed: 7},
+		{Temperature: 0.7, TopP: 0.95, Seed: 7},
+	} {
+		run := func(rows bool) ([]int, int) {
+			s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32})
+			defer s.Close()
+			opt := runtime.GenerateOptions{MaxTokens: 24, IgnoreEOS: true, Sampling: p}
+			if rows {
+				opt.OnLogits = func([]float32) error { return nil }
+			}
+			res, err := s.Generate(context.Background(), ids, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.IDs, b.last.sampled
+		}
+		host, _ := run(true)
+		dev, served := run(false)
+		t.Logf("FIDELITY qwen38 sampled %+v: device picks equal the host sampler's %v; %d of %d on the device", p, slices.Equal(dev, host), served, len(dev))
+		if !slices.Equal(dev, host) {
+			t.Errorf("%+v: device %v, host sampler %v", p, dev, host)
+		}
+		if served != len(dev) {
+			t.Errorf("%+v: %d of %d picks on the device", p, served, len(dev))
+		}
 	}
 }
