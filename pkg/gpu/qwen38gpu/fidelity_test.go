@@ -136,7 +136,7 @@ func synthPrompt(n, eos int) []int {
 }
 
 // TestQwen38GPUQuantizedMatchesCPUEngine: 4- and 8-bit synthetic
-// tiny-qwen38 installs (and the 8-bit fixture install) give on the GPU
+// tiny-qwen38 installs (and 4- and 8-bit fixture installs) give on the GPU
 // the CPU engine's greedy continuations, at KV widths 32 and 8; the
 // logits' relative distance is logged.
 func TestQwen38GPUQuantizedMatchesCPUEngine(t *testing.T) {
@@ -148,6 +148,8 @@ func TestQwen38GPUQuantizedMatchesCPUEngine(t *testing.T) {
 	cases := []tc{
 		{"synth-4bit", func(t *testing.T) string { return synthInstall(t, 4) }},
 		{"synth-8bit", func(t *testing.T) string { return synthInstall(t, 8) }},
+		// the synthetic n-gram tables are zeros: the fixture's trained one exercises the PLE layer
+		{"fixture-4bit", func(t *testing.T) string { return fixinstall.Install(t, fixture(t, qwen38Layouts[0]), 4) }},
 		{"fixture-8bit", func(t *testing.T) string { return fixinstall.Install(t, fixture(t, qwen38Layouts[0]), 8) }},
 	}
 	for _, c := range cases {
