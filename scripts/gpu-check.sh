@@ -151,10 +151,12 @@ fi
 # 40-layer synthetic under VRAM budgets of 6G and 12G, and resident (auto):
 # the plan, decode and prefill tok/s, the VRAM hit rate, PCIe bytes per
 # token and the achieved host-to-device rate (those bytes × decode tok/s).
+# STREAM_BUDGETS (default "6G 12G auto") lists the budgets, e.g. SYNTH_BITS=8
+# STREAM_BUDGETS="6G 12G 20G 28G auto" for the 8-bit rows of docs/gpu.md.
 big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
 if want stream && [ -f "$big40/manifest.json" ]; then
 	stamp "stream"
-	for vb in 6G 12G auto; do
+	for vb in ${STREAM_BUDGETS:-6G 12G auto}; do
 		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
