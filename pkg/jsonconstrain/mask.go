@@ -1,13 +1,12 @@
 package jsonconstrain
 
 import (
-	"bytes"
 	"fmt"
-	"math"
 	"math/bits"
-	"slices"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/nvmai/nvmai/pkg/tokenmask"
 )
 
 // Vocabulary is what the masker needs of a tokenizer; *tokenizer.Tokenizer
@@ -32,8 +31,8 @@ type Vocabulary interface {
 type Masker struct {
 	vocab int // ids 0..vocab-1; logits past it are always masked
 
-	all  trie // every token but special ones
-	rest trie // tokens not in plainUpTo
+	all  tokenmask.Trie // every token but special ones
+	rest tokenmask.Trie // tokens not in plainUpTo
 
 	// plainUpTo[c] has the plain tokens of 1..c characters, c <= plainChars.
 	plainUpTo     [][]uint64
@@ -82,24 +81,24 @@ func NewMasker(v Vocabulary, endIDs []int) (*Masker, error) {
 	for c := range m.plainUpTo {
 		m.plainUpTo[c] = make([]uint64, words)
 	}
-	var all, rest []token
+	var all, rest []tokenmask.Token
 	for id := 0; id < m.vocab; id++ {
 		b := v.TokenBytes(id)
 		if v.IsSpecial(id) || m.isEnd[id] || len(b) == 0 {
 			continue
 		}
-		all = append(all, token{b, int32(id)})
+		all = append(all, tokenmask.Token{Bytes: b, ID: int32(id)})
 		if c := plainCharCount(b); c > 0 && c <= plainChars {
 			for k := c; k <= plainChars; k++ {
 				m.plainUpTo[k][id/64] |= 1 << (id % 64)
 			}
 			m.plainMaxBytes = max(m.plainMaxBytes, len(b))
 		} else {
-			rest = append(rest, token{b, int32(id)})
+			rest = append(rest, tokenmask.Token{Bytes: b, ID: int32(id)})
 		}
 	}
-	m.all = newTrie(all)
-	m.rest = newTrie(rest)
+	m.all = tokenmask.NewTrie(all)
+	m.rest = tokenmask.NewTrie(rest)
 	return m, nil
 }
 
@@ -117,83 +116,12 @@ func plainCharCount(b []byte) int {
 	return utf8.RuneCount(b)
 }
 
-type token struct {
-	bytes []byte
-	id    int32
-}
-
-// trie: node i has edges edgeByte/edgeNode[edgeLo[i]:edgeLo[i+1]] and ends
-// the tokens ids[idLo[i]:...] (see nodeIDs). Nodes are numbered in preorder.
-type trie struct {
-	edgeLo, idLo []int32
-	edgeByte     []byte
-	edgeNode     []int32
-	ids          []int32
-}
-
-func newTrie(toks []token) trie {
-	slices.SortFunc(toks, func(a, b token) int {
-		if c := bytes.Compare(a.bytes, b.bytes); c != 0 {
-			return c
-		}
-		return int(a.id - b.id)
-	})
-	t := trie{ids: make([]int32, len(toks))}
-	for i, tk := range toks {
-		t.ids[i] = tk.id
-	}
-	t.build(toks, 0, len(toks), 0)
-	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
-	t.idLo = append(t.idLo, int32(len(t.ids)))
-	return t
-}
-
-// build adds the node for the sorted tokens [lo, hi), which share their
-// first depth bytes, and its subtree; it returns the node.
-func (t *trie) build(toks []token, lo, hi, depth int) int32 {
-	self := int32(len(t.idLo))
-	t.idLo = append(t.idLo, int32(lo))
-	for lo < hi && len(toks[lo].bytes) == depth {
-		lo++
-	}
-	// A node's edges are contiguous, so reserve them before the children.
-	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
-	first := len(t.edgeByte)
-	var bounds []int
-	for i := lo; i < hi; {
-		j := i + 1
-		for j < hi && toks[j].bytes[depth] == toks[i].bytes[depth] {
-			j++
-		}
-		t.edgeByte = append(t.edgeByte, toks[i].bytes[depth])
-		t.edgeNode = append(t.edgeNode, 0)
-		bounds = append(bounds, i)
-		i = j
-	}
-	bounds = append(bounds, hi)
-	for k := 0; k+1 < len(bounds); k++ {
-		t.edgeNode[first+k] = t.build(toks, bounds[k], bounds[k+1], depth+1)
-	}
-	return self
-}
-
-// nodeIDs are the tokens that end at node n: preorder numbering puts them
-// between this node's start and its first child's.
-func (t *trie) nodeIDs(n int32) []int32 {
-	lo := t.idLo[n]
-	hi := t.idLo[n+1]
-	if e := t.edgeLo[n]; e < t.edgeLo[n+1] {
-		hi = t.idLo[t.edgeNode[e]]
-	}
-	return t.ids[lo:hi]
-}
-
 // Mask is the set of token ids allowed at one step, with the scratch space
 // to compute it; reuse one per generation.
 type Mask struct {
-	bits []uint64
-	m    machine
-	kept []keptLogit // Apply's scratch
+	bits    []uint64
+	m       machine
+	scratch tokenmask.Scratch // Apply's
 }
 
 // Allows reports whether id is in the set.
@@ -212,84 +140,7 @@ func (mk *Mask) Count() int {
 
 // Apply sets the logits of disallowed ids to -Inf, in place; logits may be
 // longer than the vocabulary (embedding padding rows), those are masked.
-// It goes a 64-id word at a time. An allowed word is skipped; in a word
-// mostly allowed only the refused ids are visited; a run of words mostly
-// refused (most of a row outside strings) is filled by copying and its
-// few allowed logits put back.
-func (mk *Mask) Apply(logits []float32) {
-	for lo := 0; lo < len(logits); {
-		w := mk.word(lo / 64)
-		switch {
-		case w == ^uint64(0):
-			lo += 64
-		case bits.OnesCount64(w) > 32:
-			seg := logits[lo:min(lo+64, len(logits))]
-			refused := ^w
-			if len(seg) < 64 {
-				refused &= 1<<len(seg) - 1
-			}
-			for ; refused != 0; refused &= refused - 1 {
-				seg[bits.TrailingZeros64(refused)] = negInf[0]
-			}
-			lo += 64
-		default:
-			lo = mk.fillSparse(logits, lo)
-		}
-	}
-}
-
-// fillSparse masks the run of mostly refused words from logits[lo] and
-// returns where the run ends.
-func (mk *Mask) fillSparse(logits []float32, lo int) int {
-	kept := mk.kept[:0]
-	hi := lo
-	for ; hi < len(logits); hi += 64 {
-		w := mk.word(hi / 64)
-		if bits.OnesCount64(w) > 32 {
-			break
-		}
-		for ; w != 0; w &= w - 1 {
-			if i := hi + bits.TrailingZeros64(w); i < len(logits) {
-				kept = append(kept, keptLogit{int32(i), logits[i]})
-			}
-		}
-	}
-	hi = min(hi, len(logits))
-	fillNegInf(logits[lo:hi])
-	for _, k := range kept {
-		logits[k.id] = k.logit
-	}
-	mk.kept = kept
-	return hi
-}
-
-type keptLogit struct {
-	id    int32
-	logit float32
-}
-
-// word is the mask's word i; ids past the vocabulary are refused.
-func (mk *Mask) word(i int) uint64 {
-	if i < len(mk.bits) {
-		return mk.bits[i]
-	}
-	return 0
-}
-
-// negInf is a block of -Inf copied over refused runs of logits.
-var negInf = func() *[1024]float32 {
-	var b [1024]float32
-	for i := range b {
-		b[i] = float32(math.Inf(-1))
-	}
-	return &b
-}()
-
-func fillNegInf(x []float32) {
-	for len(x) > 0 {
-		x = x[copy(x, negInf[:]):]
-	}
-}
+func (mk *Mask) Apply(logits []float32) { mk.scratch.Apply(mk.bits, logits) }
 
 // Allowed fills mk with the tokens whose bytes st can accept in full, plus
 // the end tokens when st is a complete document. st is not changed.
@@ -303,13 +154,13 @@ func (m *Masker) Allowed(st *State, mk *Mask) {
 	top := st.m.compactInto(&mk.m, st.top)
 	if c, ok := m.plainRoom(&mk.m, top); ok {
 		copy(mk.bits, m.plainUpTo[c])
-		m.rest.walk(mk, 0, top)
+		walk(&m.rest, mk, 0, top)
 	} else if plain := m.patternRoom(mk, top); plain != nil {
 		copy(mk.bits, plain)
-		m.rest.walk(mk, 0, top)
+		walk(&m.rest, mk, 0, top)
 	} else {
 		clear(mk.bits)
-		m.all.walk(mk, 0, top)
+		walk(&m.all, mk, 0, top)
 	}
 	if st.Done() {
 		for _, id := range m.end {
@@ -359,7 +210,7 @@ func (m *Masker) patternRoom(mk *Mask, top int32) []uint64 {
 		return plain
 	}
 	clear(mk.bits)
-	m.all.walk(mk, 0, top)
+	walk(&m.all, mk, 0, top)
 	plain = make([]uint64, len(mk.bits))
 	for i, w := range mk.bits {
 		plain[i] = w & m.plainUpTo[plainChars][i]
@@ -373,16 +224,16 @@ func (m *Masker) patternRoom(mk *Mask, top int32) []uint64 {
 	return plain
 }
 
-// walk marks every token below node n reachable from the state top.
-func (t *trie) walk(mk *Mask, n, top int32) {
-	for e := t.edgeLo[n]; e < t.edgeLo[n+1]; e++ {
+// walk marks every token below node n of t reachable from the state top.
+func walk(t *tokenmask.Trie, mk *Mask, n, top int32) {
+	for e := t.EdgeLo[n]; e < t.EdgeLo[n+1]; e++ {
 		mark := len(mk.m.f)
-		if s := mk.m.step(top, t.edgeByte[e]); s >= 0 {
-			child := t.edgeNode[e]
-			for _, id := range t.nodeIDs(child) {
+		if s := mk.m.step(top, t.EdgeByte[e]); s >= 0 {
+			child := t.EdgeNode[e]
+			for _, id := range t.Own(child) {
 				mk.bits[id/64] |= 1 << (id % 64)
 			}
-			t.walk(mk, child, s)
+			walk(t, mk, child, s)
 		}
 		mk.m.f = mk.m.f[:mark]
 	}

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/tokenmask"
 )
 
 // Choice is the request's tool_choice.
@@ -29,21 +30,16 @@ type Plan struct {
 // Constraint drives one generation (runtime.Constraint): Mask before each
 // token, Advance after it. It is not safe for concurrent use.
 type Constraint struct {
-	v      *Vocab
-	m      machine
-	forced bool
-	st     state
-	bits   []uint64
-	jmk    jsonconstrain.Mask
-	kept   []keptLogit
+	v       *Vocab
+	m       machine
+	forced  bool
+	st      state
+	bits    []uint64
+	jmk     jsonconstrain.Mask
+	scratch tokenmask.Scratch
 	// idle[k]: in free text at progress k on "<tool_call>", whether every
 	// token is allowed (0: not known yet, 1: yes, -1: no).
 	idle []int8
-}
-
-type keptLogit struct {
-	id    int32
-	logit float32
 }
 
 // Constrain starts a generation under p. The prompt must end where p's
@@ -162,7 +158,7 @@ func (c *Constraint) maskBounded(t *rawTable, p *param) {
 		}
 		if d := int(rawAC.endDepth[st.k]); d > 0 && d < len(rawEnd) {
 			if n := c.v.rootChild[rawEnd[d]]; n >= 0 {
-				for _, id := range c.v.trie.subtree(n) {
+				for _, id := range c.v.trie.Subtree(n) {
 					c.bits[id/64] &^= 1 << (id % 64)
 					c.simSet(id)
 				}
@@ -223,24 +219,24 @@ func (c *Constraint) run(st *state, b []byte) bool {
 // is read again from root on its own.
 func (c *Constraint) walk(n int32, st state, root *state) {
 	tr := &c.v.trie
-	for e := tr.edgeLo[n]; e < tr.edgeLo[n+1]; e++ {
+	for e := tr.EdgeLo[n]; e < tr.EdgeLo[n+1]; e++ {
 		s := st
-		if !c.m.step(&s, tr.edgeByte[e]) {
+		if !c.m.step(&s, tr.EdgeByte[e]) {
 			continue
 		}
-		child := tr.edgeNode[e]
+		child := tr.EdgeNode[e]
 		if s.ph == pJSON {
-			for _, id := range tr.own(child) {
+			for _, id := range tr.Own(child) {
 				c.set(id)
 			}
-			for _, id := range tr.ids[tr.ownHi[child]:tr.subHi[child]] {
+			for _, id := range tr.Below(child) {
 				if c.sim(*root, c.v.v.TokenBytes(int(id))) {
 					c.set(id)
 				}
 			}
 			continue
 		}
-		for _, id := range tr.own(child) {
+		for _, id := range tr.Own(child) {
 			c.set(id)
 		}
 		c.walk(child, s, root)
@@ -290,11 +286,7 @@ func (c *Constraint) Advance(id int) (ended bool, err error) {
 	return false, nil
 }
 
-// apply masks logits by c.bits and returns how many stay allowed. It goes
-// a 64-id word at a time, as jsonconstrain's Mask.Apply: an allowed word is
-// skipped, in a word mostly allowed only the refused ids are visited, and a
-// run of mostly refused words is filled by block copies and its few allowed
-// logits put back.
+// apply masks logits by c.bits and returns how many stay allowed.
 func (c *Constraint) apply(logits []float32) int {
 	n := min(len(logits), c.v.n)
 	count := 0
@@ -307,69 +299,6 @@ func (c *Constraint) apply(logits []float32) int {
 		}
 		count += bits.OnesCount64(w)
 	}
-	inf := float32(math.Inf(-1))
-	for lo := 0; lo < len(logits); {
-		w := c.word(lo / 64)
-		switch {
-		case w == ^uint64(0):
-			lo += 64
-		case bits.OnesCount64(w) > 32:
-			seg := logits[lo:min(lo+64, len(logits))]
-			refused := ^w
-			if len(seg) < 64 {
-				refused &= 1<<len(seg) - 1
-			}
-			for ; refused != 0; refused &= refused - 1 {
-				seg[bits.TrailingZeros64(refused)] = inf
-			}
-			lo += 64
-		default:
-			lo = c.fillSparse(logits, lo)
-		}
-	}
+	c.scratch.Apply(c.bits, logits)
 	return count
 }
-
-// fillSparse masks the run of mostly refused words from logits[lo] and
-// returns where the run ends.
-func (c *Constraint) fillSparse(logits []float32, lo int) int {
-	kept := c.kept[:0]
-	hi := lo
-	for ; hi < len(logits); hi += 64 {
-		w := c.word(hi / 64)
-		if bits.OnesCount64(w) > 32 {
-			break
-		}
-		for ; w != 0; w &= w - 1 {
-			if i := hi + bits.TrailingZeros64(w); i < len(logits) {
-				kept = append(kept, keptLogit{int32(i), logits[i]})
-			}
-		}
-	}
-	hi = min(hi, len(logits))
-	for x := logits[lo:hi]; len(x) > 0; {
-		x = x[copy(x, negInf[:]):]
-	}
-	for _, k := range kept {
-		logits[k.id] = k.logit
-	}
-	c.kept = kept
-	return hi
-}
-
-// word is the mask's word i; ids past the vocabulary are refused.
-func (c *Constraint) word(i int) uint64 {
-	if i < len(c.bits) {
-		return c.bits[i]
-	}
-	return 0
-}
-
-// negInf is a block of -Inf copied over a row that is mostly refused.
-var negInf = func() *[1024]float32 {
-	var b [1024]float32
-	for i := range b {
-		b[i] = float32(math.Inf(-1))
-	}
-	return &b
-}()

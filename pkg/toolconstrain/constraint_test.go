@@ -11,6 +11,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/chattemplate"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/tokenmask"
 )
 
 // testTools cover every kind of value: raw strings (bounded and not), an
@@ -113,7 +114,7 @@ func clone(c *Constraint) *Constraint {
 	}
 	d.bits = make([]uint64, len(c.bits))
 	d.jmk = jsonconstrain.Mask{}
-	d.kept = nil
+	d.scratch = tokenmask.Scratch{}
 	return &d
 }
 

@@ -3,11 +3,11 @@ package toolconstrain
 import (
 	"bytes"
 	"fmt"
-	"slices"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
+	"github.com/nvmai/nvmai/pkg/tokenmask"
 )
 
 // Vocab is what the constraint precomputes over a vocabulary, once per
@@ -20,7 +20,7 @@ type Vocab struct {
 	ends  []int
 	isEnd map[int]bool
 	json  *jsonconstrain.Masker
-	trie  trie
+	trie  tokenmask.Trie
 
 	// openers[k]: the tokens that, read from progress k on "<tool_call>",
 	// complete it, and where.
@@ -70,13 +70,13 @@ func NewVocab(v jsonconstrain.Vocabulary, ends []int, jm *jsonconstrain.Masker) 
 			tv.ends = append(tv.ends, id)
 		}
 	}
-	var toks []token
+	var toks []tokenmask.Token
 	for id := 0; id < tv.n; id++ {
 		if b := v.TokenBytes(id); len(b) > 0 && !v.IsSpecial(id) && !tv.isEnd[id] {
-			toks = append(toks, token{b, int32(id)})
+			toks = append(toks, tokenmask.Token{Bytes: b, ID: int32(id)})
 		}
 	}
-	tv.trie = newTrie(toks)
+	tv.trie = tokenmask.NewTrie(toks)
 	tv.openers = make([][]cut, len(openCall))
 	tv.guard = make([][]uint64, len(paramKMP.pat))
 	for k := range tv.guard {
@@ -84,13 +84,13 @@ func NewVocab(v jsonconstrain.Vocabulary, ends []int, jm *jsonconstrain.Masker) 
 	}
 	for _, t := range toks {
 		for k := range tv.openers {
-			if off := matchEnd(callKMP, int32(k), t.bytes); off > 0 {
-				tv.openers[k] = append(tv.openers[k], cut{t.id, int32(off)})
+			if off := matchEnd(callKMP, int32(k), t.Bytes); off > 0 {
+				tv.openers[k] = append(tv.openers[k], cut{t.ID, int32(off)})
 			}
 		}
 		for k := range tv.guard {
-			if matchEnd(paramKMP, int32(k), t.bytes) > 0 {
-				tv.guard[k][t.id/64] |= 1 << (t.id % 64)
+			if matchEnd(paramKMP, int32(k), t.Bytes) > 0 {
+				tv.guard[k][t.ID/64] |= 1 << (t.ID % 64)
 			}
 		}
 	}
@@ -99,20 +99,20 @@ func NewVocab(v jsonconstrain.Vocabulary, ends []int, jm *jsonconstrain.Masker) 
 		tv.plainUpTo[c] = make([]uint64, tv.words())
 	}
 	for _, t := range toks {
-		c := utf8.RuneCount(t.bytes)
-		if !utf8.Valid(t.bytes) || bytes.IndexByte(t.bytes, '\n') >= 0 || c > plainChars {
-			tv.unplain = append(tv.unplain, t.id)
+		c := utf8.RuneCount(t.Bytes)
+		if !utf8.Valid(t.Bytes) || bytes.IndexByte(t.Bytes, '\n') >= 0 || c > plainChars {
+			tv.unplain = append(tv.unplain, t.ID)
 			continue
 		}
 		for k := c; k <= plainChars; k++ {
-			tv.plainUpTo[k][t.id/64] |= 1 << (t.id % 64)
+			tv.plainUpTo[k][t.ID/64] |= 1 << (t.ID % 64)
 		}
 	}
 	for b := range tv.rootChild {
 		tv.rootChild[b] = -1
 	}
-	for e := tv.trie.edgeLo[0]; e < tv.trie.edgeLo[1]; e++ {
-		tv.rootChild[tv.trie.edgeByte[e]] = tv.trie.edgeNode[e]
+	for e := tv.trie.EdgeLo[0]; e < tv.trie.EdgeLo[1]; e++ {
+		tv.rootChild[tv.trie.EdgeByte[e]] = tv.trie.EdgeNode[e]
 	}
 	tv.raw = make([]*rawTable, len(rawAC.out))
 	return tv, nil
@@ -150,83 +150,20 @@ func (tv *Vocab) rawTable(s int32) *rawTable {
 
 func (tv *Vocab) rawWalk(t *rawTable, n, s int32, depth int32) {
 	tr := &tv.trie
-	for e := tr.edgeLo[n]; e < tr.edgeLo[n+1]; e++ {
-		child := tr.edgeNode[e]
-		s2 := int32(rawAC.next[s][tr.edgeByte[e]])
+	for e := tr.EdgeLo[n]; e < tr.EdgeLo[n+1]; e++ {
+		child := tr.EdgeNode[e]
+		s2 := int32(rawAC.next[s][tr.EdgeByte[e]])
 		switch rawAC.out[s2] {
 		case acForbidden:
 		case acEnd:
-			for _, id := range tr.subtree(child) {
+			for _, id := range tr.Subtree(child) {
 				t.close = append(t.close, cut{id, depth + 1})
 			}
 		default:
-			for _, id := range tr.own(child) {
+			for _, id := range tr.Own(child) {
 				t.stay[id/64] |= 1 << (id % 64)
 			}
 			tv.rawWalk(t, child, s2, depth+1)
 		}
 	}
 }
-
-type token struct {
-	bytes []byte
-	id    int32
-}
-
-// trie: node i has edges edgeByte/edgeNode[edgeLo[i]:edgeLo[i+1]]; the
-// tokens of its subtree are ids[subLo[i]:subHi[i]], those that end at it
-// ids[subLo[i]:ownHi[i]]. Nodes are numbered in preorder.
-type trie struct {
-	edgeLo              []int32
-	edgeByte            []byte
-	edgeNode            []int32
-	subLo, subHi, ownHi []int32
-	ids                 []int32
-}
-
-func newTrie(toks []token) trie {
-	slices.SortFunc(toks, func(a, b token) int {
-		if c := bytes.Compare(a.bytes, b.bytes); c != 0 {
-			return c
-		}
-		return int(a.id - b.id)
-	})
-	t := trie{ids: make([]int32, len(toks))}
-	for i, tk := range toks {
-		t.ids[i] = tk.id
-	}
-	t.build(toks, 0, len(toks), 0)
-	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
-	return t
-}
-
-func (t *trie) build(toks []token, lo, hi, depth int) int32 {
-	self := int32(len(t.subLo))
-	t.subLo = append(t.subLo, int32(lo))
-	t.subHi = append(t.subHi, int32(hi))
-	for lo < hi && len(toks[lo].bytes) == depth {
-		lo++
-	}
-	t.ownHi = append(t.ownHi, int32(lo))
-	t.edgeLo = append(t.edgeLo, int32(len(t.edgeByte)))
-	first := len(t.edgeByte)
-	var bounds []int
-	for i := lo; i < hi; {
-		j := i + 1
-		for j < hi && toks[j].bytes[depth] == toks[i].bytes[depth] {
-			j++
-		}
-		t.edgeByte = append(t.edgeByte, toks[i].bytes[depth])
-		t.edgeNode = append(t.edgeNode, 0)
-		bounds = append(bounds, i)
-		i = j
-	}
-	bounds = append(bounds, hi)
-	for k := 0; k+1 < len(bounds); k++ {
-		t.edgeNode[first+k] = t.build(toks, bounds[k], bounds[k+1], depth+1)
-	}
-	return self
-}
-
-func (t *trie) own(n int32) []int32     { return t.ids[t.subLo[n]:t.ownHi[n]] }
-func (t *trie) subtree(n int32) []int32 { return t.ids[t.subLo[n]:t.subHi[n]] }
