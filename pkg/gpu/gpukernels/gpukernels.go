@@ -547,7 +547,21 @@ func (l *Launcher) Route(sel, weight, logits cuda.DevicePtr, E, k, T, stride int
 	if E > 1024 || k > 64 {
 		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
 	}
-	return l.launch("route", cuda.D1(T), cuda.D1(256), 0, sel, weight, logits, E, k, stride)
+	return l.launch("route", cuda.D1(T), cuda.D1(256), 0, sel, weight, logits, E, k, stride, cuda.DevicePtr(0))
+}
+
+// RouteFixed is Route with the experts given (a replayed routing): token
+// t's are fixed[t·k, (t+1)·k) int32, ascending and distinct, which the
+// caller checks. They are copied to sel, and weight gets the router's
+// softmax at them renormalised over them, as qwen35's RouteFixed does.
+func (l *Launcher) RouteFixed(sel, weight, logits, fixed cuda.DevicePtr, E, k, T, stride int) error {
+	if E > 1024 || k > 64 {
+		return fmt.Errorf("gpukernels: route: %d experts top-%d is past the kernel's 1024/64", E, k)
+	}
+	if fixed == 0 {
+		return fmt.Errorf("gpukernels: RouteFixed: no experts given")
+	}
+	return l.launch("route", cuda.D1(T), cuda.D1(256), 0, sel, weight, logits, E, k, stride, fixed)
 }
 
 // Combine adds the weighted routed outputs and the gated shared expert to x

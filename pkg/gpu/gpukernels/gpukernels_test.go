@@ -10,6 +10,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/kernels"
+	nvblocks "github.com/nvmai/nvmai/pkg/models/blocks"
 	"github.com/nvmai/nvmai/pkg/quant"
 )
 
@@ -398,6 +399,49 @@ func TestRoute(t *testing.T) {
 		gotW := b.f32(w, T*k)
 		for tok := range T {
 			wantSel, wantW := routeRef(logits[tok*E:(tok+1)*E], k)
+			for s := range k {
+				if int(gotSel[tok*k+s]) != wantSel[s] {
+					t.Fatalf("token %d: experts %v, want %v", tok, gotSel[tok*k:(tok+1)*k], wantSel)
+				}
+				if d := math.Abs(float64(gotW[tok*k+s] - wantW[s])); d > 1e-7 {
+					t.Fatalf("token %d slot %d: weight %v, want %v", tok, s, gotW[tok*k+s], wantW[s])
+				}
+			}
+		}
+	})
+}
+
+// RouteFixed keeps the experts it is given (a replayed routing) and
+// weighs them as the CPU engine's blocks.RouteFixed does: the router's
+// softmax at those ids, renormalised over them.
+func TestRouteFixed(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	const E, k, T = 256, 8, 3
+	logits := randVec(r, T*E, 2)
+	fixed := make([]int32, T*k)
+	for tok := range T {
+		ids := r.Perm(E)[:k]
+		slices.Sort(ids)
+		for s, e := range ids {
+			fixed[tok*k+s] = int32(e)
+		}
+	}
+	withGPU(t, func(b *gpuBuf, l *Launcher) {
+		sel, w := b.poisoned(4*T*k), b.poisoned(4*T*k)
+		if err := l.RouteFixed(sel, w, b.up(cuda.Bytes(logits)), b.up(cuda.Bytes(fixed)), E, k, T, E); err != nil {
+			t.Fatal(err)
+		}
+		gotSel := make([]int32, T*k)
+		b.c.DtoH(cuda.Bytes(gotSel), sel)
+		gotW := b.f32(w, T*k)
+		probs := make([]float32, E)
+		for tok := range T {
+			wantSel := make([]int, k)
+			for s := range k {
+				wantSel[s] = int(fixed[tok*k+s])
+			}
+			wantW := make([]float32, k)
+			nvblocks.RouteFixed(logits[tok*E:(tok+1)*E], probs, wantSel, wantW)
 			for s := range k {
 				if int(gotSel[tok*k+s]) != wantSel[s] {
 					t.Fatalf("token %d: experts %v, want %v", tok, gotSel[tok*k:(tok+1)*k], wantSel)

@@ -2103,9 +2103,12 @@ extern "C" __global__ void attn_values_bf16(float* o, const float* scores, const
 // most probable (lower id on ties), in ascending id order, weights
 // renormalised over the selection. One block per token: expert e is picked
 // when fewer than k experts beat it (a higher probability, or an equal one
-// and a lower id), which is the set the one-by-one selection takes.
+// and a lower id), which is the set the one-by-one selection takes. With
+// fixed (a replayed routing, blocks.RouteFixed) token t's experts are
+// fixed[t·k, (t+1)·k), ascending and distinct (the host checked), and only
+// the weights come from the softmax, renormalised over them the same way.
 #define ROUTE_MAXE 1024
-extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride) {
+extern "C" __global__ void route(int* sel, float* weight, const float* logits, int E, int k, int stride, const int* fixed) {
     PDL_ENTRY();
     __shared__ double sh[32];
     __shared__ double ex[ROUTE_MAXE];
@@ -2134,27 +2137,35 @@ extern "C" __global__ void route(int* sel, float* weight, const float* logits, i
     }
     sum = block_sum_d(sum, sh);
     for (int e = threadIdx.x; e < E; e += blockDim.x) probs[e] = (float)(ex[e] / sum);
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float p = probs[e];
-        int beaten = 0;
-        for (int j = 0; j < E; j++) {
-            float q = probs[j];
-            beaten += (q > p) || (q == p && j < e);
+    if (fixed) {
+        for (int i = threadIdx.x; i < k; i += blockDim.x) chosen[i] = fixed[t * k + i];
+        __syncthreads();
+    } else {
+        __syncthreads();
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            float p = probs[e];
+            int beaten = 0;
+            for (int j = 0; j < E; j++) {
+                float q = probs[j];
+                beaten += (q > p) || (q == p && j < e);
+            }
+            picked[e] = beaten < k;
         }
-        picked[e] = beaten < k;
+        __syncthreads();
+        if (threadIdx.x < 32) { // ascending ids: a ballot over 32 experts at a time
+            int lane = threadIdx.x, n = 0;
+            for (int base = 0; base < E; base += 32) {
+                bool f = base + lane < E && picked[base + lane];
+                unsigned bal = __ballot_sync(0xffffffffu, f);
+                int at = n + __popc(bal & ((1u << lane) - 1));
+                if (f && at < k) chosen[at] = base + lane;
+                n += __popc(bal);
+            }
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    if (threadIdx.x < 32) { // ascending ids: a ballot over 32 experts at a time
-        int lane = threadIdx.x, n = 0;
-        for (int base = 0; base < E; base += 32) {
-            bool f = base + lane < E && picked[base + lane];
-            unsigned bal = __ballot_sync(0xffffffffu, f);
-            int at = n + __popc(bal & ((1u << lane) - 1));
-            if (f && at < k) chosen[at] = base + lane;
-            n += __popc(bal);
-        }
-        __syncwarp();
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x;
         if (lane == 0) {
             float total = 0;
             for (int i = 0; i < k; i++) total = __fadd_rn(total, probs[chosen[i]]);
