@@ -1,7 +1,6 @@
 package qwen35
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 
@@ -128,49 +127,29 @@ func (m *Model) checkCodecHeader(h stateHeader, bits, maxCtx int) error {
 // The header: "Q35S", version u32, layers u32, one kind byte per layer,
 // kv bits u32, kv row u32, head dim u32, conv floats u32, rec floats u32,
 // tokens u64.
-var stateMagic = [4]byte{'Q', '3', '5', 'S'}
+var stateFormat = lecodec.StateFormat{
+	Pkg: "qwen35", Name: "serialized state", Magic: [4]byte{'Q', '3', '5', 'S'},
+	Version: StateCodecVersion, Dims: 5, MaxLayers: maxCodecLayers,
+}
 
 func encodeStateHeader(h stateHeader) []byte {
-	b := append([]byte(nil), stateMagic[:]...)
-	b = binary.LittleEndian.AppendUint32(b, h.version)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.kinds)))
-	for _, k := range h.kinds {
-		b = append(b, byte(k))
+	kinds := make([]byte, len(h.kinds))
+	for i, k := range h.kinds {
+		kinds[i] = byte(k)
 	}
-	for _, v := range []uint32{h.kvBits, h.kvRow, h.headDim, h.convLen, h.recLen} {
-		b = binary.LittleEndian.AppendUint32(b, v)
-	}
-	return binary.LittleEndian.AppendUint64(b, h.tokens)
+	return stateFormat.Encode(lecodec.StateHeader{Version: h.version, Kinds: kinds,
+		Dims: []uint32{h.kvBits, h.kvRow, h.headDim, h.convLen, h.recLen}, Tokens: h.tokens})
 }
 
 func readStateHeader(r io.Reader) (stateHeader, error) {
-	var h stateHeader
-	var fixed [12]byte
-	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return h, fmt.Errorf("qwen35: reading the state header: %w", lecodec.NoEOF(err))
+	lh, err := stateFormat.Read(r)
+	if err != nil {
+		return stateHeader{}, err
 	}
-	if [4]byte(fixed[:4]) != stateMagic {
-		return h, fmt.Errorf("qwen35: not a serialized state (magic %q, want %q)", fixed[:4], stateMagic[:])
+	h := stateHeader{version: lh.Version, kinds: make([]LayerKind, len(lh.Kinds)), tokens: lh.Tokens}
+	for i, k := range lh.Kinds {
+		h.kinds[i] = LayerKind(k)
 	}
-	h.version = binary.LittleEndian.Uint32(fixed[4:])
-	if h.version != StateCodecVersion {
-		return h, fmt.Errorf("qwen35: serialized state version %d; this build reads version %d", h.version, StateCodecVersion)
-	}
-	n := binary.LittleEndian.Uint32(fixed[8:])
-	if n == 0 || n > maxCodecLayers {
-		return h, fmt.Errorf("qwen35: the state declares %d layers (at most %d)", n, maxCodecLayers)
-	}
-	rest := make([]byte, int(n)+5*4+8)
-	if _, err := io.ReadFull(r, rest); err != nil {
-		return h, fmt.Errorf("qwen35: reading the state header: %w", lecodec.NoEOF(err))
-	}
-	h.kinds = make([]LayerKind, n)
-	for i := range h.kinds {
-		h.kinds[i] = LayerKind(rest[i])
-	}
-	v := rest[n:]
-	h.kvBits, h.kvRow, h.headDim = binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:]), binary.LittleEndian.Uint32(v[8:])
-	h.convLen, h.recLen = binary.LittleEndian.Uint32(v[12:]), binary.LittleEndian.Uint32(v[16:])
-	h.tokens = binary.LittleEndian.Uint64(v[20:])
+	h.kvBits, h.kvRow, h.headDim, h.convLen, h.recLen = lh.Dims[0], lh.Dims[1], lh.Dims[2], lh.Dims[3], lh.Dims[4]
 	return h, nil
 }

@@ -32,9 +32,6 @@ type stateHeader struct {
 // allocate a huge kinds slice).
 const maxCodecLayers = 1024
 
-// stateMagic opens a serialized qwen38 state.
-var stateMagic = [4]byte{'Q', '3', '8', 'S'}
-
 var dimNames = [10]string{"KV width (bits)", "KV row", "head width", "GDN conv window", "GDN recurrent state",
 	"indexer key width", "indexer block", "PLE layer count", "PLE conv window", "n-gram history"}
 
@@ -176,48 +173,28 @@ func (m *Model) checkCodecHeader(h stateHeader, bits, maxCtx int) error {
 
 // The header: "Q38S", version u32, layers u32, one kind byte per layer,
 // the ten dims u32, tokens u64.
+var stateFormat = lecodec.StateFormat{
+	Pkg: "qwen38", Name: "serialized qwen38 state", Magic: [4]byte{'Q', '3', '8', 'S'},
+	Version: StateCodecVersion, Dims: 10, MaxLayers: maxCodecLayers,
+}
+
 func encodeStateHeader(h stateHeader) []byte {
-	b := append([]byte(nil), stateMagic[:]...)
-	b = binary.LittleEndian.AppendUint32(b, h.version)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.kinds)))
-	for _, k := range h.kinds {
-		b = append(b, byte(k))
+	kinds := make([]byte, len(h.kinds))
+	for i, k := range h.kinds {
+		kinds[i] = byte(k)
 	}
-	for _, v := range h.dims {
-		b = binary.LittleEndian.AppendUint32(b, v)
-	}
-	return binary.LittleEndian.AppendUint64(b, h.tokens)
+	return stateFormat.Encode(lecodec.StateHeader{Version: h.version, Kinds: kinds, Dims: h.dims[:], Tokens: h.tokens})
 }
 
 func readStateHeader(r io.Reader) (stateHeader, error) {
-	var h stateHeader
-	var fixed [12]byte
-	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return h, fmt.Errorf("qwen38: reading the state header: %w", lecodec.NoEOF(err))
+	lh, err := stateFormat.Read(r)
+	if err != nil {
+		return stateHeader{}, err
 	}
-	if [4]byte(fixed[:4]) != stateMagic {
-		return h, fmt.Errorf("qwen38: not a serialized qwen38 state (magic %q, want %q)", fixed[:4], stateMagic[:])
+	h := stateHeader{version: lh.Version, kinds: make([]LayerKind, len(lh.Kinds)), tokens: lh.Tokens}
+	for i, k := range lh.Kinds {
+		h.kinds[i] = LayerKind(k)
 	}
-	h.version = binary.LittleEndian.Uint32(fixed[4:])
-	if h.version != StateCodecVersion {
-		return h, fmt.Errorf("qwen38: serialized state version %d; this build reads version %d", h.version, StateCodecVersion)
-	}
-	n := binary.LittleEndian.Uint32(fixed[8:])
-	if n == 0 || n > maxCodecLayers {
-		return h, fmt.Errorf("qwen38: the state declares %d layers (at most %d)", n, maxCodecLayers)
-	}
-	rest := make([]byte, int(n)+len(h.dims)*4+8)
-	if _, err := io.ReadFull(r, rest); err != nil {
-		return h, fmt.Errorf("qwen38: reading the state header: %w", lecodec.NoEOF(err))
-	}
-	h.kinds = make([]LayerKind, n)
-	for i := range h.kinds {
-		h.kinds[i] = LayerKind(rest[i])
-	}
-	v := rest[n:]
-	for i := range h.dims {
-		h.dims[i] = binary.LittleEndian.Uint32(v[4*i:])
-	}
-	h.tokens = binary.LittleEndian.Uint64(v[4*len(h.dims):])
+	copy(h.dims[:], lh.Dims)
 	return h, nil
 }
