@@ -42,6 +42,7 @@ type State struct {
 	kraw, kb           []cuda.DevicePtr     // per layer (attention layers), float32 [kcap, dih], [kcap/cr, dih]
 	pleConv            []cuda.DevicePtr     // per PLE layer: [(Kp−1)·N, S·H]
 	hashers            []*qwen38.NgramHasher
+	recent             []int     // the last N−1 ids fed: the hashers' history (snapshots)
 	rows               [][]int64 // per PLE layer: the pass's row ids
 	emb                []float32 // the pass's rows on the host [T, Dp]
 	s                  scratch
@@ -329,6 +330,7 @@ func (st *State) pass(c *cuda.Ctx, ids []int) error {
 			pf.Prefetch(k, st.rows[k])
 		}
 	}
+	st.noteFed(ids)
 	l := &gpukernels.Launcher{C: c, K: m.ks, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	q := &Launcher{C: c, K: m.qk}
 	f := &forward{st: st, l: l, q: q, T: T}
