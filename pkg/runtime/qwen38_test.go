@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -203,7 +202,6 @@ func TestQwen38KVWidths(t *testing.T) {
 		t.Errorf("default KV width: %v (a model.KVWidth: %v), qwen35's %d", w, ok, qwen35.DefaultKVBits)
 	}
 	p := loadRefs(t, "tiny-qwen38.refs.json")[5].IDs
-	ctx := context.Background()
 	var kv [33]int64
 	for _, bits := range []int{32, 16, 8} {
 		t.Run(fmt.Sprintf("kv%d", bits), func(t *testing.T) {
@@ -213,37 +211,7 @@ func TestQwen38KVWidths(t *testing.T) {
 			}
 			kv[bits] = f.KV
 			opt := SessionOptions{KVBits: bits}
-			orig := e.NewSession(opt)
-			if _, err := orig.Generate(ctx, p, GenerateOptions{MaxTokens: 3, IgnoreEOS: true}); err != nil {
-				t.Fatal(err)
-			}
-			snap := orig.Snapshot()
-			var buf bytes.Buffer
-			if _, err := snap.WriteTo(&buf); err != nil {
-				t.Fatal(err)
-			}
-			fresh := e.NewSession(opt)
-			got, err := fresh.ReadSnapshot(bytes.NewReader(buf.Bytes()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Len() != snap.Len() || got.Bytes() != snap.Bytes() {
-				t.Fatalf("read snapshot: %d tokens, %d bytes; written %d, %d", got.Len(), got.Bytes(), snap.Len(), snap.Bytes())
-			}
-			if err := fresh.Restore(got); err != nil {
-				t.Fatal(err)
-			}
-			want, err := orig.Generate(ctx, nil, GenerateOptions{MaxTokens: 8, IgnoreEOS: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := fresh.Generate(ctx, nil, GenerateOptions{MaxTokens: 8, IgnoreEOS: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.IDs, want.IDs) {
-				t.Fatalf("restored session generates %v, the original %v", res.IDs, want.IDs)
-			}
+			buf, snap := snapshotRoundTrip(t, e, opt, p, 3)
 			other := 8
 			if bits == other {
 				other = 16
