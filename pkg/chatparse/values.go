@@ -79,7 +79,7 @@ func (n schemaNode) collect(ts typeSet, depth int) {
 		_ = json.Unmarshal(n.Type, &many)
 	}
 	for _, t := range many {
-		if c := canonicalType(t); c != "" {
+		if c := CanonicalType(t); c != "" {
 			ts[c] = true
 		}
 	}
@@ -98,7 +98,10 @@ func (n schemaNode) collect(ts typeSet, depth int) {
 	}
 }
 
-func canonicalType(t string) string {
+// CanonicalType is the JSON-schema type a type name stands for, with the
+// aliases (str, int, float, bool, dict, list…) the servers that parse this
+// dialect accept, or "" for none; toolconstrain types parameters by it too.
+func CanonicalType(t string) string {
 	t = strings.ToLower(strings.TrimSpace(t))
 	switch {
 	case t == "string", t == "str", t == "text", t == "varchar", t == "char", t == "enum":

@@ -31,6 +31,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 )
 
@@ -496,7 +497,7 @@ func typesOf(kw map[string]json.RawMessage, depth int) map[string]bool {
 		_ = json.Unmarshal(kw["type"], &many)
 	}
 	for _, t := range many {
-		if c := canonicalType(t); c != "" {
+		if c := chatparse.CanonicalType(t); c != "" {
 			ts[c] = true
 		}
 	}
@@ -521,29 +522,6 @@ func typesOf(kw map[string]json.RawMessage, depth int) map[string]bool {
 		}
 	}
 	return ts
-}
-
-// canonicalType is chatparse's: the type names and aliases (str, int,
-// float, bool, dict, list…) the servers that parse this format accept.
-func canonicalType(t string) string {
-	t = strings.ToLower(strings.TrimSpace(t))
-	switch {
-	case t == "string", t == "str", t == "text", t == "varchar", t == "char", t == "enum":
-		return "string"
-	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), t == "long", t == "short":
-		return "integer"
-	case strings.HasPrefix(t, "num"), strings.HasPrefix(t, "float"), t == "double":
-		return "number"
-	case strings.HasPrefix(t, "bool"):
-		return "boolean"
-	case t == "object", t == "dict", t == "map":
-		return "object"
-	case t == "array", t == "list", t == "tuple":
-		return "array"
-	case t == "null", t == "none":
-		return "null"
-	}
-	return ""
 }
 
 // HasTool reports whether name is one of the grammar's tools.
