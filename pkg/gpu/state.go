@@ -69,6 +69,7 @@ type State struct {
 	graphKernels       int
 	failed             error
 	allocs             []cuda.DevicePtr // everything but the KV cache
+	replay             routeReplay      // SetRouteOverride's experts (route.go)
 }
 
 // scratch is a forward pass's device buffers for up to State.chunkLen tokens.
@@ -299,6 +300,9 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 	// Async: pageable memory is staged at the call, and the stream orders
 	// the copy after the previous step's kernels, which read the old ids.
 	if err := c.HtoDAsync(st.tokens, cuda.Bytes(tok)); err != nil {
+		return err
+	}
+	if err := st.stageRoutes(c, len(ids)); err != nil {
 		return err
 	}
 	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar, GDNReg: st.m.gdnReg}
@@ -656,7 +660,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			} else {
 				gemv(s.u, T, g.H, []cuda.DevicePtr{s.router, s.sg, s.su, s.gates}, []*gpukernels.Mat{ly.router, ly.sGate, ly.sUp, ly.sharedG}, 0, 0, 1, false)
 			}
-			do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, stride))
+			do(m.route(l, st, ly, T, stride))
 			eGate, eUp, eDown, sel := m.routedExperts(l, st, ly, T, do)
 			grouped = T > 1 && m.group && ly.moeGrouped
 			if grouped {
@@ -707,7 +711,7 @@ func (m *Model) moeStep(l *gpukernels.Launcher, st *State, ly *layerW, multi fun
 		multi(s.u, g.H, gpukernels.Seg{Y: s.router, M: ly.router}, gpukernels.Seg{Y: s.gates, M: ly.sharedG},
 			gpukernels.Seg{Y: sg, M: ly.sGate}, gpukernels.Seg{Y: su, M: ly.sUp})
 	}
-	do(l.Route(s.sel, s.weight, s.router, g.E, g.k, 1, stride))
+	do(m.route(l, st, ly, 1, stride))
 	eGate, eUp, eDown, sel := m.routedExperts(l, st, ly, 1, do) // a streamed layer's slots
 	multi(s.u, g.H, gpukernels.Seg{Y: s.eg, M: eGate, Sel: sel, Slots: g.k}, gpukernels.Seg{Y: s.eu, M: eUp, Sel: sel, Slots: g.k})
 	do(l.SwiGLUQuantize(&s.qa, s.eg, s.eu, g.k+1, g.I))
