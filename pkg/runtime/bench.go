@@ -607,19 +607,27 @@ func (s shiftedRoutes) Experts(pos, layer int, dst []int) ([]int, error) {
 
 // canOverrideRouting says why the bench cannot replay routing here, if it
 // cannot: a model with no routed experts, or an engine that routes
-// elsewhere.
+// elsewhere (one that holds its experts replays only if it says so: the
+// GPU engine's ReplaysRouting).
 func (e *Engine) canOverrideRouting() error {
 	if e.Install.Manifest.Experts == nil {
 		return fmt.Errorf("%s: routing replay (--routing-trace, --routing) needs a Mixture-of-Experts model; this one has no routed experts", e.Install.Dir)
 	}
-	if e.cache == nil {
+	if e.cache == nil && !e.replaysRouting() {
 		return e.routingRefusal()
 	}
 	return nil
 }
 
+// replaysRouting reports whether an engine that holds its experts takes a
+// routing override on its states (model.RouteOverrider) all the same.
+func (e *Engine) replaysRouting() bool {
+	r, ok := e.model.(interface{ ReplaysRouting() bool })
+	return ok && r.ReplaysRouting()
+}
+
 func (e *Engine) routingRefusal() error {
-	return fmt.Errorf("--routing-trace and --routing need an engine that streams experts: the CPU engine (the %s engine holds its experts and routes on its own)", e.info.Name)
+	return fmt.Errorf("--routing-trace and --routing need an engine that replays routing: the CPU engine, or the GPU engine on a qwen3_5_moe model (the %s engine routes on its own)", e.info.Name)
 }
 
 // RoutingGeometry is the routing shape of the loaded model, for
