@@ -132,10 +132,7 @@ func TestFormatSamplesValidate(t *testing.T) {
 
 // format beside other keywords, merged by allOf, and refused by name.
 func TestFormatInSchemas(t *testing.T) {
-	tests := []struct {
-		name, schema, keyword, want string
-		accepts, refuses            []string
-	}{
+	tests := []compileCase{
 		{name: "unknown format", schema: `{"type":"string","format":"int32"}`, keyword: "format", want: `unsupported schema keyword "format": format "int32" is not one nvmai enforces (it enforces date, date-time, duration, email, hostname, ipv4, ipv6, time, uri, uuid) at /format`},
 		{name: "unknown format on an integer", schema: `{"type":"integer","format":"int64"}`, keyword: "format", want: `format "int64" is not one`},
 		{name: "not a string", schema: `{"type":"string","format":7}`, keyword: "format", want: "format must be a string"},
@@ -149,39 +146,13 @@ func TestFormatInSchemas(t *testing.T) {
 		{name: "minLength above it", schema: `{"type":"string","format":"uuid","minLength":37}`, keyword: "format", want: "no string of 37 to 4096 characters matches"},
 		{name: "nullable date-time", schema: `{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}`, accepts: []string{`null`, `"2024-01-01T00:00:00Z"`}, refuses: []string{`"2024-01-01"`}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tc.schema))
-			checkCompile(t, err, tc.keyword, tc.want)
-			if err != nil {
-				return
-			}
-			for _, doc := range tc.accepts {
-				if !accepts(s, []byte(doc)) {
-					t.Errorf("refuses %s", doc)
-				} else {
-					checkDocument(t, tc.schema, []byte(doc))
-				}
-			}
-			for _, doc := range tc.refuses {
-				if accepts(s, []byte(doc)) {
-					t.Errorf("accepts %s", doc)
-				}
-			}
-		})
-	}
+	runCompileCases(t, tests)
 }
 
 // Random walks through the fixture vocabulary under schemas with formats:
 // every document validates with format assertion on.
 func TestRandomWalksFormat(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 20
-	if testing.Short() {
-		walks = 4
-	}
+	m, tok, endSet, walks := walkFixture(t, 20, 4)
 	opts := smallOptions
 	opts.MaxStringChars = 40
 	opts.MaxKeyBytes = 8

@@ -31,6 +31,18 @@ func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer {
 
 // fixtureMasker masks the fixture vocabulary with <|im_end|> and
 // <|endoftext|> as end tokens.
+// walkFixture is what the random-walk tests share: the fixture masker and
+// tokenizer, its end ids, and how many walks to take (short under -short,
+// else full).
+func walkFixture(t *testing.T, full, short int) (*Masker, *tokenizer.Tokenizer, map[int]bool, int) {
+	m, ends := fixtureMasker(t)
+	walks := full
+	if testing.Short() {
+		walks = short
+	}
+	return m, fixtureTokenizer(t), map[int]bool{ends[0]: true, ends[1]: true}, walks
+}
+
 func fixtureMasker(t testing.TB) (*Masker, []int) {
 	tok := fixtureTokenizer(t)
 	var ends []int
@@ -181,13 +193,7 @@ var walkSchemas = []string{
 // that parses and validates. Every tenth step the mask is checked against
 // the naive definition.
 func TestRandomWalks(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 40
-	if testing.Short() {
-		walks = 5
-	}
+	m, tok, endSet, walks := walkFixture(t, 40, 5)
 	for si, schemaJSON := range walkSchemas {
 		s := ObjectMode(smallOptions)
 		if schemaJSON != "" {

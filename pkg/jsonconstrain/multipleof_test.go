@@ -140,13 +140,7 @@ func TestCompileMultipleOf(t *testing.T) {
 
 // Random walks: multiples by the independent validator, across seeds.
 func TestRandomWalksMultipleOf(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 20
-	if testing.Short() {
-		walks = 4
-	}
+	m, tok, endSet, walks := walkFixture(t, 20, 4)
 	schema := `{"type":"array","items":{"anyOf":[{"type":"integer","multipleOf":7},{"type":"string","maxLength":1}]},"maxItems":3}`
 	schema2 := `{"type":"object","properties":{"p":{"type":"number","multipleOf":0.05,"minimum":0,"maximum":100}},"required":["p"]}`
 	for si, sch := range []string{schema, schema2} {

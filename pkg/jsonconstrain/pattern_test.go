@@ -205,10 +205,7 @@ func TestPatternRefusals(t *testing.T) {
 // a pattern on a schema that allows no string, patterns merged by allOf,
 // and enum values the pattern refuses.
 func TestPatternInSchemas(t *testing.T) {
-	tests := []struct {
-		name, schema, keyword, want string
-		accepts, refuses            []string
-	}{
+	tests := []compileCase{
 		{name: "unsatisfiable lengths", schema: `{"type":"string","pattern":"^a{5}$","maxLength":4}`, keyword: "pattern", want: "no string of 0 to 4 characters matches"},
 		{name: "parity", schema: `{"type":"string","pattern":"^(ab)*$","minLength":3,"maxLength":3}`, keyword: "pattern", want: "no string of 3 to 3 characters"},
 		{name: "not a string", schema: `{"type":"string","pattern":1}`, keyword: "pattern", want: "pattern must be a string"},
@@ -220,27 +217,7 @@ func TestPatternInSchemas(t *testing.T) {
 		{name: "in anyOf", schema: `{"anyOf":[{"type":"string","pattern":"^\\d+$"},{"type":"null"}]}`, accepts: []string{`"12"`, `null`}, refuses: []string{`"1a"`}},
 		{name: "problem in a property", schema: `{"type":"object","properties":{"p":{"type":"string","pattern":"(?=x)"}}}`, keyword: "pattern", want: `at /properties/p/pattern`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tc.schema))
-			checkCompile(t, err, tc.keyword, tc.want)
-			if err != nil {
-				return
-			}
-			for _, doc := range tc.accepts {
-				if !accepts(s, []byte(doc)) {
-					t.Errorf("refuses %s", doc)
-				} else {
-					checkDocument(t, tc.schema, []byte(doc))
-				}
-			}
-			for _, doc := range tc.refuses {
-				if accepts(s, []byte(doc)) {
-					t.Errorf("accepts %s", doc)
-				}
-			}
-		})
-	}
+	runCompileCases(t, tests)
 }
 
 // goComparable reports whether Go's regexp (RE2) reads pattern as
@@ -299,13 +276,7 @@ var patternWalkSchemas = []string{
 }
 
 func TestRandomWalksPattern(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 20
-	if testing.Short() {
-		walks = 4
-	}
+	m, tok, endSet, walks := walkFixture(t, 20, 4)
 	opts := smallOptions
 	opts.MaxStringChars = 12
 	for si, schemaJSON := range patternWalkSchemas {
@@ -365,9 +336,7 @@ func FuzzPattern(f *testing.F) {
 // the naive mask (every token tried on its own), on the first use of a
 // state and from the cache after.
 func TestPatternMaskCache(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
+	m, tok, endSet, _ := walkFixture(t, 0, 0)
 	for _, schema := range []string{
 		`{"type":"string","format":"uuid"}`,
 		`{"type":"string","pattern":"^[a-z ]+(-[0-9]+)?$"}`,

@@ -43,6 +43,39 @@ func TestCompileGrownSubset(t *testing.T) {
 	}
 }
 
+// compileCase is a schema compiled, or refused naming keyword with an
+// error containing want, and documents the compiled schema accepts (each
+// also valid to the independent validator) and refuses.
+type compileCase struct {
+	name, schema, keyword, want string
+	accepts, refuses            []string
+}
+
+func runCompileCases(t *testing.T, tests []compileCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Compile(json.RawMessage(tc.schema))
+			checkCompile(t, err, tc.keyword, tc.want)
+			if err != nil {
+				return
+			}
+			for _, doc := range tc.accepts {
+				if !accepts(s, []byte(doc)) {
+					t.Errorf("refuses %s", doc)
+				} else {
+					checkDocument(t, tc.schema, []byte(doc))
+				}
+			}
+			for _, doc := range tc.refuses {
+				if accepts(s, []byte(doc)) {
+					t.Errorf("accepts %s", doc)
+				}
+			}
+		})
+	}
+}
+
 func checkCompile(t *testing.T, err error, keyword, want string) {
 	t.Helper()
 	if want == "" {
@@ -134,13 +167,7 @@ func grownSchemas(t *testing.T) []string {
 // two depth limits: no dead end (the depth bookkeeping never lets a walk
 // open what it cannot close), and every document validates.
 func TestRandomWalksGrownSubset(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 30
-	if testing.Short() {
-		walks = 5
-	}
+	m, tok, endSet, walks := walkFixture(t, 30, 5)
 	shallow := smallOptions
 	shallow.MaxKeyBytes = 16 // Pydantic's property names
 	deeper := shallow

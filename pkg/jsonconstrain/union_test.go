@@ -18,10 +18,7 @@ const petSchema = `{"$defs":{
 // oneOf (and anyOf) compile where the alternatives are provably disjoint:
 // different first bytes (types), or objects with a discriminator.
 func TestCompileUnions(t *testing.T) {
-	tests := []struct {
-		name, schema, keyword, want string
-		accepts, refuses            []string
-	}{
+	tests := []compileCase{
 		{name: "oneOf of types", schema: `{"oneOf":[{"type":"string"},{"type":"integer"},{"type":"null"}]}`,
 			accepts: []string{`"a"`, `3`, `null`}, refuses: []string{`true`, `1.5`}},
 		{name: "oneOf of enums", schema: `{"oneOf":[{"enum":["a","b"]},{"const":"c"}]}`, keyword: "oneOf", want: `alternatives 0 and 1 can both start with '"'`},
@@ -54,27 +51,7 @@ func TestCompileUnions(t *testing.T) {
 		{name: "oneOf and anyOf in allOf", schema: `{"allOf":[{"oneOf":[{"type":"string"}]},{"anyOf":[{"type":"null"}]}]}`, keyword: "anyOf", want: `anyOf in more than one allOf subschema (also at /allOf/0/oneOf) cannot be merged`},
 		{name: "not an array", schema: `{"oneOf":{}}`, keyword: "oneOf", want: `oneOf must be a non-empty array`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tc.schema))
-			checkCompile(t, err, tc.keyword, tc.want)
-			if err != nil {
-				return
-			}
-			for _, doc := range tc.accepts {
-				if !accepts(s, []byte(doc)) {
-					t.Errorf("refuses %s", doc)
-				} else {
-					checkDocument(t, tc.schema, []byte(doc))
-				}
-			}
-			for _, doc := range tc.refuses {
-				if accepts(s, []byte(doc)) {
-					t.Errorf("accepts %s", doc)
-				}
-			}
-		})
-	}
+	runCompileCases(t, tests)
 }
 
 // reviewCommentSchema is mcp-server-github's create_pull_request_review
@@ -103,13 +80,7 @@ var unionWalkSchemas = []string{
 // document is valid to the independent validator, which checks that
 // exactly one oneOf alternative matches.
 func TestRandomWalksUnion(t *testing.T) {
-	m, ends := fixtureMasker(t)
-	tok := fixtureTokenizer(t)
-	endSet := map[int]bool{ends[0]: true, ends[1]: true}
-	walks := 25
-	if testing.Short() {
-		walks = 5
-	}
+	m, tok, endSet, walks := walkFixture(t, 25, 5)
 	shallow := smallOptions
 	shallow.MaxKeyBytes = 10
 	shallow.MaxDepth = 5
