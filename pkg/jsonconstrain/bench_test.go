@@ -1,13 +1,13 @@
 package jsonconstrain
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/internal/synthvocab"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
@@ -16,43 +16,8 @@ import (
 // digit runs and CJK runs, so that shared prefixes and the share of
 // tokens a string accepts resemble a real byte-level BPE vocabulary.
 var synthetic248k = sync.OnceValue(func() *synthVocab {
-	const size = 248_320
-	rng := rand.New(rand.NewPCG(248, 320))
-	v := &synthVocab{special: map[int]bool{}}
-	for b := 0; b < 256; b++ {
-		v.toks = append(v.toks, []byte{byte(b)})
-	}
-	letters := "etaoinshrdlucmfwypvbgkjqxz"
-	for len(v.toks) < size-2 {
-		var t []byte
-		switch r := rng.IntN(100); {
-		case r < 70:
-			if rng.IntN(2) == 0 {
-				t = append(t, ' ')
-			}
-			for n := 1 + rng.IntN(9); n > 0; n-- {
-				t = append(t, letters[min(rng.IntN(26), rng.IntN(26))])
-			}
-		case r < 80:
-			for n := 1 + rng.IntN(4); n > 0; n-- {
-				t = append(t, `{}[]":, `[rng.IntN(8)])
-			}
-		case r < 88:
-			for n := 1 + rng.IntN(3); n > 0; n-- {
-				t = append(t, byte('0'+rng.IntN(10)))
-			}
-		default:
-			for n := 1 + rng.IntN(3); n > 0; n-- {
-				t = append(t, string(rune(0x4E00+rng.IntN(0x5000)))...)
-			}
-		}
-		v.toks = append(v.toks, t)
-	}
-	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
-		v.special[len(v.toks)] = true
-		v.toks = append(v.toks, []byte(s))
-	}
-	return v
+	toks := synthvocab.Tokens248k(nil, 0)
+	return &synthVocab{toks: toks, special: map[int]bool{len(toks) - 2: true, len(toks) - 1: true}}
 })
 
 // maskStates are the positions the benchmarks mask from, from the
