@@ -28,7 +28,6 @@ func TestServeRoutingRefusals(t *testing.T) {
 	}{
 		{[]string{"--routing", "synthetic:chatty"}, "--routing: "},
 		{[]string{"--routing", "synthetic:agent", "--routing-trace", "x"}, "--routing-trace"},
-		{[]string{"--routing", "synthetic:agent", "--engine", "gpu"}, "--routing needs an engine that streams experts: the CPU engine"},
 		{[]string{"--routing-trace", filepath.Join(t.TempDir(), "missing.txt")}, "missing.txt"},
 	} {
 		args := append([]string{"serve", "--model", dir, "--port", "0"}, tc.args...)
