@@ -87,7 +87,9 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # KVWidth: the KV cache at --kv-bits 8 and 16 against the CPU engine at the
 # same width, and chunked prefill against single steps at each width
 # (kvwidth_test.go; the snapshots at each width match Snapshot).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|Qwen38GPU'
+# RoutingReplay: --routing replayed on the GPU, resident and streamed,
+# bitwise the CPU engine's replay (route_test.go).
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|RoutingReplay|Qwen38GPU'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
 # against their Go references, the tiny-qwen38 fixtures against
@@ -153,14 +155,18 @@ fi
 # token and the achieved host-to-device rate (those bytes × decode tok/s).
 # STREAM_BUDGETS (default "6G 12G auto") lists the budgets, e.g. SYNTH_BITS=8
 # STREAM_BUDGETS="6G 12G 20G 28G auto" for the 8-bit rows of docs/gpu.md.
+# STREAM_ROUTING (e.g. synthetic:agent; default the router's own) is
+# passed as --routing, for the agent and diverse rows.
 big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
 if want stream && [ -f "$big40/manifest.json" ]; then
 	stamp "stream"
+	routing=()
+	[ -n "${STREAM_ROUTING:-}" ] && routing=(--routing "$STREAM_ROUTING")
 	for vb in ${STREAM_BUDGETS:-6G 12G auto}; do
-		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
+		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 "${routing[@]}" --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
-			echo "STREAM --vram-budget $vb: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
 			grep -m1 '^gpu plan: host' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
 		else
 			status=1
