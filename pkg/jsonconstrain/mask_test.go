@@ -3,34 +3,16 @@ package jsonconstrain
 import (
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/nvmai/nvmai/internal/testfix/fixtok"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
 
-var (
-	fixtureOnce sync.Once
-	fixtureTok  *tokenizer.Tokenizer
-	fixtureErr  error
-)
+func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer { return fixtok.Tokenizer(t) }
 
-func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	t.Helper()
-	fixtureOnce.Do(func() {
-		dir := filepath.Join("..", "..", "testdata", "tiny-moe-fused")
-		fixtureTok, fixtureErr = tokenizer.Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
-	})
-	if fixtureErr != nil {
-		t.Fatalf("fixture tokenizer: %v", fixtureErr)
-	}
-	return fixtureTok
-}
-
-// fixtureMasker masks the fixture vocabulary with <|im_end|> and
-// <|endoftext|> as end tokens.
 // walkFixture is what the random-walk tests share: the fixture masker and
 // tokenizer, its end ids, and how many walks to take (short under -short,
 // else full).
@@ -43,16 +25,11 @@ func walkFixture(t *testing.T, full, short int) (*Masker, *tokenizer.Tokenizer, 
 	return m, fixtureTokenizer(t), map[int]bool{ends[0]: true, ends[1]: true}, walks
 }
 
+// fixtureMasker masks the fixture vocabulary with <|im_end|> and
+// <|endoftext|> as end tokens.
 func fixtureMasker(t testing.TB) (*Masker, []int) {
 	tok := fixtureTokenizer(t)
-	var ends []int
-	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
-		id, ok := tok.TokenID(name)
-		if !ok {
-			t.Fatalf("fixture has no %s", name)
-		}
-		ends = append(ends, id)
-	}
+	ends := fixtok.Ends(t, tok)
 	m, err := NewMasker(tok, ends)
 	if err != nil {
 		t.Fatal(err)

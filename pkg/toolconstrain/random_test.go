@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/nvmai/nvmai/internal/testfix/fixtok"
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -37,35 +37,9 @@ const RandomTools = `[
   "required":["query"]}}
 ]`
 
-var (
-	fixtureOnce sync.Once
-	fixtureTok  *tokenizer.Tokenizer
-	fixtureErr  error
-)
+func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer { return fixtok.Tokenizer(t) }
 
-func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer {
-	t.Helper()
-	fixtureOnce.Do(func() {
-		dir := filepath.Join("..", "..", "testdata", "tiny-moe-fused")
-		fixtureTok, fixtureErr = tokenizer.Load(filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json"))
-	})
-	if fixtureErr != nil {
-		t.Fatalf("fixture tokenizer: %v", fixtureErr)
-	}
-	return fixtureTok
-}
-
-func fixtureEnds(t testing.TB, tok *tokenizer.Tokenizer) []int {
-	var ends []int
-	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
-		id, ok := tok.TokenID(name)
-		if !ok {
-			t.Fatalf("fixture has no %s", name)
-		}
-		ends = append(ends, id)
-	}
-	return ends
-}
+func fixtureEnds(t testing.TB, tok *tokenizer.Tokenizer) []int { return fixtok.Ends(t, tok) }
 
 // sampleConstrained generates from random logits (a fresh normal draw
 // each step, softmax at temperature 1) under c until an end token or max
