@@ -112,7 +112,10 @@ func switchedRun(t *testing.T, e *runtime.Engine, ids []int, o model.RouteOverri
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ov := st.(model.RouteOverrider)
+	ov, ok := st.(model.RouteOverrider)
+	if !ok {
+		t.Fatalf("the %s engine's states take no routing override", e.Info().Name)
+	}
 	ov.SetRouteOverride(o)
 	V := e.Install.Manifest.Geometry.VocabSize
 	var rows [][]float32
