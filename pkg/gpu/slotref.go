@@ -1,16 +1,30 @@
 package gpu
 
+import (
+	"math"
+	"slices"
+)
+
 // slotRef is a streamed layer's slot bookkeeping as kernels.cu's
-// slot_resolve keeps it on the device, in Go: the reference the GPU test
-// compares the device's tables with, step for step.
+// slot_resolve and slot_prefetch keep it on the device, in Go: the
+// reference the GPU test compares the device's tables with, step for step.
+//
+// Stamps: a use by decode step s stamps its slot 2s, a read-ahead guess for
+// step s stamps it 2s−1 (0: never used), so least recently used is the
+// lowest stamp, a guess counts as a use half a step before the step it
+// guesses for, and a wrong guess ages out like any slot.
 type slotRef struct {
 	slotOf   []int32  // [E] the slot holding expert e, −1 when none
 	expertOf []int32  // [S] the expert in slot s, −1 when empty
-	lastUse  []uint32 // [S] the step that last used slot s, 0 never
+	lastUse  []uint32 // [S] the stamp of slot s's last use, 0 never
 	step     uint32
 	fill     [][2]int32 // the last step's copies: (slot, expert)
+	ahead    [][2]int32 // the last read-ahead's copies: (slot, expert)
 	hits     uint64
 	misses   uint64
+	// Read-ahead counters: guesses, picks that were guessed, guesses
+	// copied ahead, picks found in a slot copied ahead for them.
+	guesses, guessed, aheadCopies, aheadUsed uint64
 }
 
 func newSlotRef(E, S int) *slotRef {
@@ -24,19 +38,50 @@ func newSlotRef(E, S int) *slotRef {
 	return r
 }
 
+// lru is the least recently used slot not stamped stamp (the lowest index
+// among equals, so never-used slots come first, lowest first).
+func (r *slotRef) lru(stamp uint32) int {
+	best := -1
+	for s, u := range r.lastUse {
+		if u == stamp {
+			continue
+		}
+		if best < 0 || u < r.lastUse[best] {
+			best = s
+		}
+	}
+	return best
+}
+
+// place puts expert e in slot s, evicting its expert, stamped stamp.
+func (r *slotRef) place(e int32, s int, stamp uint32) {
+	if old := r.expertOf[s]; old >= 0 {
+		r.slotOf[old] = -1
+	}
+	r.slotOf[e] = int32(s)
+	r.expertOf[s] = e
+	r.lastUse[s] = stamp
+}
+
 // resolve gives a step's picks (distinct experts, router order) their
 // slots: every pick already in a slot (a hit) marks that slot used by this
 // step; then each miss, in router order, takes the least recently used
-// slot the step has not used (the lowest index among equals, so
-// never-used slots come first, lowest first), evicting its expert. It
-// needs len(sel) ≤ S.
+// slot the step has not used, evicting its expert. A hit on a slot this
+// step's read-ahead stamped is a guessed pick, and a copy used when the
+// read-ahead copied it there. It needs len(sel) ≤ S.
 func (r *slotRef) resolve(sel []int32) []int32 {
 	r.step++
-	stamp := r.step
+	stamp := 2 * r.step
 	out := make([]int32, len(sel))
 	var missAt []int
 	for i, e := range sel {
 		if s := r.slotOf[e]; s >= 0 {
+			if r.lastUse[s] == stamp-1 {
+				r.guessed++
+				if slices.Contains(r.ahead, [2]int32{s, e}) {
+					r.aheadUsed++
+				}
+			}
 			out[i] = s
 			r.lastUse[s] = stamp
 			r.hits++
@@ -46,42 +91,85 @@ func (r *slotRef) resolve(sel []int32) []int32 {
 	}
 	r.fill = r.fill[:0]
 	for _, i := range missAt {
-		best := -1
-		for s, u := range r.lastUse {
-			if u == stamp {
-				continue
-			}
-			if best < 0 || u < r.lastUse[best] {
-				best = s
-			}
-		}
-		e := sel[i]
-		if old := r.expertOf[best]; old >= 0 {
-			r.slotOf[old] = -1
-		}
-		r.slotOf[e] = int32(best)
-		r.expertOf[best] = e
-		r.lastUse[best] = stamp
+		best := r.lru(stamp)
+		r.place(sel[i], best, stamp)
 		out[i] = int32(best)
-		r.fill = append(r.fill, [2]int32{int32(best), e})
+		r.fill = append(r.fill, [2]int32{int32(best), sel[i]})
 		r.misses++
 	}
 	return out
 }
 
+// guessTopK is slot_prefetch's guess: the k experts of the highest logits
+// (NaN as −∞, the lower id on ties), in ascending id order.
+func guessTopK(logits []float32, k int) []int32 {
+	key := func(e int) float32 {
+		if v := logits[e]; v == v {
+			return v
+		}
+		return float32(math.Inf(-1))
+	}
+	var out []int32
+	for e := range logits {
+		beaten := 0
+		for j := range logits {
+			if key(j) > key(e) || (key(j) == key(e) && j < e) {
+				beaten++
+			}
+		}
+		if beaten < k {
+			out = append(out, int32(e))
+		}
+	}
+	return out
+}
+
+// prefetch is the read-ahead before the next step (slot_prefetch): the
+// guesses from logits [E], each already in a slot stamped 2s−1 (s the
+// next step), then each other, in order, into the least recently used
+// slot not stamped 2s−1, evicting its expert; those are the read-ahead
+// list. It returns the guesses. The step counter is left as it is.
+func (r *slotRef) prefetch(logits []float32, k int) []int32 {
+	stamp := 2*r.step + 1
+	guesses := guessTopK(logits, k)
+	var missAt []int32
+	for _, e := range guesses {
+		if s := r.slotOf[e]; s >= 0 {
+			r.lastUse[s] = stamp
+		} else {
+			missAt = append(missAt, e)
+		}
+	}
+	r.ahead = r.ahead[:0]
+	for _, e := range missAt {
+		best := r.lru(stamp)
+		r.place(e, best, stamp)
+		r.ahead = append(r.ahead, [2]int32{int32(best), e})
+	}
+	r.guesses += uint64(len(guesses))
+	r.aheadCopies += uint64(len(r.ahead))
+	return guesses
+}
+
 // words is the table as the device lays it out (kernels.cu, slot_resolve):
 // slotOf, expertOf, lastUse, the step, the fill count and the fill list
-// of k entries.
+// of k entries, the read-ahead count and its list of k entries.
 func (r *slotRef) words(k int) []int32 {
 	w := append([]int32{}, r.slotOf...)
 	w = append(w, r.expertOf...)
 	for _, u := range r.lastUse {
 		w = append(w, int32(u))
 	}
-	w = append(w, int32(r.step), int32(len(r.fill)))
-	list := make([]int32, 2*k)
-	for j, f := range r.fill {
-		list[2*j], list[2*j+1] = f[0], f[1]
+	list := func(n int, l [][2]int32) {
+		w = append(w, int32(n))
+		out := make([]int32, 2*k)
+		for j, f := range l {
+			out[2*j], out[2*j+1] = f[0], f[1]
+		}
+		w = append(w, out...)
 	}
-	return append(w, list...)
+	w = append(w, int32(r.step))
+	list(len(r.fill), r.fill)
+	list(len(r.ahead), r.ahead)
+	return w
 }

@@ -605,6 +605,9 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	mark(PhaseEmbed)
 	for i := range m.layers {
 		ly := &m.layers[i]
+		if T == 1 && m.readAhead(l, st, i, do) { // a streamed layer's guessed experts copy beside its mixer (stream.go)
+			mark(PhaseMoE)
+		}
 		norm(ly.inNorm, ly.qkv, ly.z, ly.ab, ly.a, ly.b, ly.q, ly.k, ly.v)
 		switch ly.kind {
 		case qwen35.LinearAttention:

@@ -28,6 +28,17 @@ import (
 // from the host) and runs the products on it with the router's ids; it
 // leaves the slot tables as they were. The products are the resident
 // engine's kernels on the same bytes, so the output is bitwise the same.
+//
+// Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): before a streamed layer's
+// mixer, a decode step guesses the layer's picks from the hidden state
+// entering it (the layer's router on it, normed as the layer will norm its
+// router input: the CPU engine's prefetchNext), gives the guesses slots
+// (slot_prefetch) and copies those not in VRAM on the side stream
+// (slot_fill_ahead), forked from the decode stream with an event, so the
+// copies run beside the layer's attention or delta rule; the side stream
+// is joined back before the layer's slot_resolve, which finds the right
+// guesses as hits and copies only the rest. The guesses touch only their
+// own buffers and the slot tables, never the numbers.
 
 // streamLayer is one streamed MoE layer.
 type streamLayer struct {
@@ -48,6 +59,63 @@ type streamer struct {
 	need    cuda.DevicePtr // [E] int32: the experts a prefill pass routes to
 	stats   cuda.DevicePtr // every layer's counters, layer after layer
 	layers  []*streamLayer // by layer index
+	// readAhead guesses each streamed layer's picks and copies them beside
+	// the layer's mixer; aheadBlocks is slot_fill_ahead's grid.
+	readAhead   bool
+	aheadBlocks int
+	guessU      cuda.DevicePtr // [H] the hidden state normed for a guess
+	guessLogits cuda.DevicePtr // [E] the router's logits on it
+	guessQ      gpukernels.QAct
+}
+
+// readAheadFromEnv reads NVMAI_GPU_READAHEAD (0 off, 1 or unset on) and
+// NVMAI_GPU_READAHEAD_BLOCKS (slot_fill_ahead's grid, default
+// gpukernels.DefaultAheadBlocks), measurement knobs.
+func readAheadFromEnv() (on bool, blocks int, err error) {
+	on = true
+	switch v := os.Getenv("NVMAI_GPU_READAHEAD"); v {
+	case "", "1":
+	case "0":
+		on = false
+	default:
+		return false, 0, fmt.Errorf("gpu: NVMAI_GPU_READAHEAD=%q: want 0 (off) or 1 (on, the default)", v)
+	}
+	blocks = gpukernels.DefaultAheadBlocks
+	if v := os.Getenv("NVMAI_GPU_READAHEAD_BLOCKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 4096 {
+			return false, 0, fmt.Errorf("gpu: NVMAI_GPU_READAHEAD_BLOCKS=%q: want a block count from 1 to 4096", v)
+		}
+		blocks = n
+	}
+	return on, blocks, nil
+}
+
+// readAhead enqueues layer i's read-ahead for a decode step when the layer
+// streams (see the top of this file): the guess on the stream, the copies
+// on the side stream, which routedExperts joins before the layer's picks
+// resolve. It reports whether it enqueued anything.
+func (m *Model) readAhead(l *gpukernels.Launcher, st *State, i int, do func(error)) bool {
+	x, ly := m.stream, &m.layers[i]
+	if x == nil || !x.readAhead || ly.stream == nil || ly.router == nil {
+		return false
+	}
+	g, sl := m.geom, ly.stream
+	// Its own scratch (guessU, guessQ): the step's quantized activations
+	// are left as they were.
+	if ly.router.Quantized() {
+		do(l.RMSNormQuantize(&x.guessQ, x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
+	} else {
+		do(l.RMSNorm(x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
+	}
+	do(l.GEMV(x.guessLogits, ly.router, x.guessU, &x.guessQ, 0, 0, 1, false, 1))
+	do(l.SlotPrefetch(sl.tab, sl.stats, x.guessLogits, g.E, x.slots, g.k, x.stride))
+	do(l.C.Fork())
+	side := *l
+	side.C, side.After = l.C.Side(), nil
+	do(side.SlotFillAhead(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.aheadBlocks))
+	l.Count = side.Count
+	return true
 }
 
 // routedExperts enqueues what layer ly's expert products need after
@@ -62,6 +130,9 @@ func (m *Model) routedExperts(l *gpukernels.Launcher, st *State, ly *layerW, T i
 	}
 	g, x := m.geom, m.stream
 	if T == 1 {
+		if x.readAhead { // readAhead forked this layer's copies: they land before the picks resolve
+			do(l.C.Join())
+		}
 		do(l.SlotResolve(sl.slotSel, sl.tab, sl.stats, s.sel, g.E, x.slots, g.k, x.stride))
 		do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride))
 		return sl.gate, sl.up, sl.down, sl.slotSel
@@ -156,6 +227,19 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	}
 	x.staging, x.need = alloc(int64(E)*stride), alloc(4*int64(E))
 	x.stats = alloc(8 * gpukernels.SlotStatsWords * int64(len(m.layers)))
+	on, blocks, envErr := readAheadFromEnv()
+	if envErr != nil {
+		return envErr
+	}
+	x.readAhead, x.aheadBlocks = on, blocks
+	if on {
+		if err := c.SideStream(); err != nil {
+			return err
+		}
+		q8, q4, ds := gpukernels.QActBytes(1, g.H)
+		x.guessU, x.guessLogits = alloc(4*int64(g.H)), alloc(4*int64(g.E))
+		x.guessQ = gpukernels.QAct{Q8: alloc(q8), Q4: alloc(q4), DX: alloc(ds), SX: alloc(ds)}
+	}
 	if err != nil {
 		return err
 	}
@@ -301,7 +385,12 @@ type StreamStats struct {
 	// Prefill passes: experts staged from a VRAM slot, from pinned RAM,
 	// and the bytes the latter moved over the bus.
 	PrefillFromVRAM, PrefillFromHost, PrefillBytes int64
-	Layers                                         [][gpukernels.SlotStatsWords]int64
+	// Read-ahead (decode): experts guessed, picks that had been guessed,
+	// guesses copied ahead (not in VRAM yet), picks found in a slot
+	// copied ahead for them, and the bytes copied ahead. Guesses used is
+	// AheadUsed/AheadCopies; PCIe bytes are DecodeBytes + AheadBytes.
+	Guesses, Guessed, AheadCopies, AheadUsed, AheadBytes int64
+	Layers                                               [][gpukernels.SlotStatsWords]int64
 }
 
 // StreamStats reads the counters; ok is false when the experts are
@@ -327,6 +416,11 @@ func (m *Model) StreamStats() (s StreamStats, ok bool, err error) {
 		s.PrefillFromVRAM += l[3]
 		s.PrefillFromHost += l[4]
 		s.PrefillBytes += l[5]
+		s.Guesses += l[6]
+		s.Guessed += l[7]
+		s.AheadCopies += l[8]
+		s.AheadUsed += l[9]
+		s.AheadBytes += l[10]
 	}
 	return s, true, nil
 }
@@ -338,17 +432,23 @@ func (m *Model) Plan() Plan { return m.plan }
 // reports its own (runtime.Engine.ExpertStats, the bench): a hit is an
 // expert found in a VRAM slot (decode picks and prefill's staged experts),
 // a miss one copied from pinned RAM, BytesRead the bytes copied over the
-// bus. Nothing is waited for on the host, so ReadSeconds and WaitSeconds
-// stay 0. Zero when the experts are resident (or the counters cannot be
-// read).
+// bus (read-ahead copies included, which are Prefetched, PrefetchHits
+// those a step then used, and PrefetchBytes). Nothing is waited for on the
+// host, so ReadSeconds and WaitSeconds stay 0. Zero when the experts are
+// resident (or the counters cannot be read).
 func (b *Backend) ExpertStats() expertcache.Stats {
 	s, ok, err := b.Model.StreamStats()
 	if !ok || err != nil {
 		return expertcache.Stats{}
 	}
 	p := b.Model.plan
+	width := 0
+	if b.Model.stream.readAhead {
+		width = b.Model.geom.k
+	}
 	return expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
-		BytesRead: s.DecodeBytes + s.PrefillBytes, Mode: "gpu-pinned", Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
+		BytesRead: s.DecodeBytes + s.PrefillBytes + s.AheadBytes, Prefetched: s.AheadCopies, PrefetchHits: s.AheadUsed, PrefetchBytes: s.AheadBytes,
+		PrefetchWidth: width, Mode: "gpu-pinned", Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
 }
 
 // StreamsExperts reports whether the experts stream into VRAM slots (the

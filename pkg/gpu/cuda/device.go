@@ -32,14 +32,24 @@ type Device struct {
 	ord    int32
 	ctx    handle
 	stream handle
-	work   chan func()
-	done   chan struct{}
-	once   sync.Once
+	// side is the second stream (SideStream creates it): work forked off
+	// stream with an event and joined back with another (Fork, Join), so
+	// it runs beside the stream's kernels, inside a graph capture too.
+	side           handle
+	forked, joined handle // the events Fork and Join record
+	plainNext      bool   // Join ran: the next launch on stream takes no PDL
+	work           chan func()
+	done           chan struct{}
+	once           sync.Once
 }
 
 // Ctx is the driver as seen from the device goroutine: its methods are only
-// valid inside Device.Do.
-type Ctx struct{ dev *Device }
+// valid inside Device.Do. Its launches go on the device's stream, or on the
+// side stream for a Ctx from Side.
+type Ctx struct {
+	dev  *Device
+	side bool
+}
 
 var errClosed = errors.New("cuda: device is closed")
 
@@ -83,6 +93,11 @@ func (dev *Device) loop(ready chan<- error) {
 		fn()
 	}
 	dev.d.cuCtxSynchronize()
+	if dev.side != 0 {
+		dev.d.cuEventDestroy(dev.forked)
+		dev.d.cuEventDestroy(dev.joined)
+		dev.d.cuStreamDestroy(dev.side)
+	}
 	dev.d.cuStreamDestroy(dev.stream)
 	dev.d.cuDevicePrimaryCtxRelease(dev.ord)
 	close(dev.done)
@@ -408,11 +423,22 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, args ...any) error
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return nil // nothing to do
 	}
-	if c.dev.PDL {
+	stream := c.dev.stream
+	// A kernel on the side stream, and the first one on the stream after
+	// a Join, launch without PDL: their dependencies cross streams, and a
+	// plain launch waits for all of them to finish (under PDL only every
+	// kernel's griddepcontrol.wait would).
+	pdl := c.dev.PDL && !c.side && !c.dev.plainNext
+	if c.side {
+		stream = c.dev.side
+	} else {
+		c.dev.plainNext = false
+	}
+	if pdl {
 		attr := &launchAttr{id: attrProgrammaticStreamSerialization}
 		attr.value[0] = 1 // programmaticStreamSerializationAllowed
 		cfg := &launchConfig{grid: [3]uint32{grid.X, grid.Y, grid.Z}, block: [3]uint32{block.X, block.Y, block.Z},
-			smem: uint32(smem), stream: c.dev.stream, attrs: unsafe.Pointer(attr), numAttrs: 1}
+			smem: uint32(smem), stream: stream, attrs: unsafe.Pointer(attr), numAttrs: 1}
 		r := c.dev.d.cuLaunchKernelEx(unsafe.Pointer(cfg), f.h, unsafe.Pointer(&ptrs[0]), nil)
 		runtime.KeepAlive(cfg)
 		runtime.KeepAlive(attr)
@@ -421,7 +447,7 @@ func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, args ...any) error
 		runtime.KeepAlive(ptrs)
 		return c.dev.d.check("cuLaunchKernelEx("+f.Name+")", r)
 	}
-	r := c.dev.d.cuLaunchKernel(f.h, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, uint32(smem), c.dev.stream, unsafe.Pointer(&ptrs[0]), nil)
+	r := c.dev.d.cuLaunchKernel(f.h, grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, uint32(smem), stream, unsafe.Pointer(&ptrs[0]), nil)
 	runtime.KeepAlive(args)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
@@ -468,6 +494,69 @@ func (c *Ctx) DestroyGraph(g *Graph) {
 		c.dev.d.cuGraphExecDestroy(g.exec)
 		c.dev.d.cuGraphDestroy(g.graph)
 	}
+}
+
+// SideStream creates the side stream and the events that fork work onto it
+// and join it back, once; call it outside a graph capture (at load).
+func (c *Ctx) SideStream() error {
+	dev := c.dev
+	if dev.side != 0 {
+		return nil
+	}
+	const nonBlocking, disableTiming = 1, 2
+	var side, forked, joined handle
+	if err := dev.d.check("cuStreamCreate(side)", dev.d.cuStreamCreate(&side, nonBlocking)); err != nil {
+		return err
+	}
+	if err := dev.d.check("cuEventCreate(fork)", dev.d.cuEventCreate(&forked, disableTiming)); err != nil {
+		dev.d.cuStreamDestroy(side)
+		return err
+	}
+	if err := dev.d.check("cuEventCreate(join)", dev.d.cuEventCreate(&joined, disableTiming)); err != nil {
+		dev.d.cuEventDestroy(forked)
+		dev.d.cuStreamDestroy(side)
+		return err
+	}
+	dev.side, dev.forked, dev.joined = side, forked, joined
+	return nil
+}
+
+// Side is c with its launches on the side stream (SideStream made it).
+func (c *Ctx) Side() *Ctx { return &Ctx{dev: c.dev, side: true} }
+
+// Fork makes the side stream's next work wait for everything enqueued on
+// the stream so far: an event recorded on the stream, waited for on the
+// side stream. Inside a graph capture this is how the side stream joins
+// the capture (CUDA's fork rule), and the side branch's kernels become
+// nodes that depend on the stream's last one.
+func (c *Ctx) Fork() error {
+	dev := c.dev
+	if dev.side == 0 {
+		return fmt.Errorf("cuda: Fork without a side stream (SideStream)")
+	}
+	if err := dev.d.check("cuEventRecord(fork)", dev.d.cuEventRecord(dev.forked, dev.stream)); err != nil {
+		return err
+	}
+	return dev.d.check("cuStreamWaitEvent(side)", dev.d.cuStreamWaitEvent(dev.side, dev.forked, 0))
+}
+
+// Join makes the stream's next work wait for everything enqueued on the
+// side stream so far. A capture must join every fork before EndCapture
+// (else cuStreamEndCapture fails as unjoined); the next launch on the
+// stream takes no PDL, so it waits for both branches in full.
+func (c *Ctx) Join() error {
+	dev := c.dev
+	if dev.side == 0 {
+		return fmt.Errorf("cuda: Join without a side stream (SideStream)")
+	}
+	if err := dev.d.check("cuEventRecord(join)", dev.d.cuEventRecord(dev.joined, dev.side)); err != nil {
+		return err
+	}
+	if err := dev.d.check("cuStreamWaitEvent(join)", dev.d.cuStreamWaitEvent(dev.stream, dev.joined, 0)); err != nil {
+		return err
+	}
+	dev.plainNext = true
+	return nil
 }
 
 // Event marks a point in the stream, for timing.

@@ -65,6 +65,7 @@ type driver struct {
 	cuStreamCreate              func(s *handle, flags uint32) Result
 	cuStreamDestroy             func(s handle) Result
 	cuStreamSynchronize         func(s handle) Result
+	cuStreamWaitEvent           func(s, e handle, flags uint32) Result
 	cuEventCreate               func(e *handle, flags uint32) Result
 	cuEventDestroy              func(e handle) Result
 	cuEventRecord               func(e, s handle) Result
@@ -110,7 +111,8 @@ func (d *driver) symbols() map[string]any {
 		"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync,
 		"cuMemsetD32Async": &d.cuMemsetD32Async,
 		"cuStreamCreate":   &d.cuStreamCreate, "cuStreamDestroy_v2": &d.cuStreamDestroy, "cuStreamSynchronize": &d.cuStreamSynchronize,
-		"cuEventCreate": &d.cuEventCreate, "cuEventDestroy_v2": &d.cuEventDestroy, "cuEventRecord": &d.cuEventRecord,
+		"cuStreamWaitEvent": &d.cuStreamWaitEvent,
+		"cuEventCreate":     &d.cuEventCreate, "cuEventDestroy_v2": &d.cuEventDestroy, "cuEventRecord": &d.cuEventRecord,
 		"cuEventSynchronize": &d.cuEventSynchronize, "cuEventElapsedTime_v2|cuEventElapsedTime": &d.cuEventElapsedTime,
 		"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleUnload": &d.cuModuleUnload, "cuModuleGetFunction": &d.cuModuleGetFunction,
 		"cuFuncSetAttribute": &d.cuFuncSetAttribute, "cuLaunchKernel": &d.cuLaunchKernel,

@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -653,27 +653,44 @@ func (l *Launcher) Advance(pos cuda.DevicePtr, T int) error {
 }
 
 // Streamed experts (kernels.cu's slot_resolve, slot_fill, expert_need,
-// expert_stage): a layer's table is SlotTableWords int32 words, slotOf
-// [E], expertOf [S], lastUse [S], the step counter, the fill count and the
-// fill list [2k]; its stats SlotStatsWords uint64 counters.
+// expert_stage, slot_prefetch, slot_fill_ahead): a layer's table is
+// SlotTableWords int32 words, slotOf [E], expertOf [S], lastUse [S], the
+// step counter, the fill count and the fill list [2k], the read-ahead
+// count and list [2k]; its stats SlotStatsWords uint64 counters.
 
 // MaxSlots is the most VRAM slots a streamed layer may have (SLOT_MAXS).
 const MaxSlots = 1024
 
 // SlotStatsWords is the uint64 counters of a streamed layer: decode hits,
 // misses, bytes copied; prefill experts staged from VRAM, from the host,
-// and the host bytes.
-const SlotStatsWords = 6
+// and the host bytes; read-ahead guesses, picks that were guessed, guesses
+// copied ahead, picks found in a slot copied ahead for them, and the bytes
+// copied ahead.
+const SlotStatsWords = 11
 
 // slotCopyUnroll is kernels.cu's SLOT_COPY_UNROLL.
 const slotCopyUnroll = 4
 
 // SlotTableWords is a streamed layer's table size in int32 words.
-func SlotTableWords(E, S, k int) int { return E + 2*S + 2 + 2*k }
+func SlotTableWords(E, S, k int) int { return E + 2*S + 3 + 4*k }
 
 // SlotFillOffset is the word of the table where the fill count sits (the
 // fill list follows it).
 func SlotFillOffset(E, S int) int { return E + 2*S + 1 }
+
+// SlotAheadOffset is the word of the table where the read-ahead count sits
+// (the read-ahead list follows it).
+func SlotAheadOffset(E, S, k int) int { return E + 2*S + 2 + 2*k }
+
+// MaxSlotExperts is the most experts a layer may have for slot_prefetch
+// (SLOT_MAXE).
+const MaxSlotExperts = 1024
+
+// DefaultAheadBlocks is slot_fill_ahead's grid: 32 blocks of 256 threads
+// with four 16-byte loads in flight each keep 512 KiB of reads in flight,
+// several times the link's bandwidth-delay product (55 GB/s × ~2 µs),
+// on a quarter of an H100's SMs at an eighth of their threads.
+const DefaultAheadBlocks = 32
 
 // SlotCopyBlocks is how many blocks copy one record of stride bytes.
 func SlotCopyBlocks(stride int64) int {
@@ -704,6 +721,31 @@ func (l *Launcher) SlotFill(pool, host, tab cuda.DevicePtr, E, S, k int, stride 
 		return err
 	}
 	return l.launch("slot_fill", cuda.D2(k, SlotCopyBlocks(stride)), cuda.D1(256), 0, pool, host, tab, E, S, uint64(stride))
+}
+
+// SlotPrefetch guesses a decode step's k experts of the layer from logits
+// [E] (the router applied to the hidden state entering the layer) and
+// gives them slots of tab, writing the read-ahead list (slot_prefetch).
+func (l *Launcher) SlotPrefetch(tab, stats, logits cuda.DevicePtr, E, S, k int, stride int64) error {
+	if err := checkSlots(E, S, k, stride); err != nil {
+		return err
+	}
+	if E > MaxSlotExperts {
+		return fmt.Errorf("gpukernels: slot_prefetch: %d experts is past the kernel's %d", E, MaxSlotExperts)
+	}
+	return l.launch("slot_prefetch", cuda.D1(1), cuda.D1(256), 0, tab, stats, logits, E, S, k, uint64(stride))
+}
+
+// SlotFillAhead copies the read-ahead list's experts from host into their
+// slots of pool with a grid of blocks blocks (slot_fill_ahead).
+func (l *Launcher) SlotFillAhead(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64, blocks int) error {
+	if err := checkSlots(E, S, k, stride); err != nil {
+		return err
+	}
+	if blocks < 1 {
+		return fmt.Errorf("gpukernels: slot_fill_ahead: a grid of %d blocks", blocks)
+	}
+	return l.launch("slot_fill_ahead", cuda.D1(blocks), cuda.D1(256), 0, pool, host, tab, E, S, k, uint64(stride))
 }
 
 // ExpertNeed marks need [E] with the experts of sel [n] (expert_need).

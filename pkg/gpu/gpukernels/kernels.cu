@@ -2692,12 +2692,17 @@ extern "C" __global__ void advance(int* pos, int T) {
 // keeps S of its E experts in a VRAM slot pool (slot s at pool + s·stride);
 // every expert lives in page-locked host memory mapped into the device
 // (expert e at host + e·stride). A layer's table tab is int32 words:
-// slotOf [E] (−1: not in VRAM), expertOf [S] (−1: empty), lastUse [S] (u32,
-// the step that last used the slot; 0: never), the step counter [1], the
-// fill count [1], the fill list [2k] (slot, expert). stats are u64 counters:
-// [0] decode hits, [1] decode misses, [2] decode bytes copied from the host,
-// [3] prefill experts staged from VRAM, [4] from the host, [5] the host bytes.
+// slotOf [E] (−1: not in VRAM), expertOf [S] (−1: empty), lastUse [S] (u32
+// stamps: 2s for a use by decode step s, 2s−1 for a read-ahead guess for
+// step s; 0: never), the step counter [1], the fill count [1], the fill
+// list [2k] (slot, expert), the read-ahead count [1] and list [2k]. stats
+// are u64 counters: [0] decode hits, [1] decode misses, [2] decode bytes
+// copied from the host, [3] prefill experts staged from VRAM, [4] from the
+// host, [5] the host bytes, [6] read-ahead guesses, [7] picks that were
+// guessed, [8] guesses copied ahead, [9] picks found in a slot copied ahead
+// for them, [10] the bytes copied ahead.
 #define SLOT_MAXS 1024
+#define SLOT_MAXE 1024
 #define SLOT_COPY_UNROLL 4
 
 __device__ __forceinline__ unsigned long long block_min_u64(unsigned long long v, unsigned long long* sh) {
@@ -2722,12 +2727,14 @@ __device__ __forceinline__ unsigned long long block_min_u64(unsigned long long v
 }
 
 // slot_resolve gives a decode step's k picks sel[0..k) their VRAM slots
-// (streamcache.go's resolveRef is the reference, step for step): first
-// every pick already in a slot (a hit) marks that slot used by this step;
-// then each miss, in router order, takes the least recently used slot this
-// step has not used (the lowest index among equals; never-used slots, at
-// 0, first), evicts its expert, and is appended to the fill list. slotSel
-// [k] is each pick's slot. One block; S ≤ SLOT_MAXS, k ≤ 64.
+// (slotref.go's resolve is the reference, step for step): first every
+// pick already in a slot (a hit) marks that slot used by this step; then
+// each miss, in router order, takes the least recently used slot this step
+// has not used (the lowest index among equals; never-used slots, at 0,
+// first), evicts its expert, and is appended to the fill list. slotSel [k]
+// is each pick's slot. A hit on a slot stamped by this step's read-ahead
+// (2s−1) counts as a guessed pick, and as a copy used when the read-ahead
+// list copied it. One block; S ≤ SLOT_MAXS, k ≤ 64.
 extern "C" __global__ void slot_resolve(int* slotSel, int* tab, unsigned long long* stats, const int* sel, int E, int S, int k, i64 stride) {
     PDL_ENTRY();
     __shared__ u32 last[SLOT_MAXS];
@@ -2741,16 +2748,24 @@ extern "C" __global__ void slot_resolve(int* slotSel, int* tab, unsigned long lo
     u32* counter = (u32*)(tab + E + 2 * S);
     int* nfill = tab + E + 2 * S + 1;
     int* fill = tab + E + 2 * S + 2;
+    const int* nahead = fill + 2 * k;
+    const int* ahead = nahead + 1;
+    __shared__ int guessed, used;
     for (int s = threadIdx.x; s < S; s += blockDim.x) last[s] = lastUse[s];
     __syncthreads();
     if (threadIdx.x == 0) {
-        u32 stamp = counter[0] + 1;
-        counter[0] = stamp;
+        u32 step = counter[0] + 1;
+        counter[0] = step;
+        u32 stamp = 2u * step;
         stampS = stamp;
-        int n = 0;
+        int n = 0, gs = 0, us = 0;
         for (int i = 0; i < k; i++) {
             int s = slotOf[sel[i]];
             if (s >= 0) {
+                if (last[s] == stamp - 1) { // guessed for this step by slot_prefetch
+                    gs++;
+                    for (int j = 0; j < nahead[0]; j++) us += ahead[2 * j] == s && ahead[2 * j + 1] == sel[i];
+                }
                 slotSel[i] = s;
                 last[s] = stamp;
             } else {
@@ -2758,6 +2773,8 @@ extern "C" __global__ void slot_resolve(int* slotSel, int* tab, unsigned long lo
             }
         }
         nmiss = n;
+        guessed = gs;
+        used = us;
     }
     __syncthreads();
     int n = nmiss;
@@ -2791,6 +2808,142 @@ extern "C" __global__ void slot_resolve(int* slotSel, int* tab, unsigned long lo
         stats[0] += (unsigned long long)(k - n);
         stats[1] += (unsigned long long)n;
         stats[2] += (unsigned long long)n * (unsigned long long)stride;
+        stats[7] += (unsigned long long)guessed;
+        stats[9] += (unsigned long long)used;
+    }
+}
+
+// slot_prefetch is the read-ahead of a decode step's experts for one layer
+// (slotref.go's prefetch is the reference): its guesses are the k experts
+// with the highest logits [E] (the layer's router applied to the hidden
+// state entering the layer; NaN as −∞, the lower id on ties), in ascending
+// id order. Each guess already in a slot stamps that slot 2s−1 (s the step
+// about to resolve: the step counter + 1); then each other guess, in
+// order, takes the least recently used slot not stamped 2s−1 (the lowest
+// index among equals), evicts its expert, is stamped 2s−1 and is appended
+// to the read-ahead list, which slot_fill_ahead copies. The step's own
+// resolve then sees the guesses as hits, and a wrong guess is only a slot
+// used half a step before the step's picks. The step counter is left as
+// it is. One block; S ≤ SLOT_MAXS, E ≤ SLOT_MAXE, k ≤ 64.
+extern "C" __global__ void slot_prefetch(int* tab, unsigned long long* stats, const float* logits, int E, int S, int k, i64 stride) {
+    PDL_ENTRY();
+    __shared__ u32 last[SLOT_MAXS];
+    __shared__ float key[SLOT_MAXE];
+    __shared__ unsigned char picked[SLOT_MAXE];
+    __shared__ unsigned long long red[32];
+    __shared__ int guess[64];
+    __shared__ int missAt[64];
+    __shared__ int nguess, nmiss;
+    int* slotOf = tab;
+    int* expertOf = tab + E;
+    u32* lastUse = (u32*)(tab + E + S);
+    const u32* counter = (const u32*)(tab + E + 2 * S);
+    int* nahead = tab + E + 2 * S + 2 + 2 * k;
+    int* ahead = nahead + 1;
+    u32 stamp = 2u * counter[0] + 1u;
+    for (int s = threadIdx.x; s < S; s += blockDim.x) last[s] = lastUse[s];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = logits[e];
+        key[e] = v != v ? -__int_as_float(0x7f800000) : v;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float p = key[e];
+        int beaten = 0;
+        for (int j = 0; j < E; j++) {
+            float q = key[j];
+            beaten += (q > p) || (q == p && j < e);
+        }
+        picked[e] = beaten < k;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { // ascending ids: a ballot over 32 experts at a time
+        int lane = threadIdx.x, n = 0;
+        for (int base = 0; base < E; base += 32) {
+            bool f = base + lane < E && picked[base + lane];
+            unsigned bal = __ballot_sync(0xffffffffu, f);
+            int at = n + __popc(bal & ((1u << lane) - 1));
+            if (f && at < k) guess[at] = base + lane;
+            n += __popc(bal);
+        }
+        if (lane == 0) nguess = n < k ? n : k;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int m = 0;
+        for (int i = 0; i < nguess; i++) {
+            int s = slotOf[guess[i]];
+            if (s >= 0) {
+                last[s] = stamp;
+            } else {
+                missAt[m++] = i;
+            }
+        }
+        nmiss = m;
+    }
+    __syncthreads();
+    int n = nmiss;
+    for (int j = 0; j < n; j++) { // the same trips for every thread: block_min_u64 syncs
+        unsigned long long best = ~0ull;
+        for (int s = threadIdx.x; s < S; s += blockDim.x) {
+            if (last[s] == stamp) continue;
+            unsigned long long key2 = ((unsigned long long)last[s] << 32) | (unsigned long long)s;
+            best = key2 < best ? key2 : best;
+        }
+        best = block_min_u64(best, red);
+        if (threadIdx.x == 0) {
+            int x = (int)(best & 0xffffffffull);
+            int e = guess[missAt[j]];
+            int old = expertOf[x];
+            if (old >= 0) slotOf[old] = -1;
+            slotOf[e] = x;
+            expertOf[x] = e;
+            last[x] = stamp;
+            ahead[2 * j] = x;
+            ahead[2 * j + 1] = e;
+        }
+        __syncthreads();
+    }
+    for (int s = threadIdx.x; s < S; s += blockDim.x) lastUse[s] = last[s];
+    if (threadIdx.x == 0) {
+        nahead[0] = n;
+        stats[6] += (unsigned long long)nguess;
+        stats[8] += (unsigned long long)n;
+        stats[10] += (unsigned long long)n * (unsigned long long)stride;
+    }
+}
+
+// slot_fill_ahead copies slot_prefetch's read-ahead list from the mapped
+// host memory into the slots, on the side stream beside the layer's
+// attention or delta rule: the records are one run of 16-byte words that
+// the grid (a few blocks, sized by the host so the copy leaves the SMs to
+// the compute it overlaps) strides over, SLOT_COPY_UNROLL loads in flight
+// a thread to keep the bus busy.
+extern "C" __global__ void slot_fill_ahead(u8* pool, const u8* host, const int* tab, int E, int S, int k, i64 stride) {
+    PDL_ENTRY();
+    const int* nahead = tab + E + 2 * S + 2 + 2 * k;
+    const int* ahead = nahead + 1;
+    i64 per = stride / 16;
+    i64 total = (i64)nahead[0] * per;
+    i64 threads = (i64)gridDim.x * blockDim.x;
+    for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < total; j += threads * SLOT_COPY_UNROLL) {
+        uint4 v[SLOT_COPY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SLOT_COPY_UNROLL; u++) {
+            i64 at = j + (i64)u * threads;
+            if (at < total) {
+                i64 i = at / per, w = at - i * per;
+                v[u] = ((const uint4*)(host + (i64)ahead[2 * i + 1] * stride))[w];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SLOT_COPY_UNROLL; u++) {
+            i64 at = j + (i64)u * threads;
+            if (at < total) {
+                i64 i = at / per, w = at - i * per;
+                ((uint4*)(pool + (i64)ahead[2 * i] * stride))[w] = v[u];
+            }
+        }
     }
 }
 
