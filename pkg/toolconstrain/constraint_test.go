@@ -268,16 +268,21 @@ func TestMaskAgreesWithAdvance(t *testing.T) {
 	}
 }
 
+// fallbackTools have parameters the grammar leaves free (a format, a
+// pattern, string mixed with object, a keyword it does not know) beside
+// ones it constrains, and a tool without a usable name.
+const fallbackTools = `[{"name":"f","parameters":{"type":"object","properties":{
+	"when":{"type":"string","format":"date"},
+	"re":{"type":"string","pattern":"^a+$"},
+	"mixed":{"type":["string","object"]},
+	"flag":{"type":["boolean","string"]},
+	"same":{"$ref":"#/properties/ok"},
+	"odd":{"type":"object","not":{}},
+	"ok":{"type":"integer"}}}},
+	{"name":"bad name","parameters":{}}]`
+
 func TestCompileFallbacks(t *testing.T) {
-	g, err := Compile(parseTools(t, `[{"name":"f","parameters":{"type":"object","properties":{
-		"when":{"type":"string","format":"date"},
-		"re":{"type":"string","pattern":"^a+$"},
-		"mixed":{"type":["string","object"]},
-		"flag":{"type":["boolean","string"]},
-		"same":{"$ref":"#/properties/ok"},
-		"odd":{"type":"object","not":{}},
-		"ok":{"type":"integer"}}}},
-		{"name":"bad name","parameters":{}}]`))
+	g, err := Compile(parseTools(t, fallbackTools))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,15 +298,7 @@ func TestCompileFallbacks(t *testing.T) {
 	if _, err := Compile(parseTools(t, `[{"name":"a b"}]`)); err == nil {
 		t.Error("a list without a usable name compiled")
 	}
-	g2, _ := Compile(parseTools(t, `[{"name":"f","parameters":{"type":"object","properties":{
-		"when":{"type":"string","format":"date"},
-		"re":{"type":"string","pattern":"^a+$"},
-		"mixed":{"type":["string","object"]},
-		"flag":{"type":["boolean","string"]},
-		"same":{"$ref":"#/properties/ok"},
-		"odd":{"type":"object","not":{}},
-		"ok":{"type":"integer"}}}},
-		{"name":"bad name","parameters":{}}]`))
+	g2, _ := Compile(parseTools(t, fallbackTools))
 	if g2 != g {
 		t.Error("the same tools compiled twice (no cache)")
 	}

@@ -157,14 +157,7 @@ func sampleNudged(t *testing.T, c *Constraint, n int, bytesOf func(int) []byte, 
 				}
 			}
 		}
-		if c.Mask(row) == 0 {
-			t.Fatalf("dead end after %q", text)
-		}
-		id := sampleSoftmax(row, rng)
-		ended, err := c.Advance(id)
-		if err != nil {
-			t.Fatalf("after %q: %v", text, err)
-		}
+		id, ended := takeSample(t, c, row, rng, text)
 		if ended {
 			return string(text), true
 		}

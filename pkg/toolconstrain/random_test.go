@@ -64,20 +64,28 @@ func sampleConstrained(t *testing.T, c *Constraint, tok *tokenizer.Tokenizer, rn
 				}
 			}
 		}
-		if c.Mask(row) == 0 {
-			t.Fatalf("dead end after %q", text)
-		}
-		id := sampleSoftmax(row, rng)
-		ended, err := c.Advance(id)
-		if err != nil {
-			t.Fatalf("after %q: %v", text, err)
-		}
+		id, ended := takeSample(t, c, row, rng, text)
 		if ended {
 			return string(text), true
 		}
 		text = append(text, tok.TokenBytes(id)...)
 	}
 	return string(text), false
+}
+
+// takeSample masks row under c, samples a token from it at temperature 1
+// and advances c over it; a dead end or a refused token fails t.
+func takeSample(t *testing.T, c *Constraint, row []float32, rng *rand.Rand, text []byte) (id int, ended bool) {
+	t.Helper()
+	if c.Mask(row) == 0 {
+		t.Fatalf("dead end after %q", text)
+	}
+	id = sampleSoftmax(row, rng)
+	ended, err := c.Advance(id)
+	if err != nil {
+		t.Fatalf("after %q: %v", text, err)
+	}
+	return id, ended
 }
 
 func sampleSoftmax(row []float32, rng *rand.Rand) int {
@@ -151,11 +159,10 @@ func CheckCalls(tools []Tool, prefix, text string) ([]chatparse.ToolCall, error)
 	return res.ToolCalls, nil
 }
 
-// Random weights, temperature 1, 20 seeds: forced calls (required and
-// named, one and several), and a call the text opens under tool_choice
-// auto, always parse, name a declared tool and validate; at seed 0 every
-// step also checks Mask against Advance on every token.
-func TestRandomForcedCallsValidate(t *testing.T) {
+// randomSetup is the fixture tokenizer, its Vocab, RandomTools and their
+// grammar.
+func randomSetup(t *testing.T) (*tokenizer.Tokenizer, *Vocab, []Tool, *Grammar) {
+	t.Helper()
 	tok := fixtureTokenizer(t)
 	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
 	tools := parseTools(t, RandomTools)
@@ -163,6 +170,15 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok, tv, tools, g
+}
+
+// Random weights, temperature 1, 20 seeds: forced calls (required and
+// named, one and several), and a call the text opens under tool_choice
+// auto, always parse, name a declared tool and validate; at seed 0 every
+// step also checks Mask against Advance on every token.
+func TestRandomForcedCallsValidate(t *testing.T) {
+	tok, tv, tools, g := randomSetup(t)
 	plans := []struct {
 		plan   Plan
 		prefix string
@@ -211,13 +227,7 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 // Generations on several goroutines share one Vocab (serve --parallel):
 // its lazily built tables are safe to share (run with -race).
 func TestConcurrentGenerationsShareVocab(t *testing.T) {
-	tok := fixtureTokenizer(t)
-	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
-	tools := parseTools(t, RandomTools)
-	g, err := Compile(tools)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, tv, tools, g := randomSetup(t)
 	var wg sync.WaitGroup
 	texts := make([]string, 4)
 	for w := range texts {
