@@ -248,24 +248,31 @@ __device__ void q38_norm_rotate_seq(float* dst, const float* x, const float* sca
     __syncthreads();
 }
 
+// The indexer kernels read the pass's first position pos from device memory
+// (*dpos, as the attention kernels do), so a decode step's launches are the
+// same at every position and replay as one CUDA graph.
+
 // q38_idx_kraw: token t's raw indexer key (the last dih values of its
 // index_qk_proj row qk [T, qkw]) is cached at row pos+t of kraw [cap, dih].
-extern "C" __global__ void q38_idx_kraw(float* kraw, const float* qk, int qkw, int dih, int pos) {
+extern "C" __global__ void q38_idx_kraw(float* kraw, const float* qk, int qkw, int dih, const int* dpos) {
     PDL_ENTRY();
-    int t = blockIdx.x;
+    int t = blockIdx.x, pos = *dpos;
     for (int i = threadIdx.x; i < dih; i += blockDim.x) kraw[(i64)(pos + t) * dih + i] = qk[(i64)t * qkw + qkw - dih + i];
 }
 
-// q38_idx_blocks: block key b0+blockIdx.x (qwen38 completeBlocks): the
-// mean of its cr raw keys (summed in position order, then divided), the
-// indexer's k_layernorm, RoPE at the block's first position. A thread per
-// dimension sums; the norm's sum is thread 0's.
+// q38_idx_blocks: block key b = pos/cr + blockIdx.x, for the blocks a pass
+// of T tokens from pos completes (b < (pos+T)/cr; the grid is an upper
+// bound, T/cr + 1, and blocks past the last return) (qwen38
+// completeBlocks): the mean of its cr raw keys (summed in position order,
+// then divided), the indexer's k_layernorm, RoPE at the block's first
+// position. A thread per dimension sums; the norm's sum is thread 0's.
 extern "C" __global__ void q38_idx_blocks(float* kb, const float* kraw, const float* kNorm, const float* invFreq, int dih, int half,
-                                          int cr, int b0, float eps) {
+                                          int cr, const int* dpos, int T, float eps) {
     PDL_ENTRY();
     extern __shared__ float mean[]; // [dih]
     __shared__ float inv;
-    int b = b0 + blockIdx.x;
+    int pos = *dpos, b = pos / cr + blockIdx.x;
+    if (b >= (pos + T) / cr) return;
     for (int i = threadIdx.x; i < dih; i += blockDim.x) {
         float m = 0;
         for (int tau = b * cr; tau < (b + 1) * cr; tau++) m = __fadd_rn(m, kraw[(i64)tau * dih + i]);
@@ -283,11 +290,11 @@ extern "C" __global__ void q38_idx_blocks(float* kb, const float* kraw, const fl
 // window (nb ≤ B) are skipped. A thread per block, heads in order, each
 // dot in index order.
 extern "C" __global__ void q38_idx_scores(float* scores, const float* qk, const float* qNorm, const float* kb, const float* invFreq,
-                                          int qkw, int nih, int dih, int half, int cr, int B, int nbMax, int pos, float eps, float scale) {
+                                          int qkw, int nih, int dih, int half, int cr, int B, int nbMax, const int* dpos, float eps, float scale) {
     PDL_ENTRY();
     extern __shared__ float qi[]; // [nih, dih]
     __shared__ float inv;
-    int t = blockIdx.x, p = pos + t, nb = (p + 1) / cr;
+    int t = blockIdx.x, p = *dpos + t, nb = (p + 1) / cr;
     if (nb <= B) return;
     for (int h = 0; h < nih; h++)
         q38_norm_rotate_seq(qi + h * dih, qk + (i64)t * qkw + h * dih, qNorm, dih, eps, invFreq, half, p, &inv);
@@ -307,9 +314,9 @@ extern "C" __global__ void q38_idx_scores(float* scores, const float* qk, const 
 // before it in the order (−score, index), the set qwen38 topBlocks takes
 // (the lower block first among equal scores): keep [T, nbMax] gets 1 or 0.
 // Tokens in the dense window are skipped (every block kept).
-extern "C" __global__ void q38_idx_select(unsigned char* keep, const float* scores, int cr, int B, int nbMax, int pos) {
+extern "C" __global__ void q38_idx_select(unsigned char* keep, const float* scores, int cr, int B, int nbMax, const int* dpos) {
     PDL_ENTRY();
-    int t = blockIdx.x, p = pos + t, nb = (p + 1) / cr;
+    int t = blockIdx.x, p = *dpos + t, nb = (p + 1) / cr;
     if (nb <= B) return;
     const float* s = scores + (i64)t * nbMax;
     for (int b = threadIdx.x; b < nb; b += blockDim.x) {
@@ -328,9 +335,9 @@ extern "C" __global__ void q38_idx_select(unsigned char* keep, const float* scor
 // of attn_values weighs them e^−87 (exp32k's floor) times its 1/Σ: below
 // float32 resolution of any sum the kept keys make. The tail (positions
 // from cr·nb) is always kept. Block (h, t).
-extern "C" __global__ void q38_qsa_mask(float* scores, const unsigned char* keep, int Hq, int cap, int cr, int B, int nbMax, int pos) {
+extern "C" __global__ void q38_qsa_mask(float* scores, const unsigned char* keep, int Hq, int cap, int cr, int B, int nbMax, const int* dpos) {
     PDL_ENTRY();
-    int h = blockIdx.x, t = blockIdx.y, p = pos + t, nb = (p + 1) / cr;
+    int h = blockIdx.x, t = blockIdx.y, p = *dpos + t, nb = (p + 1) / cr;
     if (nb <= B) return;
     float* sc = scores + ((i64)t * Hq + h) * cap;
     const unsigned char* k = keep + (i64)t * nbMax;

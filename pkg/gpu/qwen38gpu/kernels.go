@@ -127,28 +127,31 @@ type IndexerShape struct {
 	Heads, Dim, Half, Block, Keep int // nih, dih, rd/2, cr, B = budget/cr
 }
 
+// The indexer's launchers take the pass's first position in device memory
+// (pos: an int32, the state's dpos), so a decode step's launches do not
+// change with the position and replay as one CUDA graph.
+
 // IndexerKeys caches the chunk's raw indexer keys at rows pos… of kraw.
-func (l *Launcher) IndexerKeys(kraw, qk cuda.DevicePtr, s IndexerShape, pos, T int) error {
+func (l *Launcher) IndexerKeys(kraw, qk cuda.DevicePtr, s IndexerShape, pos cuda.DevicePtr, T int) error {
 	return l.launch("q38_idx_kraw", cuda.D1(T), cuda.D1(128), 0, kraw, qk, (s.Heads+1)*s.Dim, s.Dim, pos)
 }
 
-// IndexerBlocks computes block keys b0 … b1−1.
-func (l *Launcher) IndexerBlocks(kb, kraw, kNorm, invFreq cuda.DevicePtr, s IndexerShape, b0, b1 int, eps float32) error {
-	if b1 <= b0 {
-		return nil
-	}
-	return l.launch("q38_idx_blocks", cuda.D1(b1-b0), cuda.D1(128), 4*s.Dim, kb, kraw, kNorm, invFreq, s.Dim, s.Half, s.Block, b0, eps)
+// IndexerBlocks computes the block keys a pass of T tokens from pos
+// completes: pos/cr … (pos+T)/cr − 1 (none for most decode steps: the
+// launch's blocks return at once).
+func (l *Launcher) IndexerBlocks(kb, kraw, kNorm, invFreq cuda.DevicePtr, s IndexerShape, pos cuda.DevicePtr, T int, eps float32) error {
+	return l.launch("q38_idx_blocks", cuda.D1(T/s.Block+1), cuda.D1(128), 4*s.Dim, kb, kraw, kNorm, invFreq, s.Dim, s.Half, s.Block, pos, T, eps)
 }
 
 // IndexerScores writes the block scores [T, nbMax] of the chunk's tokens
 // past the dense window.
-func (l *Launcher) IndexerScores(scores, qk, qNorm, kb, invFreq cuda.DevicePtr, s IndexerShape, nbMax, pos, T int, eps, scale float32) error {
+func (l *Launcher) IndexerScores(scores, qk, qNorm, kb, invFreq cuda.DevicePtr, s IndexerShape, nbMax int, pos cuda.DevicePtr, T int, eps, scale float32) error {
 	return l.launch("q38_idx_scores", cuda.D1(T), cuda.D1(256), 4*s.Heads*s.Dim, scores, qk, qNorm, kb, invFreq,
 		(s.Heads+1)*s.Dim, s.Heads, s.Dim, s.Half, s.Block, s.Keep, nbMax, pos, eps, scale)
 }
 
 // IndexerSelect marks keep [T, nbMax] with each sparse token's B best blocks.
-func (l *Launcher) IndexerSelect(keep, scores cuda.DevicePtr, s IndexerShape, nbMax, pos, T int) error {
+func (l *Launcher) IndexerSelect(keep, scores cuda.DevicePtr, s IndexerShape, nbMax int, pos cuda.DevicePtr, T int) error {
 	return l.launch("q38_idx_select", cuda.D1(T), cuda.D1(256), 0, keep, scores, s.Block, s.Keep, nbMax, pos)
 }
 
@@ -166,11 +169,11 @@ const attnSlices = 8
 // Launched from this module's copy of gpukernels' kernels, with
 // gpukernels.AttnHeads' arguments.
 func (l *Launcher) SparseAttention(o, scores, q2 cuda.DevicePtr, kv gpukernels.KVCache, qNorm, invFreq, pos cuda.DevicePtr,
-	s gpukernels.AttnShape, eps float32, capacity, T int, keep cuda.DevicePtr, is IndexerShape, nbMax, hostPos int) error {
+	s gpukernels.AttnShape, eps float32, capacity, T int, keep cuda.DevicePtr, is IndexerShape, nbMax int) error {
 	sGrid, sBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256)
 	vGrid, vBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(nblocks(s.Dh, 64))}, cuda.D1(64)
 	mask := func() error {
-		return l.launch("q38_qsa_mask", cuda.D2(s.Hq, T), cuda.D1(256), 0, scores, keep, s.Hq, capacity, is.Block, is.Keep, nbMax, hostPos)
+		return l.launch("q38_qsa_mask", cuda.D2(s.Hq, T), cuda.D1(256), 0, scores, keep, s.Hq, capacity, is.Block, is.Keep, nbMax, pos)
 	}
 	var err error
 	switch kv.Bits {

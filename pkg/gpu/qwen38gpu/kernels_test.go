@@ -358,7 +358,8 @@ func TestIndexerKernelsMatchQwen38(t *testing.T) {
 		kraw := make([]float32, capacity*is.Dim)
 		copy(kraw, prior)
 		dkraw := b.up(kraw)
-		check(t, b, q.IndexerKeys(dkraw, b.up(qk), is, pos, T))
+		dpos, dzero := b.upBytes(cuda.Bytes([]int32{pos})), b.upBytes(cuda.Bytes([]int32{0}))
+		check(t, b, q.IndexerKeys(dkraw, b.up(qk), is, dpos, T))
 		for tt := range T {
 			copy(kraw[(pos+tt)*is.Dim:], qk[tt*qkw+is.Heads*is.Dim:(tt+1)*qkw])
 		}
@@ -372,7 +373,8 @@ func TestIndexerKernelsMatchQwen38(t *testing.T) {
 		dinv := b.up(rope.InvFreq)
 		dkb := b.zeros(nbMax * is.Dim)
 		nb := (pos + T) / is.Block
-		check(t, b, q.IndexerBlocks(dkb, dkraw, b.up(kNorm), dinv, is, 0, nb, eps))
+		// every block from 0: a pass of pos+T tokens from position 0
+		check(t, b, q.IndexerBlocks(dkb, dkraw, b.up(kNorm), dinv, is, dzero, pos+T, eps))
 		wantKB := make([]float32, nbMax*is.Dim)
 		cos, sin := make([]float32, is.Half), make([]float32, is.Half)
 		for blk := range nb {
@@ -389,9 +391,16 @@ func TestIndexerKernelsMatchQwen38(t *testing.T) {
 		}
 		kb := b.down(dkb, nbMax*is.Dim)
 		near(t, "block keys", kb, wantKB, 1e-6)
+		// decode steps: one token a pass, the position read on the device,
+		// complete each block once, bitwise as the pass from 0 did
+		dstep := b.zeros(nbMax * is.Dim)
+		for p := range pos + T {
+			check(t, b, q.IndexerBlocks(dstep, dkraw, b.up(kNorm), dinv, is, b.upBytes(cuda.Bytes([]int32{int32(p)})), 1, eps))
+		}
+		same(t, "block keys completed token by token", b.down(dstep, nbMax*is.Dim), kb)
 
 		dscores := b.zeros(T * nbMax)
-		check(t, b, q.IndexerScores(dscores, b.up(qk), b.up(qNorm), dkb, dinv, is, nbMax, pos, T, eps, sqrtF32(is.Dim)))
+		check(t, b, q.IndexerScores(dscores, b.up(qk), b.up(qNorm), dkb, dinv, is, nbMax, dpos, T, eps, sqrtF32(is.Dim)))
 		scores := b.down(dscores, T*nbMax)
 		iq := make([]float32, is.Heads*is.Dim)
 		for tt := range T {
@@ -428,7 +437,7 @@ func TestIndexerKernelsMatchQwen38(t *testing.T) {
 		}
 		for _, sc := range [][]float32{scores, tied} {
 			dkeep := b.upBytes(make([]byte, T*nbMax))
-			check(t, b, q.IndexerSelect(dkeep, b.up(sc), is, nbMax, pos, T))
+			check(t, b, q.IndexerSelect(dkeep, b.up(sc), is, nbMax, dpos, T))
 			keep := b.downBytes(dkeep, T*nbMax)
 			for tt := range T {
 				n := (pos + tt + 1) / is.Block
@@ -447,7 +456,7 @@ func TestIndexerKernelsMatchQwen38(t *testing.T) {
 			const Hq = 3
 			attn := randVec(r, T*Hq*capacity, 1)
 			dattn := b.up(attn)
-			check(t, b, q.launch("q38_qsa_mask", cuda.D2(Hq, T), cuda.D1(256), 0, dattn, dkeep, Hq, capacity, is.Block, is.Keep, nbMax, pos))
+			check(t, b, q.launch("q38_qsa_mask", cuda.D2(Hq, T), cuda.D1(256), 0, dattn, dkeep, Hq, capacity, is.Block, is.Keep, nbMax, dpos))
 			wantAttn := slices.Clone(attn)
 			for tt := range T {
 				n := (pos + tt + 1) / is.Block

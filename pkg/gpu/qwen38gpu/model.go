@@ -38,6 +38,7 @@ type Model struct {
 	invFreq       cuda.DevicePtr
 
 	mma, gdnPipe, gdnPar, gdnReg bool
+	noGraph                      bool // NVMAI_GPU_GRAPH=0: decode steps launch kernel by kernel
 	chunk                        int
 	allocs                       []cuda.DevicePtr
 	WeightBytes                  int64 // bytes uploaded
@@ -112,6 +113,7 @@ func Load(dev *cuda.Device, cfg qwen38.Config, w model.Weights, dir string, ex *
 	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
 	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
 	m.gdnReg = m.gdnPar && os.Getenv("NVMAI_GPU_GDNREG") != "0"
+	m.noGraph = os.Getenv("NVMAI_GPU_GRAPH") == "0"
 	err := dev.Do(func(c *cuda.Ctx) error {
 		free, _, err := c.MemInfo()
 		if err != nil {

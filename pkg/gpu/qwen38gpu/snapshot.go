@@ -25,6 +25,10 @@ import (
 // counts, keyed by the history they hold. So a State restored from a
 // Snapshot continues exactly as the State it was taken from.
 //
+// A decode graph captured before a Restore stays valid unless the KV cache
+// grows (allocKV drops it): its buffers are unchanged and it reads the
+// position from device memory.
+//
 // The GPU writes its own layout ("Q38G"), not the CPU engine's ("Q38S"):
 // with 16-bit weights the engines differ in the last bits (docs/gpu.md), so
 // a state of one would not continue bitwise on the other, and the disk
@@ -252,6 +256,11 @@ func (st *State) Restore(s model.Snapshot) error {
 	}
 	pos := []int32{int32(sn.pos), sn.next}
 	err := st.m.dev.Do(func(c *cuda.Ctx) error {
+		if st.failed != nil {
+			// A failed Forward may have replaced some buffers (allocKV stops
+			// at the first allocation that fails): capture afresh.
+			st.dropGraphs(c)
+		}
 		if sn.pos > st.kcap {
 			capacity := max(st.kcap, 1)
 			for capacity < sn.pos {
