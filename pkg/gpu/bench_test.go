@@ -30,7 +30,11 @@ func TestBench(t *testing.T) {
 		load := time.Since(start)
 		b := e.Model().(*Backend)
 		var first []int
+		ahead0 := b.Model.stream != nil && b.Model.stream.readAhead
 		for _, v := range benchVariants(t) {
+			if b.Model.stream != nil { // a new session captures its graph with or without the read-ahead
+				b.Model.stream.readAhead = ahead0 && v.name != "noahead"
+			}
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma = v.mma && b.Dev.Arch >= 80
 			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar, b.Model.gdnReg = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec >= 2, v.rec == 3
@@ -69,7 +73,9 @@ type benchVariant struct {
 // plus prefill's experts grouped by expert, group512 and group1024 that
 // with prefill passes of 512 or 1024 tokens, pipe group with the delta rule
 // as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
-// same with gdn_rec_par, reg and reg512 with gdn_rec_reg. The variants'
+// same with gdn_rec_par, reg and reg512 with gdn_rec_reg, noahead all
+// without the streamed experts' read-ahead (all has it unless
+// NVMAI_GPU_READAHEAD=0; resident installs have none). The variants'
 // greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
@@ -81,6 +87,7 @@ func benchVariants(t *testing.T) []benchVariant {
 		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
 		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
 		"reg": {"reg", true, true, true, true, false, true, 0, 3}, "reg512": {"reg512", true, true, true, true, false, true, 512, 3},
+		"noahead": {"noahead", true, true, false, true, false, true, 0, 0},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
@@ -104,6 +111,10 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 			prompt[i] = 1 + (i*7919)%(e.Install.Manifest.Geometry.VocabSize-1)
 		}
 		var runs []*runtime.Result
+		st0, streamed, err := b.Model.StreamStats()
+		if err != nil {
+			t.Fatal(err)
+		}
 		for range 3 {
 			s := e.NewSession(runtime.SessionOptions{KVInitial: 1024, KVBits: 32})
 			res, err := s.Generate(context.Background(), prompt, runtime.GenerateOptions{MaxTokens: 129, IgnoreEOS: true, PrefillChunk: 512})
@@ -123,6 +134,13 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 				lo, hi = min(lo, f(r)), max(hi, f(r))
 			}
 			return
+		}
+		if streamed {
+			st1, _, err := b.Model.StreamStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			logStreamStats(t, name, b, st0, st1)
 		}
 		plo, phi := best(func(r *runtime.Result) float64 { return r.PrefillTokS })
 		dlo, dhi := best(func(r *runtime.Result) float64 { return r.DecodeTokS })
@@ -160,4 +178,31 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 		}
 		return runs[0].IDs
 	}
+}
+
+// logStreamStats prints the streamed experts' decode figures over the
+// bench's runs (from before to after): the VRAM hit rate, the read-ahead's
+// guesses right and copies used, and the PCIe bytes a decode step copied,
+// on demand and ahead.
+func logStreamStats(t *testing.T, name string, b *Backend, before, after StreamStats) {
+	d := func(a, b int64) float64 { return float64(a - b) }
+	picks := d(after.DecodeHits, before.DecodeHits) + d(after.DecodeMisses, before.DecodeMisses)
+	layers := 0
+	for _, sl := range b.Model.stream.layers {
+		if sl != nil {
+			layers++
+		}
+	}
+	steps := max(picks/float64(max(b.Model.geom.k*layers, 1)), 1)
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return 100 * a / b
+	}
+	t.Logf("BENCH %s: streamed, read-ahead %v: decode VRAM hits %.1f%% of %.0f picks; guesses right %.1f%% (%.0f guesses), copies ahead used %.1f%% (%.0f copied); PCIe %.1f MiB/step on demand + %.1f MiB/step ahead (%.0f steps)",
+		name, b.Model.stream.readAhead, ratio(d(after.DecodeHits, before.DecodeHits), picks), picks,
+		ratio(d(after.Guessed, before.Guessed), d(after.Guesses, before.Guesses)), d(after.Guesses, before.Guesses),
+		ratio(d(after.AheadUsed, before.AheadUsed), d(after.AheadCopies, before.AheadCopies)), d(after.AheadCopies, before.AheadCopies),
+		d(after.DecodeBytes, before.DecodeBytes)/float64(1<<20)/steps, d(after.AheadBytes, before.AheadBytes)/float64(1<<20)/steps, steps)
 }

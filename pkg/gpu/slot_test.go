@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -16,13 +17,18 @@ import (
 // expertOf, lastUse, the step, the fill list), each pick's slot, the
 // counters, and every slot's bytes; and expert_need and expert_stage on
 // random prefill passes between the steps: every needed expert staged
-// byte for byte, from its slot or the host, the tables untouched. At 24
-// slots and at E−1.
+// byte for byte, from its slot or the host, the tables untouched. Two
+// steps in three are read ahead first: slot_prefetch on logits that favour
+// the coming picks (with ties and NaNs), slot_fill_ahead on the side
+// stream (forked and joined as the decode graph does, a grid of 3 blocks
+// striding over the records), checked against the reference's prefetch:
+// the read-ahead list, the stamps, the guess counters and the bytes. At k,
+// 24 slots and E−1.
 func TestSlotKernelsMatchReference(t *testing.T) {
 	needGPU(t)
 	const E, k = 256, 8
 	const stride = 3073 * 16 // several copy blocks a record, the last one short
-	for _, S := range []int{24, E - 1} {
+	for _, S := range []int{k, 24, E - 1} {
 		t.Run(fmt.Sprintf("S=%d", S), func(t *testing.T) {
 			dev, err := cuda.Open(0)
 			if err != nil {
@@ -69,12 +75,15 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 		}
 		return p, err
 	}
-	var pool, tab, stats, slotSel, sel, staging, need cuda.DevicePtr
+	if err := c.SideStream(); err != nil {
+		return err
+	}
+	var pool, tab, stats, slotSel, sel, staging, need, logits cuda.DevicePtr
 	for _, a := range []struct {
 		p *cuda.DevicePtr
 		n int64
 	}{{&pool, int64(S) * stride}, {&tab, 4 * int64(words)}, {&stats, 8 * gpukernels.SlotStatsWords}, {&slotSel, 4 * int64(k)},
-		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}} {
+		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}, {&logits, 4 * int64(E)}} {
 		if *a.p, err = alloc(a.n); err != nil {
 			return err
 		}
@@ -112,6 +121,47 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 		if err := c.HtoD(sel, cuda.Bytes(picks)); err != nil {
 			return err
 		}
+		if step%3 != 0 { // read ahead: logits that favour most of the picks
+			lg := make([]float32, E)
+			for e := range lg {
+				lg[e] = float32(rng.IntN(8)) // ties
+			}
+			for _, e := range picks {
+				if rng.IntN(4) != 0 {
+					lg[e] = 10
+				}
+			}
+			if step%7 == 0 {
+				lg[rng.IntN(E)] = float32(math.NaN())
+			}
+			if err := c.HtoD(logits, cuda.Bytes(lg)); err != nil {
+				return err
+			}
+			if err := l.SlotPrefetch(tab, stats, logits, E, S, k, stride); err != nil {
+				return err
+			}
+			if err := c.Fork(); err != nil {
+				return err
+			}
+			side := &gpukernels.Launcher{C: c.Side(), K: ks}
+			if err := side.SlotFillAhead(pool, hostDev, tab, E, S, k, stride, 3); err != nil {
+				return err
+			}
+			if err := c.Join(); err != nil {
+				return err
+			}
+			guesses := ref.prefetch(lg, k)
+			gotTab, err := readTab()
+			if err != nil {
+				return err
+			}
+			wantTab := ref.words(k)
+			at := gpukernels.SlotAheadOffset(E, S, k)
+			if !slices.Equal(gotTab[:E+2*S+1], wantTab[:E+2*S+1]) || !slices.Equal(gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)]) {
+				return fmt.Errorf("step %d, guesses %v: the device's table after the read-ahead differs from the reference's: slots/stamps first at word %d, read-ahead list %v want %v",
+					step, guesses, firstDiff(gotTab[:E+2*S+1], wantTab[:E+2*S+1]), gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)])
+			}
+		}
 		if err := l.SlotResolve(slotSel, tab, stats, sel, E, S, k, stride); err != nil {
 			return err
 		}
@@ -131,8 +181,9 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 			return err
 		}
 		wantTab := ref.words(k)
-		n := E + 2*S + 2 + 2*len(ref.fill) // the fill list past its count is stale
-		if !slices.Equal(gotTab[:n], wantTab[:n]) {
+		n := E + 2*S + 2 + 2*len(ref.fill) // the fill lists past their counts are stale
+		at := gpukernels.SlotAheadOffset(E, S, k)
+		if !slices.Equal(gotTab[:n], wantTab[:n]) || !slices.Equal(gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)]) {
 			return fmt.Errorf("step %d, picks %v: the device's table differs from the reference's: first at word %d (%d, want %d)",
 				step, picks, firstDiff(gotTab[:n], wantTab[:n]), gotTab[firstDiff(gotTab[:n], wantTab[:n])], wantTab[firstDiff(gotTab[:n], wantTab[:n])])
 		}
@@ -191,6 +242,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 		}
 	}
 	wantStats[0], wantStats[1], wantStats[2] = ref.hits, ref.misses, ref.misses*uint64(stride)
+	wantStats[6], wantStats[7], wantStats[8], wantStats[9], wantStats[10] = ref.guesses, ref.guessed, ref.aheadCopies, ref.aheadUsed, ref.aheadCopies*uint64(stride)
 	gotStats := make([]uint64, gpukernels.SlotStatsWords)
 	if err := c.DtoH(cuda.Bytes(gotStats), stats); err != nil {
 		return err
@@ -198,8 +250,8 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 	if !slices.Equal(gotStats, wantStats[:]) {
 		return fmt.Errorf("counters %v, want %v", gotStats, wantStats)
 	}
-	if ref.hits == 0 || ref.misses == 0 {
-		return fmt.Errorf("the routing gave %d hits and %d misses: the test exercises nothing", ref.hits, ref.misses)
+	if ref.hits == 0 || ref.misses == 0 || ref.aheadUsed == 0 || ref.guessed == ref.guesses {
+		return fmt.Errorf("the routing gave %d hits and %d misses, %d of %d guesses right, %d copies ahead used: the test exercises too little", ref.hits, ref.misses, ref.guessed, ref.guesses, ref.aheadUsed)
 	}
 	return nil
 }

@@ -72,6 +72,7 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 	e := load()
 	b := e.Model().(*Backend)
 	p := b.Model.Plan()
+	ahead := b.Model.stream != nil && b.Model.stream.readAhead
 	got := runOutputs(t, e, ids)
 	st, ok, err := b.Model.StreamStats()
 	e.Close()
@@ -79,9 +80,10 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 		t.Fatal(err)
 	}
 	after := freeVRAM(t, probe)
-	t.Logf("FIDELITY streamed %s: %d of %d slots a layer, H2D %.1f GB/s; logits bitwise the resident engine's %v, greedy equal %v, sampled equal %v; decode hits %d misses %d (%d bytes), prefill %d from VRAM %d from RAM (%d bytes); VRAM free %d MiB before, %d after Close",
-		name, p.Slots, p.Experts, p.H2D/1e9, slices.Equal(got.logits, want.logits), slices.Equal(got.greedy, want.greedy),
+	t.Logf("FIDELITY streamed %s: %d of %d slots a layer, H2D %.1f GB/s, read-ahead %v; logits bitwise the resident engine's %v, greedy equal %v, sampled equal %v; decode hits %d misses %d (%d bytes), read-ahead %d guesses %d right, %d copied ahead %d used (%d bytes); prefill %d from VRAM %d from RAM (%d bytes); VRAM free %d MiB before, %d after Close",
+		name, p.Slots, p.Experts, p.H2D/1e9, ahead, slices.Equal(got.logits, want.logits), slices.Equal(got.greedy, want.greedy),
 		slices.EqualFunc(got.sampled, want.sampled, slices.Equal), st.DecodeHits, st.DecodeMisses, st.DecodeBytes,
+		st.Guesses, st.Guessed, st.AheadCopies, st.AheadUsed, st.AheadBytes,
 		st.PrefillFromVRAM, st.PrefillFromHost, st.PrefillBytes, before>>20, after>>20)
 	if !ok || p.Resident() || p.Slots != slots {
 		t.Fatalf("%s: plan %+v, want %d slots a layer streamed", name, p, slots)
@@ -97,8 +99,11 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 			t.Errorf("%s: sampled %+v: %v, resident %v", name, streamSampling[i], got.sampled[i], want.sampled[i])
 		}
 	}
-	if st.DecodeMisses == 0 || st.DecodeHits+st.DecodeMisses == 0 || st.PrefillFromHost == 0 || st.DecodeBytes != st.DecodeMisses*p.Stride {
+	if st.DecodeMisses+st.AheadCopies == 0 || st.DecodeHits+st.DecodeMisses == 0 || st.PrefillFromHost == 0 || st.DecodeBytes != st.DecodeMisses*p.Stride {
 		t.Errorf("%s: counters %+v do not show decode copies and prefill staging", name, st)
+	}
+	if ahead != (st.Guesses > 0) || st.AheadBytes != st.AheadCopies*p.Stride || st.Guessed > st.Guesses || st.AheadUsed > st.AheadCopies {
+		t.Errorf("%s: read-ahead %v but counters %d guesses, %d right, %d copied ahead (%d bytes), %d used", name, ahead, st.Guesses, st.Guessed, st.AheadCopies, st.AheadBytes, st.AheadUsed)
 	}
 	// The kernels' module stays loaded with the context: a few MiB.
 	if before-after > 32<<20 {
@@ -112,7 +117,9 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 // bits (the fused decode launches, the unfused float path, and at 4 bits
 // the unfused quantized one, NVMAI_GPU_FUSE=0) with
 // 3·top-k = 12 and E/2 = 8 slots a layer (NVMAI_GPU_SLOTS: the fixture's
-// 16 experts fit any budget).
+// 16 experts fit any budget), with the read-ahead (the default), and at 8
+// slots without it (NVMAI_GPU_READAHEAD=0) and at top-k = 4 slots with it,
+// where every guess that misses evicts a slot the step may pick.
 func TestStreamedMatchesResident(t *testing.T) {
 	needGPU(t)
 	t.Setenv("NVMAI_GPU_CHUNK", "128")
@@ -150,9 +157,13 @@ func TestStreamedMatchesResident(t *testing.T) {
 			}
 			want := runOutputs(t, res, ids)
 			res.Close()
-			for _, slots := range []int{12, 8} {
-				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit", bits), probe, want, ids,
-					func() *runtime.Engine { return loadGPUWith(t, dir, slots, 0) }, slots)
+			for _, c := range []struct {
+				slots int
+				ahead string
+			}{{12, ""}, {8, ""}, {8, "0"}, {4, ""}} {
+				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
+				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, read-ahead %q", bits, c.ahead), probe, want, ids,
+					func() *runtime.Engine { return loadGPUWith(t, dir, c.slots, 0) }, c.slots)
 			}
 		})
 	}
@@ -162,7 +173,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 // layers; NVMAI_STREAM_BIG=1 takes them all) streamed under two VRAM
 // budgets, sized from the resident plan to give 24 (3·top-k) and 128
 // slots a layer: bitwise the resident engine, through prefill passes of 64
-// tokens.
+// tokens; with the read-ahead, and at 24 slots without it too.
 func TestStreamedSyntheticMatchesResident(t *testing.T) {
 	needGPU(t)
 	t.Setenv("NVMAI_GPU_CHUNK", "64")
@@ -192,10 +203,14 @@ func TestStreamedSyntheticMatchesResident(t *testing.T) {
 			}
 			want := runOutputs(t, res, ids)
 			res.Close()
-			for _, slots := range []int{3 * p.TopK, 128} {
-				budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(slots)*p.Stride*int64(p.Layers) + p.Stride/2
-				compareStreamed(t, fmt.Sprintf("%s at %s", filepath.Base(dir), gib(budget)), probe, want, ids,
-					func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, slots)
+			for _, c := range []struct {
+				slots int
+				ahead string
+			}{{3 * p.TopK, ""}, {3 * p.TopK, "0"}, {128, ""}} {
+				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
+				budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(c.slots)*p.Stride*int64(p.Layers) + p.Stride/2
+				compareStreamed(t, fmt.Sprintf("%s at %s, read-ahead %q", filepath.Base(dir), gib(budget), c.ahead), probe, want, ids,
+					func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, c.slots)
 			}
 		})
 	}
