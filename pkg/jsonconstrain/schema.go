@@ -902,6 +902,20 @@ func resolvePointer(doc json.RawMessage, ptr string) (string, json.RawMessage, s
 	return at, cur, ""
 }
 
+// visitValues calls visit on the schemas of n's values: its properties,
+// other keys, prefix items and items (nil when absent), the children every
+// walk of the schema graph takes before its unions.
+func (n *node) visitValues(visit func(*node)) {
+	for _, p := range n.props {
+		visit(p)
+	}
+	visit(n.extra)
+	visit(n.items)
+	for _, p := range n.prefix {
+		visit(p)
+	}
+}
+
 // settleDepths computes the depth fields of every node reachable from
 // root: the least fixed point of the nesting each value needs, found by
 // iterating from "no instance" down until nothing changes.
@@ -915,14 +929,7 @@ func settleDepths(root *node) {
 		}
 		seen[n] = true
 		all = append(all, n)
-		for _, p := range n.props {
-			visit(p)
-		}
-		visit(n.extra)
-		visit(n.items)
-		for _, p := range n.prefix {
-			visit(p)
-		}
+		n.visitValues(visit)
 		if n.union != nil {
 			for _, a := range n.union.alts {
 				visit(a)

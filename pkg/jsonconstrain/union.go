@@ -49,14 +49,7 @@ func buildVariants(root *node) {
 			return
 		}
 		seen[n] = true
-		for _, p := range n.props {
-			visit(p)
-		}
-		visit(n.extra)
-		visit(n.items)
-		for _, p := range n.prefix {
-			visit(p)
-		}
+		n.visitValues(visit)
 		if n.union != nil {
 			for _, a := range n.union.alts {
 				visit(a)
@@ -377,14 +370,7 @@ func (c *compiler) finishUnionsBelow(n *node, ptr string) bool {
 			return
 		}
 		seen[n] = true
-		for _, p := range n.props {
-			visit(p)
-		}
-		visit(n.extra)
-		visit(n.items)
-		for _, p := range n.prefix {
-			visit(p)
-		}
+		n.visitValues(visit)
 		if u := n.union; u != nil {
 			for _, a := range u.given {
 				if a.types == 0 && a.union == nil {
