@@ -45,62 +45,70 @@ func TestBoundsExhaustive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {
-			opts := DefaultOptions
-			opts.MaxNumberBytes = tc.maxBytes
-			s, err := CompileWithOptions([]byte(tc.schema), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			schema := decode(t, []byte(tc.schema)).(map[string]any)
-			complete := map[string]bool{}
-			var all []string
-			var gen func(prefix string)
-			gen = func(prefix string) {
-				if prefix != "" {
-					all = append(all, prefix)
-				}
-				if len(prefix) == tc.maxBytes {
-					return
-				}
-				for _, c := range tc.alphabet {
-					gen(prefix + string(c))
-				}
-			}
-			gen("")
-			accepted := 0
-			for _, str := range all {
-				st := s.Start()
-				got := st.AcceptBytes([]byte(str)) && st.Done()
+			checkExhaustive(t, tc.schema, tc.alphabet, tc.maxBytes, func(schema map[string]any, str string) bool {
 				// An integer is written without a fraction ("10", not "10.0").
 				integerForm := schema["type"] != "integer" || !strings.Contains(str, ".")
-				want := plainNumber.MatchString(str) && integerForm && inBounds(t, schema, str)
-				if got != want {
-					t.Fatalf("%q: accepted %v, want %v", str, got, want)
-				}
-				if got {
-					complete[str] = true
-					accepted++
-				}
-			}
-			if accepted == 0 {
-				t.Fatal("nothing accepted")
-			}
-			for _, str := range all {
-				if st := s.Start(); !st.AcceptBytes([]byte(str)) {
-					continue
-				}
-				found := false
-				for c := range complete {
-					if strings.HasPrefix(c, str) {
-						found = true
-						break
-					}
-				}
-				if !found {
-					t.Fatalf("prefix %q accepted but cannot be completed", str)
-				}
-			}
+				return plainNumber.MatchString(str) && integerForm && inBounds(t, schema, str)
+			})
 		})
+	}
+}
+
+// checkExhaustive compiles schemaJSON for numbers of at most maxBytes bytes
+// and reads every string over alphabet up to that length: each is accepted
+// as a whole document exactly when want says, one at least is, and every
+// prefix accepted can still be completed to one.
+func checkExhaustive(t *testing.T, schemaJSON, alphabet string, maxBytes int, want func(schema map[string]any, str string) bool) {
+	t.Helper()
+	opts := DefaultOptions
+	opts.MaxNumberBytes = maxBytes
+	s, err := CompileWithOptions([]byte(schemaJSON), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := decode(t, []byte(schemaJSON)).(map[string]any)
+	var all []string
+	var gen func(prefix string)
+	gen = func(prefix string) {
+		if prefix != "" {
+			all = append(all, prefix)
+		}
+		if len(prefix) == maxBytes {
+			return
+		}
+		for _, c := range alphabet {
+			gen(prefix + string(c))
+		}
+	}
+	gen("")
+	complete := map[string]bool{}
+	for _, str := range all {
+		st := s.Start()
+		got := st.AcceptBytes([]byte(str)) && st.Done()
+		if w := want(schema, str); got != w {
+			t.Fatalf("%q: accepted %v, want %v", str, got, w)
+		}
+		if got {
+			complete[str] = true
+		}
+	}
+	if len(complete) == 0 {
+		t.Fatal("nothing accepted")
+	}
+	for _, str := range all {
+		if st := s.Start(); !st.AcceptBytes([]byte(str)) {
+			continue
+		}
+		found := false
+		for c := range complete {
+			if strings.HasPrefix(c, str) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Fatalf("prefix %q accepted but cannot be completed", str)
+		}
 	}
 }
 
