@@ -102,8 +102,9 @@ type Parser struct {
 	partial string // an incomplete UTF-8 sequence at the end of a Push
 	events  []Event
 
-	call  *openCall
-	value *openValue
+	call     *openCall
+	value    *openValue
+	unclosed int // 1 + the index of the call Finish had to close, 0 for none
 }
 
 // openCall is the call being parsed.
@@ -168,6 +169,9 @@ func (p *Parser) Finish() []Event {
 	p.buf += p.partial
 	p.partial = ""
 	p.run(true)
+	if p.call != nil {
+		p.unclosed = p.call.index + 1
+	}
 	if p.value != nil {
 		p.endValue(trimCutTag(p.buf))
 		p.buf = ""
@@ -177,6 +181,23 @@ func (p *Parser) Finish() []Event {
 	}
 	p.buf = ""
 	return p.take()
+}
+
+// OpenCall is the index of the call being parsed (its <tool_call> opened,
+// its arguments not yet closed), ok false when none is. A server that
+// stops at max_tokens uses it to tell an unfinished call from finished ones.
+func (p *Parser) OpenCall() (index int, ok bool) {
+	if p.call == nil {
+		return 0, false
+	}
+	return p.call.index, true
+}
+
+// Unclosed is, after Finish, the index of the call the output ended
+// inside (no </tool_call> or </function> closed it: Finish closed it with
+// the arguments parsed so far), ok false when none did.
+func (p *Parser) Unclosed() (index int, ok bool) {
+	return p.unclosed - 1, p.unclosed > 0
 }
 
 // Result is everything parsed so far.
@@ -354,6 +375,7 @@ func (p *Parser) stepCallBody(sc scan) bool {
 	if i == len(sc.s) {
 		p.consume(i)
 		if sc.final {
+			p.unclosed = p.call.index + 1 // the output ended before </function>
 			p.closeCall()
 			return true
 		}

@@ -341,3 +341,39 @@ func TestJSONStringBody(t *testing.T) {
 		}
 	}
 }
+
+// OpenCall tells the call still being written from the finished ones, and
+// Unclosed, after Finish, the call the output ended inside, so a reply cut
+// at max_tokens can leave the unfinished call out.
+func TestOpenCall(t *testing.T) {
+	cases := []struct {
+		name     string
+		text     string
+		index    int
+		open     bool
+		unclosed bool
+	}{
+		{"no call", "hello", 0, false, false},
+		{"finished call", call("a"), 0, false, false},
+		{"cut in the second call's value", call("a") + "<tool_call>\n<function=b>\n<parameter=x>\nhal", 1, true, true},
+		{"cut after a parameter", "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n", 0, true, true},
+		{"cut in </function>", "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</func", 0, true, true},
+		{"cut in </tool_call> after </function>, a whole call", "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_", 0, true, false},
+		{"ended at </tool_call>, its end pending", "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>", 0, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := New(Options{})
+			p.Push(c.text)
+			index, open := p.OpenCall()
+			if open != c.open || (open && index != c.index) {
+				t.Fatalf("OpenCall() = %d, %v; want %d, %v", index, open, c.index, c.open)
+			}
+			p.Finish()
+			index, unclosed := p.Unclosed()
+			if unclosed != c.unclosed || (unclosed && index != c.index) {
+				t.Fatalf("after Finish, Unclosed() = %d, %v; want %d, %v", index, unclosed, c.index, c.unclosed)
+			}
+		})
+	}
+}

@@ -71,15 +71,11 @@ func TestGPUToolConstraint(t *testing.T) {
 		if len(res.ToolCalls) == 0 {
 			t.Fatalf("seed %d: no call in %q", seed, strings.Join(rec.pieces, ""))
 		}
-		calls := res.ToolCalls
-		if rec.out.Finish == server.FinishLength && len(calls) > 1 {
-			calls = calls[:len(calls)-1]
-		}
-		for _, c := range calls {
+		for _, c := range res.ToolCalls { // a call cut by max_tokens is left out
 			if err := adaptertest.CheckToolCall(c.Name, json.RawMessage(c.Arguments)); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 		}
-		t.Logf("seed %d: %s", seed, fmt.Sprint(calls))
+		t.Logf("seed %d: %s", seed, fmt.Sprint(res.ToolCalls))
 	}
 }

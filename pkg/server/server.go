@@ -772,8 +772,8 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	if req.ToolChoice != ToolNone {
 		tools = parserTools(req.Tools)
 	}
-	acc := &chatAccumulator{req: req, onEvent: onEvent}
 	parser := chatparse.New(chatparse.Options{InReasoning: j.think, Tools: tools, NoToolCalls: req.ToolChoice == ToolNone})
+	acc := &chatAccumulator{req: req, onEvent: onEvent, parser: parser}
 	acc.push(parser.Push(j.forced))
 	stops := newStopMatcher(req.Stop)
 	g := Generation{Prompt: j.prompt, MaxTokens: j.max, Sampling: req.Sampling, Format: req.Format, FormatAfterThink: req.Format != nil && j.think,
@@ -791,12 +791,19 @@ func (j *Job) RunChat(ctx context.Context, onEvent func(chatparse.Event)) (*Chat
 	if rest := stops.Flush(); rest != "" && !acc.limitHit {
 		acc.push(parser.Push(rest))
 	}
-	acc.push(parser.Finish())
+	last := parser.Finish()
+	if cut, ok := parser.Unclosed(); ok && out.Finish == FinishLength {
+		// A call cut by max_tokens is not a call: its arguments stop
+		// mid-value. OpenAI, Anthropic and Responses report the cut
+		// (length, max_tokens, incomplete), never a finished call.
+		acc.drop(cut)
+	}
+	acc.push(last)
 	res := &ChatResult{Content: acc.content.String(), Reasoning: acc.reasoning.String(), ToolCalls: acc.calls, Outcome: out,
 		StopSequence: stops.Matched(),
 		Usage:        Usage{PromptTokens: len(j.prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}}
 	res.Finish = finishReason(out.Finish)
-	if len(acc.calls) > 0 {
+	if len(acc.calls) > 0 && out.Finish != FinishLength {
 		res.Finish = "tool_calls"
 	}
 	return res, nil
@@ -863,16 +870,59 @@ func engineError(err error) error {
 }
 
 // chatAccumulator forwards parsed events, applying tool_choice none and
-// parallel_tool_calls=false, and keeps the totals.
+// parallel_tool_calls=false, and keeps the totals. The events of a call
+// still being written are held back until it closes, so a reply cut at
+// max_tokens never streams a call it then cannot finish.
 type chatAccumulator struct {
 	req                *ChatRequest
 	onEvent            func(chatparse.Event)
+	parser             *chatparse.Parser
 	content, reasoning strings.Builder
 	calls              []chatparse.ToolCall
 	limitHit           bool
+	held               []chatparse.Event // the open call's events
+	dropped            int               // 1 + the index of the call cut at max_tokens, 0 for none
 }
 
 func (a *chatAccumulator) push(evs []chatparse.Event) {
+	open, inCall := -1, false
+	if a.parser != nil {
+		open, inCall = a.parser.OpenCall()
+	}
+	if len(a.held) > 0 && (!inCall || a.held[0].Index != open) {
+		held := a.held
+		a.held = nil
+		a.forward(held)
+	}
+	var now []chatparse.Event
+	for _, ev := range evs {
+		isCall := ev.Kind == chatparse.ToolCallStart || ev.Kind == chatparse.ToolCallArgs
+		if isCall && (a.dropped == ev.Index+1 || a.req.ToolChoice == ToolNone) {
+			continue
+		}
+		if isCall && ev.Index >= 1 && !a.req.ParallelToolCalls {
+			a.limitHit = true // stop now, not when the second call closes
+			continue
+		}
+		if isCall && inCall && ev.Index == open {
+			a.held = append(a.held, ev)
+			continue
+		}
+		now = append(now, ev)
+	}
+	a.forward(now)
+}
+
+// drop discards the call with the given index, held back and still to
+// come (the parser's closing of it at Finish).
+func (a *chatAccumulator) drop(index int) {
+	if len(a.held) > 0 && a.held[0].Index == index {
+		a.held = nil
+	}
+	a.dropped = index + 1
+}
+
+func (a *chatAccumulator) forward(evs []chatparse.Event) {
 	for _, ev := range evs {
 		switch ev.Kind {
 		case chatparse.Content:

@@ -55,13 +55,13 @@ type messageJSON struct {
 // stop_sequence.
 func stopReason(res *server.ChatResult) (string, *string) {
 	switch {
+	case res.Finish == "length":
+		return "max_tokens", nil // cut, even after finished calls, as Anthropic says
 	case len(res.ToolCalls) > 0:
 		return "tool_use", nil
 	case res.StopSequence != "":
 		s := res.StopSequence
 		return "stop_sequence", &s
-	case res.Finish == "length":
-		return "max_tokens", nil
 	}
 	return "end_turn", nil
 }

@@ -54,9 +54,9 @@ func TestTinyModelForcedToolUseValidates(t *testing.T) {
 					calls = append(calls, i)
 				}
 			}
-			if resp.StopReason == "max_tokens" && len(calls) > 1 {
-				calls = calls[:len(calls)-1] // max_tokens cut the last of several parallel calls
-			} else if resp.StopReason != "tool_use" || len(calls) == 0 {
+			// max_tokens may cut a later parallel call: the reply says
+			// max_tokens and leaves the cut call out, so every call validates.
+			if (resp.StopReason != "tool_use" && resp.StopReason != "max_tokens") || len(calls) == 0 {
 				t.Fatalf("stop_reason %s, content %+v", resp.StopReason, resp.Content)
 			}
 			for _, i := range calls {

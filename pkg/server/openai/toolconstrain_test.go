@@ -40,14 +40,12 @@ func TestTinyModelForcedToolCallsValidate(t *testing.T) {
 			}
 			adaptertest.PostJSON(t, hs, "/v1/chat/completions", body, &resp)
 			c := resp.Choices[0]
-			if c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) == 0 {
+			// max_tokens may cut a later parallel call: the reply says length
+			// and leaves the cut call out, so every call returned validates.
+			if (c.FinishReason != "tool_calls" && c.FinishReason != "length") || len(c.Message.ToolCalls) == 0 {
 				t.Fatalf("finish %s, %d calls, content %v", c.FinishReason, len(c.Message.ToolCalls), c.Message.Content)
 			}
-			calls := c.Message.ToolCalls
-			if resp.Usage.CompletionTokens >= 1500 && len(calls) > 1 {
-				calls = calls[:len(calls)-1] // max_tokens cut the last of several parallel calls
-			}
-			for _, call := range calls {
+			for _, call := range c.Message.ToolCalls {
 				if err := adaptertest.CheckToolCall(call.Function.Name, json.RawMessage(call.Function.Arguments)); err != nil {
 					t.Fatal(err)
 				}

@@ -58,11 +58,9 @@ func TestTinyModelForcedFunctionCallsValidate(t *testing.T) {
 					calls = append(calls, i)
 				}
 			}
-			if resp.Usage.OutputTokens >= 1500 && len(calls) > 1 {
-				// max_output_tokens cut the last of several parallel calls
-				// (a response with calls says completed even then).
-				calls = calls[:len(calls)-1]
-			} else if resp.Status != "completed" || len(calls) == 0 {
+			// max_output_tokens may cut a later parallel call: the response
+			// is incomplete and leaves the cut call out, so every call validates.
+			if (resp.Status != "completed" && resp.Status != "incomplete") || len(calls) == 0 {
 				t.Fatalf("status %s, output %+v", resp.Status, resp.Output)
 			}
 			for _, i := range calls {
