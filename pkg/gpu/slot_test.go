@@ -18,9 +18,9 @@ import (
 // counters, and every slot's bytes; and expert_need and expert_stage on
 // random prefill passes between the steps: every needed expert staged
 // byte for byte, from its slot or the host, the tables untouched. Two
-// steps in three are read ahead first: slot_prefetch on logits that favour
-// the coming picks (with ties and NaNs), slot_fill_ahead on the side
-// stream (forked and joined as the decode graph does, a grid of 3 blocks
+// steps in three are read ahead first, on the side stream forked and
+// joined as the decode graph does: slot_prefetch on logits that favour the
+// coming picks (with ties and NaNs), slot_fill_ahead (a grid of 3 blocks
 // striding over the records), checked against the reference's prefetch:
 // the read-ahead list, the stamps, the guess counters and the bytes. At k,
 // 24 slots and E−1.
@@ -137,13 +137,13 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 			if err := c.HtoD(logits, cuda.Bytes(lg)); err != nil {
 				return err
 			}
-			if err := l.SlotPrefetch(tab, stats, logits, E, S, k, stride); err != nil {
-				return err
-			}
 			if err := c.Fork(); err != nil {
 				return err
 			}
 			side := &gpukernels.Launcher{C: c.Side(), K: ks}
+			if err := side.SlotPrefetch(tab, stats, logits, E, S, k, stride); err != nil {
+				return err
+			}
 			if err := side.SlotFillAhead(pool, hostDev, tab, E, S, k, stride, 3); err != nil {
 				return err
 			}

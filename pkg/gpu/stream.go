@@ -33,11 +33,12 @@ import (
 // mixer, a decode step guesses the layer's picks from the hidden state
 // entering it (the layer's router on it, normed as the layer will norm its
 // router input: the CPU engine's prefetchNext), gives the guesses slots
-// (slot_prefetch) and copies those not in VRAM on the side stream
-// (slot_fill_ahead), forked from the decode stream with an event, so the
-// copies run beside the layer's attention or delta rule; the side stream
-// is joined back before the layer's slot_resolve, which finds the right
-// guesses as hits and copies only the rest. The guesses touch only their
+// (slot_prefetch) and copies those not in VRAM (slot_fill_ahead), all but
+// the norm on the side stream, forked from the decode stream with an
+// event, so the guess and its copies run beside the layer's attention or
+// delta rule; the side stream is joined back before the layer's
+// slot_resolve, which finds the right guesses as hits and copies only the
+// rest. The guesses touch only their
 // own buffers and the slot tables, never the numbers.
 
 // streamLayer is one streamed MoE layer.
@@ -101,18 +102,21 @@ func (m *Model) readAhead(l *gpukernels.Launcher, st *State, i int, do func(erro
 		return false
 	}
 	g, sl := m.geom, ly.stream
-	// Its own scratch (guessU, guessQ): the step's quantized activations
-	// are left as they were.
+	// The norm reads x, which the mixer rewrites in place: it runs on the
+	// stream, into the read-ahead's own scratch (guessU, guessQ; the
+	// step's quantized activations are left as they were). The rest reads
+	// only that scratch and the layer's table and pool, which nothing on
+	// the stream touches until the join, so it all runs on the side.
 	if ly.router.Quantized() {
 		do(l.RMSNormQuantize(&x.guessQ, x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
 	} else {
 		do(l.RMSNorm(x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
 	}
-	do(l.GEMV(x.guessLogits, ly.router, x.guessU, &x.guessQ, 0, 0, 1, false, 1))
-	do(l.SlotPrefetch(sl.tab, sl.stats, x.guessLogits, g.E, x.slots, g.k, x.stride))
 	do(l.C.Fork())
 	side := *l
 	side.C, side.After = l.C.Side(), nil
+	do(side.GEMV(x.guessLogits, ly.router, x.guessU, &x.guessQ, 0, 0, 1, false, 1))
+	do(side.SlotPrefetch(sl.tab, sl.stats, x.guessLogits, g.E, x.slots, g.k, x.stride))
 	do(side.SlotFillAhead(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.aheadBlocks))
 	l.Count = side.Count
 	return true
