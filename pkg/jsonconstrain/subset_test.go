@@ -220,10 +220,7 @@ func TestGrownSubsetDocuments(t *testing.T) {
 
 // allOf merges into one schema, or is refused naming what cannot merge.
 func TestCompileAllOf(t *testing.T) {
-	tests := []struct {
-		name, schema, keyword, want string
-		accepts, refuses            []string
-	}{
+	tests := []compileCase{
 		{name: "pydantic v1 field", schema: `{"$defs":{"A":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"type":"object","properties":{"a":{"allOf":[{"$ref":"#/$defs/A"}],"description":"an A"}},"required":["a"]}`,
 			accepts: []string{`{"a":{"x":1}}`}, refuses: []string{`{"a":{}}`, `{"a":{"x":"1"}}`}},
 		{name: "types intersect", schema: `{"allOf":[{"type":["integer","string"]},{"type":"number"}]}`, accepts: []string{`3`}, refuses: []string{`3.5`, `"s"`}},
@@ -253,33 +250,11 @@ func TestCompileAllOf(t *testing.T) {
 		{name: "ref loop", schema: `{"$defs":{"A":{"allOf":[{"$ref":"#/$defs/A"}]}},"$ref":"#/$defs/A","type":"object"}`, keyword: "allOf", want: "more than 32 deep"},
 		{name: "empty allOf", schema: `{"allOf":[]}`, keyword: "allOf", want: "non-empty array"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tc.schema))
-			checkCompile(t, err, tc.keyword, tc.want)
-			if err != nil {
-				return
-			}
-			for _, doc := range tc.accepts {
-				if st := s.Start(); !st.AcceptBytes([]byte(doc)) || !st.Done() {
-					t.Errorf("%s refused", doc)
-				}
-				checkDocument(t, tc.schema, []byte(doc))
-			}
-			for _, doc := range tc.refuses {
-				if st := s.Start(); st.AcceptBytes([]byte(doc)) && st.Done() {
-					t.Errorf("%s accepted", doc)
-				}
-			}
-		})
-	}
+	runCompileCases(t, tests)
 }
 
 func TestCompilePrefixItems(t *testing.T) {
-	tests := []struct {
-		name, schema, keyword, want string
-		accepts, refuses            []string
-	}{
+	tests := []compileCase{
 		{name: "prefix then any", schema: `{"prefixItems":[{"type":"string"},{"type":"integer","minimum":0}]}`,
 			accepts: []string{`[]`, `["a"]`, `["a",1]`, `["a",1,null,{}]`}, refuses: []string{`[1]`, `["a",-1]`}},
 		{name: "prefix then items", schema: `{"type":"array","prefixItems":[{"const":"op"}],"items":{"type":"number"},"minItems":2,"maxItems":3}`,
@@ -295,24 +270,5 @@ func TestCompilePrefixItems(t *testing.T) {
 		{name: "bad prefix schema", schema: `{"prefixItems":[{"type":"wat"}]}`, keyword: "type", want: "at /prefixItems/0/type"},
 		{name: "prefixItems in allOf", schema: `{"allOf":[{"prefixItems":[{}]}]}`, keyword: "prefixItems", want: "cannot be merged in allOf"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := Compile(json.RawMessage(tc.schema))
-			checkCompile(t, err, tc.keyword, tc.want)
-			if err != nil {
-				return
-			}
-			for _, doc := range tc.accepts {
-				if st := s.Start(); !st.AcceptBytes([]byte(doc)) || !st.Done() {
-					t.Errorf("%s refused", doc)
-				}
-				checkDocument(t, tc.schema, []byte(doc))
-			}
-			for _, doc := range tc.refuses {
-				if st := s.Start(); st.AcceptBytes([]byte(doc)) && st.Done() {
-					t.Errorf("%s accepted", doc)
-				}
-			}
-		})
-	}
+	runCompileCases(t, tests)
 }
