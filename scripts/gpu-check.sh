@@ -157,6 +157,8 @@ fi
 # STREAM_BUDGETS="6G 12G 20G 28G auto" for the 8-bit rows of docs/gpu.md.
 # STREAM_ROUTING (e.g. synthetic:agent; default the router's own) is
 # passed as --routing, for the agent and diverse rows.
+# NVMAI_GPU_READAHEAD=0 turns the read-ahead off: run the step with and
+# without it for the overlap line (PCIe bytes include the copies ahead).
 big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
 if want stream && [ -f "$big40/manifest.json" ]; then
 	stamp "stream"
@@ -166,7 +168,7 @@ if want stream && [ -f "$big40/manifest.json" ]; then
 		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 "${routing[@]}" --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
-			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
 			grep -m1 '^gpu plan: host' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
 		else
 			status=1
