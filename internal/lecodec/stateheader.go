@@ -20,30 +20,33 @@ type StateFormat struct {
 }
 
 // StateHeader is what a serialized state declares before its data, so a
-// reader can refuse one of another geometry before allocating.
-type StateHeader struct {
+// reader can refuse one of another geometry before allocating. K is the
+// model's layer kind, one byte on disk.
+type StateHeader[K ~uint8] struct {
 	Version uint32
-	Kinds   []byte
+	Kinds   []K
 	Dims    []uint32
 	Tokens  uint64
 }
 
-// Encode is h in f's layout; h.Dims must hold f.Dims numbers.
-func (f StateFormat) Encode(h StateHeader) []byte {
+// EncodeStateHeader is h in f's layout; h.Dims must hold f.Dims numbers.
+func EncodeStateHeader[K ~uint8](f StateFormat, h StateHeader[K]) []byte {
 	b := append([]byte(nil), f.Magic[:]...)
 	b = binary.LittleEndian.AppendUint32(b, h.Version)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.Kinds)))
-	b = append(b, h.Kinds...)
+	for _, k := range h.Kinds {
+		b = append(b, byte(k))
+	}
 	for _, v := range h.Dims {
 		b = binary.LittleEndian.AppendUint32(b, v)
 	}
 	return binary.LittleEndian.AppendUint64(b, h.Tokens)
 }
 
-// Read reads a header in f's layout, refusing another magic, another
-// version, or no or too many layers.
-func (f StateFormat) Read(r io.Reader) (StateHeader, error) {
-	var h StateHeader
+// ReadStateHeader reads a header in f's layout, refusing another magic,
+// another version, or no or too many layers.
+func ReadStateHeader[K ~uint8](f StateFormat, r io.Reader) (StateHeader[K], error) {
+	var h StateHeader[K]
 	var fixed [12]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
 		return h, fmt.Errorf("%s: reading the state header: %w", f.Pkg, NoEOF(err))
@@ -63,7 +66,10 @@ func (f StateFormat) Read(r io.Reader) (StateHeader, error) {
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return h, fmt.Errorf("%s: reading the state header: %w", f.Pkg, NoEOF(err))
 	}
-	h.Kinds = rest[:n:n]
+	h.Kinds = make([]K, n)
+	for i := range h.Kinds {
+		h.Kinds[i] = K(rest[i])
+	}
 	v := rest[n:]
 	h.Dims = make([]uint32, f.Dims)
 	for i := range h.Dims {
@@ -71,4 +77,15 @@ func (f StateFormat) Read(r io.Reader) (StateHeader, error) {
 	}
 	h.Tokens = binary.LittleEndian.Uint64(v[4*f.Dims:])
 	return h, nil
+}
+
+// CheckKinds refuses a state whose layers, as many as the model's, are not
+// of the model's kinds, naming the first that differs.
+func CheckKinds[K ~uint8](pkg string, got, want []K) error {
+	for i, k := range got {
+		if k != want[i] {
+			return fmt.Errorf("%s: layer %d of the state is %v, of this model %v", pkg, i, k, want[i])
+		}
+	}
+	return nil
 }

@@ -163,12 +163,7 @@ func (m *Model) checkCodecHeader(h stateHeader, bits, maxCtx int) error {
 	if h.tokens > uint64(maxCtx) {
 		return fmt.Errorf("qwen38: the state holds %d tokens, more than the session's context of %d", h.tokens, maxCtx)
 	}
-	for i, k := range h.kinds {
-		if k != want.kinds[i] {
-			return fmt.Errorf("qwen38: layer %d of the state is %v, of this model %v", i, k, want.kinds[i])
-		}
-	}
-	return nil
+	return lecodec.CheckKinds("qwen38", h.kinds, want.kinds)
 }
 
 // The header: "Q38S", version u32, layers u32, one kind byte per layer,
@@ -179,22 +174,15 @@ var stateFormat = lecodec.StateFormat{
 }
 
 func encodeStateHeader(h stateHeader) []byte {
-	kinds := make([]byte, len(h.kinds))
-	for i, k := range h.kinds {
-		kinds[i] = byte(k)
-	}
-	return stateFormat.Encode(lecodec.StateHeader{Version: h.version, Kinds: kinds, Dims: h.dims[:], Tokens: h.tokens})
+	return lecodec.EncodeStateHeader(stateFormat, lecodec.StateHeader[LayerKind]{Version: h.version, Kinds: h.kinds, Dims: h.dims[:], Tokens: h.tokens})
 }
 
 func readStateHeader(r io.Reader) (stateHeader, error) {
-	lh, err := stateFormat.Read(r)
+	lh, err := lecodec.ReadStateHeader[LayerKind](stateFormat, r)
 	if err != nil {
 		return stateHeader{}, err
 	}
-	h := stateHeader{version: lh.Version, kinds: make([]LayerKind, len(lh.Kinds)), tokens: lh.Tokens}
-	for i, k := range lh.Kinds {
-		h.kinds[i] = LayerKind(k)
-	}
+	h := stateHeader{version: lh.Version, kinds: lh.Kinds, tokens: lh.Tokens}
 	copy(h.dims[:], lh.Dims)
 	return h, nil
 }
