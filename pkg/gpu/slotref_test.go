@@ -3,7 +3,10 @@ package gpu
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 )
 
 // The reference LRU, step by step on a small layer: misses take
@@ -98,6 +101,37 @@ func TestSlotRefPrefetch(t *testing.T) {
 	for s, e := range r.expertOf {
 		if e >= 0 && r.slotOf[e] != int32(s) {
 			t.Fatalf("slot %d holds %d, slotOf says %d", s, e, r.slotOf[e])
+		}
+	}
+}
+
+// NVMAI_GPU_READAHEAD and NVMAI_GPU_READAHEAD_BLOCKS: on with the default
+// grid unless told otherwise; anything else is refused naming the variable.
+func TestReadAheadFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		on, blocks string
+		wantOn     bool
+		wantBlocks int
+		bad        string
+	}{
+		{"", "", true, gpukernels.DefaultAheadBlocks, ""},
+		{"1", "8", true, 8, ""},
+		{"0", "", false, gpukernels.DefaultAheadBlocks, ""},
+		{"off", "", false, 0, "NVMAI_GPU_READAHEAD="},
+		{"", "0", false, 0, "NVMAI_GPU_READAHEAD_BLOCKS="},
+		{"", "many", false, 0, "NVMAI_GPU_READAHEAD_BLOCKS="},
+	} {
+		t.Setenv("NVMAI_GPU_READAHEAD", tc.on)
+		t.Setenv("NVMAI_GPU_READAHEAD_BLOCKS", tc.blocks)
+		on, blocks, err := readAheadFromEnv()
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("%q/%q: error %v, want one naming %s", tc.on, tc.blocks, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil || on != tc.wantOn || blocks != tc.wantBlocks {
+			t.Errorf("%q/%q: %v %d %v, want %v %d", tc.on, tc.blocks, on, blocks, err, tc.wantOn, tc.wantBlocks)
 		}
 	}
 }
