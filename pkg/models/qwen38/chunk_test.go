@@ -43,21 +43,7 @@ func TestGreedyMatchesTransformers(t *testing.T) {
 // in one piece) and returns every position's logits and the state.
 func run(t *testing.T, m *Model, ids []int, pieces []int) ([]float32, *State) {
 	t.Helper()
-	V := m.Config().VocabSize
-	st := m.NewState(StateOptions{})
-	logits := make([]float32, len(ids)*V)
-	at := 0
-	for _, n := range append(slices.Clone(pieces), len(ids)) {
-		n = min(n, len(ids)-at)
-		if n == 0 {
-			break
-		}
-		if err := m.ForwardChunked(st, ids[at:at+n], logits[at*V:(at+n)*V], true, 0); err != nil {
-			t.Fatal(err)
-		}
-		at += n
-	}
-	return logits, st
+	return prefillAt(t, m, StateOptions{}, ids, pieces)
 }
 
 func ones(n int) []int { return slices.Repeat([]int{1}, n) }
