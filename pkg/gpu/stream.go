@@ -38,8 +38,8 @@ import (
 // event, so the guess and its copies run beside the layer's attention or
 // delta rule; the side stream is joined back before the layer's
 // slot_resolve, which finds the right guesses as hits and copies only the
-// rest. The guesses touch only their
-// own buffers and the slot tables, never the numbers.
+// rest. The guesses touch only their own buffers and the slot tables,
+// never the numbers.
 
 // streamLayer is one streamed MoE layer.
 type streamLayer struct {
@@ -93,9 +93,10 @@ func readAheadFromEnv() (on bool, blocks int, err error) {
 }
 
 // readAhead enqueues layer i's read-ahead for a decode step when the layer
-// streams (see the top of this file): the guess on the stream, the copies
-// on the side stream, which routedExperts joins before the layer's picks
-// resolve. It reports whether it enqueued anything.
+// streams (see the top of this file): the norm on the stream, the router
+// product, slot_prefetch and slot_fill_ahead on the side stream, which
+// routedExperts joins before the layer's picks resolve. It reports whether
+// it enqueued anything.
 func (m *Model) readAhead(l *gpukernels.Launcher, st *State, i int, do func(error)) bool {
 	x, ly := m.stream, &m.layers[i]
 	if x == nil || !x.readAhead || ly.stream == nil || ly.router == nil {
