@@ -26,18 +26,8 @@ budget=${BUDGET:-8G}
 prompt_tokens=${PROMPT_TOKENS:-64}
 tokens=${TOKENS:-17}
 model="$work/q38-l$layers"
-mkdir -p "$work/bin"
-go build -o "$work/bin/" ./cmd/nvmai-run ./cmd/nvmai-convert
-created=0
-if [ ! -f "$model/manifest.json" ]; then
-  if [ -e "$model" ]; then echo "$model exists but is no install; remove it or choose another WORKDIR" >&2; exit 1; fi
-  echo "== writing $model (synthetic qwen3.8-flash-next-125b-a6b, 4-bit, $layers layers)" >&2
-  nice -n 10 "$work/bin/nvmai-convert" synth --geometry qwen3.8-flash-next-125b-a6b --bits 4 --layers "$layers" \
-    --output "$model" --quiet
-  created=1
-fi
-cleanup() { if [ "$created" = 1 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$model"; fi; }
-trap cleanup EXIT
+. scripts/lib/qwen38-install.sh
+qwen38_install WORKDIR 10
 reports=()
 for r in $(seq 1 "$runs"); do
   out="$work/bench-l$layers-run$r.json"

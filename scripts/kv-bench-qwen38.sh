@@ -26,18 +26,8 @@ tokens=${TOKENS:-8}
 layers=${LAYERS:-4}
 prio=${NICE:-19}
 model="$work/q38-l$layers"
-mkdir -p "$work/bin"
-go build -o "$work/bin/" ./cmd/nvmai-run ./cmd/nvmai-convert
-created=0
-if [ ! -f "$model/manifest.json" ]; then
-  if [ -e "$model" ]; then echo "$model exists but is no install; remove it or choose another WORK_DIR" >&2; exit 1; fi
-  echo "== writing $model (synthetic qwen3.8-flash-next-125b-a6b, 4-bit, $layers layers)" >&2
-  nice -n "$prio" "$work/bin/nvmai-convert" synth --geometry qwen3.8-flash-next-125b-a6b --bits 4 --layers "$layers" \
-    --output "$model" --quiet
-  created=1
-fi
-cleanup() { if [ "$created" = 1 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$model"; fi; }
-trap cleanup EXIT
+. scripts/lib/qwen38-install.sh
+qwen38_install WORK_DIR "$prio"
 export NVMAI_BOUNDED_IO=0
 
 # bench CONTEXT BITS: one benchmark run's JSON report.
