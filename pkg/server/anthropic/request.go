@@ -48,6 +48,9 @@ type messagesRequest struct {
 	// ConstrainTools false leaves this request's tool calls unconstrained
 	// (nvmai's own field; docs/structured-output.md).
 	ConstrainTools *bool `json:"nvmai_constrain_tools"`
+	// FormatLimits tightens output_format's open lengths (nvmai's own
+	// field nvmai_format_limits; docs/structured-output.md).
+	FormatLimits json.RawMessage `json:"nvmai_format_limits"`
 	// OutputFormat is the structured-outputs beta's field; OutputConfig
 	// .Format the same object where the API has it now.
 	OutputFormat json.RawMessage `json:"output_format"`
@@ -538,7 +541,11 @@ func (c *converter) outputFormat(r *messagesRequest, req *server.ChatRequest) er
 	if isNull(f.Schema) {
 		return badRequest(param+".schema", "%s.schema is missing", param)
 	}
-	s, err := jsonconstrain.CompileCached(f.Schema, jsonconstrain.DefaultOptions)
+	opts, err := server.FormatOptions(r.FormatLimits)
+	if err != nil {
+		return badRequest(server.FormatLimitsField, "%v", err)
+	}
+	s, err := jsonconstrain.CompileCached(f.Schema, opts)
 	if err != nil {
 		return badRequest(param+".schema", "%s.schema: %v", param, err)
 	}

@@ -40,7 +40,7 @@ func (a *Adapter) completions(w http.ResponseWriter, r *http.Request, log *serve
 	if creq.Stop, err = decodeStop(req.Stop); err != nil {
 		return err
 	}
-	if creq.Format, err = responseFormat(req.ResponseFormat); err != nil {
+	if creq.Format, err = responseFormat(req.ResponseFormat, req.FormatLimits); err != nil {
 		return err
 	}
 	if creq.MaxTokens, err = maxTokens(req.MaxTokens, nil); err != nil {

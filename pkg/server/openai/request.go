@@ -39,6 +39,9 @@ type samplingFields struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	MaxTokens *int `json:"max_tokens"`
+	// FormatLimits tightens response_format's open lengths (nvmai's own
+	// field nvmai_format_limits; docs/structured-output.md).
+	FormatLimits json.RawMessage `json:"nvmai_format_limits"`
 	// Fields this server cannot honour: refused when set to anything but
 	// their default (unsupported), so that no request is silently
 	// answered as if they had been applied.
@@ -271,7 +274,7 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 		req.ParallelToolCalls = *r.ParallelToolCalls
 	}
 	req.NoToolConstraint = r.ConstrainTools != nil && !*r.ConstrainTools
-	if req.Format, err = responseFormat(r.ResponseFormat); err != nil {
+	if req.Format, err = responseFormat(r.ResponseFormat, r.FormatLimits); err != nil {
 		return nil, err
 	}
 	if e := r.ReasoningEffort; e != nil {
@@ -302,8 +305,12 @@ func toChat(r *chatRequest, defaults sample.Params) (*server.ChatRequest, error)
 // responseFormat compiles response_format into the core's Format (nil for
 // text or no field). A schema nvmai cannot enforce is a 400 naming the
 // field and every unsupported keyword with its place in the schema.
-func responseFormat(raw json.RawMessage) (*jsonconstrain.Schema, error) {
-	f, err := jsonconstrain.FromResponseFormat(raw, jsonconstrain.DefaultOptions)
+func responseFormat(raw, limits json.RawMessage) (*jsonconstrain.Schema, error) {
+	opts, err := server.FormatOptions(limits)
+	if err != nil {
+		return nil, badRequest(server.FormatLimitsField, "%v", err)
+	}
+	f, err := jsonconstrain.FromResponseFormat(raw, opts)
 	var rfe *jsonconstrain.ResponseFormatError
 	switch {
 	case err == nil:

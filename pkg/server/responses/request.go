@@ -51,6 +51,9 @@ type request struct {
 	// ConstrainTools false leaves this request's tool calls unconstrained
 	// (nvmai's own field; docs/structured-output.md).
 	ConstrainTools *bool `json:"nvmai_constrain_tools"`
+	// FormatLimits tightens text.format's open lengths (nvmai's own field
+	// nvmai_format_limits; docs/structured-output.md).
+	FormatLimits json.RawMessage `json:"nvmai_format_limits"`
 }
 
 // item is one element of input. Which fields count depends on Type
@@ -139,7 +142,7 @@ func convert(r *request, prior []chattemplate.Message, defaults sample.Params) (
 		}
 	}
 	if r.Text != nil {
-		if req.Format, err = textFormat(r.Text.Format); err != nil {
+		if req.Format, err = textFormat(r.Text.Format, r.FormatLimits); err != nil {
 			return nil, err
 		}
 	}
@@ -189,9 +192,13 @@ func sampling(r *request, defaults sample.Params) (sample.Params, error) {
 
 // textFormat compiles text.format: text (or absent) is free text,
 // json_object any object, json_schema {name, schema, strict} the schema.
-func textFormat(raw json.RawMessage) (*jsonconstrain.Schema, error) {
+func textFormat(raw, limits json.RawMessage) (*jsonconstrain.Schema, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		return nil, nil
+	}
+	opts, err := server.FormatOptions(limits)
+	if err != nil {
+		return nil, badRequest(server.FormatLimitsField, "%v", err)
 	}
 	var f struct {
 		Type   string          `json:"type"`
@@ -204,12 +211,12 @@ func textFormat(raw json.RawMessage) (*jsonconstrain.Schema, error) {
 	case "", "text":
 		return nil, nil
 	case "json_object":
-		return jsonconstrain.ObjectMode(jsonconstrain.DefaultOptions), nil
+		return jsonconstrain.ObjectMode(opts), nil
 	case "json_schema":
 		if len(f.Schema) == 0 {
 			return nil, badRequest("text.format.schema", "text.format json_schema needs a schema")
 		}
-		s, err := jsonconstrain.CompileCached(f.Schema, jsonconstrain.DefaultOptions)
+		s, err := jsonconstrain.CompileCached(f.Schema, opts)
 		if err != nil {
 			return nil, badRequest("text.format.schema", "text.format.schema: %v", err)
 		}
