@@ -227,22 +227,22 @@ var corpusLimits = []json.RawMessage{
 }
 
 // limitsFor is the first of corpusLimits under which schema compiles.
-func limitsFor(t *testing.T, schema json.RawMessage) (json.RawMessage, *jsonconstrain.Schema) {
+func limitsFor(t *testing.T, schema json.RawMessage) (int, *jsonconstrain.Schema) {
 	t.Helper()
 	var lastErr error
-	for _, l := range corpusLimits {
+	for i, l := range corpusLimits {
 		opts, err := server.FormatOptions(l)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s, err := jsonconstrain.CompileWithOptions(schema, opts)
 		if err == nil {
-			return l, s
+			return i, s
 		}
 		lastErr = err
 	}
 	t.Fatalf("the schema does not compile: %v", lastErr)
-	return nil, nil
+	return 0, nil
 }
 
 // corpusMaxTokens is each request's max_tokens: under corpusLimits the
@@ -292,13 +292,16 @@ func runCorpus(t *testing.T, re *server.RuntimeEngine, corpus map[string]json.Ra
 	}
 	start := time.Now()
 	requests, tokens := 0, 0
+	tiers := make([]int, len(corpusLimits))
 	for _, name := range names {
 		schema, ok := corpus[name]
 		if !ok {
 			t.Fatalf("corpus has no %s", name)
 		}
 		t.Run(name, func(t *testing.T) {
-			limits, _ := limitsFor(t, schema)
+			tier, _ := limitsFor(t, schema)
+			tiers[tier]++
+			limits := corpusLimits[tier]
 			sch := independentValidator(t, schema)
 			for pi, p := range corpusProtocols {
 				for seed, h := range hosts {
@@ -326,7 +329,7 @@ func runCorpus(t *testing.T, re *server.RuntimeEngine, corpus map[string]json.Ra
 			}
 		})
 	}
-	t.Logf("%d schemas, %d seeds, %d requests (%d document bytes), in %v", len(names), seeds, requests, tokens, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d schemas (%v under each of corpusLimits), %d seeds, %d requests (%d document bytes), in %v", len(names), tiers, seeds, requests, tokens, time.Since(start).Round(time.Millisecond))
 }
 
 func validateReply(sch *jsonschema.Schema, text string) error {
