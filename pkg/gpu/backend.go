@@ -215,7 +215,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 			return err
 		}
 		if info.SampleMs, err = timeIt(c, steps, func() error {
-			return st.sampleRow(l, b, benchStep, st.s.logits, st.next)
+			return b.SampleRow(l, st.cand, benchStep, st.s.logits, st.next)
 		}); err != nil {
 			return err
 		}

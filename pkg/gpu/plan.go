@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 )
@@ -192,7 +193,7 @@ func stateBytes(cfg qwen35.Config, g geometry, chunk, ctx, kvBits int) int64 {
 	groups := T * int64(widest/64)
 	n += groups * (64 + 64 + 8)
 	n += 4 * T * int64(max(g.attn.Hq, 1)) * int64(min(ctx, cfg.MaxContext)) // attention scores
-	n += 24*int64(g.V) + 8*int64(g.V/512+1) + 16 + 4*sampUpload             // sampling
+	n += 24*int64(g.V) + 8*int64(g.V/512+1) + 16 + 4*devshared.SampUpload   // sampling
 	return n
 }
 

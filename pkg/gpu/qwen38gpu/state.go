@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
@@ -45,7 +46,7 @@ type State struct {
 
 	dpos, tokens, next cuda.DevicePtr
 	cand               cuda.DevicePtr
-	samp               *sampBuffers
+	samp               *devshared.SampBuffers
 	sampled            int                  // steps Sample decided on the device (tests)
 	conv, rec          []cuda.DevicePtr     // per layer (GDN layers)
 	kv                 []gpukernels.KVCache // per layer (attention layers)
