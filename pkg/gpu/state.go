@@ -178,22 +178,11 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 			if b.row == 0 {
 				continue
 			}
-			p, err := c.Alloc(uint64(b.row) * uint64(capacity))
-			if err != nil {
+			if err := devshared.GrowRows(c, b.buf, b.row, capacity, keep, func(err error) error {
 				return fmt.Errorf("gpu: no room for a %d-bit KV cache of %d tokens: %w", st.kvBits, capacity, err)
+			}); err != nil {
+				return err
 			}
-			if *b.buf != 0 {
-				if keep > 0 {
-					if err := c.DtoD(p, *b.buf, uint64(b.row)*uint64(keep)); err != nil {
-						return err
-					}
-				}
-				if err := c.Sync(); err != nil {
-					return err
-				}
-				c.Free(*b.buf)
-			}
-			*b.buf = p
 		}
 	}
 	if st.s.scores != 0 {
@@ -251,40 +240,13 @@ func (st *State) GraphKernels() int { return st.graphKernels }
 // Forward feeds ids; afterwards the last token's logits and greedy pick are
 // on the device (Logits, Argmax).
 func (st *State) Forward(ids []int) error {
-	if st.failed != nil {
-		return fmt.Errorf("gpu: the sequence failed earlier (%v); start a new one", st.failed)
-	}
-	if len(ids) == 0 {
-		return fmt.Errorf("gpu: Forward: no tokens")
-	}
-	for i, id := range ids {
-		if id < 0 || id >= st.m.geom.V {
-			return fmt.Errorf("gpu: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, st.m.geom.V)
-		}
-	}
-	if st.pos+len(ids) > st.maxCtx {
-		return fmt.Errorf("gpu: Forward: %d tokens after %d would pass the max context of %d", len(ids), st.pos, st.maxCtx)
+	if err := devshared.CheckForward("gpu", st.failed, ids, st.m.geom.V, st.pos, st.maxCtx); err != nil {
+		return err
 	}
 	err := st.m.dev.Do(func(c *cuda.Ctx) error {
-		if need := st.pos + len(ids); need > st.kcap {
-			capacity := st.kcap
-			for capacity < need {
-				capacity *= 2
-			}
-			if err := st.allocKV(c, min(capacity, st.maxCtx), st.pos); err != nil {
-				return err
-			}
-		}
-		for start := 0; start < len(ids); start += st.chunkLen {
-			chunk := ids[start:min(start+st.chunkLen, len(ids))]
-			if err := st.chunk(c, chunk); err != nil {
-				return err
-			}
-		}
-		if len(ids) > 1 {
-			return c.Sync() // prefill: its time belongs to the prompt, not the first decode step
-		}
-		return nil
+		return devshared.RunForward(c, ids, st.pos, st.kcap, st.maxCtx, st.chunkLen,
+			func(capacity, keep int) error { return st.allocKV(c, capacity, keep) },
+			func(chunk []int) error { return st.chunk(c, chunk) })
 	})
 	if err != nil {
 		st.failed = err

@@ -169,23 +169,9 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 		if row == 0 {
 			return nil
 		}
-		p, err := c.Alloc(uint64(row) * uint64(max(capacity, 1)))
-		if err != nil {
+		return devshared.GrowRows(c, buf, row, max(capacity, 1), keepRows, func(err error) error {
 			return fmt.Errorf("qwen38gpu: no room for a %d-bit KV cache of %d tokens: %w", st.kvBits, capacity, err)
-		}
-		if *buf != 0 {
-			if keepRows > 0 {
-				if err := c.DtoD(p, *buf, uint64(row)*uint64(keepRows)); err != nil {
-					return err
-				}
-			}
-			if err := c.Sync(); err != nil {
-				return err
-			}
-			c.Free(*buf)
-		}
-		*buf = p
-		return nil
+		})
 	}
 	dih := int64(4 * g.idx.Dim)
 	for l, kind := range cfg.Layers {
@@ -203,7 +189,7 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 			}
 		}
 		// block keys: capacity/cr rows, of which keep/cr are complete
-		if err := growRows(c, &st.kb[l], dih, st.nbMax(capacity), keep/g.idx.Block); err != nil {
+		if err := devshared.GrowRows(c, &st.kb[l], dih, st.nbMax(capacity), keep/g.idx.Block, noRoomForBlockKeys); err != nil {
 			return err
 		}
 	}
@@ -238,25 +224,8 @@ func (st *State) dropGraphs(c *cuda.Ctx) {
 // before the first graphed step or without graphs).
 func (st *State) GraphKernels() int { return st.graphKernels }
 
-// growRows reallocates buf to rows rows of row bytes, keeping the first keep.
-func growRows(c *cuda.Ctx, buf *cuda.DevicePtr, row int64, rows, keep int) error {
-	p, err := c.Alloc(uint64(row) * uint64(max(rows, 1)))
-	if err != nil {
-		return fmt.Errorf("qwen38gpu: no room for the indexer's block keys: %w", err)
-	}
-	if *buf != 0 {
-		if keep > 0 {
-			if err := c.DtoD(p, *buf, uint64(row)*uint64(keep)); err != nil {
-				return err
-			}
-		}
-		if err := c.Sync(); err != nil {
-			return err
-		}
-		c.Free(*buf)
-	}
-	*buf = p
-	return nil
+func noRoomForBlockKeys(err error) error {
+	return fmt.Errorf("qwen38gpu: no room for the indexer's block keys: %w", err)
 }
 
 // Close frees the sequence's device memory.
@@ -296,39 +265,13 @@ func (st *State) MaxContext() int { return st.maxCtx }
 // Forward feeds ids; afterwards the last token's logits and greedy pick
 // are on the device (Logits, Argmax).
 func (st *State) Forward(ids []int) error {
-	if st.failed != nil {
-		return fmt.Errorf("qwen38gpu: the sequence failed earlier (%v); start a new one", st.failed)
-	}
-	if len(ids) == 0 {
-		return fmt.Errorf("qwen38gpu: Forward: no tokens")
-	}
-	for i, id := range ids {
-		if id < 0 || id >= st.m.g.V {
-			return fmt.Errorf("qwen38gpu: Forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, st.m.g.V)
-		}
-	}
-	if st.pos+len(ids) > st.maxCtx {
-		return fmt.Errorf("qwen38gpu: Forward: %d tokens after %d would pass the max context of %d", len(ids), st.pos, st.maxCtx)
+	if err := devshared.CheckForward("qwen38gpu", st.failed, ids, st.m.g.V, st.pos, st.maxCtx); err != nil {
+		return err
 	}
 	err := st.m.dev.Do(func(c *cuda.Ctx) error {
-		if need := st.pos + len(ids); need > st.kcap {
-			capacity := st.kcap
-			for capacity < need {
-				capacity *= 2
-			}
-			if err := st.allocKV(c, min(capacity, st.maxCtx), st.pos); err != nil {
-				return err
-			}
-		}
-		for start := 0; start < len(ids); start += st.chunkLen {
-			if err := st.pass(c, ids[start:min(start+st.chunkLen, len(ids))]); err != nil {
-				return err
-			}
-		}
-		if len(ids) > 1 {
-			return c.Sync()
-		}
-		return nil
+		return devshared.RunForward(c, ids, st.pos, st.kcap, st.maxCtx, st.chunkLen,
+			func(capacity, keep int) error { return st.allocKV(c, capacity, keep) },
+			func(chunk []int) error { return st.pass(c, chunk) })
 	})
 	if err != nil {
 		st.failed = err
