@@ -19,6 +19,7 @@ import (
 	"strconv"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
@@ -205,111 +206,28 @@ func LoadWith(dev *cuda.Device, cfg qwen35.Config, w Weights, dir string, ex *pa
 	return m, nil
 }
 
-// uploader copies tensors to the device, remembering the first error.
+// uploader is devshared's, counting each matrix in a decode step's reads
+// under the phase that uploads it.
 type uploader struct {
-	m     *Model
-	c     *cuda.Ctx
-	w     Weights
-	err   error
-	phase string // whose bytes matrix counts
+	*devshared.Uploader
+	phase string // whose bytes Matrix counts
 }
-
-func (u *uploader) bytes(b []byte) cuda.DevicePtr {
-	if u.err != nil || len(b) == 0 {
-		return 0
-	}
-	p, err := u.c.AllocCopy(b)
-	if err != nil {
-		u.err = err
-		return 0
-	}
-	u.m.allocs = append(u.m.allocs, p)
-	u.m.WeightBytes += int64(len(b))
-	return p
-}
-
-func (u *uploader) matrix(name string, rows, cols int) *gpukernels.Mat {
-	if u.err != nil {
-		return nil
-	}
-	km, err := u.w.Matrix(name)
-	if err == nil && (km.Rows != rows || km.Cols != cols) {
-		err = fmt.Errorf("shape [%d, %d], the geometry needs [%d, %d]", km.Rows, km.Cols, rows, cols)
-	}
-	if err == nil {
-		err = km.Validate()
-	}
-	if err != nil {
-		u.err = fmt.Errorf("gpu: tensor %s: %w", name, err)
-		return nil
-	}
-	mat := &gpukernels.Mat{Rows: rows, Cols: cols, Enc: km.Enc, Data: u.bytes(km.Data), Scales: u.bytes(km.Scales), Biases: u.bytes(km.Biases)}
-	n := int64(len(km.Data) + len(km.Scales) + len(km.Biases))
-	u.m.TokenBytes += n
-	u.m.phaseBytes[u.phase] += n
-	return mat
-}
-
-// stacked uploads matrices of one encoding and width as one, rows of the
-// first then of the second …; nil (and nothing uploaded) when they differ.
-func (u *uploader) stacked(names []string, rows []int, cols int) *gpukernels.Mat {
-	if u.err != nil {
-		return nil
-	}
-	var data, scales, biases []byte
-	var enc kernels.Encoding
-	total := 0
-	for i, name := range names {
-		km, err := u.w.Matrix(name)
-		if err != nil || km.Rows != rows[i] || km.Cols != cols || km.Validate() != nil {
-			return nil // the one-by-one path reports it
-		}
-		if i == 0 {
-			enc = km.Enc
-		} else if km.Enc != enc {
-			return nil
-		}
-		data, scales, biases = append(data, km.Data...), append(scales, km.Scales...), append(biases, km.Biases...)
-		total += rows[i]
-	}
-	return &gpukernels.Mat{Rows: total, Cols: cols, Enc: enc, Data: u.bytes(data), Scales: u.bytes(scales), Biases: u.bytes(biases)}
-}
-
-func (u *uploader) vector(name string, n int, onePlus bool) cuda.DevicePtr {
-	if u.err != nil {
-		return 0
-	}
-	v, err := u.w.Vector(name)
-	if err == nil && len(v) != n {
-		err = fmt.Errorf("%d values, the geometry needs %d", len(v), n)
-	}
-	if err != nil {
-		u.err = fmt.Errorf("gpu: tensor %s: %w", name, err)
-		return 0
-	}
-	if onePlus { // 1 + w rounded to float32, as qwen35.onePlus
-		for i := range v {
-			v[i] = 1 + v[i]
-		}
-	}
-	return u.bytes(cuda.Bytes(v))
-}
-
-func (u *uploader) floats(v []float32) cuda.DevicePtr { return u.bytes(cuda.Bytes(v)) }
 
 func layerName(i int, s string) string { return fmt.Sprintf("model.layers.%d.%s", i, s) }
 
 func (m *Model) upload(c *cuda.Ctx, w Weights, dir string, ex *packexperts.Experts) error {
 	cfg, g := m.cfg, m.geom
 	m.phaseBytes = map[string]int64{}
-	u := &uploader{m: m, c: c, w: w, phase: PhaseEmbed}
-	m.embed = u.matrix("model.embed_tokens.weight", g.V, g.H)
+	u := &uploader{phase: PhaseEmbed}
+	u.Uploader = &devshared.Uploader{C: c, W: w, Engine: "gpu", Allocs: &m.allocs, WeightBytes: &m.WeightBytes,
+		Matrices: func(n int64) { m.TokenBytes += n; m.phaseBytes[u.phase] += n }}
+	m.embed = u.Matrix("model.embed_tokens.weight", g.V, g.H)
 	m.TokenBytes, m.phaseBytes[PhaseEmbed] = 0, 0 // one row a token, not the table
 	u.phase = PhaseHead
-	m.norm = u.vector("model.norm.weight", g.H, true)
+	m.norm = u.Vector("model.norm.weight", g.H, true)
 	switch {
 	case w.Has("lm_head.weight"):
-		m.lmHead = u.matrix("lm_head.weight", g.V, g.H)
+		m.lmHead = u.Matrix("lm_head.weight", g.V, g.H)
 	case cfg.TiedEmbeddings:
 		m.lmHead = m.embed
 		if km, err := w.Matrix("model.embed_tokens.weight"); err == nil {
@@ -320,13 +238,13 @@ func (m *Model) upload(c *cuda.Ctx, w Weights, dir string, ex *packexperts.Exper
 	default:
 		return fmt.Errorf("gpu: tensor lm_head.weight is missing and tie_word_embeddings is false; the install is incomplete")
 	}
-	m.invFreq = u.floats(invFreq(cfg.RopeTheta, cfg.RotaryDim))
+	m.invFreq = u.Floats(invFreq(cfg.RopeTheta, cfg.RotaryDim))
 	m.layers = make([]layerW, len(cfg.Layers))
 	for i, kind := range cfg.Layers {
 		m.layers[i] = m.uploadLayer(u, i, kind)
 	}
-	if u.err != nil {
-		return u.err
+	if u.Err != nil {
+		return u.Err
 	}
 	if cfg.Arch == qwen35.ArchMoE {
 		return m.uploadExperts(u, dir, ex)
@@ -341,50 +259,50 @@ func (m *Model) uploadLayer(u *uploader, i int, kind qwen35.LayerKind) layerW {
 	if kind == qwen35.FullAttention {
 		u.phase = PhaseAttention
 	}
-	ly := layerW{kind: kind, inNorm: u.vector(n("input_layernorm.weight"), g.H, true), postNorm: u.vector(n("post_attention_layernorm.weight"), g.H, true)}
+	ly := layerW{kind: kind, inNorm: u.Vector(n("input_layernorm.weight"), g.H, true), postNorm: u.Vector(n("post_attention_layernorm.weight"), g.H, true)}
 	switch kind {
 	case qwen35.LinearAttention:
 		Hv := cfg.LinearValueHeads
-		ly.qkv = u.matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
-		ly.z = u.matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
-		ly.b = u.matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
-		ly.a = u.matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
-		ly.out = u.matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
-		ly.ab = u.stacked([]string{n("linear_attn.in_proj_a.weight"), n("linear_attn.in_proj_b.weight")}, []int{Hv, Hv}, g.H)
-		ly.conv = u.vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
-		ly.dtBias = u.vector(n("linear_attn.dt_bias"), Hv, false)
-		ly.gdnNorm = u.vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
-		if aLog, err := u.w.Vector(n("linear_attn.A_log")); err == nil && len(aLog) == Hv {
+		ly.qkv = u.Matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
+		ly.z = u.Matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
+		ly.b = u.Matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
+		ly.a = u.Matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
+		ly.out = u.Matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
+		ly.ab = u.Stacked([]string{n("linear_attn.in_proj_a.weight"), n("linear_attn.in_proj_b.weight")}, []int{Hv, Hv}, g.H)
+		ly.conv = u.Vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
+		ly.dtBias = u.Vector(n("linear_attn.dt_bias"), Hv, false)
+		ly.gdnNorm = u.Vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
+		if aLog, err := u.W.Vector(n("linear_attn.A_log")); err == nil && len(aLog) == Hv {
 			neg := make([]float32, Hv)
 			for h, v := range aLog {
 				neg[h] = -float32(math.Exp(float64(v))) // qwen35: −exp32(A_log)
 			}
-			ly.negExpA = u.floats(neg)
-		} else if u.err == nil {
-			u.err = fmt.Errorf("gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
+			ly.negExpA = u.Floats(neg)
+		} else if u.Err == nil {
+			u.Err = fmt.Errorf("gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
 		}
 	case qwen35.FullAttention:
 		Dh := cfg.HeadDim
-		ly.q = u.matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
-		ly.k = u.matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
-		ly.v = u.matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
-		ly.o = u.matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
-		ly.qNorm = u.vector(n("self_attn.q_norm.weight"), Dh, true)
-		ly.kNorm = u.vector(n("self_attn.k_norm.weight"), Dh, true)
+		ly.q = u.Matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
+		ly.k = u.Matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
+		ly.v = u.Matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
+		ly.o = u.Matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
+		ly.qNorm = u.Vector(n("self_attn.q_norm.weight"), Dh, true)
+		ly.kNorm = u.Vector(n("self_attn.k_norm.weight"), Dh, true)
 	}
 	u.phase = PhaseMLP
 	if cfg.Arch == qwen35.ArchMoE {
 		u.phase = PhaseMoE
-		ly.router = u.matrix(n("mlp.gate.weight"), g.E, g.H)
-		ly.sGate = u.matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
-		ly.sUp = u.matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
-		ly.sDown = u.matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
-		ly.sharedG = u.matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
-		ly.routerG = u.stacked([]string{n("mlp.gate.weight"), n("mlp.shared_expert_gate.weight")}, []int{g.E, 1}, g.H)
+		ly.router = u.Matrix(n("mlp.gate.weight"), g.E, g.H)
+		ly.sGate = u.Matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
+		ly.sUp = u.Matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
+		ly.sDown = u.Matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
+		ly.sharedG = u.Matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
+		ly.routerG = u.Stacked([]string{n("mlp.gate.weight"), n("mlp.shared_expert_gate.weight")}, []int{g.E, 1}, g.H)
 	} else {
-		ly.gate = u.matrix(n("mlp.gate_proj.weight"), g.Inter, g.H)
-		ly.up = u.matrix(n("mlp.up_proj.weight"), g.Inter, g.H)
-		ly.down = u.matrix(n("mlp.down_proj.weight"), g.H, g.Inter)
+		ly.gate = u.Matrix(n("mlp.gate_proj.weight"), g.Inter, g.H)
+		ly.up = u.Matrix(n("mlp.up_proj.weight"), g.Inter, g.H)
+		ly.down = u.Matrix(n("mlp.down_proj.weight"), g.H, g.Inter)
 	}
 	return ly
 }
@@ -430,7 +348,7 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 	}
 	m.plan = plan
 	if !plan.Resident() {
-		return m.streamExperts(u.c, plan, dir, ex, byLayer, gate, up, down, offsets)
+		return m.streamExperts(u.C, plan, dir, ex, byLayer, gate, up, down, offsets)
 	}
 	size := int64(ex.Count) * ex.Stride
 	buf := make([]byte, min(size, 256<<20))
@@ -439,7 +357,7 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 		if !ok {
 			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
 		}
-		base, err := m.uploadFile(u.c, filepath.Join(dir, file), size, buf)
+		base, err := u.File(filepath.Join(dir, file), size, buf)
 		if err != nil {
 			return err
 		}
@@ -466,36 +384,6 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
 	}
 	return nil
-}
-
-// uploadFile copies a file of exactly size bytes into new device memory,
-// through buf.
-func (m *Model) uploadFile(c *cuda.Ctx, path string, size int64, buf []byte) (cuda.DevicePtr, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("gpu: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Size() != size {
-		return 0, fmt.Errorf("gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, size)
-	}
-	p, err := c.Alloc(uint64(size))
-	if err != nil {
-		return 0, fmt.Errorf("gpu: no room for the experts of %s (%d MiB): %w", filepath.Base(path), size>>20, err)
-	}
-	m.allocs = append(m.allocs, p)
-	m.WeightBytes += size
-	for off := int64(0); off < size; {
-		n, err := io.ReadFull(f, buf[:min(int64(len(buf)), size-off)])
-		if err != nil {
-			return 0, fmt.Errorf("gpu: reading %s at %d: %w", path, off, err)
-		}
-		if err := c.HtoD(p+cuda.DevicePtr(off), buf[:n]); err != nil {
-			return 0, err
-		}
-		off += int64(n)
-	}
-	return p, nil
 }
 
 // invFreq is qwen35's RoPE inverse frequencies, computed the same way.

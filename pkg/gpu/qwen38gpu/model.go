@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
@@ -163,80 +164,30 @@ func residentBytes(w model.Weights, dir string, ex *packexperts.Experts) int64 {
 	return n
 }
 
-// uploader copies tensors to the device, remembering the first error.
+// uploader is devshared's, with the hyper-connection weights of a block.
 type uploader struct {
-	m   *Model
-	c   *cuda.Ctx
-	w   model.Weights
-	err error
-}
-
-func (u *uploader) bytes(b []byte) cuda.DevicePtr {
-	if u.err != nil || len(b) == 0 {
-		return 0
-	}
-	p, err := u.c.AllocCopy(b)
-	if err != nil {
-		u.err = fmt.Errorf("qwen38gpu: uploading weights: %w", err)
-		return 0
-	}
-	u.m.allocs = append(u.m.allocs, p)
-	u.m.WeightBytes += int64(len(b))
-	return p
-}
-
-func (u *uploader) matrix(name string, rows, cols int) *gpukernels.Mat {
-	if u.err != nil {
-		return nil
-	}
-	km, err := u.w.Matrix(name)
-	if err == nil {
-		err = blocks.CheckMatrix(km, rows, cols)
-	}
-	if err != nil {
-		u.err = fmt.Errorf("qwen38gpu: tensor %s: %w", name, err)
-		return nil
-	}
-	return &gpukernels.Mat{Rows: rows, Cols: cols, Enc: km.Enc, Data: u.bytes(km.Data), Scales: u.bytes(km.Scales), Biases: u.bytes(km.Biases)}
-}
-
-// vector uploads an n-value parameter, as 1 + w when onePlus (blocks.OnePlus).
-func (u *uploader) vector(name string, n int, onePlus bool) cuda.DevicePtr {
-	if u.err != nil {
-		return 0
-	}
-	v, err := u.w.Vector(name)
-	if err == nil && len(v) != n {
-		err = fmt.Errorf("%d values, the geometry needs %d; the install does not match its manifest geometry", len(v), n)
-	}
-	if err != nil {
-		u.err = fmt.Errorf("qwen38gpu: tensor %s: %w", name, err)
-		return 0
-	}
-	if onePlus {
-		v = blocks.OnePlus(v)
-	}
-	return u.bytes(cuda.Bytes(v))
+	*devshared.Uploader
+	m *Model
 }
 
 func (u *uploader) hc(prefix string, inject bool) hcW {
 	g := u.m.g
-	h := hcW{norm: u.vector(prefix+"hc_norm.weight", g.SH, true),
-		down: u.matrix(prefix+"input_mix_weight_down.weight", g.r, g.SH),
-		up:   u.matrix(prefix+"input_mix_weight_up.weight", g.SH, g.r)}
+	h := hcW{norm: u.Vector(prefix+"hc_norm.weight", g.SH, true),
+		down: u.Matrix(prefix+"input_mix_weight_down.weight", g.r, g.SH),
+		up:   u.Matrix(prefix+"input_mix_weight_up.weight", g.SH, g.r)}
 	if inject {
-		h.inject = u.matrix(prefix+"block_inject_weight.weight", g.S, g.SH)
+		h.inject = u.Matrix(prefix+"block_inject_weight.weight", g.S, g.SH)
 	}
 	return h
 }
 
 func (m *Model) upload(c *cuda.Ctx, w model.Weights, dir string, ex *packexperts.Experts) error {
 	cfg, g := m.cfg, m.g
-	u := &uploader{m: m, c: c, w: w}
-	m.embed = u.matrix("model.embed_tokens.weight", g.V, g.H)
-	m.lmHead = u.matrix("lm_head.weight", g.V, g.H)
+	u := &uploader{m: m, Uploader: &devshared.Uploader{C: c, W: w, Engine: "qwen38gpu", Allocs: &m.allocs, WeightBytes: &m.WeightBytes}}
+	m.embed = u.Matrix("model.embed_tokens.weight", g.V, g.H)
+	m.lmHead = u.Matrix("lm_head.weight", g.V, g.H)
 	m.mixer = u.hc("model.hyper_connection_mixer.", false)
-	m.invFreq = u.bytes(cuda.Bytes(blocks.NewRope(cfg.RopeTheta, cfg.RotaryDim).InvFreq))
+	m.invFreq = u.Bytes(cuda.Bytes(blocks.NewRope(cfg.RopeTheta, cfg.RotaryDim).InvFreq))
 	m.layers = make([]layerW, len(cfg.Layers))
 	for i, kind := range cfg.Layers {
 		m.layers[i] = m.uploadLayer(u, i, kind)
@@ -244,19 +195,19 @@ func (m *Model) upload(c *cuda.Ctx, w model.Weights, dir string, ex *packexperts
 	for k, l := range cfg.PLELayers {
 		n := func(s string) string { return blocks.LayerPrefix(l) + "ple." + s }
 		p := &pleW{index: k, layer: l,
-			key:       u.matrix(n("key_proj.weight"), g.SH, g.Dp),
-			value:     u.matrix(n("value_proj.weight"), g.H, g.Dp),
-			normKey:   u.vector(n("norm_key.weight"), g.SH, true),
-			normQuery: u.vector(n("norm_query.weight"), g.SH, true),
-			normConv:  u.vector(n("norm_conv.weight"), g.SH, true),
-			conv:      u.vector(n("conv1d.weight"), g.SH*g.Kp, false)}
+			key:       u.Matrix(n("key_proj.weight"), g.SH, g.Dp),
+			value:     u.Matrix(n("value_proj.weight"), g.H, g.Dp),
+			normKey:   u.Vector(n("norm_key.weight"), g.SH, true),
+			normQuery: u.Vector(n("norm_query.weight"), g.SH, true),
+			normConv:  u.Vector(n("norm_conv.weight"), g.SH, true),
+			conv:      u.Vector(n("conv1d.weight"), g.SH*g.Kp, false)}
 		m.layers[l].ple = p
 		m.ple = append(m.ple, p)
 	}
-	if u.err != nil {
-		return u.err
+	if u.Err != nil {
+		return u.Err
 	}
-	return m.uploadExperts(c, dir, ex)
+	return m.uploadExperts(u.Uploader, dir, ex)
 }
 
 func (m *Model) uploadLayer(u *uploader, i int, kind qwen38.LayerKind) layerW {
@@ -266,50 +217,50 @@ func (m *Model) uploadLayer(u *uploader, i int, kind qwen38.LayerKind) layerW {
 	switch kind {
 	case qwen38.LinearAttention:
 		Hv := cfg.LinearValueHeads
-		ly.qkv = u.matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
-		ly.z = u.matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
-		ly.b = u.matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
-		ly.a = u.matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
-		ly.out = u.matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
-		ly.conv = u.vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
-		ly.dtBias = u.vector(n("linear_attn.dt_bias"), Hv, false)
-		ly.gdnNorm = u.vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
-		if u.err == nil {
-			aLog, err := u.w.Vector(n("linear_attn.A_log"))
+		ly.qkv = u.Matrix(n("linear_attn.in_proj_qkv.weight"), g.C, g.H)
+		ly.z = u.Matrix(n("linear_attn.in_proj_z.weight"), g.vd, g.H)
+		ly.b = u.Matrix(n("linear_attn.in_proj_b.weight"), Hv, g.H)
+		ly.a = u.Matrix(n("linear_attn.in_proj_a.weight"), Hv, g.H)
+		ly.out = u.Matrix(n("linear_attn.out_proj.weight"), g.H, g.vd)
+		ly.conv = u.Vector(n("linear_attn.conv1d.weight"), g.C*g.K, false)
+		ly.dtBias = u.Vector(n("linear_attn.dt_bias"), Hv, false)
+		ly.gdnNorm = u.Vector(n("linear_attn.norm.weight"), cfg.LinearValueDim, false)
+		if u.Err == nil {
+			aLog, err := u.W.Vector(n("linear_attn.A_log"))
 			if err != nil || len(aLog) != Hv {
-				u.err = fmt.Errorf("qwen38gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
+				u.Err = fmt.Errorf("qwen38gpu: tensor %s: missing or not %d values", n("linear_attn.A_log"), Hv)
 			} else {
 				neg := make([]float32, Hv)
 				for h, v := range aLog {
 					neg[h] = -blocks.Exp32(v) // as blocks.Loader.GDN
 				}
-				ly.negExpA = u.bytes(cuda.Bytes(neg))
+				ly.negExpA = u.Bytes(cuda.Bytes(neg))
 			}
 		}
 	case qwen38.SparseAttention:
 		Dh, dih := cfg.HeadDim, cfg.IndexerDim
-		ly.q = u.matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
-		ly.k = u.matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
-		ly.v = u.matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
-		ly.o = u.matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
-		ly.qNorm = u.vector(n("self_attn.q_norm.weight"), Dh, true)
-		ly.kNorm = u.vector(n("self_attn.k_norm.weight"), Dh, true)
-		ly.index = u.matrix(n("self_attn.indexer.index_qk_proj.weight"), (cfg.IndexerHeads+1)*dih, g.H)
-		ly.iqNorm = u.vector(n("self_attn.indexer.q_layernorm.weight"), dih, true)
-		ly.ikNorm = u.vector(n("self_attn.indexer.k_layernorm.weight"), dih, true)
+		ly.q = u.Matrix(n("self_attn.q_proj.weight"), 2*cfg.NumHeads*Dh, g.H)
+		ly.k = u.Matrix(n("self_attn.k_proj.weight"), g.kvd, g.H)
+		ly.v = u.Matrix(n("self_attn.v_proj.weight"), g.kvd, g.H)
+		ly.o = u.Matrix(n("self_attn.o_proj.weight"), g.H, cfg.NumHeads*Dh)
+		ly.qNorm = u.Vector(n("self_attn.q_norm.weight"), Dh, true)
+		ly.kNorm = u.Vector(n("self_attn.k_norm.weight"), Dh, true)
+		ly.index = u.Matrix(n("self_attn.indexer.index_qk_proj.weight"), (cfg.IndexerHeads+1)*dih, g.H)
+		ly.iqNorm = u.Vector(n("self_attn.indexer.q_layernorm.weight"), dih, true)
+		ly.ikNorm = u.Vector(n("self_attn.indexer.k_layernorm.weight"), dih, true)
 	}
-	ly.router = u.matrix(n("mlp.gate.weight"), g.E, g.H)
-	ly.sGate = u.matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
-	ly.sUp = u.matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
-	ly.sDown = u.matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
-	ly.sharedG = u.matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
+	ly.router = u.Matrix(n("mlp.gate.weight"), g.E, g.H)
+	ly.sGate = u.Matrix(n("mlp.shared_expert.gate_proj.weight"), g.Is, g.H)
+	ly.sUp = u.Matrix(n("mlp.shared_expert.up_proj.weight"), g.Is, g.H)
+	ly.sDown = u.Matrix(n("mlp.shared_expert.down_proj.weight"), g.H, g.Is)
+	ly.sharedG = u.Matrix(n("mlp.shared_expert_gate.weight"), 1, g.H)
 	return ly
 }
 
 // uploadExperts copies each MoE layer's expert file whole into one device
 // buffer: expert e's matrices sit e·Stride after expert 0's, which is what
 // the gathered products index with the ids route wrote (as pkg/gpu).
-func (m *Model) uploadExperts(c *cuda.Ctx, dir string, ex *packexperts.Experts) error {
+func (m *Model) uploadExperts(u *devshared.Uploader, dir string, ex *packexperts.Experts) error {
 	g := m.g
 	if ex == nil {
 		return fmt.Errorf("qwen38gpu: a qwen4_exp install needs routed experts; the manifest lists none")
@@ -344,7 +295,7 @@ func (m *Model) uploadExperts(c *cuda.Ctx, dir string, ex *packexperts.Experts) 
 		if !ok {
 			return fmt.Errorf("qwen38gpu: the manifest lists no expert file for layer %d", i)
 		}
-		base, err := m.uploadFile(c, filepath.Join(dir, file), size, buf)
+		base, err := u.File(filepath.Join(dir, file), size, buf)
 		if err != nil {
 			return err
 		}
@@ -365,35 +316,6 @@ func (m *Model) uploadExperts(c *cuda.Ctx, dir string, ex *packexperts.Experts) 
 		}
 	}
 	return nil
-}
-
-// uploadFile copies a file of exactly size bytes into new device memory.
-func (m *Model) uploadFile(c *cuda.Ctx, path string, size int64, buf []byte) (cuda.DevicePtr, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("qwen38gpu: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Size() != size {
-		return 0, fmt.Errorf("qwen38gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, size)
-	}
-	p, err := c.Alloc(uint64(size))
-	if err != nil {
-		return 0, fmt.Errorf("qwen38gpu: no room for the experts of %s (%d MiB): %w", filepath.Base(path), size>>20, err)
-	}
-	m.allocs = append(m.allocs, p)
-	m.WeightBytes += size
-	for at := int64(0); at < size; {
-		n, err := io.ReadFull(f, buf[:min(int64(len(buf)), size-at)])
-		if err != nil {
-			return 0, fmt.Errorf("qwen38gpu: reading %s at %d: %w", path, at, err)
-		}
-		if err := c.HtoD(p+cuda.DevicePtr(at), buf[:n]); err != nil {
-			return 0, err
-		}
-		at += int64(n)
-	}
-	return p, nil
 }
 
 // Close frees the weights.
