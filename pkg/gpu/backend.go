@@ -1,13 +1,13 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"os"
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
@@ -69,16 +69,15 @@ func Loader(req model.Request) (model.Model, error) {
 // Info implements model.Model; Name labels reports.
 func (b *Backend) Info() model.Info {
 	c := b.Model.Config()
-	return model.Info{Name: fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch), Architecture: c.Arch, Device: model.GPU,
-		VocabSize: c.VocabSize, MaxContext: c.MaxContext}
+	return devshared.Info(b.Dev, c.Arch, c.VocabSize, c.MaxContext)
 }
 
 // NewState starts a sequence; a zero KVBits is model.DefaultKVBits, as on
 // the CPU engine.
 func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
-	bits := cmp.Or(opt.KVBits, model.DefaultKVBits)
-	if !model.ValidKVBits(bits) {
-		return nil, fmt.Errorf("gpu: KV cache width %d bits: use 8, 16 or 32", opt.KVBits)
+	bits, err := devshared.SessionKVBits("gpu", opt.KVBits)
+	if err != nil {
+		return nil, err
 	}
 	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	if err != nil {

@@ -1,12 +1,12 @@
 package qwen38gpu
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
 	"github.com/nvmai/nvmai/pkg/packexperts"
@@ -92,16 +92,15 @@ func (b *Backend) closeTables() {
 // Info implements model.Model.
 func (b *Backend) Info() model.Info {
 	c := b.Model.Config()
-	return model.Info{Name: fmt.Sprintf("gpu (%s, sm_%d)", b.Dev.Name, b.Dev.Arch), Architecture: packexperts.ArchQwen4Exp,
-		Device: model.GPU, VocabSize: c.VocabSize, MaxContext: c.MaxContext}
+	return devshared.Info(b.Dev, packexperts.ArchQwen4Exp, c.VocabSize, c.MaxContext)
 }
 
 // NewState starts a sequence; a zero KVBits is model.DefaultKVBits, as on
 // the CPU engine.
 func (b *Backend) NewState(opt model.StateOptions) (model.State, error) {
-	bits := cmp.Or(opt.KVBits, model.DefaultKVBits)
-	if !model.ValidKVBits(bits) {
-		return nil, fmt.Errorf("qwen38gpu: KV cache width %d bits: use 8, 16 or 32", opt.KVBits)
+	bits, err := devshared.SessionKVBits("qwen38gpu", opt.KVBits)
+	if err != nil {
+		return nil, err
 	}
 	st, err := b.Model.NewState(StateOptions{KVInitial: opt.KVInitial, MaxContext: opt.MaxContext, KVBits: bits})
 	if err != nil {
