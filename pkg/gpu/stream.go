@@ -456,14 +456,7 @@ func (b *Backend) ExpertStats() expertcache.Stats {
 	if !ok || err != nil {
 		return expertcache.Stats{}
 	}
-	p := b.Model.plan
-	width := 0
-	if b.Model.stream.readAhead {
-		width = b.Model.geom.k
-	}
-	return expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
-		BytesRead: s.DecodeBytes + s.PrefillBytes + s.AheadBytes, Prefetched: s.AheadCopies, PrefetchHits: s.AheadUsed, PrefetchBytes: s.AheadBytes,
-		PrefetchWidth: width, Mode: "gpu-pinned", Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
+	return b.expertStatsOf(s)
 }
 
 // StreamsExperts reports whether the experts stream into VRAM slots (the

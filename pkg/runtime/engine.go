@@ -594,6 +594,12 @@ func (e *Engine) ExpertStats() expertcache.Stats {
 // hits and misses, taken together (zero and nil for dense models).
 func (e *Engine) ExpertStatsByLayer() (expertcache.Stats, []expertcache.LayerStats) {
 	if e.cache == nil {
+		// The GPU's VRAM slots, as in ExpertStats, from one read.
+		if s, ok := e.model.(interface {
+			ExpertStatsByLayer() (expertcache.Stats, []expertcache.LayerStats)
+		}); ok {
+			return s.ExpertStatsByLayer()
+		}
 		return expertcache.Stats{}, nil
 	}
 	return e.cache.StatsByLayer()
