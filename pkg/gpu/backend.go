@@ -209,7 +209,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}); err != nil {
 			return err
 		}
-		b, err := st.sampAlloc(c)
+		b, err := st.samp.Buffers(c, m.geom.V, &st.allocs)
 		if err != nil {
 			return err
 		}

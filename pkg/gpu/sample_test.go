@@ -30,7 +30,7 @@ func sampledTokens(t testing.TB, e *runtime.Engine, ids []int, n int, p sample.P
 	}
 	served := 0
 	if b, ok := e.Model().(*Backend); ok && b.last != nil {
-		served = b.last.sampled
+		served = b.last.samp.Sampled
 	}
 	return res.IDs, served
 }

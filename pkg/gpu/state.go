@@ -59,11 +59,10 @@ type State struct {
 	noGraph      bool
 
 	dpos, tokens, next cuda.DevicePtr
-	cand               cuda.DevicePtr         // topk_cand's header and (id, logit) pairs
-	samp               *devshared.SampBuffers // allocated by the first sampled step
-	sampled            int                    // steps Sample decided on the device (tests)
-	conv, rec          []cuda.DevicePtr       // per layer (GDN layers only)
-	kv                 []gpukernels.KVCache   // per layer (attention layers only)
+	cand               cuda.DevicePtr       // topk_cand's header and (id, logit) pairs
+	samp               devshared.Sampler    // sampling on the device
+	conv, rec          []cuda.DevicePtr     // per layer (GDN layers only)
+	kv                 []gpukernels.KVCache // per layer (attention layers only)
 	s                  scratch
 	graph              *cuda.Graph
 	graphKernels       int
@@ -240,18 +239,7 @@ func (st *State) GraphKernels() int { return st.graphKernels }
 // Forward feeds ids; afterwards the last token's logits and greedy pick are
 // on the device (Logits, Argmax).
 func (st *State) Forward(ids []int) error {
-	if err := devshared.CheckForward("gpu", st.failed, ids, st.m.geom.V, st.pos, st.maxCtx); err != nil {
-		return err
-	}
-	err := st.m.dev.Do(func(c *cuda.Ctx) error {
-		return devshared.RunForward(c, ids, st.pos, st.kcap, st.maxCtx, st.chunkLen,
-			func(capacity, keep int) error { return st.allocKV(c, capacity, keep) },
-			func(chunk []int) error { return st.chunk(c, chunk) })
-	})
-	if err != nil {
-		st.failed = err
-	}
-	return err
+	return devshared.Forward("gpu", st.m.dev, &st.failed, ids, st.m.geom.V, st.pos, st.kcap, st.maxCtx, st.chunkLen, st.allocKV, st.chunk)
 }
 
 func (st *State) chunk(c *cuda.Ctx, ids []int) error {
@@ -318,38 +306,10 @@ func (st *State) Argmax() (int, error) {
 // the k-th included); a row with more is sampled on the host.
 const MaxCandidates = devshared.MaxCandidates
 
-func (st *State) sampAlloc(c *cuda.Ctx) (*devshared.SampBuffers, error) {
-	if st.samp != nil {
-		return st.samp, nil
-	}
-	b, err := devshared.AllocSamp(c, st.m.geom.V, &st.allocs)
-	if err != nil {
-		return nil, err
-	}
-	st.samp = b
-	return b, nil
-}
-
-// Sample picks st's token from the last logits on the device, as
-// sample.Sampler.Finish does (docs/sampling.md), so only the id comes back.
-// ok is false when the host must take the row: it holds a NaN or +Inf or
-// no finite logit (the host reports those), or more than MaxCandidates
-// tie for a top-k filter.
+// Sample picks st's token from the last logits on the device
+// (devshared.Sampler.Sample): ok is false when the host must take the row.
 func (st *State) Sample(step sample.Step, history []int32) (id int, ok bool, err error) {
-	var out [2]int32
-	err = st.m.dev.Do(func(c *cuda.Ctx) error {
-		b, err := st.sampAlloc(c)
-		if err != nil {
-			return err
-		}
-		l := &gpukernels.Launcher{C: c, K: st.m.ks}
-		return b.Sample(c, l, st.cand, st.s.logits, st.next, step, history, &out)
-	})
-	if err != nil || out[0] < 0 || out[1] != 0 {
-		return 0, false, err
-	}
-	st.sampled++
-	return int(out[0]), true, nil
+	return st.samp.Sample(st.m.dev, st.m.ks, st.m.geom.V, &st.allocs, st.cand, st.s.logits, st.next, step, history)
 }
 
 // forward enqueues the whole decoder for T tokens at the device position:

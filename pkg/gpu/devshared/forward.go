@@ -76,3 +76,22 @@ func GrowRows(c *cuda.Ctx, buf *cuda.DevicePtr, row int64, rows, keep int, noRoo
 	*buf = p
 	return nil
 }
+
+// Forward is the engines' State.Forward: ids are checked (CheckForward),
+// then run on dev (RunForward); an error is also kept in *failed, which
+// refuses every later Forward.
+func Forward(engine string, dev *cuda.Device, failed *error, ids []int, V, pos, kcap, maxCtx, chunkLen int,
+	allocKV func(c *cuda.Ctx, capacity, keep int) error, pass func(c *cuda.Ctx, chunk []int) error) error {
+	if err := CheckForward(engine, *failed, ids, V, pos, maxCtx); err != nil {
+		return err
+	}
+	err := dev.Do(func(c *cuda.Ctx) error {
+		return RunForward(c, ids, pos, kcap, maxCtx, chunkLen,
+			func(capacity, keep int) error { return allocKV(c, capacity, keep) },
+			func(chunk []int) error { return pass(c, chunk) })
+	})
+	if err != nil {
+		*failed = err
+	}
+	return err
+}

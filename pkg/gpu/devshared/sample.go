@@ -145,3 +145,46 @@ func (b *SampBuffers) SampleRow(l *gpukernels.Launcher, cand cuda.DevicePtr, ste
 	}
 	return l.SampDraw(b.out, b.w, b.bsum, status, V, step.U)
 }
+
+// Sampler is a State's sampling on the device: its buffers, allocated by
+// the first sampled step, and how many steps it decided (the tests').
+type Sampler struct {
+	buf     *SampBuffers
+	Sampled int
+}
+
+// Buffers returns the sampling buffers, allocating them (into allocs) the
+// first time.
+func (s *Sampler) Buffers(c *cuda.Ctx, V int, allocs *[]cuda.DevicePtr) (*SampBuffers, error) {
+	if s.buf != nil {
+		return s.buf, nil
+	}
+	b, err := AllocSamp(c, V, allocs)
+	if err != nil {
+		return nil, err
+	}
+	s.buf = b
+	return b, nil
+}
+
+// Sample picks a state's token from its last logits (their argmax at
+// next) on the device, as sample.Sampler.Finish does (docs/sampling.md),
+// so only the id comes back. ok is false when the host must take the row:
+// it holds a NaN or +Inf or no finite logit (the host reports those), or
+// more than MaxCandidates tie for a top-k filter.
+func (s *Sampler) Sample(dev *cuda.Device, ks *gpukernels.Set, V int, allocs *[]cuda.DevicePtr, cand, logits, next cuda.DevicePtr, step sample.Step, history []int32) (id int, ok bool, err error) {
+	var out [2]int32
+	err = dev.Do(func(c *cuda.Ctx) error {
+		b, err := s.Buffers(c, V, allocs)
+		if err != nil {
+			return err
+		}
+		l := &gpukernels.Launcher{C: c, K: ks}
+		return b.Sample(c, l, cand, logits, next, step, history, &out)
+	})
+	if err != nil || out[0] < 0 || out[1] != 0 {
+		return 0, false, err
+	}
+	s.Sampled++
+	return int(out[0]), true, nil
+}

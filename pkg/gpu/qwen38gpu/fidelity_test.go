@@ -246,7 +246,7 @@ func TestQwen38GPUSampledOnDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return res.IDs, b.last.sampled
+			return res.IDs, b.last.samp.Sampled
 		}
 		host, _ := run(true)
 		dev, served := run(false)

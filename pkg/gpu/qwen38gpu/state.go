@@ -46,8 +46,7 @@ type State struct {
 
 	dpos, tokens, next cuda.DevicePtr
 	cand               cuda.DevicePtr
-	samp               *devshared.SampBuffers
-	sampled            int                  // steps Sample decided on the device (tests)
+	samp               devshared.Sampler    // sampling on the device
 	conv, rec          []cuda.DevicePtr     // per layer (GDN layers)
 	kv                 []gpukernels.KVCache // per layer (attention layers)
 	kraw, kb           []cuda.DevicePtr     // per layer (attention layers), float32 [kcap, dih], [kcap/cr, dih]
@@ -265,18 +264,7 @@ func (st *State) MaxContext() int { return st.maxCtx }
 // Forward feeds ids; afterwards the last token's logits and greedy pick
 // are on the device (Logits, Argmax).
 func (st *State) Forward(ids []int) error {
-	if err := devshared.CheckForward("qwen38gpu", st.failed, ids, st.m.g.V, st.pos, st.maxCtx); err != nil {
-		return err
-	}
-	err := st.m.dev.Do(func(c *cuda.Ctx) error {
-		return devshared.RunForward(c, ids, st.pos, st.kcap, st.maxCtx, st.chunkLen,
-			func(capacity, keep int) error { return st.allocKV(c, capacity, keep) },
-			func(chunk []int) error { return st.pass(c, chunk) })
-	})
-	if err != nil {
-		st.failed = err
-	}
-	return err
+	return devshared.Forward("qwen38gpu", st.m.dev, &st.failed, ids, st.m.g.V, st.pos, st.kcap, st.maxCtx, st.chunkLen, st.allocKV, st.pass)
 }
 
 // pass runs T ≤ chunkLen tokens through the decoder. Each PLE layer's rows
