@@ -191,30 +191,9 @@ func TestChunkedPrefillEqualsSteps(t *testing.T) {
 	e := loadEngine(t, install(t, "tiny-moe-fused", 8), true)
 	b := e.Model().(*Backend)
 	ids := loadRefs(t, "tiny-moe.refs.json")[0].IDs
-	rows := make([][]float32, 2)
-	for i, chunked := range []bool{true, false} {
-		st, err := b.Model.NewState(StateOptions{KVInitial: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chunked {
-			err = st.Forward(ids)
-		} else {
-			for _, id := range ids {
-				if err = st.Forward([]int{id}); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows[i] = make([]float32, e.Install.Manifest.Geometry.VocabSize)
-		if err := st.Logits(rows[i]); err != nil {
-			t.Fatal(err)
-		}
-		st.Close()
-	}
+	newState := func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }
+	V := e.Install.Manifest.Geometry.VocabSize
+	rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, V), cudatest.LastLogits(t, newState, ids, false, V)}
 	if !slices.Equal(rows[0], rows[1]) {
 		t.Fatalf("chunked prefill and single steps differ: max %g", maxAbsDiff(rows[0], rows[1]))
 	}

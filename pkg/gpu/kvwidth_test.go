@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -139,30 +140,8 @@ func TestKVWidthChunkedPrefillEqualsSteps(t *testing.T) {
 	m := e.Model().(*Backend).Model
 	ids := longestRef(t, "tiny-moe.refs.json")[:300]
 	for _, bits := range []int{model.KVInt8, model.KVBF16, model.KVFloat32} {
-		rows := make([][]float32, 2)
-		for i, chunked := range []bool{true, false} {
-			st, err := m.NewState(StateOptions{KVInitial: 4, KVBits: bits})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if chunked {
-				err = st.Forward(ids)
-			} else {
-				for _, id := range ids {
-					if err = st.Forward([]int{id}); err != nil {
-						break
-					}
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows[i] = make([]float32, m.geom.V)
-			if err := st.Logits(rows[i]); err != nil {
-				t.Fatal(err)
-			}
-			st.Close()
-		}
+		newState := func() (cudatest.Sequence, error) { return m.NewState(StateOptions{KVInitial: 4, KVBits: bits}) }
+		rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, m.geom.V), cudatest.LastLogits(t, newState, ids, false, m.geom.V)}
 		if !bitsEqual(rows[0], rows[1]) {
 			t.Errorf("%d-bit KV: chunked prefill and single steps differ: max %g", bits, maxAbsDiff(rows[0], rows[1]))
 		}

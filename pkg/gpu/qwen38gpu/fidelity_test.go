@@ -192,30 +192,9 @@ func TestQwen38GPUChunkedPrefillEqualsSteps(t *testing.T) {
 	e := loadEngine(t, synthInstall(t, 8), true)
 	b := e.Model().(*Backend)
 	ids := synthPrompt(300, e.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID)
-	rows := make([][]float32, 2)
-	for i, whole := range []bool{true, false} {
-		st, err := b.Model.NewState(StateOptions{KVInitial: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if whole {
-			err = st.Forward(ids)
-		} else {
-			for _, id := range ids {
-				if err = st.Forward([]int{id}); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows[i] = make([]float32, b.Model.Config().VocabSize)
-		if err := st.Logits(rows[i]); err != nil {
-			t.Fatal(err)
-		}
-		st.Close()
-	}
+	newState := func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }
+	V := b.Model.Config().VocabSize
+	rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, V), cudatest.LastLogits(t, newState, ids, false, V)}
 	if d := maxAbsDiff(rows[0], rows[1]); d != 0 {
 		t.Fatalf("whole prompt vs token by token: logits differ by %g", d)
 	}

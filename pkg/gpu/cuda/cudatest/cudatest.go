@@ -43,3 +43,39 @@ func Unusable(t testing.TB, err error) {
 	}
 	t.Skipf("no usable GPU: %v", err)
 }
+
+// Sequence is a GPU engine's State, as LastLogits feeds it.
+type Sequence interface {
+	Forward(ids []int) error
+	Logits(dst []float32) error
+	Close()
+}
+
+// LastLogits feeds ids to a fresh sequence of newState, whole (one Forward:
+// the engine's prefill passes) or token by token, and returns its last
+// logits [V]; the sequence is closed.
+func LastLogits(t testing.TB, newState func() (Sequence, error), ids []int, whole bool, V int) []float32 {
+	t.Helper()
+	st, err := newState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole {
+		err = st.Forward(ids)
+	} else {
+		for _, id := range ids {
+			if err = st.Forward([]int{id}); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, V)
+	if err := st.Logits(row); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return row
+}
