@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
@@ -30,6 +31,9 @@ type Memory struct {
 	// Device is where the experts and KV live when not in host memory
 	// ("" for the CPU engine).
 	Device string
+	// VRAM is the device's memory now and the engine's plan of it (nil on
+	// the CPU engine).
+	VRAM *model.DeviceMemory
 }
 
 // MemoryReporter is an Engine that can tell its memory footprint.
@@ -48,17 +52,21 @@ type LiveGeneration struct {
 	// FirstToken is when the first token came (zero before it).
 	FirstToken time.Time
 	Ended      time.Time // zero while running
-	// DiskBytes are the expert bytes read from disk since the first token,
-	// over Streamed-1 decode steps (HasDisk false: the engine streams no
-	// experts).
-	DiskBytes int64
-	HasDisk   bool
+	// ExpertBytes are the expert bytes moved since the first token, over
+	// Streamed-1 decode steps: read from disk, or with PCIe copied from
+	// pinned RAM into the GPU's slots (HasExpertBytes false: the engine
+	// streams no experts). While running they are brought up to date when
+	// Live reads the counters, not per token: the GPU's counters are a
+	// device read.
+	ExpertBytes    int64
+	HasExpertBytes bool
+	PCIe           bool
 	// Set once it ended, from its Outcome by the request log's formulas:
 	// the prompt tokens reused from the prompt cache, and the speeds.
 	CachedTokens            int
 	PrefillTokS, DecodeTokS float64
 
-	diskAtFirst int64
+	bytesAtFirst int64
 }
 
 // liveState follows the generations for Live; changed is closed (and
@@ -112,6 +120,9 @@ func (s *Server) Live() Live {
 	s.live.mu.Lock()
 	if s.live.seq > 0 {
 		g := s.live.gen
+		if g.Running && g.HasExpertBytes && l.HasExpert {
+			g.ExpertBytes = max(l.Expert.BytesRead-g.bytesAtFirst, 0)
+		}
 		l.Generation = &g
 	}
 	s.live.mu.Unlock()
@@ -137,31 +148,45 @@ func (j *Job) liveBegin(g Generation, onToken func(string) bool) (func(string) b
 	l.gen = LiveGeneration{Running: true, Model: j.Model(), PromptTokens: len(g.Prompt), Started: j.s.cfg.Now()}
 	l.notifyLocked()
 	l.mu.Unlock()
-	counted := func(text string) bool {
-		var disk int64
-		hasDisk := false
+	// The expert counters are read at the first token and at the end
+	// only (Live reads them in between): on the GPU each read is a copy
+	// from the device.
+	readBytes := func() (ExpertCacheStats, bool) {
 		if r, ok := j.e.(ExpertCacheReporter); ok {
-			st, ok := r.ExpertCacheStats()
-			disk, hasDisk = st.BytesRead, ok
+			return r.ExpertCacheStats()
+		}
+		return ExpertCacheStats{}, false
+	}
+	first := true // onToken is called from one goroutine
+	counted := func(text string) bool {
+		var atFirst ExpertCacheStats
+		hasBytes := false
+		if first {
+			atFirst, hasBytes = readBytes()
 		}
 		l.mu.Lock()
 		if l.seq == seq {
-			if l.gen.Streamed == 0 {
-				l.gen.FirstToken, l.gen.diskAtFirst = j.s.cfg.Now(), disk
+			if first {
+				l.gen.FirstToken, l.gen.bytesAtFirst = j.s.cfg.Now(), atFirst.BytesRead
+				l.gen.HasExpertBytes, l.gen.PCIe = hasBytes, atFirst.PCIe
 			}
 			l.gen.Tokens++
 			l.gen.Streamed++
-			l.gen.DiskBytes, l.gen.HasDisk = disk-l.gen.diskAtFirst, hasDisk
 			l.notifyLocked()
 		}
 		l.mu.Unlock()
+		first = false
 		return onToken(text)
 	}
 	end := func(out Outcome) {
+		final, hasBytes := readBytes()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.seq != seq {
 			return // a later generation (--parallel) is shown now
+		}
+		if hasBytes && l.gen.HasExpertBytes {
+			l.gen.ExpertBytes = max(final.BytesRead-l.gen.bytesAtFirst, 0)
 		}
 		var r RequestLog
 		r.Fill(Usage{PromptTokens: len(g.Prompt), CachedTokens: out.CachedTokens, CompletionTokens: out.CompletionTokens}, out, "")
@@ -183,7 +208,14 @@ func (r *RuntimeEngine) ExpertCacheStatsByLayer() (ExpertCacheStats, []ExpertLay
 	for i, l := range layers {
 		out[i] = ExpertLayerStats{Hits: l.Hits, Misses: l.Misses}
 	}
-	return ExpertCacheStats{Hits: st.Hits, Misses: st.Misses, BytesRead: st.BytesRead}, out, true
+	return expertCacheStats(st), out, true
+}
+
+// expertCacheStats is st as the server reports it: the GPU's VRAM slots
+// count the bytes they copy over PCIe where the CPU cache counts those it
+// reads from disk.
+func expertCacheStats(st expertcache.Stats) ExpertCacheStats {
+	return ExpertCacheStats{Hits: st.Hits, Misses: st.Misses, BytesRead: st.BytesRead, PCIe: st.Mode == model.ExpertModeGPUPinned}
 }
 
 // Memory implements MemoryReporter: the footprint the CLI prints at
@@ -197,7 +229,11 @@ func (r *RuntimeEngine) Memory() (Memory, bool) {
 	if err != nil {
 		return Memory{}, false
 	}
-	return Memory{Resident: f.Resident, ExpertSlots: f.ExpertSlots, KV: f.KV, Total: f.Total, Device: f.Device}, true
+	m := Memory{Resident: f.Resident, ExpertSlots: f.ExpertSlots, KV: f.KV, Total: f.Total, Device: f.Device}
+	if d, ok := r.e.DeviceMemory(); ok {
+		m.VRAM = &d
+	}
+	return m, true
 }
 
 // MachineMemory is the machine's RAM and this process's resident set, in

@@ -6,6 +6,9 @@ import "context"
 type ExpertCacheStats struct {
 	Hits, Misses int64 // experts found in a slot / read from disk
 	BytesRead    int64 // bytes read into slots, read-ahead included
+	// PCIe: the slots are the GPU's, filled from pinned host RAM, and
+	// BytesRead are the bytes copied over PCIe (nothing is read from disk).
+	PCIe bool
 }
 
 // ExpertCacheReporter is an Engine that streams its experts through a
@@ -63,5 +66,5 @@ func (r *RuntimeEngine) ExpertCacheStats() (ExpertCacheStats, bool) {
 	if st.Mode == "" { // zero Stats: the engine has no expert cache
 		return ExpertCacheStats{}, false
 	}
-	return ExpertCacheStats{Hits: st.Hits, Misses: st.Misses, BytesRead: st.BytesRead}, true
+	return expertCacheStats(st), true
 }

@@ -52,7 +52,8 @@ type LiveTotals struct {
 	PromptCacheReusedTokens int64  `json:"prompt_cache_reused_tokens"`
 	ExpertCacheHits         *int64 `json:"expert_cache_hits"`
 	ExpertCacheMisses       *int64 `json:"expert_cache_misses"`
-	ExpertBytesRead         *int64 `json:"expert_bytes_read"`
+	ExpertBytesRead         *int64 `json:"expert_bytes_read"` // from disk (CPU engine)
+	ExpertPCIeBytes         *int64 `json:"expert_pcie_bytes"` // over PCIe into VRAM slots (GPU engine, streamed)
 }
 
 // LiveGeneration is server.LiveGeneration on the wire.
@@ -94,8 +95,18 @@ type LiveMemory struct {
 	FootprintBytes  *int64 `json:"footprint_bytes"`
 	ProcessRSSBytes *int64 `json:"process_rss_bytes"`
 	MachineRAMBytes *int64 `json:"machine_ram_bytes"`
-	VRAMUsedBytes   *int64 `json:"vram_used_bytes"`
-	VRAMTotalBytes  *int64 `json:"vram_total_bytes"`
+	// The device's memory (null on the CPU engine): used (all processes)
+	// and total now, and the engine's plan: the trunk (weights that are not
+	// routed experts), one sequence's KV cache and state at the planned
+	// context, the routed experts in VRAM (the slots when streamed, all of
+	// them when resident) and prefill's staging buffer (0 when resident).
+	VRAMUsedBytes       *int64 `json:"vram_used_bytes"`
+	VRAMTotalBytes      *int64 `json:"vram_total_bytes"`
+	VRAMTrunkBytes      *int64 `json:"vram_trunk_bytes"`
+	VRAMStateBytes      *int64 `json:"vram_state_bytes"`
+	VRAMExpertSlotBytes *int64 `json:"vram_expert_slot_bytes"`
+	VRAMStagingBytes    *int64 `json:"vram_staging_bytes"`
+	VRAMStreamed        *bool  `json:"vram_streamed"` // the experts stream into the slots from pinned RAM
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -122,7 +133,12 @@ func (h *Host) liveSnapshot() LiveSnapshot {
 	out.Totals = LiveTotals{PromptTokens: m.promptTokens, GeneratedTokens: m.generated, PromptCacheReusedTokens: m.reusedToks}
 	m.mu.Unlock()
 	if l.HasExpert {
-		out.Totals.ExpertCacheHits, out.Totals.ExpertCacheMisses, out.Totals.ExpertBytesRead = ptr(l.Expert.Hits), ptr(l.Expert.Misses), ptr(l.Expert.BytesRead)
+		out.Totals.ExpertCacheHits, out.Totals.ExpertCacheMisses = ptr(l.Expert.Hits), ptr(l.Expert.Misses)
+		if l.Expert.PCIe {
+			out.Totals.ExpertPCIeBytes = ptr(l.Expert.BytesRead)
+		} else {
+			out.Totals.ExpertBytesRead = ptr(l.Expert.BytesRead)
+		}
 		ec := &LiveExpertCache{Layers: make([]LiveLayerCount, len(l.ExpertLayers))}
 		if n := l.Expert.Hits + l.Expert.Misses; n > 0 {
 			ec.HitRate = float64(l.Expert.Hits) / float64(n)
@@ -142,6 +158,11 @@ func (h *Host) liveSnapshot() LiveSnapshot {
 		}
 		out.Memory.ResidentBytes, out.Memory.ExpertSlotBytes = ptr(mem.Resident), ptr(mem.ExpertSlots)
 		out.Memory.KVBytes, out.Memory.FootprintBytes = ptr(mem.KV), ptr(mem.Total)
+		if v := mem.VRAM; v != nil {
+			m := &out.Memory
+			m.VRAMUsedBytes, m.VRAMTotalBytes, m.VRAMTrunkBytes, m.VRAMStateBytes = ptr(v.Used), ptr(v.Total), ptr(v.Trunk), ptr(v.State)
+			m.VRAMExpertSlotBytes, m.VRAMStagingBytes, m.VRAMStreamed = ptr(v.Experts), ptr(v.Staging), ptr(v.Streamed)
+		}
 	}
 	ram, rss := server.MachineMemory()
 	out.Memory.MachineRAMBytes, out.Memory.ProcessRSSBytes = positive(ram), positive(rss)
@@ -157,8 +178,13 @@ func liveGeneration(g *server.LiveGeneration, now time.Time) *LiveGeneration {
 		ElapsedS: end.Sub(g.Started).Seconds()}
 	if !g.FirstToken.IsZero() {
 		lg.TTFTS = ptr(g.FirstToken.Sub(g.Started).Seconds())
-		if g.HasDisk && g.Streamed > 1 {
-			lg.DiskBytesPerToken = ptr(float64(g.DiskBytes) / float64(g.Streamed-1))
+		if g.HasExpertBytes && g.Streamed > 1 {
+			perToken := ptr(float64(g.ExpertBytes) / float64(g.Streamed-1))
+			if g.PCIe {
+				lg.PCIeBytesPerToken = perToken
+			} else {
+				lg.DiskBytesPerToken = perToken
+			}
 		}
 	}
 	if g.Running {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
@@ -20,11 +21,16 @@ import (
 
 // layeredEngine is the fake engine with an expert cache whose counters
 // grow by one hit per layer and one miss in layer 1 with each token, and a
-// memory footprint.
+// memory footprint; with pcie set it is the GPU engine streaming experts
+// into VRAM slots (its misses copied over PCIe), with vram its device
+// memory.
 type layeredEngine struct {
 	*servertest.Engine
 	mu     sync.Mutex
 	layers []server.ExpertLayerStats
+	pcie   bool
+	vram   *model.DeviceMemory
+	reads  int // counter reads (ExpertCacheStats and ByLayer)
 }
 
 func newLayeredEngine() *layeredEngine {
@@ -51,23 +57,30 @@ func (e *layeredEngine) stats() server.ExpertCacheStats {
 		st.Hits, st.Misses = st.Hits+l.Hits, st.Misses+l.Misses
 	}
 	st.BytesRead = st.Misses * 4096
+	st.PCIe = e.pcie
 	return st
 }
 
 func (e *layeredEngine) ExpertCacheStats() (server.ExpertCacheStats, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.reads++
 	return e.stats(), true
 }
 
 func (e *layeredEngine) ExpertCacheStatsByLayer() (server.ExpertCacheStats, []server.ExpertLayerStats, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.reads++
 	return e.stats(), append([]server.ExpertLayerStats(nil), e.layers...), true
 }
 
 func (e *layeredEngine) Memory() (server.Memory, bool) {
-	return server.Memory{Resident: 100, ExpertSlots: 200, KV: 300, Total: 700}, true
+	m := server.Memory{Resident: 100, ExpertSlots: 200, KV: 300, Total: 700}
+	if e.vram != nil {
+		m.Device, m.VRAM = "gpu", e.vram
+	}
+	return m, true
 }
 
 func liveJSON(t *testing.T, h http.Handler, path, key string) httpapi.LiveSnapshot {
@@ -153,6 +166,62 @@ func TestLiveSnapshotMatchesMetrics(t *testing.T) {
 	}
 	m := snap.Memory
 	if m.Device != "cpu" || m.ResidentBytes == nil || *m.ResidentBytes != 100 || *m.ExpertSlotBytes != 200 || *m.KVBytes != 300 || *m.FootprintBytes != 700 || m.VRAMTotalBytes != nil {
+		t.Errorf("memory: %+v", m)
+	}
+}
+
+// On the GPU engine streaming experts (fake), the PCIe bytes per token, the
+// PCIe total (equal to /metrics' nvmai_expert_pcie_bytes_total, with no
+// disk counter beside it) and the VRAM figures are filled, the disk ones
+// null; the counters are read at a generation's first token and end, not
+// per token.
+func TestLiveGPUReportsPCIeAndVRAM(t *testing.T) {
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	eng := newLayeredEngine()
+	eng.pcie = true
+	eng.vram = &model.DeviceMemory{Used: 60 << 30, Total: 80 << 30, Trunk: 3 << 30, State: 1 << 30, Experts: 8 << 30, Staging: 1 << 20, Streamed: true}
+	eng.Script = func(string) []string { return []string{"a", "b", "c", "d", "e", "f", "g", "h"} }
+	s.SetEngine(eng, servertest.Renderer{})
+	h := serveAll(s, httpapi.Options{})
+	if rec := do(h, http.MethodPost, "/v1/chat/completions", "", `{"messages":[{"role":"user","content":"hello there"}]}`); rec.Code != http.StatusOK {
+		t.Fatalf("chat: %d %s", rec.Code, rec.Body)
+	}
+	eng.mu.Lock()
+	reads := eng.reads
+	eng.mu.Unlock()
+	if reads > 2 {
+		t.Errorf("a generation of 8 tokens read the expert counters %d times, want 2 (first token and end)", reads)
+	}
+	snap := liveJSON(t, h, httpapi.LiveJSONPath, "")
+	samples := scrape(t, h, "")
+	tot := snap.Totals
+	if tot.ExpertPCIeBytes == nil || tot.ExpertBytesRead != nil {
+		t.Fatalf("totals: PCIe %v, disk %v; want PCIe only", tot.ExpertPCIeBytes, tot.ExpertBytesRead)
+	}
+	if v, ok := value(samples, "nvmai_expert_pcie_bytes_total"); !ok || int64(v) != *tot.ExpertPCIeBytes || v == 0 {
+		t.Errorf("/metrics nvmai_expert_pcie_bytes_total %v (%v), live %d", v, ok, *tot.ExpertPCIeBytes)
+	}
+	if _, ok := value(samples, "nvmai_expert_bytes_read_total"); ok {
+		t.Error("/metrics reports disk bytes for an engine that copies its experts over PCIe")
+	}
+	g := snap.Generation
+	if g == nil || g.PCIeBytesPerToken == nil || *g.PCIeBytesPerToken != 4096 || g.DiskBytesPerToken != nil {
+		t.Fatalf("generation %+v: want 4096 PCIe bytes per token and no disk bytes", g)
+	}
+	m, v := snap.Memory, eng.vram
+	for name, c := range map[string]struct {
+		got  *int64
+		want int64
+	}{
+		"vram_used_bytes": {m.VRAMUsedBytes, v.Used}, "vram_total_bytes": {m.VRAMTotalBytes, v.Total},
+		"vram_trunk_bytes": {m.VRAMTrunkBytes, v.Trunk}, "vram_state_bytes": {m.VRAMStateBytes, v.State},
+		"vram_expert_slot_bytes": {m.VRAMExpertSlotBytes, v.Experts}, "vram_staging_bytes": {m.VRAMStagingBytes, v.Staging},
+	} {
+		if c.got == nil || *c.got != c.want {
+			t.Errorf("%s = %v, want %d", name, c.got, c.want)
+		}
+	}
+	if m.Device != "gpu" || m.VRAMStreamed == nil || !*m.VRAMStreamed {
 		t.Errorf("memory: %+v", m)
 	}
 }

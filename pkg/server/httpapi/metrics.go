@@ -102,7 +102,13 @@ func (h *Host) metrics(w http.ResponseWriter, _ *http.Request, _ *server.Request
 		// when --models-dir loads a model.
 		writeSample(&b, "nvmai_expert_cache_hits_total", "counter", "Experts found in the expert cache.", a.Expert.Hits)
 		writeSample(&b, "nvmai_expert_cache_misses_total", "counter", "Experts read from disk into the expert cache.", a.Expert.Misses)
-		writeSample(&b, "nvmai_expert_bytes_read_total", "counter", "Bytes of experts read from disk, read-ahead included.", a.Expert.BytesRead)
+		if a.Expert.PCIe {
+			// The GPU's VRAM slots: every expert is in pinned RAM, none is
+			// read from disk.
+			writeSample(&b, "nvmai_expert_pcie_bytes_total", "counter", "Bytes of experts copied over PCIe from pinned RAM into the GPU's VRAM slots, read-ahead included.", a.Expert.BytesRead)
+		} else {
+			writeSample(&b, "nvmai_expert_bytes_read_total", "counter", "Bytes of experts read from disk, read-ahead included.", a.Expert.BytesRead)
+		}
 	}
 	w.Header().Set("Content-Type", metricsContentType)
 	w.Header().Set("Cache-Control", "no-store")

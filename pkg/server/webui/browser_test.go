@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/httpapi"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
@@ -480,4 +481,65 @@ func TestBrowserTinyModel(t *testing.T) {
 	layers := len(e.Install.Manifest.Experts.Layers)
 	b.waitFor("a heat cell per expert layer", fmt.Sprintf(`document.getElementById('heat').children.length === %d && document.getElementById('heat').dataset.layers === '%d'`, layers, layers), 3*time.Second)
 	b.waitFor("the footprint", `document.querySelectorAll('#memory meter').length === 5 && document.getElementById('live-hitrate').dataset.raw !== undefined`, 3*time.Second)
+}
+
+// gpuEngine is the scripted engine as the GPU engine streaming experts
+// reports itself: two layers of VRAM slots whose misses are copied over
+// PCIe (one per token, 4 KiB each), and its device memory.
+type gpuEngine struct {
+	*scriptedEngine
+	mu     sync.Mutex
+	layers [2]server.ExpertLayerStats
+}
+
+func (e *gpuEngine) Generate(ctx context.Context, g server.Generation, onToken func(string) bool) (server.Outcome, error) {
+	return e.scriptedEngine.Generate(ctx, g, func(s string) bool {
+		e.mu.Lock()
+		e.layers[0].Hits++
+		e.layers[1].Misses++
+		e.mu.Unlock()
+		return onToken(s)
+	})
+}
+
+func (e *gpuEngine) ExpertCacheStatsByLayer() (server.ExpertCacheStats, []server.ExpertLayerStats, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := server.ExpertCacheStats{PCIe: true}
+	for _, l := range e.layers {
+		st.Hits, st.Misses = st.Hits+l.Hits, st.Misses+l.Misses
+	}
+	st.BytesRead = st.Misses * 4096
+	return st, slices.Clone(e.layers[:]), true
+}
+
+func (e *gpuEngine) ExpertCacheStats() (server.ExpertCacheStats, bool) {
+	st, _, ok := e.ExpertCacheStatsByLayer()
+	return st, ok
+}
+
+func (e *gpuEngine) Memory() (server.Memory, bool) {
+	return server.Memory{Resident: 1 << 30, ExpertSlots: 0, KV: 0, Total: 2 << 30, Device: "gpu",
+		VRAM: &model.DeviceMemory{Used: 60 << 30, Total: 80 << 30, Trunk: 3 << 30, State: 1 << 30, Experts: 50 << 30, Staging: 1 << 28, Streamed: true}}, true
+}
+
+// On the GPU engine (fake) the page shows the PCIe bytes per token and in
+// all (equal to /metrics'), and the VRAM rows beside the RAM ones.
+func TestBrowserGPUFigures(t *testing.T) {
+	b := newBrowser(t)
+	s := server.New(server.Config{Log: func(server.RequestLog) {}})
+	e := &gpuEngine{scriptedEngine: &scriptedEngine{id: "gpu", Engine: &servertest.Engine{Context: 8192, Script: func(prompt string) []string { return script("gpu", prompt) }}}}
+	s.SetEngine(e, servertest.Renderer{})
+	h := httpapi.New(s, httpapi.Options{})
+	openai.New(s, openai.Options{}).Mount(h)
+	webui.Mount(h)
+	hs := serve(t, h)
+
+	b.do(chromedp.Navigate(hs.URL + "/"))
+	b.waitFor("the model list", `document.body.dataset.ready === '1'`, 5*time.Second)
+	b.send("hello")
+	b.waitDone()
+	checkLiveMatchesMetrics(t, b, hs.URL, "", []string{"expert_cache_hits", "expert_cache_misses", "expert_pcie_bytes"})
+	b.waitFor("the PCIe bytes per token", `document.getElementById('live-pcie').dataset.raw === '4096' && document.getElementById('live-disk').dataset.raw === undefined`, 3*time.Second)
+	b.waitFor("the VRAM rows", `document.querySelectorAll('#memory meter').length === 10 && document.getElementById('memory').textContent.includes('VRAM expert slots')`, 3*time.Second)
 }

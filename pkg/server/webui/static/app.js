@@ -565,7 +565,7 @@ function showLive(s) {
   put('live-pcie', g?.pcie_bytes_per_token, g?.pcie_bytes_per_token == null ? 'not streamed' : fmt.bytes(g.pcie_bytes_per_token));
   for (const [k, v] of Object.entries(s.totals)) {
     const e = $('total-' + k);
-    if (e) put('total-' + k, v, k.endsWith('bytes_read') ? fmt.bytes(v) : fmt.int(v));
+    if (e) put('total-' + k, v, k.endsWith('bytes_read') || k.endsWith('_bytes') ? fmt.bytes(v) : fmt.int(v));
   }
   heat(s.expert_cache);
   memory(s.memory);
@@ -622,20 +622,34 @@ function memory(mem) {
     ['Footprint', mem.footprint_bytes],
     ['Process RSS', mem.process_rss_bytes],
   ];
-  for (const [label, v] of rows) {
-    const row = document.createElement('div');
-    row.className = 'mem-row';
-    const l = document.createElement('span');
-    l.textContent = label;
-    const val = document.createElement('span');
-    val.className = 'mem-val';
-    val.textContent = v == null ? '–' : total ? `${fmt.bytes(v)} (${((v / total) * 100).toFixed(1)} %)` : fmt.bytes(v);
-    const bar = document.createElement('meter');
-    bar.min = 0;
-    bar.max = total || 1;
-    bar.value = v || 0;
-    row.append(l, val, bar);
-    box.appendChild(row);
+  const addRows = (rows, total) => {
+    for (const [label, v] of rows) {
+      const row = document.createElement('div');
+      row.className = 'mem-row';
+      const l = document.createElement('span');
+      l.textContent = label;
+      const val = document.createElement('span');
+      val.className = 'mem-val';
+      val.textContent = v == null ? '–' : total ? `${fmt.bytes(v)} (${((v / total) * 100).toFixed(1)} %)` : fmt.bytes(v);
+      const bar = document.createElement('meter');
+      bar.min = 0;
+      bar.max = total || 1;
+      bar.value = v || 0;
+      row.append(l, val, bar);
+      box.appendChild(row);
+    }
+  };
+  addRows(rows, total);
+  if (mem.vram_total_bytes != null) {
+    // The GPU engine: its plan of the device's memory, against the device.
+    const vram = [
+      ['VRAM used (all processes)', mem.vram_used_bytes],
+      ['VRAM trunk weights', mem.vram_trunk_bytes],
+      ['VRAM KV and state', mem.vram_state_bytes],
+      [mem.vram_streamed ? 'VRAM expert slots' : 'VRAM experts (all resident)', mem.vram_expert_slot_bytes],
+    ];
+    if (mem.vram_streamed) vram.push(['VRAM prefill staging', mem.vram_staging_bytes]);
+    addRows(vram, mem.vram_total_bytes);
   }
   const foot = document.createElement('p');
   foot.className = 'mem-foot';
