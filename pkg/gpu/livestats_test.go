@@ -56,3 +56,43 @@ func TestDeviceMemoryOfPlan(t *testing.T) {
 		}
 	}
 }
+
+// On the device, through runtime.Engine as serve reads it: streamed (8 of
+// the tiny-moe fixture's 16 experts a layer), the per-layer counters sum
+// to ExpertStats' totals, the mode marks the bytes as PCIe copies, and the
+// device memory is the plan's split of a plausible device; resident, no
+// counters and every expert in VRAM.
+func TestLiveFiguresOnDevice(t *testing.T) {
+	needGPU(t)
+	dir := install(t, "tiny-moe-fused", 4)
+	ids := loadRefs(t, "tiny-moe.refs.json")[0].IDs
+	for _, slots := range []int{8, 0} {
+		e := loadGPUWith(t, dir, slots, 0)
+		greedy(t, e, ids, 9)
+		p := e.Model().(*Backend).Model.Plan()
+		st, layers := e.ExpertStatsByLayer()
+		total := e.ExpertStats()
+		mem, ok := e.DeviceMemory()
+		e.Close()
+		if !ok || mem.Total <= 0 || mem.Used <= 0 || mem.Used > mem.Total || mem.Trunk != p.TrunkBytes || mem.State != p.StateBytes {
+			t.Fatalf("%d slots: device memory %+v (%v), plan %+v", slots, mem, ok, p)
+		}
+		if slots == 0 {
+			if st.Mode != "" || layers != nil || mem.Streamed || mem.Experts != p.ExpertBytes {
+				t.Errorf("resident: counters %+v %v, memory %+v", st, layers, mem)
+			}
+			continue
+		}
+		var hits, misses int64
+		for _, l := range layers {
+			hits, misses = hits+l.Hits, misses+l.Misses
+		}
+		t.Logf("LIVE streamed %d slots: %d hits %d misses %d PCIe bytes over %d layers; VRAM %d of %d MiB, slots %d MiB", slots, st.Hits, st.Misses, st.BytesRead, len(layers), mem.Used>>20, mem.Total>>20, mem.Experts>>20)
+		if st.Mode != model.ExpertModeGPUPinned || len(layers) != p.Layers || hits != st.Hits || misses != st.Misses || hits+misses == 0 || st != total {
+			t.Errorf("streamed: totals %+v, layers %+v summing to %d/%d, ExpertStats %+v", st, layers, hits, misses, total)
+		}
+		if !mem.Streamed || mem.Experts != p.SlotBytes || mem.Staging != p.StagingBytes {
+			t.Errorf("streamed: memory %+v, plan %+v", mem, p)
+		}
+	}
+}
