@@ -236,45 +236,9 @@ func TestSnapshotKVWidthResumesLikeAColdPrefill(t *testing.T) {
 	e := loadEngine(t, install(t, "tiny-moe-fused", 4), true)
 	ids := longestRef(t, "tiny-moe.refs.json")
 	const steps = 16
-	ctx := context.Background()
 	for _, bits := range []int{model.KVInt8, model.KVBF16} {
 		cold := greedyAt(t, e, ids, bits, steps)
-		opt := runtime.SessionOptions{KVInitial: 16, KVBits: bits}
-		s := e.NewSession(opt)
-		defer s.Close()
-		half := len(ids) / 2
-		if err := s.Prefill(ctx, ids[:half], 0); err != nil {
-			t.Fatal(err)
-		}
-		snap := s.Snapshot()
-		if snap == nil {
-			t.Fatal("a GPU session gave no snapshot")
-		}
-		var disk bytes.Buffer
-		if _, err := snap.WriteTo(&disk); err != nil {
-			t.Fatal(err)
-		}
-		for _, fromDisk := range []bool{false, true} {
-			r := e.NewSession(opt)
-			defer r.Close()
-			sn := snap
-			if fromDisk {
-				var err error
-				if sn, err = r.ReadSnapshot(bytes.NewReader(disk.Bytes())); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := r.Restore(sn); err != nil {
-				t.Fatal(err)
-			}
-			res, err := r.Generate(ctx, ids[half:], runtime.GenerateOptions{MaxTokens: steps, IgnoreEOS: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("FIDELITY snapshot %d-bit KV resumed at %d of %d tokens (from disk %v): greedy equal to a cold prefill %v", bits, half, len(ids), fromDisk, slices.Equal(res.IDs, cold))
-			if !slices.Equal(res.IDs, cold) {
-				t.Errorf("%d-bit, from disk %v: resumed greedy %v, cold %v", bits, fromDisk, res.IDs, cold)
-			}
-		}
+		resumesLikeCold(t, e, ids, runtime.SessionOptions{KVInitial: 16, KVBits: bits}, steps, cold,
+			fmt.Sprintf("%d-bit KV ", bits), fmt.Sprintf("%d-bit, ", bits))
 	}
 }

@@ -482,8 +482,16 @@ func TestSnapshotResumesLikeAColdPrefill(t *testing.T) {
 	ids := longestRef(t, "tiny-moe.refs.json")
 	const steps = 16
 	cold := greedy(t, e, ids, steps)
+	resumesLikeCold(t, e, ids, runtime.SessionOptions{KVInitial: 16, KVBits: 32}, steps, cold, "", "")
+}
+
+// resumesLikeCold prefills half of ids in a session of opt, snapshots it,
+// and checks that the snapshot, restored as taken and from its bytes into
+// fresh sessions, continues with cold's greedy tokens. kv and errPrefix
+// name the case in the FIDELITY log and the errors.
+func resumesLikeCold(t *testing.T, e *runtime.Engine, ids []int, opt runtime.SessionOptions, steps int, cold []int, kv, errPrefix string) {
+	t.Helper()
 	ctx := context.Background()
-	opt := runtime.SessionOptions{KVInitial: 16, KVBits: 32}
 	s := e.NewSession(opt)
 	defer s.Close()
 	if !s.DiskSnapshots() {
@@ -518,9 +526,9 @@ func TestSnapshotResumesLikeAColdPrefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("FIDELITY snapshot resumed at %d of %d tokens (from disk %v): greedy equal to a cold prefill %v", half, len(ids), fromDisk, slices.Equal(res.IDs, cold))
+		t.Logf("FIDELITY snapshot %sresumed at %d of %d tokens (from disk %v): greedy equal to a cold prefill %v", kv, half, len(ids), fromDisk, slices.Equal(res.IDs, cold))
 		if !slices.Equal(res.IDs, cold) {
-			t.Errorf("from disk %v: resumed greedy %v, cold %v", fromDisk, res.IDs, cold)
+			t.Errorf("%sfrom disk %v: resumed greedy %v, cold %v", errPrefix, fromDisk, res.IDs, cold)
 		}
 	}
 }
