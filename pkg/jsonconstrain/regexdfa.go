@@ -46,6 +46,7 @@ type byteNFA struct {
 	states []nfaState
 	limit  int
 	full   bool
+	raw    bool // every character spelled as its UTF-8 bytes (rawstring.go)
 }
 
 type nfaState struct {
@@ -137,6 +138,12 @@ var shortEscape = map[rune]byte{'"': '"', '\\': '\\', '\b': 'b', '\f': 'f', '\n'
 // continuation bytes, so that "." costs about a dozen states.
 func (a *byteNFA) chars(from, to int32, s runeSet) {
 	sp := speller{a: a, to: to, prefix: map[[3]int32]int32{}}
+	if a.raw {
+		for _, r := range s.intersect(anyRune) {
+			utf8Sequences(r.lo, r.hi, func(seq [][2]byte) { sp.chain(from, seq) })
+		}
+		return
+	}
 	for _, r := range s.intersect(spelled) {
 		for c := r.lo; c <= r.hi; c++ {
 			if e, ok := shortEscape[c]; ok {
@@ -277,23 +284,29 @@ type component struct {
 // buildStringDFA compiles the patterns, all of which a string must match,
 // with at least minLen and at most maxLen characters.
 func buildStringDFA(pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
+	return buildSpelledDFA(false, pats, minLen, maxLen, maxChars, maxStates)
+}
+
+// buildSpelledDFA is buildStringDFA over JSON spellings, or with raw over
+// the characters' UTF-8 bytes.
+func buildSpelledDFA(raw bool, pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
 	if minLen > 0 {
 		// Counting up to minLength multiplies the states; when no string
 		// the patterns match is shorter (minLength 1 beside "^\d+$", an
 		// e-mail address), the count is not needed.
-		if d, _, err := buildCountedDFA(pats, 0, maxLen, maxChars, maxStates); err == nil && int(d.dist[0]) >= minLen {
+		if d, _, err := buildCountedDFA(raw, pats, 0, maxLen, maxChars, maxStates); err == nil && int(d.dist[0]) >= minLen {
 			return d, nil, nil
 		}
 	}
-	return buildCountedDFA(pats, minLen, maxLen, maxChars, maxStates)
+	return buildCountedDFA(raw, pats, minLen, maxLen, maxChars, maxStates)
 }
 
 // buildCountedDFA is buildStringDFA with minLen counted into the states.
-func buildCountedDFA(pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
+func buildCountedDFA(raw bool, pats []patternSource, minLen, maxLen, maxChars, maxStates int) (*stringDFA, *patternSource, error) {
 	if minLen > maxLen {
 		return nil, nil, &RegexError{0, fmt.Sprintf("no string of %d to %d characters matches", minLen, maxLen), false}
 	}
-	a := &byteNFA{limit: 64 * maxChars}
+	a := &byteNFA{limit: 64 * maxChars, raw: raw}
 	var comps []component
 	var roots []int32
 	for i := range pats {

@@ -100,6 +100,10 @@ func (c *Constraint) Mask(logits []float32) int {
 	}
 	switch st.ph {
 	case pRaw:
+		if p := &c.m.g.tools[st.tool].params[st.param]; p.pat != nil {
+			c.maskPattern(p.pat)
+			break
+		}
 		t := c.v.rawTable(st.k)
 		if p := &c.m.g.tools[st.tool].params[st.param]; p.bounded() {
 			c.maskBounded(t, p)
@@ -170,6 +174,28 @@ func (c *Constraint) maskBounded(t *rawTable, p *param) {
 	}
 	for _, ct := range t.close {
 		c.simSet(ct.id)
+	}
+}
+
+// maskPattern masks a raw value with a pattern or format: the tokens its
+// cached table keeps open, those within maxLength where it is near, and
+// the ones that close the value, read whole.
+func (c *Constraint) maskPattern(p *rawPattern) {
+	t := c.v.patternTable(p, c.st.k)
+	if p.maxLen < 0 || t.maxNeed <= p.maxLen-c.st.count {
+		copy(c.bits, t.stay)
+	} else {
+		clear(c.bits)
+		budget := p.maxLen - c.st.count
+		for _, e := range t.byNeed {
+			if e.need > budget {
+				break
+			}
+			c.set(e.id)
+		}
+	}
+	for _, id := range t.close {
+		c.simSet(id)
 	}
 }
 

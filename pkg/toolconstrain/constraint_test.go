@@ -268,12 +268,15 @@ func TestMaskAgreesWithAdvance(t *testing.T) {
 	}
 }
 
-// fallbackTools have parameters the grammar leaves free (a format, a
-// pattern, string mixed with object, a keyword it does not know) beside
-// ones it constrains, and a tool without a usable name.
+// fallbackTools have parameters the grammar leaves free (a format it does
+// not enforce, a pattern no automaton can, string mixed with object, a
+// keyword it does not know) beside ones it constrains (a date, a pattern),
+// and a tool without a usable name.
 const fallbackTools = `[{"name":"f","parameters":{"type":"object","properties":{
-	"when":{"type":"string","format":"date"},
-	"re":{"type":"string","pattern":"^a+$"},
+	"when":{"type":"string","format":"color"},
+	"re":{"type":"string","pattern":"^(a)\\1$"},
+	"day":{"type":"string","format":"date"},
+	"as":{"type":"string","pattern":"^a+$"},
 	"mixed":{"type":["string","object"]},
 	"flag":{"type":["boolean","string"]},
 	"same":{"$ref":"#/properties/ok"},
@@ -292,7 +295,7 @@ func TestCompileFallbacks(t *testing.T) {
 			t.Errorf("fallbacks %q lack %q", got, want)
 		}
 	}
-	if strings.Contains(got, "f.ok") || strings.Contains(got, "f.flag") || strings.Contains(got, "f.same") || g.HasTool("bad name") || !g.HasTool("f") {
+	if strings.Contains(got, "f.ok") || strings.Contains(got, "f.day") || strings.Contains(got, "f.as") || strings.Contains(got, "f.flag") || strings.Contains(got, "f.same") || g.HasTool("bad name") || !g.HasTool("f") {
 		t.Errorf("fallbacks %q, tools %v", got, g.lits)
 	}
 	if _, err := Compile(parseTools(t, `[{"name":"a b"}]`)); err == nil {

@@ -149,10 +149,10 @@ func sampleNudged(t *testing.T, c *Constraint, n int, bytesOf func(int) []byte, 
 		if c.st.ph == pRaw {
 			// A raw value ends only with "\n</parameter>", several tokens
 			// in a row: the tokens that take a step towards it get +20.
-			depth := rawAC.endDepth[c.st.k]
+			depth := c.m.endDepth(&c.st)
 			for id := range row {
 				s := c.st
-				if c.run(&s, bytesOf(id)) && (s.ph != pRaw || rawAC.endDepth[s.k] > depth) {
+				if c.run(&s, bytesOf(id)) && (s.ph != pRaw || c.m.endDepth(&s) > depth) {
 					row[id] += 20
 				}
 			}

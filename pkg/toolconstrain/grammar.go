@@ -60,6 +60,9 @@ type param struct {
 	// bounded value must be valid UTF-8, so characters are code points
 	// as JSON Schema counts them.
 	minLen, maxLen int32
+	// vRaw with a pattern or format: the value's automaton, which then
+	// holds the length bounds too (minLen 0, maxLen -1 above).
+	pat *rawPattern
 }
 
 func (p *param) bounded() bool { return p.minLen > 0 || p.maxLen >= 0 }
@@ -384,10 +387,21 @@ func refusal(err error) string {
 // enum (or const) strings.
 func stringParam(kw map[string]json.RawMessage, keys []string) (param, string) {
 	var vals []json.RawMessage
+	var pattern, format string
 	p := rawParam()
 	for _, k := range keys {
 		switch k {
 		case "type":
+		case "pattern", "format":
+			var v string
+			if json.Unmarshal(kw[k], &v) != nil {
+				return rawParam(), fmt.Sprintf("keyword %q is not a string", k)
+			}
+			if k == "pattern" {
+				pattern = v
+			} else {
+				format = v
+			}
 		case "minLength", "maxLength":
 			var n int32
 			if json.Unmarshal(kw[k], &n) != nil || n < 0 {
@@ -408,9 +422,25 @@ func stringParam(kw map[string]json.RawMessage, keys []string) (param, string) {
 			return rawParam(), fmt.Sprintf("keyword %q on a string parameter is not enforced on its raw value", k)
 		}
 	}
+	if p.maxLen >= 0 && p.minLen > p.maxLen {
+		return rawParam(), "minLength is over maxLength: no value fits"
+	}
+	var rs *jsonconstrain.RawString
+	if pattern != "" || format != "" {
+		var err error
+		rs, err = jsonconstrain.CompileRawString(jsonconstrain.RawStringSpec{Pattern: pattern, Format: format, MinLength: int(p.minLen), MaxLength: int(p.maxLen)})
+		if err != nil {
+			return rawParam(), fmt.Sprintf("%s on a string parameter is not enforced on its raw value: %v", patternKeywords(pattern, format), err)
+		}
+	}
 	if vals == nil {
-		if p.maxLen >= 0 && p.minLen > p.maxLen {
-			return rawParam(), "minLength is over maxLength: no value fits"
+		if rs != nil {
+			pat, err := newRawPattern(rs)
+			if err != nil {
+				return rawParam(), fmt.Sprintf("%s on a string parameter is not enforced on its raw value: %v", patternKeywords(pattern, format), err)
+			}
+			p = rawParam()
+			p.pat = pat
 		}
 		return p, ""
 	}
@@ -422,6 +452,9 @@ func stringParam(kw map[string]json.RawMessage, keys []string) (param, string) {
 			continue // null, or a non-string value chatparse would not give back
 		}
 		if n := int32(utf8.RuneCountInString(s)); n < lo || hi >= 0 && n > hi {
+			continue
+		}
+		if rs != nil && !rawMatches(rs, s) {
 			continue
 		}
 		if strings.Contains(s, "</parameter>") || strings.Contains(s, "<parameter=") || strings.Contains(s, "</function>") || strings.Contains(s, "</tool_call>") {
@@ -436,6 +469,28 @@ func stringParam(kw map[string]json.RawMessage, keys []string) (param, string) {
 	}
 	slices.Sort(p.enum)
 	return p, ""
+}
+
+// patternKeywords names the keywords a raw string's automaton holds.
+func patternKeywords(pattern, format string) string {
+	switch {
+	case pattern != "" && format != "":
+		return `keywords "pattern" and "format"`
+	case pattern != "":
+		return `keyword "pattern"`
+	}
+	return `keyword "format"`
+}
+
+// rawMatches reports whether s, written raw, is a value of rs.
+func rawMatches(rs *jsonconstrain.RawString, s string) bool {
+	st := rs.Start()
+	for i := 0; i < len(s); i++ {
+		if st = rs.Step(st, s[i]); st < 0 {
+			return false
+		}
+	}
+	return rs.Accepting(st) && (rs.MaxLength() < 0 || utf8.RuneCountInString(s) <= rs.MaxLength())
 }
 
 // plainScalars reports a schema whose values are strings of any kind or

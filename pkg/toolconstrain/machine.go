@@ -16,7 +16,7 @@ const (
 	pText      phase = iota // free text; k: progress on "<tool_call>"
 	pLit                    // the literal lits[lit]; pos bytes of it read
 	pChoice                 // one of the literals of set, [lo,hi) still possible; pos read
-	pRaw                    // a raw value; k: the rawAC state
+	pRaw                    // a raw value; k: the rawAC state (with a pattern, the rawPattern state)
 	pJSON                   // a JSON value in json; k: progress on "</parameter>"
 	pAfterCall              // after </tool_call>: whitespace, another call, or the end
 )
@@ -171,6 +171,13 @@ func (m *machine) step(st *state, b byte) bool {
 		return m.stepChoice(st, b)
 	case pRaw:
 		p := &m.g.tools[st.tool].params[st.param]
+		if p.pat != nil {
+			closed, ok := p.pat.step(st, b)
+			if closed {
+				m.literal(st, litNewline)
+			}
+			return ok
+		}
 		bounded := p.bounded()
 		if bounded && !st.utf8(b) {
 			return false
@@ -262,6 +269,9 @@ func (m *machine) startValue(st *state) {
 		st.ph, st.k, st.json = pJSON, 0, p.schema.Start()
 	default:
 		st.ph, st.k, st.count, st.need = pRaw, int32(rawAC.start), 0, 0
+		if p.pat != nil {
+			st.k = p.pat.start
+		}
 	}
 }
 

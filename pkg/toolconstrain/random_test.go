@@ -125,6 +125,7 @@ func CheckCalls(tools []Tool, prefix, text string) ([]chatparse.ToolCall, error)
 			return nil, err
 		}
 		c := jsonschema.NewCompiler()
+		c.AssertFormat()
 		url := fmt.Sprintf("tool%d.json", i)
 		if err := c.AddResource(url, doc); err != nil {
 			return nil, err

@@ -2,7 +2,9 @@ package toolconstrain
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"unicode/utf8"
 
@@ -39,6 +41,81 @@ type Vocab struct {
 
 	rawMu sync.Mutex
 	raw   []*rawTable // per rawAC state, built on first use
+
+	patMu     sync.Mutex
+	patTables map[patKey]*patTable // bounded by maxPatTables
+}
+
+// patKey is a state of a patterned raw value.
+type patKey struct {
+	p *rawPattern
+	s int32
+}
+
+// patTable is, for one state of a patterned raw value, the tokens that keep
+// it open, each with the characters it and the shortest finish after it
+// need (byNeed, ascending), and those that may close it.
+type patTable struct {
+	stay    []uint64
+	byNeed  []idNeed
+	maxNeed int32
+	close   []int32
+}
+
+type idNeed struct{ need, id int32 }
+
+// maxPatTables bounds the cached pattern tables (31 KB each, and their
+// lists, at a 248k vocabulary); past it the cache starts again.
+const maxPatTables = 512
+
+// patternTable returns the table of state s of p, building it on first use.
+func (tv *Vocab) patternTable(p *rawPattern, s int32) *patTable {
+	key := patKey{p, s}
+	tv.patMu.Lock()
+	t := tv.patTables[key]
+	tv.patMu.Unlock()
+	if t != nil {
+		return t
+	}
+	t = &patTable{stay: make([]uint64, tv.words())}
+	tv.patWalk(t, p, 0, s, 0)
+	slices.SortFunc(t.byNeed, func(a, b idNeed) int { return cmp.Compare(a.need, b.need) })
+	tv.patMu.Lock()
+	if tv.patTables == nil || len(tv.patTables) >= maxPatTables {
+		tv.patTables = map[patKey]*patTable{}
+	}
+	tv.patTables[key] = t
+	tv.patMu.Unlock()
+	return t
+}
+
+// patWalk adds the tokens below trie node n, read from state s after cost
+// characters. What a token needs only grows along its bytes (dist is the
+// fewest characters to the close), so a branch past maxLength is cut.
+func (tv *Vocab) patWalk(t *patTable, p *rawPattern, n, s, cost int32) {
+	tr := &tv.trie
+	for e := tr.EdgeLo[n]; e < tr.EdgeLo[n+1]; e++ {
+		child := tr.EdgeNode[e]
+		s2, c, ok := p.next(s, tr.EdgeByte[e])
+		if !ok {
+			continue
+		}
+		if s2 == patEnd {
+			t.close = append(t.close, tr.Subtree(child)...)
+			continue
+		}
+		d := p.dist[s2]
+		need := cost + c + d
+		if d < 0 || p.maxLen >= 0 && need > p.maxLen {
+			continue
+		}
+		for _, id := range tr.Own(child) {
+			t.stay[id/64] |= 1 << (id % 64)
+			t.byNeed = append(t.byNeed, idNeed{need, id})
+			t.maxNeed = max(t.maxNeed, need)
+		}
+		tv.patWalk(t, p, child, s2, cost+c)
+	}
 }
 
 // cut is a token and an offset into its bytes.
