@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sort"
 
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/tokenmask"
@@ -182,16 +183,23 @@ func (c *Constraint) maskBounded(t *rawTable, p *param) {
 // the ones that close the value, read whole.
 func (c *Constraint) maskPattern(p *rawPattern) {
 	t := c.v.patternTable(p, c.st.k)
-	if p.maxLen < 0 || t.maxNeed <= p.maxLen-c.st.count {
+	budget := p.maxLen - c.st.count
+	switch cut := 0; {
+	case p.maxLen < 0 || t.maxNeed <= budget:
 		copy(c.bits, t.stay)
-	} else {
-		clear(c.bits)
-		budget := p.maxLen - c.st.count
-		for _, e := range t.byNeed {
-			if e.need > budget {
-				break
+	default:
+		// Whichever side of the cut is shorter is read token by token.
+		cut = sort.Search(len(t.byNeed), func(i int) bool { return t.byNeed[i].need > budget })
+		if cut < len(t.byNeed)/2 {
+			clear(c.bits)
+			for _, e := range t.byNeed[:cut] {
+				c.set(e.id)
 			}
-			c.set(e.id)
+		} else {
+			copy(c.bits, t.stay)
+			for _, e := range t.byNeed[cut:] {
+				c.bits[e.id/64] &^= 1 << (e.id % 64)
+			}
 		}
 	}
 	for _, id := range t.close {

@@ -64,6 +64,8 @@ func FuzzCompileParameters(f *testing.F) {
 	f.Add([]byte(`{"properties":{"p":{"$ref":"#/$defs/D"}},"$defs":{"D":{"type":"array","items":{"type":"boolean"}}},"required":["p","q"]}`), []byte("<function=f>\n<parameter=p>\n[true]\n</parameter>\n</function>\n</tool_call>"))
 	f.Add([]byte(`{"properties":{"s":{"type":"string","pattern":"a"},"n":{"anyOf":[{"type":"string"},{"type":"null"}]}}}`), []byte("<function=f>\n<parameter=n>\nnull\n</parameter>\n</function>\n</tool_call>"))
 	f.Add([]byte(`true`), []byte("<function=f>\n</function>\n</tool_call>"))
+	f.Add([]byte(`{"properties":{"d":{"type":"string","format":"date"},"m":{"type":"string","pattern":"^(<|/|\\n|p)*$","maxLength":9}},"required":["d"]}`), []byte("<function=f>\n<parameter=m>\n</p\n</parameter>\n<parameter=d>\n2024-01-31\n</parameter>\n</function>\n</tool_call>"))
+	f.Add([]byte(`{"properties":{"u":{"type":"string","format":"uri","minLength":2}}}`), []byte("<function=f>\n<parameter=u>\na:b\n</parameter>\n</function>\n</tool_call>"))
 	v := newByteVocab()
 	tv := newTestVocab(f, v, []int{v.end()})
 	f.Fuzz(func(t *testing.T, params, data []byte) {

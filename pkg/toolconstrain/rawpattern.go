@@ -67,8 +67,8 @@ func newRawPattern(rs *jsonconstrain.RawString) (*rawPattern, error) {
 	n := int32(rs.States()) * nk * 2
 	p.dist = make([]int32, n)
 	reached := make([]bool, n)
-	type edge struct{ from, cost int32 }
-	into := map[int32][]edge{}
+	type edge struct{ from, to, cost int32 }
+	var edges []edge
 	var closing []int32
 	queue := []int32{p.start}
 	reached[p.start] = true
@@ -82,13 +82,27 @@ func newRawPattern(rs *jsonconstrain.RawString) (*rawPattern, error) {
 			case t == patEnd:
 				closing = append(closing, s)
 			default:
-				into[t] = append(into[t], edge{s, cost})
+				edges = append(edges, edge{s, t, cost})
 				if !reached[t] {
 					reached[t] = true
 					queue = append(queue, t)
 				}
 			}
 		}
+	}
+	// The edges by target, counting-sorted.
+	first := make([]int32, n+1)
+	for _, e := range edges {
+		first[e.to+1]++
+	}
+	for i := int32(0); i < n; i++ {
+		first[i+1] += first[i]
+	}
+	into := make([]edge, len(edges))
+	fill := append([]int32(nil), first[:n]...)
+	for _, e := range edges {
+		into[fill[e.to]] = e
+		fill[e.to]++
 	}
 	for i := range p.dist {
 		p.dist[i] = -1
@@ -105,7 +119,7 @@ func newRawPattern(rs *jsonconstrain.RawString) (*rawPattern, error) {
 		if top[0] != p.dist[top[1]] {
 			continue
 		}
-		for _, e := range into[top[1]] {
+		for _, e := range into[first[top[1]]:first[top[1]+1]] {
 			if d := top[0] + e.cost; p.dist[e.from] < 0 || d < p.dist[e.from] {
 				p.dist[e.from] = d
 				heap.Push(h, [2]int32{d, e.from})

@@ -3,6 +3,7 @@ package toolconstrain
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -161,6 +162,35 @@ func TestRandomPatternCallsValidate(t *testing.T) {
 					t.Fatalf("calls %+v in %q", calls, text)
 				}
 			})
+		}
+	}
+}
+
+// Generations on several goroutines share one Vocab's pattern tables,
+// built lazily and reset past maxPatTables (run with -race).
+func TestConcurrentPatternTables(t *testing.T) {
+	tok := fixtureTokenizer(t)
+	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
+	tools := parseTools(t, patternTools)
+	g := patternGrammar(t)
+	var wg sync.WaitGroup
+	texts := make([]string, 4)
+	for w := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tv.Constrain(Plan{Grammar: g, Choice: Named, Name: "book"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			texts[w], _ = sampleConstrained(t, c, tok, rand.New(rand.NewPCG(uint64(w), 8)), 3000, false)
+		}()
+	}
+	wg.Wait()
+	for _, text := range texts {
+		if _, err := CheckCalls(tools, "<tool_call>\n<function=book>\n", text); err != nil {
+			t.Fatalf("%v in %q", err, text)
 		}
 	}
 }
