@@ -1794,21 +1794,11 @@ extern "C" __global__ void attn_scores(float* scores, const float* q2, const flo
     }
 }
 
-// attn_values: per query head, token and slice of head dims, the softmax of
-// the scores (kernels.Exp after the maximum, a float64 denominator; every
-// block recomputes it) and the weighted values (kernels.AttendValues:
-// ascending positions from zero), times the sigmoid gate.
-extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
-                                       int Hq, int Hkv, int Dh, int cap) {
-    PDL_ENTRY();
-    __shared__ double sh[32];
-    __shared__ float wsm[ATT_SMEM];
-    __shared__ float red[32];
-    int h = blockIdx.x, t = blockIdx.y;
-    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
-    int n = *pos + t + 1;
-    const float* sc = scores + ((i64)t * Hq + h) * cap;
-    float mx = -__int_as_float(0x7f800000);
+// att_softmax_of is the softmax of attn_values and attn_values_w over a
+// row's n scores: their maximum mx (a block reduction) and inv, 1 over the
+// float64 sum of kernels.Exp(score − mx).
+__device__ __forceinline__ void att_softmax_of(const float* sc, int n, float* red, double* sh, float& mx, float& inv) {
+    mx = -__int_as_float(0x7f800000);
     for (int s = threadIdx.x; s < n; s += blockDim.x) mx = fmaxf(mx, sc[s]);
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
@@ -1823,7 +1813,25 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
     double sum = 0;
     for (int s = threadIdx.x; s < n; s += blockDim.x) sum += (double)exp32k(__fsub_rn(sc[s], mx));
     sum = block_sum_d(sum, sh);
-    float inv = (float)(1.0 / sum);
+    inv = (float)(1.0 / sum);
+}
+
+// attn_values: per query head, token and slice of head dims, the softmax of
+// the scores (kernels.Exp after the maximum, a float64 denominator; every
+// block recomputes it) and the weighted values (kernels.AttendValues:
+// ascending positions from zero), times the sigmoid gate.
+extern "C" __global__ void attn_values(float* o, const float* scores, const float* q2, const float* vc, const int* pos,
+                                       int Hq, int Hkv, int Dh, int cap) {
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    __shared__ float wsm[ATT_SMEM];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int group = Hq / Hkv, g = h / group, kvd = Hkv * Dh;
+    int n = *pos + t + 1;
+    const float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx, inv;
+    att_softmax_of(sc, n, red, sh, mx, inv);
     const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
     int i = blockIdx.z * blockDim.x + threadIdx.x;
     if (n <= ATT_SMEM) { // the weights once, then the in-order sums read them from shared memory
@@ -2032,22 +2040,8 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
     int hg = Hq / Hkv, g = h / hg, kvd = Hkv * Dh;
     int n = *pos + t + 1;
     const float* sc = scores + ((i64)t * Hq + h) * cap;
-    float mx = -__int_as_float(0x7f800000);
-    for (int s = threadIdx.x; s < n; s += blockDim.x) mx = fmaxf(mx, sc[s]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float mm = red[0];
-        for (int w = 1; w < (int)((blockDim.x + 31) >> 5); w++) mm = fmaxf(mm, red[w]);
-        red[0] = mm;
-    }
-    __syncthreads();
-    mx = red[0];
-    double sum = 0;
-    for (int s = threadIdx.x; s < n; s += blockDim.x) sum += (double)exp32k(__fsub_rn(sc[s], mx));
-    sum = block_sum_d(sum, sh);
-    float inv = (float)(1.0 / sum);
+    float mx, inv;
+    att_softmax_of(sc, n, red, sh, mx, inv);
     const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
     int i = blockIdx.z * blockDim.x + threadIdx.x;
     int col = g * Dh + i;
