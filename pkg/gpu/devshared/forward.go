@@ -95,3 +95,29 @@ func Forward(engine string, dev *cuda.Device, failed *error, ids []int, V, pos, 
 	}
 	return err
 }
+
+// Zeroed allocates a state's zeroed device buffers: each at least 4 bytes,
+// appended to *Allocs (the state frees them). After the first error it
+// allocates nothing more and returns 0; Err holds that error.
+type Zeroed struct {
+	C      *cuda.Ctx
+	Allocs *[]cuda.DevicePtr
+	Err    error
+}
+
+// Alloc returns n zeroed bytes (at least 4).
+func (z *Zeroed) Alloc(n int) cuda.DevicePtr {
+	if z.Err != nil {
+		return 0
+	}
+	p, e := z.C.Alloc(uint64(max(n, 4)))
+	if e != nil {
+		z.Err = e
+		return 0
+	}
+	*z.Allocs = append(*z.Allocs, p)
+	if e := z.C.Memset32(p, 0, uint64(max(n, 4)/4)); e != nil && z.Err == nil {
+		z.Err = e
+	}
+	return p
+}

@@ -99,22 +99,8 @@ func (m *Model) NewState(opt StateOptions) (*State, error) {
 
 func (st *State) alloc(c *cuda.Ctx) error {
 	g, cfg := st.m.g, st.m.cfg
-	var err error
-	a := func(n int) cuda.DevicePtr {
-		if err != nil {
-			return 0
-		}
-		p, e := c.Alloc(uint64(max(n, 4)))
-		if e != nil {
-			err = e
-			return 0
-		}
-		st.allocs = append(st.allocs, p)
-		if e := c.Memset32(p, 0, uint64(max(n, 4)/4)); e != nil && err == nil {
-			err = e
-		}
-		return p
-	}
+	z := &devshared.Zeroed{C: c, Allocs: &st.allocs}
+	a := z.Alloc
 	T := st.chunkLen
 	f := func(n int) cuda.DevicePtr { return a(4 * T * max(n, 1)) }
 	st.dpos, st.tokens, st.next = a(4), a(4*T), a(4)
@@ -148,8 +134,8 @@ func (st *State) alloc(c *cuda.Ctx) error {
 	widest := max(g.H, g.SH, g.r, g.Dp, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.k*g.I)
 	q8, q4, ds := gpukernels.QActBytes(T, widest+64)
 	s.qa = gpukernels.QAct{Q8: a(int(q8)), Q4: a(int(q4)), DX: a(int(ds)), SX: a(int(ds))}
-	if err != nil {
-		return fmt.Errorf("qwen38gpu: allocating a sequence: %w", err)
+	if z.Err != nil {
+		return fmt.Errorf("qwen38gpu: allocating a sequence: %w", z.Err)
 	}
 	return st.allocKV(c, st.kcap, 0)
 }
