@@ -58,7 +58,7 @@ func TestToolPlan(t *testing.T) {
 func TestToolPlanFallbackNoticedOnce(t *testing.T) {
 	var notes []string
 	s := New(Config{Notice: func(l string) { notes = append(notes, l) }})
-	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"once","parameters":{"type":"object","properties":{"re":{"type":"string","pattern":"^x$"}}}}}`)}
+	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"once","parameters":{"type":"object","properties":{"re":{"type":"string","pattern":"^(x)\\1$"}}}}}`)}
 	for range 3 {
 		if s.toolPlan(&ChatRequest{Tools: tools}) == nil {
 			t.Fatal("no plan")
