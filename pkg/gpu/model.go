@@ -15,7 +15,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
@@ -315,32 +314,9 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 	if ex == nil {
 		return fmt.Errorf("gpu: architecture %s needs routed experts; the manifest lists none", m.cfg.Arch)
 	}
-	if ex.Count != g.E || ex.TopK != g.k {
-		return fmt.Errorf("gpu: the manifest's experts are %d top-%d, the geometry says %d top-%d", ex.Count, ex.TopK, g.E, g.k)
-	}
-	rec := make([]byte, ex.Stride)
-	gate, up, down, err := packexperts.ExpertViews(rec, ex.Parts)
+	x, err := devshared.ExpertLayout("gpu", ex, g.E, g.k)
 	if err != nil {
 		return err
-	}
-	for _, mt := range []*kernels.Matrix{gate, up, down} {
-		if err := mt.Validate(); err != nil {
-			return fmt.Errorf("gpu: expert record: %w", err)
-		}
-	}
-	offsets := func(mt *kernels.Matrix) (d, s, b int64) {
-		base := &rec[0]
-		off := func(p []byte) int64 {
-			if len(p) == 0 {
-				return 0
-			}
-			return int64(uintptrOf(&p[0]) - uintptrOf(base))
-		}
-		return off(mt.Data), off(mt.Scales), off(mt.Biases)
-	}
-	byLayer := map[int]string{}
-	for _, l := range ex.Layers {
-		byLayer[l.Layer] = l.File
 	}
 	plan, err := m.planExperts(ex)
 	if err != nil {
@@ -348,42 +324,20 @@ func (m *Model) uploadExperts(u *uploader, dir string, ex *packexperts.Experts) 
 	}
 	m.plan = plan
 	if !plan.Resident() {
-		return m.streamExperts(u.C, plan, dir, ex, byLayer, gate, up, down, offsets)
+		return m.streamExperts(u.C, plan, dir, ex, x.ByLayer, x.Gate, x.Up, x.Down, x.Offsets)
 	}
-	size := int64(ex.Count) * ex.Stride
-	buf := make([]byte, min(size, 256<<20))
-	for i := range m.layers {
-		file, ok := byLayer[i]
-		if !ok {
-			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
-		}
-		base, err := u.File(filepath.Join(dir, file), size, buf)
-		if err != nil {
-			return err
-		}
+	return x.Resident(u.Uploader, dir, len(m.layers), func(i int, gate, up, down *gpukernels.Mat) {
 		ly := &m.layers[i]
-		for _, pr := range []struct {
-			dst **gpukernels.Mat
-			mt  *kernels.Matrix
-		}{{&ly.eGate, gate}, {&ly.eUp, up}, {&ly.eDown, down}} {
-			d, s, b := offsets(pr.mt)
-			if d%16 != 0 || ex.Stride%16 != 0 {
-				return fmt.Errorf("gpu: expert part at offset %d (stride %d) is not 16-byte aligned", d, ex.Stride)
-			}
-			mat := &gpukernels.Mat{Rows: pr.mt.Rows, Cols: pr.mt.Cols, Enc: pr.mt.Enc, Data: base + cuda.DevicePtr(d), EData: ex.Stride, EScale: ex.Stride}
-			if pr.mt.Enc == kernels.Q4 || pr.mt.Enc == kernels.Q8 {
-				mat.Scales, mat.Biases = base+cuda.DevicePtr(s), base+cuda.DevicePtr(b)
-			}
-			*pr.dst = mat
-			n := int64(g.k) * int64(len(pr.mt.Data)+len(pr.mt.Scales)+len(pr.mt.Biases))
+		ly.eGate, ly.eUp, ly.eDown = gate, up, down
+		for _, mt := range []*kernels.Matrix{x.Gate, x.Up, x.Down} {
+			n := int64(g.k) * int64(len(mt.Data)+len(mt.Scales)+len(mt.Biases))
 			m.TokenBytes += n
 			m.phaseBytes[PhaseMoE] += n
 		}
 		ly.moeGrouped = ly.eGate.Quantized() && ly.eUp.Quantized() && ly.eDown.Quantized()
 		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
 			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
-	}
-	return nil
+	})
 }
 
 // invFreq is qwen35's RoPE inverse frequencies, computed the same way.

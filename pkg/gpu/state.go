@@ -3,7 +3,6 @@ package gpu
 import (
 	"cmp"
 	"fmt"
-	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
@@ -12,8 +11,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
-
-func uintptrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
 
 // Phases of a decode step, as BenchInfo splits it.
 const (

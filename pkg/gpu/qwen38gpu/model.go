@@ -6,12 +6,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
-	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
@@ -265,57 +263,14 @@ func (m *Model) uploadExperts(u *devshared.Uploader, dir string, ex *packexperts
 	if ex == nil {
 		return fmt.Errorf("qwen38gpu: a qwen4_exp install needs routed experts; the manifest lists none")
 	}
-	if ex.Count != g.E || ex.TopK != g.k {
-		return fmt.Errorf("qwen38gpu: the manifest's experts are %d top-%d, the geometry says %d top-%d", ex.Count, ex.TopK, g.E, g.k)
-	}
-	rec := make([]byte, ex.Stride)
-	gate, up, down, err := packexperts.ExpertViews(rec, ex.Parts)
+	x, err := devshared.ExpertLayout("qwen38gpu", ex, g.E, g.k)
 	if err != nil {
 		return err
 	}
-	for _, mt := range []*kernels.Matrix{gate, up, down} {
-		if err := mt.Validate(); err != nil {
-			return fmt.Errorf("qwen38gpu: expert record: %w", err)
-		}
-	}
-	off := func(p []byte) int64 {
-		if len(p) == 0 {
-			return 0
-		}
-		return int64(uintptr(unsafe.Pointer(&p[0])) - uintptr(unsafe.Pointer(&rec[0])))
-	}
-	byLayer := map[int]string{}
-	for _, l := range ex.Layers {
-		byLayer[l.Layer] = l.File
-	}
-	size := int64(ex.Count) * ex.Stride
-	buf := make([]byte, min(size, 256<<20))
-	for i := range m.layers {
-		file, ok := byLayer[i]
-		if !ok {
-			return fmt.Errorf("qwen38gpu: the manifest lists no expert file for layer %d", i)
-		}
-		base, err := u.File(filepath.Join(dir, file), size, buf)
-		if err != nil {
-			return err
-		}
+	return x.Resident(u, dir, len(m.layers), func(i int, gate, up, down *gpukernels.Mat) {
 		ly := &m.layers[i]
-		for _, pr := range []struct {
-			dst **gpukernels.Mat
-			mt  *kernels.Matrix
-		}{{&ly.eGate, gate}, {&ly.eUp, up}, {&ly.eDown, down}} {
-			d := off(pr.mt.Data)
-			if d%16 != 0 || ex.Stride%16 != 0 {
-				return fmt.Errorf("qwen38gpu: expert part at offset %d (stride %d) is not 16-byte aligned", d, ex.Stride)
-			}
-			mat := &gpukernels.Mat{Rows: pr.mt.Rows, Cols: pr.mt.Cols, Enc: pr.mt.Enc, Data: base + cuda.DevicePtr(d), EData: ex.Stride, EScale: ex.Stride}
-			if pr.mt.Enc == kernels.Q4 || pr.mt.Enc == kernels.Q8 {
-				mat.Scales, mat.Biases = base+cuda.DevicePtr(off(pr.mt.Scales)), base+cuda.DevicePtr(off(pr.mt.Biases))
-			}
-			*pr.dst = mat
-		}
-	}
-	return nil
+		ly.eGate, ly.eUp, ly.eDown = gate, up, down
+	})
 }
 
 // Close frees the weights.
