@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,24 +94,6 @@ func greedy(t testing.TB, e *runtime.Engine, ids []int, n int) []int {
 	return res.IDs
 }
 
-func maxAbsDiff(a, b []float32) float64 {
-	var d float64
-	for i := range a {
-		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
-	}
-	return d
-}
-
-func relErr(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i] - want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
-}
-
 // 16-bit installs of the three fixtures on the GPU: last-token logits
 // within 1e-3 of transformers' on every refs prompt (the long ones too,
 // which grow the KV cache from 16 tokens) and the greedy continuations
@@ -127,7 +108,7 @@ func TestSixteenBitMatchesTransformers(t *testing.T) {
 		t.Run(tc.snapshot, func(t *testing.T) {
 			e := loadEngine(t, install(t, tc.snapshot, 16), true)
 			for i, p := range loadRefs(t, tc.refs) {
-				d := maxAbsDiff(lastLogits(t, e, p.IDs), p.LastLogits)
+				d := cudatest.MaxAbsDiff(lastLogits(t, e, p.IDs), p.LastLogits)
 				t.Logf("FIDELITY %s prompt %d (%d tokens): max |logit − transformers| = %.2e", tc.snapshot, i, len(p.IDs), d)
 				if d > 1e-3 {
 					t.Errorf("prompt %d: logits differ from transformers by %g", i, d)
@@ -153,7 +134,7 @@ func TestQuantizedMatchesCPUEngine(t *testing.T) {
 				cpu, gpu := loadEngine(t, dir, false), loadEngine(t, dir, true)
 				for _, p := range probes {
 					ids := cpu.Tokenizer.Encode(p)
-					rel := relErr(lastLogits(t, gpu, ids), lastLogits(t, cpu, ids))
+					rel := cudatest.RelErr(lastLogits(t, gpu, ids), lastLogits(t, cpu, ids))
 					want, got := greedy(t, cpu, ids, 24), greedy(t, gpu, ids, 24)
 					t.Logf("FIDELITY %s %d-bit %q: logits rel. error vs CPU %.2e, greedy equal %v", snapshot, bits, p, rel, slices.Equal(got, want))
 					if !slices.Equal(got, want) {
@@ -195,7 +176,7 @@ func TestChunkedPrefillEqualsSteps(t *testing.T) {
 	V := e.Install.Manifest.Geometry.VocabSize
 	rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, V), cudatest.LastLogits(t, newState, ids, false, V)}
 	if !slices.Equal(rows[0], rows[1]) {
-		t.Fatalf("chunked prefill and single steps differ: max %g", maxAbsDiff(rows[0], rows[1]))
+		t.Fatalf("chunked prefill and single steps differ: max %g", cudatest.MaxAbsDiff(rows[0], rows[1]))
 	}
 }
 
@@ -223,7 +204,7 @@ func TestSyntheticMatchesCPUEngine(t *testing.T) {
 			for i := range ids {
 				ids[i] = 100 + 37*i
 			}
-			rel := relErr(lastLogits(t, gpu, ids), lastLogits(t, cpu, ids))
+			rel := cudatest.RelErr(lastLogits(t, gpu, ids), lastLogits(t, cpu, ids))
 			want, got := greedy(t, cpu, ids, 64), greedy(t, gpu, ids, 64)
 			same := 0
 			for same < len(want) && got[same] == want[same] {

@@ -69,7 +69,7 @@ func compareWidths(t *testing.T, name string, cpu, gpu *runtime.Engine, ids []in
 		wl, wg := widthOutputs(t, cpu, ids, bits, n)
 		gl, gg := widthOutputs(t, gpu, ids, bits, n)
 		dev := greedyAt(t, gpu, ids, bits, n)
-		rel, from32 := relErr(gl, wl), relErr(gl, g32)
+		rel, from32 := cudatest.RelErr(gl, wl), cudatest.RelErr(gl, g32)
 		same := 0
 		for same < len(wg) && same < len(gg) && gg[same] == wg[same] {
 			same++
@@ -143,7 +143,7 @@ func TestKVWidthChunkedPrefillEqualsSteps(t *testing.T) {
 		newState := func() (cudatest.Sequence, error) { return m.NewState(StateOptions{KVInitial: 4, KVBits: bits}) }
 		rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, m.geom.V), cudatest.LastLogits(t, newState, ids, false, m.geom.V)}
 		if !bitsEqual(rows[0], rows[1]) {
-			t.Errorf("%d-bit KV: chunked prefill and single steps differ: max %g", bits, maxAbsDiff(rows[0], rows[1]))
+			t.Errorf("%d-bit KV: chunked prefill and single steps differ: max %g", bits, cudatest.MaxAbsDiff(rows[0], rows[1]))
 		}
 	}
 }

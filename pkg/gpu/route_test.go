@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/routing"
@@ -177,9 +178,9 @@ func compareReplay(t *testing.T, name, dir string, slots int, ids []int, o model
 		same++
 	}
 	t.Logf("FIDELITY replay %s: logits bitwise the CPU engine's %v (rel. error %.2e; the router's own bitwise %v); greedy agrees for %d of %d tokens",
-		name, slices.Equal(got.logits, want.logits), relErr(got.logits, want.logits), routerBitwise, same, len(want.greedy))
+		name, slices.Equal(got.logits, want.logits), cudatest.RelErr(got.logits, want.logits), routerBitwise, same, len(want.greedy))
 	if !slices.Equal(got.logits, want.logits) {
-		t.Errorf("%s: logits differ from the CPU engine's under the same replay (max %g)", name, maxAbsDiff(got.logits, want.logits))
+		t.Errorf("%s: logits differ from the CPU engine's under the same replay (max %g)", name, cudatest.MaxAbsDiff(got.logits, want.logits))
 	}
 	if !slices.Equal(got.greedy, want.greedy) {
 		t.Errorf("%s: greedy differs from the CPU engine's from token %d", name, same)
@@ -235,7 +236,7 @@ func TestRoutingReplayMatchesCPUEngine(t *testing.T) {
 				e.Close()
 				for i := range want {
 					if !slices.Equal(got[i], want[i]) {
-						t.Errorf("replay switched off at step 4, on at 6, %d slots: step %d's logits differ from the CPU engine's (max %g)", slots, i, maxAbsDiff(got[i], want[i]))
+						t.Errorf("replay switched off at step 4, on at 6, %d slots: step %d's logits differ from the CPU engine's (max %g)", slots, i, cudatest.MaxAbsDiff(got[i], want[i]))
 					}
 				}
 			}

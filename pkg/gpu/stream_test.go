@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
@@ -89,7 +90,7 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 		t.Fatalf("%s: plan %+v, want %d slots a layer streamed", name, p, slots)
 	}
 	if !slices.Equal(got.logits, want.logits) {
-		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, maxAbsDiff(got.logits, want.logits))
+		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, cudatest.MaxAbsDiff(got.logits, want.logits))
 	}
 	if !slices.Equal(got.greedy, want.greedy) {
 		t.Errorf("%s: greedy %v, resident %v", name, got.greedy, want.greedy)

@@ -3,7 +3,6 @@ package qwen38gpu
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,17 +69,6 @@ func generate(t testing.TB, e *runtime.Engine, ids []int, n, bits int) ([]float3
 	return row, res.IDs
 }
 
-func maxAbsDiff(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var d float64
-	for i := range a {
-		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
-	}
-	return d
-}
-
 // TestQwen38GPUSixteenBitMatchesTransformers: 16-bit installs of both
 // tiny-qwen38 layouts on the GPU engine, float32 KV: the logits after the
 // last prompt token within 1e-3 of transformers' on every refs prompt (the
@@ -95,7 +83,7 @@ func TestQwen38GPUSixteenBitMatchesTransformers(t *testing.T) {
 			e := loadEngine(t, fixinstall.Install(t, fixture(t, layout), 16), true)
 			for i, p := range refs {
 				row, ids := generate(t, e, p.IDs, len(p.Greedy), 32)
-				d := maxAbsDiff(row, p.LastLogits)
+				d := cudatest.MaxAbsDiff(row, p.LastLogits)
 				t.Logf("FIDELITY qwen38 %s prompt %d (%d tokens): max |logit − transformers| = %.2e, greedy equal %v", layout, i, len(p.IDs), d, slices.Equal(ids, p.Greedy))
 				if d > 1e-3 {
 					t.Errorf("prompt %d: logits differ from transformers by %g", i, d)
@@ -162,7 +150,7 @@ func TestQwen38GPUQuantizedMatchesCPUEngine(t *testing.T) {
 					ids := synthPrompt(n, eos)
 					wantRow, want := generate(t, cpu, ids, 24, bits)
 					gotRow, got := generate(t, gpu, ids, 24, bits)
-					t.Logf("FIDELITY qwen38 %s kv %d, %d-token prompt: logits rel. error vs CPU %.2e, greedy equal %v", c.name, bits, n, relErr(gotRow, wantRow), slices.Equal(got, want))
+					t.Logf("FIDELITY qwen38 %s kv %d, %d-token prompt: logits rel. error vs CPU %.2e, greedy equal %v", c.name, bits, n, cudatest.RelErr(gotRow, wantRow), slices.Equal(got, want))
 					if !slices.Equal(got, want) {
 						t.Errorf("kv %d, %d tokens: GPU greedy %v, CPU %v", bits, n, got, want)
 					}
@@ -170,16 +158,6 @@ func TestQwen38GPUQuantizedMatchesCPUEngine(t *testing.T) {
 			}
 		})
 	}
-}
-
-func relErr(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i] - want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // TestQwen38GPUChunkedPrefillEqualsSteps: a prompt fed whole (passes of
@@ -195,7 +173,7 @@ func TestQwen38GPUChunkedPrefillEqualsSteps(t *testing.T) {
 	newState := func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }
 	V := b.Model.Config().VocabSize
 	rows := [][]float32{cudatest.LastLogits(t, newState, ids, true, V), cudatest.LastLogits(t, newState, ids, false, V)}
-	if d := maxAbsDiff(rows[0], rows[1]); d != 0 {
+	if d := cudatest.MaxAbsDiff(rows[0], rows[1]); d != 0 {
 		t.Fatalf("whole prompt vs token by token: logits differ by %g", d)
 	}
 }

@@ -82,10 +82,10 @@ func TestQwen38GPUDecodeGraphBitwise(t *testing.T) {
 				}
 				t.Logf("kv %d: the decode graph holds %d kernels", bits, kernels)
 				for i := range want {
-					if d := maxAbsDiff(got[i], want[i]); d != 0 {
+					if d := cudatest.MaxAbsDiff(got[i], want[i]); d != 0 {
 						t.Fatalf("kv %d step %d (position %d): graph vs kernel by kernel logits differ by %g", bits, i, len(prompt)+i, d)
 					}
-					if d := maxAbsDiff(restored[i], want[i]); d != 0 {
+					if d := cudatest.MaxAbsDiff(restored[i], want[i]); d != 0 {
 						t.Fatalf("kv %d step %d: graphs after a restore differ by %g", bits, i, d)
 					}
 				}

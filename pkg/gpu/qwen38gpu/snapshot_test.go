@@ -156,7 +156,7 @@ func TestQwen38GPUSnapshotContinuesBitwise(t *testing.T) {
 						t.Fatal(err)
 					}
 					gotRow, got := generateOn(t, dst, tail, 12)
-					if d := maxAbsDiff(gotRow, wantRow); d != 0 || !equalInts(got, want) {
+					if d := cudatest.MaxAbsDiff(gotRow, wantRow); d != 0 || !equalInts(got, want) {
 						t.Errorf("kv %d disk %v: restored logits differ by %g, greedy %v, cold %v", bits, disk, d, got, want)
 					}
 					src.Close()

@@ -5,6 +5,7 @@
 package cudatest
 
 import (
+	"math"
 	"os"
 	"sync"
 	"testing"
@@ -78,4 +79,28 @@ func LastLogits(t testing.TB, newState func() (Sequence, error), ids []int, whol
 	}
 	st.Close()
 	return row
+}
+
+// MaxAbsDiff is the largest |a[i] − b[i]| (float64); +Inf when the
+// lengths differ.
+func MaxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// RelErr is ‖got − want‖ / ‖want‖ (float64 sums in index order).
+func RelErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i] - want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
 }
