@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
-	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -254,17 +252,8 @@ func TestRoutingReplaySyntheticMatchesCPUEngine(t *testing.T) {
 	t.Setenv("NVMAI_GPU_CHUNK", "64")
 	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, _, err := packexperts.ReadManifest(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Geometry.NumLayers > 8 && os.Getenv("NVMAI_STREAM_BIG") != "1" {
-				t.Skipf("%d layers: NVMAI_STREAM_BIG=1 replays it", m.Geometry.NumLayers)
-			}
-			ids := make([]int, 100)
-			for i := range ids {
-				ids[i] = 100 + (37*i)%5000
-			}
+			m := smallSynth(t, dir, "replays")
+			ids := synthIDs(100)
 			cpu := loadEngine(t, dir, false)
 			src := synthSource(t, cpu, "synthetic:agent")
 			want := replayRun(t, cpu, ids, src, 64)

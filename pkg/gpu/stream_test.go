@@ -185,17 +185,8 @@ func TestStreamedSyntheticMatchesResident(t *testing.T) {
 	defer probe.Close()
 	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m, _, err := packexperts.ReadManifest(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Geometry.NumLayers > 8 && os.Getenv("NVMAI_STREAM_BIG") != "1" {
-				t.Skipf("%d layers: NVMAI_STREAM_BIG=1 streams it", m.Geometry.NumLayers)
-			}
-			ids := make([]int, 200)
-			for i := range ids {
-				ids[i] = 100 + (37*i)%5000
-			}
+			smallSynth(t, dir, "streams")
+			ids := synthIDs(200)
 			res := loadGPUWith(t, dir, 0, 0)
 			p := res.Model().(*Backend).Model.Plan()
 			if !p.Resident() {
@@ -215,4 +206,28 @@ func TestStreamedSyntheticMatchesResident(t *testing.T) {
 			}
 		})
 	}
+}
+
+// smallSynth reads the synthetic install dir's manifest, skipping an
+// install of more than 8 layers unless NVMAI_STREAM_BIG=1 (does: what the
+// test would do with it, for the skip's reason).
+func smallSynth(t *testing.T, dir, does string) *packexperts.Manifest {
+	t.Helper()
+	m, _, err := packexperts.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Geometry.NumLayers > 8 && os.Getenv("NVMAI_STREAM_BIG") != "1" {
+		t.Skipf("%d layers: NVMAI_STREAM_BIG=1 %s it", m.Geometry.NumLayers, does)
+	}
+	return m
+}
+
+// synthIDs is an n-token prompt of ids in [100, 5100).
+func synthIDs(n int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = 100 + (37*i)%5000
+	}
+	return ids
 }
