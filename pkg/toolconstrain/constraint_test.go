@@ -17,9 +17,15 @@ import (
 // testTools cover every kind of value: raw strings (bounded and not), an
 // enum, an integer with bounds, a boolean, a nullable string, an object
 // and an array, a $ref into $defs, and a tool without parameters.
-const testTools = `[
+var testTools = toolList(`"city":{"type":"string","description":"City name"}`, `,"note":{"anyOf":[{"type":"string"},{"type":"null"}]}`)
+
+// toolList is the JSON list of the tools get_weather (whose city property
+// is city), write_file, noop and search (with searchExtra after its
+// properties query and limit): testTools and RandomTools differ only there.
+func toolList(city, searchExtra string) string {
+	return `[
  {"name":"get_weather","parameters":{"type":"object","properties":{
-   "city":{"type":"string","description":"City name"},
+   ` + city + `,
    "days":{"type":"integer","minimum":1,"maximum":14},
    "unit":{"type":"string","enum":["celsius","fahrenheit"]},
    "detail":{"type":"boolean"}},
@@ -31,9 +37,10 @@ const testTools = `[
   "required":["path","content"]}},
  {"name":"noop","parameters":{"type":"object","properties":{}}},
  {"name":"search","parameters":{"type":"object","$defs":{"Q":{"type":"object","properties":{"q":{"type":"string","maxLength":8}},"required":["q"],"additionalProperties":false}},
-   "properties":{"query":{"$ref":"#/$defs/Q"},"limit":{"anyOf":[{"type":"integer","maximum":99},{"type":"null"}]},"note":{"anyOf":[{"type":"string"},{"type":"null"}]}},
+   "properties":{"query":{"$ref":"#/$defs/Q"},"limit":{"anyOf":[{"type":"integer","maximum":99},{"type":"null"}]}` + searchExtra + `},
   "required":["query"]}}
 ]`
+}
 
 func parseTools(t testing.TB, raw string) []Tool {
 	t.Helper()
@@ -51,17 +58,35 @@ func parseTools(t testing.TB, raw string) []Tool {
 	return tools
 }
 
-func testGrammar(t testing.TB) *Grammar {
+// compileTools parses raw (a JSON list of {name, parameters}) and
+// compiles it.
+func compileTools(t testing.TB, raw string) ([]Tool, *Grammar) {
 	t.Helper()
-	g, err := Compile(parseTools(t, testTools))
+	tools := parseTools(t, raw)
+	g, err := Compile(tools)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tools, g
+}
+
+// strictGrammar is raw's grammar, failing the test if any parameter is
+// left free.
+func strictGrammar(t testing.TB, raw string) *Grammar {
+	t.Helper()
+	_, g := compileTools(t, raw)
+	requireNoFallbacks(t, g)
+	return g
+}
+
+func requireNoFallbacks(t testing.TB, g *Grammar) {
+	t.Helper()
 	if len(g.Fallbacks) > 0 {
 		t.Fatalf("fallbacks: %q", g.Fallbacks)
 	}
-	return g
 }
+
+func testGrammar(t testing.TB) *Grammar { return strictGrammar(t, testTools) }
 
 // byteVocab has one token per byte, some markup tokens, and two special
 // tokens, the first an end token.

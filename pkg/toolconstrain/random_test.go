@@ -19,23 +19,7 @@ import (
 // RandomTools is testTools with every raw string bounded, so that output
 // from random weights, which writes a closing tag only by chance, still
 // closes each value.
-const RandomTools = `[
- {"name":"get_weather","parameters":{"type":"object","properties":{
-   "city":{"type":"string","maxLength":10},
-   "days":{"type":"integer","minimum":1,"maximum":14},
-   "unit":{"type":"string","enum":["celsius","fahrenheit"]},
-   "detail":{"type":"boolean"}},
-  "required":["city","days"]}},
- {"name":"write_file","parameters":{"type":"object","properties":{
-   "path":{"type":"string","minLength":1,"maxLength":12},
-   "content":{"type":"string","maxLength":20},
-   "options":{"type":"object","properties":{"mode":{"type":"integer"},"tags":{"type":"array","items":{"type":"string","maxLength":5},"maxItems":3}},"required":["mode"],"additionalProperties":false}},
-  "required":["path","content"]}},
- {"name":"noop","parameters":{"type":"object","properties":{}}},
- {"name":"search","parameters":{"type":"object","$defs":{"Q":{"type":"object","properties":{"q":{"type":"string","maxLength":8}},"required":["q"],"additionalProperties":false}},
-   "properties":{"query":{"$ref":"#/$defs/Q"},"limit":{"anyOf":[{"type":"integer","maximum":99},{"type":"null"}]}},
-  "required":["query"]}}
-]`
+var RandomTools = toolList(`"city":{"type":"string","maxLength":10}`, "")
 
 func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer { return fixtok.Tokenizer(t) }
 
@@ -160,18 +144,41 @@ func CheckCalls(tools []Tool, prefix, text string) ([]chatparse.ToolCall, error)
 	return res.ToolCalls, nil
 }
 
-// randomSetup is the fixture tokenizer, its Vocab, RandomTools and their
-// grammar.
-func randomSetup(t *testing.T) (*tokenizer.Tokenizer, *Vocab, []Tool, *Grammar) {
+// randomSetup is the fixture tokenizer, its Vocab, the tools of raw and
+// their grammar.
+func randomSetup(t *testing.T, raw string) (*tokenizer.Tokenizer, *Vocab, []Tool, *Grammar) {
 	t.Helper()
 	tok := fixtureTokenizer(t)
 	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
-	tools := parseTools(t, RandomTools)
-	g, err := Compile(tools)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tools, g := compileTools(t, raw)
 	return tok, tv, tools, g
+}
+
+// checkConcurrentGenerations samples plan on 4 goroutines that share tv
+// (random weights, PCG stream stream, at most max tokens each) and checks
+// that every text is calls of tools after prefix.
+func checkConcurrentGenerations(t *testing.T, tok *tokenizer.Tokenizer, tv *Vocab, tools []Tool, plan Plan, stream uint64, max int, prefix string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	texts := make([]string, 4)
+	for w := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tv.Constrain(plan)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			texts[w], _ = sampleConstrained(t, c, tok, rand.New(rand.NewPCG(uint64(w), stream)), max, false)
+		}()
+	}
+	wg.Wait()
+	for _, text := range texts {
+		if _, err := CheckCalls(tools, prefix, text); err != nil {
+			t.Fatalf("%v in %q", err, text)
+		}
+	}
 }
 
 // Random weights, temperature 1, 20 seeds: forced calls (required and
@@ -179,7 +186,7 @@ func randomSetup(t *testing.T) (*tokenizer.Tokenizer, *Vocab, []Tool, *Grammar) 
 // auto, always parse, name a declared tool and validate; at seed 0 every
 // step also checks Mask against Advance on every token.
 func TestRandomForcedCallsValidate(t *testing.T) {
-	tok, tv, tools, g := randomSetup(t)
+	tok, tv, tools, g := randomSetup(t, RandomTools)
 	plans := []struct {
 		plan   Plan
 		prefix string
@@ -228,25 +235,6 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 // Generations on several goroutines share one Vocab (serve --parallel):
 // its lazily built tables are safe to share (run with -race).
 func TestConcurrentGenerationsShareVocab(t *testing.T) {
-	tok, tv, tools, g := randomSetup(t)
-	var wg sync.WaitGroup
-	texts := make([]string, 4)
-	for w := range texts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := tv.Constrain(Plan{Grammar: g, Choice: Required})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			texts[w], _ = sampleConstrained(t, c, tok, rand.New(rand.NewPCG(uint64(w), 7)), 2000, false)
-		}()
-	}
-	wg.Wait()
-	for _, text := range texts {
-		if _, err := CheckCalls(tools, "<tool_call>\n", text); err != nil {
-			t.Fatalf("%v in %q", err, text)
-		}
-	}
+	tok, tv, tools, g := randomSetup(t, RandomTools)
+	checkConcurrentGenerations(t, tok, tv, tools, Plan{Grammar: g, Choice: Required}, 7, 2000, "<tool_call>\n")
 }

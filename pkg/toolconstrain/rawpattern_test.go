@@ -3,7 +3,6 @@ package toolconstrain
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 )
 
@@ -24,17 +23,7 @@ const patternTools = `[
   "required":["day","id","code"]}}
 ]`
 
-func patternGrammar(t testing.TB) *Grammar {
-	t.Helper()
-	g, err := Compile(parseTools(t, patternTools))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(g.Fallbacks) > 0 {
-		t.Fatalf("fallbacks: %q", g.Fallbacks)
-	}
-	return g
-}
+func patternGrammar(t testing.TB) *Grammar { return strictGrammar(t, patternTools) }
 
 // rawValueTaken feeds "<parameter=P>\nVALUE\n</parameter>\n" a byte at a
 // time and reports whether every byte is allowed and taken.
@@ -134,10 +123,8 @@ func TestPatternMaskAgreesWithAdvance(t *testing.T) {
 // asserted; at seed 0 every step also checks Mask against Advance on every
 // token of the fixture vocabulary.
 func TestRandomPatternCallsValidate(t *testing.T) {
-	tok := fixtureTokenizer(t)
-	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
-	tools := parseTools(t, patternTools)
-	g := patternGrammar(t)
+	tok, tv, tools, g := randomSetup(t, patternTools)
+	requireNoFallbacks(t, g)
 	for _, choice := range []Choice{Named, Required} {
 		for seed := range 20 {
 			t.Run(fmt.Sprintf("choice%d/seed%d", choice, seed), func(t *testing.T) {
@@ -169,28 +156,7 @@ func TestRandomPatternCallsValidate(t *testing.T) {
 // Generations on several goroutines share one Vocab's pattern tables,
 // built lazily and reset past maxPatTables (run with -race).
 func TestConcurrentPatternTables(t *testing.T) {
-	tok := fixtureTokenizer(t)
-	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
-	tools := parseTools(t, patternTools)
-	g := patternGrammar(t)
-	var wg sync.WaitGroup
-	texts := make([]string, 4)
-	for w := range texts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := tv.Constrain(Plan{Grammar: g, Choice: Named, Name: "book"})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			texts[w], _ = sampleConstrained(t, c, tok, rand.New(rand.NewPCG(uint64(w), 8)), 3000, false)
-		}()
-	}
-	wg.Wait()
-	for _, text := range texts {
-		if _, err := CheckCalls(tools, "<tool_call>\n<function=book>\n", text); err != nil {
-			t.Fatalf("%v in %q", err, text)
-		}
-	}
+	tok, tv, tools, g := randomSetup(t, patternTools)
+	requireNoFallbacks(t, g)
+	checkConcurrentGenerations(t, tok, tv, tools, Plan{Grammar: g, Choice: Named, Name: "book"}, 8, 3000, "<tool_call>\n<function=book>\n")
 }
