@@ -6,33 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
-
-var cutCallTokens = []string{"<tool_call>", "\n<function=get_weather>\n", "<parameter=city>\nPar", "is\n</parameter>\n", "</function>\n</tool_call>"}
 
 // A reply that max_tokens cuts says stop_reason max_tokens, as Anthropic's
 // does, even after finished tool_use blocks, and a call cut halfway is not
 // a tool_use block, streamed or not: every input a client sees is whole.
 func TestCutToolUseReportsMaxTokens(t *testing.T) {
-	twoCalls := append(append([]string{}, cutCallTokens...), append([]string{"\n"}, cutCallTokens...)...)
-	cases := []struct {
-		name      string
-		script    []string
-		maxTokens int
-		stop      string
-		calls     int
-	}{
-		{"cut inside the call", cutCallTokens, 3, "max_tokens", 0},
-		{"whole call", cutCallTokens, 50, "tool_use", 1},
-		{"cut inside the second call", twoCalls, 8, "max_tokens", 1},
-		{"cut in text", []string{"It", " is", " sunny"}, 2, "max_tokens", 0},
-	}
-	const tools = `"tools":[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
+	cases := adaptertest.CutCallCases("max_tokens", "tool_use")
+	const tools = `"tools":[{"name":"get_weather","input_schema":` + adaptertest.WeatherParameters + `}]`
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, &servertest.Engine{Script: script(c.script...)}, harnessOptions{})
-			body := `{"model":"m","messages":[{"role":"user","content":"weather?"}],"max_tokens":` + strconv.Itoa(c.maxTokens) + `,` + tools + `}`
+		t.Run(c.Name, func(t *testing.T) {
+			h := newHarness(t, &servertest.Engine{Script: script(c.Script...)}, harnessOptions{})
+			body := `{"model":"m","messages":[{"role":"user","content":"weather?"}],"max_tokens":` + strconv.Itoa(c.MaxTokens) + `,` + tools + `}`
 			st, _, out := h.post("/v1/messages", body)
 			if st != 200 {
 				t.Fatalf("%d %s", st, out)
@@ -53,16 +40,16 @@ func TestCutToolUseReportsMaxTokens(t *testing.T) {
 					inputs = append(inputs, string(b.Input))
 				}
 			}
-			if resp.StopReason != c.stop || len(inputs) != c.calls {
-				t.Fatalf("stop_reason %q, tool_use %q; want %q, %d: %s", resp.StopReason, inputs, c.stop, c.calls, out)
+			if resp.StopReason != c.Stop || len(inputs) != c.Calls {
+				t.Fatalf("stop_reason %q, tool_use %q; want %q, %d: %s", resp.StopReason, inputs, c.Stop, c.Calls, out)
 			}
 			for _, in := range inputs {
-				if in != `{"city":"Paris"}` {
+				if in != adaptertest.CutCallArguments {
 					t.Fatalf("input %s", in)
 				}
 			}
 
-			st, _, out = h.post("/v1/messages", strings.Replace(body, "{", `{"stream":true,`, 1))
+			st, _, out = h.post("/v1/messages", adaptertest.Streamed(body))
 			if st != 200 {
 				t.Fatalf("stream: %d %s", st, out)
 			}
@@ -81,11 +68,11 @@ func TestCutToolUseReportsMaxTokens(t *testing.T) {
 					stop, _ = ev.data["delta"].(map[string]any)["stop_reason"].(string)
 				}
 			}
-			if stop != c.stop || len(partial) != c.calls {
-				t.Fatalf("stream: stop_reason %q, tool_use %v; want %q, %d", stop, partial, c.stop, c.calls)
+			if stop != c.Stop || len(partial) != c.Calls {
+				t.Fatalf("stream: stop_reason %q, tool_use %v; want %q, %d", stop, partial, c.Stop, c.Calls)
 			}
 			for _, in := range partial {
-				if in != `{"city":"Paris"}` {
+				if in != adaptertest.CutCallArguments {
 					t.Fatalf("stream: input %q", in)
 				}
 			}

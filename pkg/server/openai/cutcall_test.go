@@ -7,33 +7,20 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/server"
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
-
-var cutCallTokens = []string{"<tool_call>", "\n<function=get_weather>\n", "<parameter=city>\nPar", "is\n</parameter>\n", "</function>\n</tool_call>"}
 
 // A reply that max_tokens cuts says finish_reason length, as OpenAI's
 // does, even after finished calls, and a call cut halfway is not returned
 // or streamed: every call a client sees has whole arguments.
 func TestCutToolCallReportsLength(t *testing.T) {
-	twoCalls := append(append([]string{}, cutCallTokens...), append([]string{"\n"}, cutCallTokens...)...)
-	cases := []struct {
-		name      string
-		script    []string
-		maxTokens int
-		finish    string
-		calls     int
-	}{
-		{"cut inside the call", cutCallTokens, 3, "length", 0},
-		{"whole call", cutCallTokens, 50, "tool_calls", 1},
-		{"cut inside the second call", twoCalls, 8, "length", 1},
-		{"cut in text", []string{"It", " is", " sunny"}, 2, "length", 0},
-	}
-	const tools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]`
+	cases := adaptertest.CutCallCases("length", "tool_calls")
+	const tools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":` + adaptertest.WeatherParameters + `}}]`
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, &servertest.Engine{Script: script(c.script...)}, hostOptions{}, server.Config{})
-			body := `{"model":"m","messages":[{"role":"user","content":"weather?"}],"max_tokens":` + strconv.Itoa(c.maxTokens) + `,` + tools + `}`
+		t.Run(c.Name, func(t *testing.T) {
+			h := newHarness(t, &servertest.Engine{Script: script(c.Script...)}, hostOptions{}, server.Config{})
+			body := `{"model":"m","messages":[{"role":"user","content":"weather?"}],"max_tokens":` + strconv.Itoa(c.MaxTokens) + `,` + tools + `}`
 			st, _, out := h.post("/v1/chat/completions", "application/json", body)
 			if st != 200 {
 				t.Fatalf("%d %s", st, out)
@@ -52,16 +39,16 @@ func TestCutToolCallReportsLength(t *testing.T) {
 				t.Fatal(err)
 			}
 			ch := resp.Choices[0]
-			if ch.FinishReason != c.finish || len(ch.Message.ToolCalls) != c.calls {
-				t.Fatalf("finish %q, %d calls; want %q, %d: %s", ch.FinishReason, len(ch.Message.ToolCalls), c.finish, c.calls, out)
+			if ch.FinishReason != c.Stop || len(ch.Message.ToolCalls) != c.Calls {
+				t.Fatalf("finish %q, %d calls; want %q, %d: %s", ch.FinishReason, len(ch.Message.ToolCalls), c.Stop, c.Calls, out)
 			}
 			for _, call := range ch.Message.ToolCalls {
-				if call.Function.Arguments != `{"city":"Paris"}` {
+				if call.Function.Arguments != adaptertest.CutCallArguments {
 					t.Fatalf("arguments %q", call.Function.Arguments)
 				}
 			}
 
-			st, _, out = h.post("/v1/chat/completions", "application/json", strings.Replace(body, "{", `{"stream":true,`, 1))
+			st, _, out = h.post("/v1/chat/completions", "application/json", adaptertest.Streamed(body))
 			if st != 200 {
 				t.Fatalf("stream: %d %s", st, out)
 			}
@@ -89,11 +76,11 @@ func TestCutToolCallReportsLength(t *testing.T) {
 					finish = *f
 				}
 			}
-			if finish != c.finish || len(args) != c.calls {
-				t.Fatalf("stream: finish %q, calls %v; want %q, %d", finish, args, c.finish, c.calls)
+			if finish != c.Stop || len(args) != c.Calls {
+				t.Fatalf("stream: finish %q, calls %v; want %q, %d", finish, args, c.Stop, c.Calls)
 			}
 			for i, a := range args {
-				if a != `{"city":"Paris"}` {
+				if a != adaptertest.CutCallArguments {
 					t.Fatalf("stream: call %d arguments %q", i, a)
 				}
 			}

@@ -3,31 +3,17 @@ package responses
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 	"github.com/nvmai/nvmai/pkg/server/servertest"
 )
-
-var cutCallTokens = []string{"<tool_call>", "\n<function=get_weather>\n", "<parameter=city>\nPar", "is\n</parameter>\n", "</function>\n</tool_call>"}
 
 // A response that max_output_tokens cuts is incomplete with reason
 // max_output_tokens, as OpenAI's is, even after finished function calls,
 // and a call cut halfway is not an output item, streamed or not.
 func TestCutFunctionCallIsIncomplete(t *testing.T) {
-	twoCalls := append(append([]string{}, cutCallTokens...), append([]string{"\n"}, cutCallTokens...)...)
-	cases := []struct {
-		name      string
-		script    []string
-		maxTokens int
-		status    string
-		calls     int
-	}{
-		{"cut inside the call", cutCallTokens, 3, "incomplete", 0},
-		{"whole call", cutCallTokens, 50, "completed", 1},
-		{"cut inside the second call", twoCalls, 8, "incomplete", 1},
-		{"cut in text", []string{"It", " is", " sunny"}, 2, "incomplete", 0},
-	}
+	cases := adaptertest.CutCallCases("incomplete", "completed")
 	type response struct {
 		Status            string `json:"status"`
 		IncompleteDetails *struct {
@@ -57,37 +43,37 @@ func TestCutFunctionCallIsIncomplete(t *testing.T) {
 			t.Fatalf("%s: incomplete_details %+v with status %s", what, r.IncompleteDetails, r.Status)
 		}
 		for _, a := range args {
-			if a != `{"city":"Paris"}` {
+			if a != adaptertest.CutCallArguments {
 				t.Fatalf("%s: arguments %q", what, a)
 			}
 		}
 	}
-	const tools = `"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
+	const tools = `"tools":[{"type":"function","name":"get_weather","parameters":` + adaptertest.WeatherParameters + `}]`
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, &servertest.Engine{Script: script(c.script...)}, Options{})
-			body := `{"input":"weather?","reasoning":{"effort":"none"},"max_output_tokens":` + strconv.Itoa(c.maxTokens) + `,` + tools + `}`
+		t.Run(c.Name, func(t *testing.T) {
+			h := newHarness(t, &servertest.Engine{Script: script(c.Script...)}, Options{})
+			body := `{"input":"weather?","reasoning":{"effort":"none"},"max_output_tokens":` + strconv.Itoa(c.MaxTokens) + `,` + tools + `}`
 			st, out := h.post(body)
 			if st != 200 {
 				t.Fatalf("%d %s", st, out)
 			}
-			check(t, "non-stream", out, c.status, c.calls)
+			check(t, "non-stream", out, c.Stop, c.Calls)
 
-			st, out = h.post(strings.Replace(body, "{", `{"stream":true,`, 1))
+			st, out = h.post(adaptertest.Streamed(body))
 			if st != 200 {
 				t.Fatalf("stream: %d %s", st, out)
 			}
 			events := parseSSE(t, out)
 			final := checkInvariants(t, events)
-			if want := "response." + c.status; events[len(events)-1].Name != want {
+			if want := "response." + c.Stop; events[len(events)-1].Name != want {
 				t.Fatalf("stream ends with %s, want %s", events[len(events)-1].Name, want)
 			}
 			for _, ev := range events {
-				if ev.Name == "response.function_call_arguments.delta" && c.calls == 0 {
+				if ev.Name == "response.function_call_arguments.delta" && c.Calls == 0 {
 					t.Fatalf("stream: a cut call's arguments were streamed: %s", ev.Data)
 				}
 			}
-			check(t, "stream", final, c.status, c.calls)
+			check(t, "stream", final, c.Stop, c.Calls)
 		})
 	}
 }
