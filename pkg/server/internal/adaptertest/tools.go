@@ -44,12 +44,95 @@ type ToolSpec struct {
 
 // OpenAITools is ToolCorpus as chat completions' tools.
 func OpenAITools() []map[string]any {
+	return toolsAs(func(t ToolSpec) map[string]any {
+		return map[string]any{"type": "function", "function": map[string]any{
+			"name": t.Name, "description": t.Description, "parameters": json.RawMessage(t.Parameters)}}
+	})
+}
+
+// AnthropicTools is ToolCorpus as the Messages API's tools.
+func AnthropicTools() []map[string]any {
+	return toolsAs(func(t ToolSpec) map[string]any {
+		return map[string]any{"name": t.Name, "description": t.Description, "input_schema": json.RawMessage(t.Parameters)}
+	})
+}
+
+// ResponsesTools is ToolCorpus as the Responses API's tools.
+func ResponsesTools() []map[string]any {
+	return toolsAs(func(t ToolSpec) map[string]any {
+		return map[string]any{"type": "function", "name": t.Name, "description": t.Description, "parameters": json.RawMessage(t.Parameters)}
+	})
+}
+
+func toolsAs(shape func(ToolSpec) map[string]any) []map[string]any {
 	var out []map[string]any
 	for _, t := range ToolCorpus {
-		out = append(out, map[string]any{"type": "function", "function": map[string]any{
-			"name": t.Name, "description": t.Description, "parameters": json.RawMessage(t.Parameters)}})
+		out = append(out, shape(t))
 	}
 	return out
+}
+
+// TinyToolEngine is the tiny model (TinyEngine) behind a runtime engine
+// with model id "tiny", for the forced-call tests.
+func TinyToolEngine(t *testing.T) *server.RuntimeEngine {
+	t.Helper()
+	return server.NewRuntimeEngine(TinyEngine(t), server.RuntimeOptions{ModelID: "tiny", PrefillChunk: 16})
+}
+
+// ToolCall is one call a reply holds: the tool's name and its arguments.
+type ToolCall struct {
+	Name      string
+	Arguments json.RawMessage
+}
+
+// CheckForcedCalls checks one reply of the forced-call tests: it stopped
+// with one of stops (a finished call, or a cut that leaves the cut call
+// out), it holds at least one call, and every call names a tool of
+// ToolCorpus and validates against its schema. stop names the protocol's
+// field in the failure, and reply is shown with it.
+func CheckForcedCalls(t *testing.T, field, stop string, stops [2]string, calls []ToolCall, reply any) {
+	t.Helper()
+	if (stop != stops[0] && stop != stops[1]) || len(calls) == 0 {
+		t.Fatalf("%s %s, %d calls, reply %+v", field, stop, len(calls), reply)
+	}
+	for _, c := range calls {
+		if err := CheckToolCall(c.Name, c.Arguments); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ConstrainToolsCase is one request of the nvmai_constrain_tools tests:
+// the field's value (nil: absent), whether serve --no-constrain-tools is
+// on, and whether the engine should be given the tools to constrain.
+type ConstrainToolsCase struct {
+	Name         string
+	Field        any
+	NoConstraint bool
+	Want         bool
+}
+
+// CheckConstrainTools posts body (a request with tools) to path on the
+// adapter mount mounts, over a scripted engine, once a case with its
+// field, and checks whether the engine was asked to constrain the tools.
+func CheckConstrainTools(t *testing.T, cases []ConstrainToolsCase, mount func(*server.Server) http.Handler, path string, body func() map[string]any) {
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			e := &servertest.Engine{}
+			s := server.New(server.Config{Log: func(server.RequestLog) {}, NoToolConstraint: tc.NoConstraint})
+			s.SetEngine(e, servertest.Renderer{})
+			hs := ToolServerOver(t, s, mount)
+			b := body()
+			if tc.Field != nil {
+				b["nvmai_constrain_tools"] = tc.Field
+			}
+			var resp map[string]any
+			PostJSON(t, hs, path, b, &resp)
+			if got := e.Generations()[0].Tools != nil; got != tc.Want {
+				t.Fatalf("nvmai_constrain_tools %v, --no-constrain-tools %v: constrained %v, want %v", tc.Field, tc.NoConstraint, got, tc.Want)
+			}
+		})
+	}
 }
 
 // CheckToolCall checks that name is a tool of ToolCorpus and that args
