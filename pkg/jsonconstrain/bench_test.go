@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nvmai/nvmai/internal/synthvocab"
+	"github.com/nvmai/nvmai/internal/testfix/corpus"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
@@ -239,7 +240,7 @@ func BenchmarkCorpusMask248k(b *testing.B) {
 	fixture, _ := fixtureMasker(b)
 	tok := fixtureTokenizer(b)
 	logits := make([]float32, len(v.toks))
-	for _, cs := range loadCorpus(b, "testdata/corpus") {
+	for _, cs := range corpus.Schemas(b) {
 		s, err := Compile(cs.Schema)
 		if err != nil {
 			continue // refused: nothing to mask

@@ -1,87 +1,25 @@
 package jsonconstrain
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
-	"unicode/utf8"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/corpus"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
 var updateCorpus = flag.Bool("update", false, "rewrite testdata/corpus.golden from what the corpus compiles to")
 
-// CorpusSchema is one schema of testdata/corpus: a file's "schema", or one
-// tool's inputSchema or outputSchema from a file's "tools".
-type CorpusSchema struct {
-	Name   string // file stem, then #tool and /output for a tool's schemas
-	Schema json.RawMessage
-}
-
-// loadCorpus reads every schema of the corpus in dir, in name order. Each
-// file is {"_source": {...}, "schema": {...}} or {"_source": {...},
-// "tools": [{"name", "inputSchema", "outputSchema"?}]}: the schemas real
-// clients send, with where each came from (testdata/corpus/SOURCES.md).
-func loadCorpus(t testing.TB, dir string) []CorpusSchema {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus under %s: %v", dir, err)
-	}
-	var out []CorpusSchema
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Source json.RawMessage `json:"_source"`
-			Schema json.RawMessage `json:"schema"`
-			Tools  []struct {
-				Name         string          `json:"name"`
-				InputSchema  json.RawMessage `json:"inputSchema"`
-				OutputSchema json.RawMessage `json:"outputSchema"`
-			} `json:"tools"`
-		}
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if len(doc.Source) == 0 || (doc.Schema == nil) == (doc.Tools == nil) {
-			t.Fatalf("%s: want _source and one of schema or tools", f)
-		}
-		stem := strings.TrimSuffix(filepath.Base(f), ".json")
-		if doc.Schema != nil {
-			out = append(out, CorpusSchema{stem, doc.Schema})
-		}
-		for _, tool := range doc.Tools {
-			if tool.Name == "" || tool.InputSchema == nil {
-				t.Fatalf("%s: a tool without name or inputSchema", f)
-			}
-			out = append(out, CorpusSchema{stem + "#" + tool.Name, tool.InputSchema})
-			if tool.OutputSchema != nil {
-				out = append(out, CorpusSchema{stem + "#" + tool.Name + "/output", tool.OutputSchema})
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
 // corpusVerdict is what the golden file records for one schema:
 // "compiled", or "refused: " and the keywords the error names.
-func corpusVerdict(t *testing.T, c CorpusSchema) (string, *Schema) {
+func corpusVerdict(t *testing.T, c corpus.Schema) (string, *Schema) {
 	s, err := Compile(c.Schema)
 	if err == nil {
 		return "compiled", s
@@ -110,17 +48,17 @@ func corpusVerdict(t *testing.T, c CorpusSchema) (string, *Schema) {
 //
 //	go test ./pkg/jsonconstrain -run Corpus -update
 func TestCorpusCompiles(t *testing.T) {
-	corpus := loadCorpus(t, "testdata/corpus")
+	schemas := corpus.Schemas(t)
 	var got strings.Builder
 	compiled := 0
-	for _, c := range corpus {
+	for _, c := range schemas {
 		v, _ := corpusVerdict(t, c)
 		if v == "compiled" {
 			compiled++
 		}
 		fmt.Fprintf(&got, "%s\t%s\n", c.Name, v)
 	}
-	t.Logf("%d schemas: %d compile, %d refused", len(corpus), compiled, len(corpus)-compiled)
+	t.Logf("%d schemas: %d compile, %d refused", len(schemas), compiled, len(schemas)-compiled)
 	const golden = "testdata/corpus.golden"
 	if *updateCorpus {
 		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
@@ -215,48 +153,6 @@ func randomLogitDocument(t testing.TB, m *Masker, v Vocabulary, s *Schema, seed 
 	return doc, false
 }
 
-// corpusValidator is the independent judge of the corpus tests: the
-// schema compiled by santhosh-tekuri/jsonschema with format assertion on
-// (so a "format": "date" is checked, not just annotated), in the draft
-// its $schema names, else 2020-12, else draft 4.
-type corpusValidator struct{ sch *jsonschema.Schema }
-
-func newCorpusValidator(schema json.RawMessage) (*corpusValidator, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-	if err != nil {
-		return nil, err
-	}
-	var firstErr error
-	for _, draft := range []*jsonschema.Draft{jsonschema.Draft2020, jsonschema.Draft4} {
-		c := jsonschema.NewCompiler()
-		c.DefaultDraft(draft)
-		c.AssertFormat()
-		if err := c.AddResource("corpus.json", doc); err != nil {
-			return nil, err
-		}
-		sch, err := c.Compile("corpus.json")
-		if err == nil {
-			return &corpusValidator{sch}, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	return nil, firstErr
-}
-
-// check fails unless doc is one valid UTF-8 JSON value the schema accepts.
-func (cv *corpusValidator) check(doc []byte) error {
-	if !utf8.Valid(doc) {
-		return fmt.Errorf("not valid UTF-8")
-	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-	if err != nil {
-		return fmt.Errorf("does not parse: %v", err)
-	}
-	return cv.sch.Validate(v)
-}
-
 // The issue's acceptance at the package level: every compiled corpus
 // schema, generated by a random-logit model at temperature 1 over the
 // tiny fixture's real byte-level BPE vocabulary (4,103 ids), 20 seeds,
@@ -269,7 +165,7 @@ func TestCorpusRandomGenerationValidates(t *testing.T) {
 	if testfix.Quick(raceEnabled) {
 		seeds = 2
 	}
-	for _, c := range loadCorpus(t, "testdata/corpus") {
+	for _, c := range corpus.Schemas(t) {
 		if _, err := Compile(c.Schema); err != nil {
 			continue // refused: TestCorpusCompiles records it
 		}
@@ -282,7 +178,7 @@ func TestCorpusRandomGenerationValidates(t *testing.T) {
 				}
 				t.Logf("under limits %d: %v", i, err)
 			}
-			cv, err := newCorpusValidator(c.Schema)
+			cv, err := corpus.NewValidator(c.Schema)
 			if err != nil {
 				t.Fatalf("the independent validator cannot compile the schema: %v", err)
 			}
@@ -294,35 +190,10 @@ func TestCorpusRandomGenerationValidates(t *testing.T) {
 				if seed == 0 {
 					t.Logf("%s", doc)
 				}
-				if err := cv.check(doc); err != nil {
+				if err := cv.Check(doc); err != nil {
 					t.Errorf("seed %d: %s\ndoes not validate: %v", seed, doc, err)
 				}
 			}
 		})
-	}
-}
-
-// The corpus judge asserts formats and refuses what breaks a schema, so a
-// generation it accepts is valid.
-func TestCorpusValidatorJudges(t *testing.T) {
-	for _, tc := range []struct {
-		schema, doc string
-		ok          bool
-	}{
-		{`{"type":"string","format":"date"}`, `"2024-02-29"`, true},
-		{`{"type":"string","format":"date"}`, `"2023-02-29"`, false},
-		{`{"type":"string","format":"uuid"}`, `"123e4567-e89b-12d3-a456-42661417400"`, false},
-		{`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`, `{"a":1,"b":2}`, false},
-		{`{"$defs":{"A":{"type":"array","items":{"$ref":"#/$defs/A"},"maxItems":1}},"$ref":"#/$defs/A"}`, `[[[]]]`, true},
-		{`{"type":"object"}`, `{"a":1} {}`, false},
-		{`{"type":"string"}`, "\"\xff\"", false},
-	} {
-		cv, err := newCorpusValidator(json.RawMessage(tc.schema))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cv.check([]byte(tc.doc)); (err == nil) != tc.ok {
-			t.Errorf("%s against %s: %v, want ok=%v", tc.doc, tc.schema, err, tc.ok)
-		}
 	}
 }

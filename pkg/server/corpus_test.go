@@ -1,22 +1,18 @@
 package server_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/nvmai/nvmai/internal/testfix"
+	"github.com/nvmai/nvmai/internal/testfix/corpus"
 	"github.com/nvmai/nvmai/pkg/jsonconstrain"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/anthropic"
@@ -26,43 +22,15 @@ import (
 	"github.com/nvmai/nvmai/pkg/server/responses"
 )
 
-// loadCorpus reads the schemas of pkg/jsonconstrain/testdata/corpus (see
-// its SOURCES.md), named as in corpus.golden: the file's stem for its
-// "schema", stem#tool for a tool's inputSchema, stem#tool/output for its
+// loadCorpus is the corpus's schemas (internal/testfix/corpus) by name, as
+// in pkg/jsonconstrain's corpus.golden: the file's stem for its "schema",
+// stem#tool for a tool's inputSchema, stem#tool/output for its
 // outputSchema.
 func loadCorpus(t *testing.T) map[string]json.RawMessage {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "jsonconstrain", "testdata", "corpus", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus: %v", err)
-	}
 	out := map[string]json.RawMessage{}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Schema json.RawMessage `json:"schema"`
-			Tools  []struct {
-				Name         string          `json:"name"`
-				InputSchema  json.RawMessage `json:"inputSchema"`
-				OutputSchema json.RawMessage `json:"outputSchema"`
-			} `json:"tools"`
-		}
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		stem := strings.TrimSuffix(filepath.Base(f), ".json")
-		if doc.Schema != nil {
-			out[stem] = doc.Schema
-		}
-		for _, tool := range doc.Tools {
-			out[stem+"#"+tool.Name] = tool.InputSchema
-			if tool.OutputSchema != nil {
-				out[stem+"#"+tool.Name+"/output"] = tool.OutputSchema
-			}
-		}
+	for _, c := range corpus.Schemas(t) {
+		out[c.Name] = c.Schema
 	}
 	return out
 }
@@ -83,32 +51,14 @@ var corpusSubset = []string{
 	"mcp-server-filesystem#edit_file",
 }
 
-// independentValidator compiles schema with santhosh-tekuri/jsonschema,
-// formats asserted, in the draft its $schema names, else 2020-12, else 4.
-func independentValidator(t *testing.T, schema json.RawMessage) *jsonschema.Schema {
+// independentValidator is the corpus judge (corpus.NewValidator) of schema.
+func independentValidator(t *testing.T, schema json.RawMessage) *corpus.Validator {
 	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	cv, err := corpus.NewValidator(schema)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the independent validator cannot compile the schema: %v", err)
 	}
-	var firstErr error
-	for _, draft := range []*jsonschema.Draft{jsonschema.Draft2020, jsonschema.Draft4} {
-		c := jsonschema.NewCompiler()
-		c.DefaultDraft(draft)
-		c.AssertFormat()
-		if err := c.AddResource("corpus.json", doc); err != nil {
-			t.Fatal(err)
-		}
-		sch, err := c.Compile("corpus.json")
-		if err == nil {
-			return sch
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	t.Fatalf("the independent validator cannot compile the schema: %v", firstErr)
-	return nil
+	return cv
 }
 
 // corpusProtocol sends a schema as one protocol's structured-output field
@@ -322,7 +272,7 @@ func runCorpus(t *testing.T, re *server.RuntimeEngine, corpus map[string]json.Ra
 						t.Errorf("%s seed %d: the reply did not end on an end token within max_tokens %d: %s", p.name, seed+1, corpusMaxTokens, rec.Body)
 						continue
 					}
-					if err := validateReply(sch, text); err != nil {
+					if err := sch.Check([]byte(text)); err != nil {
 						t.Errorf("%s seed %d: %q does not validate: %v", p.name, seed+1, text, err)
 					}
 				}
@@ -330,15 +280,4 @@ func runCorpus(t *testing.T, re *server.RuntimeEngine, corpus map[string]json.Ra
 		})
 	}
 	t.Logf("%d schemas (%v under each of corpusLimits), %d seeds, %d requests (%d document bytes), in %v", len(names), tiers, seeds, requests, tokens, time.Since(start).Round(time.Millisecond))
-}
-
-func validateReply(sch *jsonschema.Schema, text string) error {
-	if !utf8.ValidString(text) {
-		return fmt.Errorf("not valid UTF-8")
-	}
-	v, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
-	if err != nil {
-		return err
-	}
-	return sch.Validate(v)
 }

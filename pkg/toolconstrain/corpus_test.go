@@ -11,37 +11,20 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix/corpus"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/corpus-fallbacks.golden")
 
 // corpusToolLists are the tool lists of pkg/jsonconstrain's corpus of real
-// schemas (SDK examples, npm MCP servers; SOURCES.md there says where each
-// comes from), by file name.
+// schemas (internal/testfix/corpus), by file name.
 func corpusToolLists(t testing.TB) map[string][]Tool {
 	t.Helper()
-	dir := filepath.Join("..", "jsonconstrain", "testdata", "corpus")
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus in %s: %v", dir, err)
-	}
 	lists := map[string][]Tool{}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Tools []struct {
-				Name        string          `json:"name"`
-				InputSchema json.RawMessage `json:"inputSchema"`
-			} `json:"tools"`
-		}
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, tl := range doc.Tools {
-			lists[filepath.Base(f)] = append(lists[filepath.Base(f)], Tool{Name: tl.Name, Parameters: tl.InputSchema})
+	for _, f := range corpus.Files(t) {
+		for _, tl := range f.Tools {
+			lists[f.Name] = append(lists[f.Name], Tool{Name: tl.Name, Parameters: tl.InputSchema})
 		}
 	}
 	return lists
