@@ -307,19 +307,64 @@ func (c *Cache) leave() { c.busy.Store(false) }
 // More ids than MaxAcquire, or more misses than unpinned slots while other
 // acquisitions are held, is an error: the model batches by MaxAcquire.
 func (c *Cache) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error) {
-	lc, err := c.enter(layer, ids)
+	lc, slotOf, release, err := c.acquire(layer, ids)
 	if err != nil {
 		return nil, nil, err
+	}
+	mats := make([]model.ExpertMats, len(ids))
+	for i, s := range slotOf {
+		mats[i] = lc.views[s]
+	}
+	return mats, release, nil
+}
+
+// AcquireRecords is Acquire handing over each expert's whole record (stride
+// bytes, the layout of its layer file) instead of views: an engine that
+// copies records elsewhere (the GPU's VRAM slots) reads them from the slot
+// memory itself. The records stay valid, unchanged, until release.
+func (c *Cache) AcquireRecords(layer int, ids []int) ([][]byte, func(), error) {
+	lc, slotOf, release, err := c.acquire(layer, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := make([][]byte, len(ids))
+	for i, s := range slotOf {
+		recs[i] = lc.slot(s, c.stride)
+	}
+	return recs, release, nil
+}
+
+// Slabs is every layer's slot memory (slots × stride bytes each, in the
+// install's expert-layer order), for an engine that registers it with a
+// device (page-locking it) once after New and unregisters it before Close.
+// Nothing may be written through it.
+func (c *Cache) Slabs() [][]byte {
+	out := make([][]byte, len(c.layers))
+	for i, lc := range c.layers {
+		out[i] = lc.slab
+	}
+	return out
+}
+
+// Stride is the bytes of one expert record.
+func (c *Cache) Stride() int64 { return c.stride }
+
+// acquire is Acquire's work: it pins and fills a slot for each of ids and
+// returns the slots and their release.
+func (c *Cache) acquire(layer int, ids []int) (*layerCache, []int, func(), error) {
+	lc, err := c.enter(layer, ids)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	defer c.leave()
 	c.drainSpec()
 	if len(ids) > c.slots {
-		return nil, nil, fmt.Errorf("expert cache: layer %d: %d experts asked for at once, but the cache holds %d per layer (MaxAcquire); acquire in batches", layer, len(ids), c.slots)
+		return nil, nil, nil, fmt.Errorf("expert cache: layer %d: %d experts asked for at once, but the cache holds %d per layer (MaxAcquire); acquire in batches", layer, len(ids), c.slots)
 	}
 	slotOf := make([]int, len(ids))
 	load, err := c.place(lc, ids, slotOf)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	start := c.submit(lc, ids, slotOf, load)
 	var firstErr error
@@ -334,15 +379,11 @@ func (c *Cache) Acquire(layer int, ids []int) ([]model.ExpertMats, func(), error
 	c.addReadTime(start, lastEnd, len(load))
 	if firstErr != nil {
 		c.unpinAll(lc, slotOf)
-		return nil, nil, firstErr
-	}
-	mats := make([]model.ExpertMats, len(ids))
-	for i, s := range slotOf {
-		mats[i] = lc.views[s]
+		return nil, nil, nil, firstErr
 	}
 	var once sync.Once
 	release := func() { once.Do(func() { c.unpinAll(lc, slotOf) }) }
-	return mats, release, nil
+	return lc, slotOf, release, nil
 }
 
 // Visit calls fn(i, mats of ids[i]) once for every i, on the caller's
