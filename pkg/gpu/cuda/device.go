@@ -225,6 +225,26 @@ func (c *Ctx) HostFree(host []byte) error {
 	return c.dev.d.check("cuMemFreeHost", c.dev.d.cuMemFreeHost(unsafe.Pointer(&host[0])))
 }
 
+// HostRegister page-locks host memory the caller allocated (page-aligned,
+// e.g. an mmap'd region) for every context (CU_MEMHOSTREGISTER_PORTABLE),
+// so copies from it run at the link's full rate and truly asynchronously:
+// it must stay unchanged until the stream has passed them. Undo it with
+// HostUnregister before the memory is freed.
+func (c *Ctx) HostRegister(host []byte) error {
+	if len(host) == 0 {
+		return nil
+	}
+	return c.dev.d.check(fmt.Sprintf("cuMemHostRegister(%d bytes)", len(host)), c.dev.d.cuMemHostRegister(unsafe.Pointer(&host[0]), uint64(len(host)), memHostAllocPortable))
+}
+
+// HostUnregister undoes HostRegister.
+func (c *Ctx) HostUnregister(host []byte) error {
+	if len(host) == 0 {
+		return nil
+	}
+	return c.dev.d.check("cuMemHostUnregister", c.dev.d.cuMemHostUnregister(unsafe.Pointer(&host[0])))
+}
+
 // MemInfo returns free and total device memory.
 func (c *Ctx) MemInfo() (free, total uint64, err error) {
 	err = c.dev.d.check("cuMemGetInfo", c.dev.d.cuMemGetInfo(&free, &total))

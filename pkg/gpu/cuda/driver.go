@@ -58,6 +58,8 @@ type driver struct {
 	cuMemHostAlloc              func(p *unsafe.Pointer, n uint64, flags uint32) Result
 	cuMemHostGetDevicePointer   func(d *DevicePtr, p unsafe.Pointer, flags uint32) Result
 	cuMemFreeHost               func(p unsafe.Pointer) Result
+	cuMemHostRegister           func(p unsafe.Pointer, n uint64, flags uint32) Result
+	cuMemHostUnregister         func(p unsafe.Pointer) Result
 	cuMemcpyDtoH                func(dst unsafe.Pointer, src DevicePtr, n uint64) Result
 	cuMemcpyDtoDAsync           func(dst, src DevicePtr, n uint64, s handle) Result
 	cuMemcpyHtoDAsync           func(dst DevicePtr, src unsafe.Pointer, n uint64, s handle) Result
@@ -108,6 +110,7 @@ func (d *driver) symbols() map[string]any {
 		"cuMemcpyDtoH_v2": &d.cuMemcpyDtoH,
 		"cuMemHostAlloc":  &d.cuMemHostAlloc, "cuMemHostGetDevicePointer_v2": &d.cuMemHostGetDevicePointer,
 		"cuMemFreeHost":        &d.cuMemFreeHost,
+		"cuMemHostRegister_v2": &d.cuMemHostRegister, "cuMemHostUnregister": &d.cuMemHostUnregister,
 		"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync,
 		"cuMemsetD32Async": &d.cuMemsetD32Async,
 		"cuStreamCreate":   &d.cuStreamCreate, "cuStreamDestroy_v2": &d.cuStreamDestroy, "cuStreamSynchronize": &d.cuStreamSynchronize,
