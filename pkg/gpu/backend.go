@@ -149,6 +149,12 @@ type BenchInfo struct {
 	GDNSplit bool   `json:"gdn_split"`   // delta rule 32 columns a block
 	MMA      bool   `json:"mma_prefill"` // prefill products on the tensor cores
 	Error    string `json:"error,omitempty"`
+
+	// Tiers is a host-planned plan's tiers over the session-style decode
+	// steps (HostMsPerToken's): hit rates, PCIe and disk bytes and host
+	// waits per token. Host-planned decode runs without a graph, so the
+	// graph figures stay 0.
+	Tiers *TierStats `json:"tiers,omitempty"`
 }
 
 // BenchInfo measures the device figures of a decode step on a fresh
@@ -188,18 +194,22 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		return info, err
 	}
 	info.KernelsPerToken = st.graphKernels
+	hostPlanned := m.hostPlanned() // no decode graph (streamhost.go)
 	err = b.Dev.Do(func(c *cuda.Ctx) error {
-		ms, err := timeIt(c, steps, func() error { return c.LaunchGraph(st.graph) })
-		if err != nil {
-			return err
+		var err error
+		if !hostPlanned {
+			if info.GraphMsPerToken, err = timeIt(c, steps, func() error { return c.LaunchGraph(st.graph) }); err != nil {
+				return err
+			}
 		}
-		info.GraphMsPerToken = ms
 		l := &gpukernels.Launcher{C: c, K: m.ks, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 		if info.EagerMsPerToken, err = timeIt(c, steps, func() error { return m.forward(l, st, 1, nil) }); err != nil {
 			return err
 		}
-		if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
-			return err
+		if !hostPlanned {
+			if info.EmptyGraphMs, err = emptyGraph(c, l, st.dpos, info.KernelsPerToken, steps); err != nil {
+				return err
+			}
 		}
 		if info.PhaseMs, info.PhaseBytes, info.KernelMs, err = m.phases(c, st, 1); err != nil {
 			return err
@@ -222,6 +232,13 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		return err
 	})
 	st.pos += 2*steps + 1 // every replay advanced the device position
+	if hostPlanned {
+		st.pos -= steps // no graph replays
+	}
+	if err != nil {
+		return info, err
+	}
+	before, _, err := m.StreamStats()
 	if err != nil {
 		return info, err
 	}
@@ -235,6 +252,13 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 		}
 	}
 	info.HostMsPerToken = float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	if hostPlanned {
+		after, _, err := m.StreamStats()
+		if err != nil {
+			return info, err
+		}
+		info.Tiers = tierStats(before, after, steps)
+	}
 	start = time.Now()
 	for range steps { // a sampled session: replay, then the pick on the device
 		if err := st.Forward([]int{1}); err != nil {
@@ -449,6 +473,10 @@ func (info *BenchInfo) Summary() []string {
 	}
 	if info.Plan != nil {
 		lines = append(lines, info.Plan.Lines()...)
+	}
+	if t := info.Tiers; t != nil {
+		lines = append(lines, fmt.Sprintf("gpu tiers over %d decode steps (host-planned, no graph): VRAM hit rate %.1f%%, RAM tier hit rate %.1f%% of the VRAM misses; %.1f MiB over PCIe and %.1f MiB from disk a token; the host blocked %.3f ms a token on disk reads and %.3f ms on stream syncs",
+			t.Tokens, 100*t.VRAMHitRate, 100*t.RAMHitRate, t.PCIeBytesPerToken/(1<<20), t.DiskBytesPerToken/(1<<20), t.DiskWaitMsPerToken, t.SyncMsPerToken))
 	}
 	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v, prefill on the tensor cores %v",
 		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))

@@ -30,9 +30,13 @@ func (b *Backend) expertStatsOf(s StreamStats) expertcache.Stats {
 	if b.Model.stream.readAhead {
 		width = b.Model.geom.k
 	}
-	return expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
+	st := expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
 		BytesRead: s.DecodeBytes + s.PrefillBytes + s.AheadBytes, Prefetched: s.AheadCopies, PrefetchHits: s.AheadUsed, PrefetchBytes: s.AheadBytes,
 		PrefetchWidth: width, Mode: model.ExpertModeGPUPinned, Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
+	if s.HostPlanned { // the disk tier: reads in flight, and the host blocked on them and on syncs
+		st.ReadSeconds, st.WaitSeconds = s.DiskSeconds, s.AcquireSeconds+s.SyncSeconds
+	}
+	return st
 }
 
 // layerStatsOf is each layer's hits and misses as ExpertStats counts them

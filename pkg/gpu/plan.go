@@ -60,6 +60,19 @@ type Plan struct {
 	H2D              float64 `json:"h2d_bytes_per_s,omitempty"`
 	UniformMissBytes float64 `json:"uniform_miss_bytes_per_token,omitempty"`
 	PredictedTokS    float64 `json:"predicted_copy_bound_tok_s,omitempty"`
+	// HostPlanned: page-locked RAM cannot hold every expert, so the host
+	// plans each streamed layer's copies (streamhost.go) from a RAM tier
+	// of RAMSlots experts a layer (RAMBytes in all, sized as RAMWhy says,
+	// page-locked when RAMLocked, else RAMNote says why not) read from
+	// disk (DiskBytes: the experts the tier cannot hold) in RAMMode.
+	HostPlanned bool   `json:"host_planned,omitempty"`
+	RAMSlots    int    `json:"ram_slots_per_layer,omitempty"`
+	RAMBytes    int64  `json:"ram_tier_bytes,omitempty"`
+	RAMWhy      string `json:"ram_tier_sized_by,omitempty"`
+	RAMLocked   bool   `json:"ram_tier_page_locked,omitempty"`
+	RAMNote     string `json:"ram_tier_note,omitempty"`
+	RAMMode     string `json:"ram_tier_io_mode,omitempty"`
+	DiskBytes   int64  `json:"disk_only_bytes,omitempty"`
 }
 
 // Resident reports whether every expert is in device memory.
@@ -117,6 +130,16 @@ func (p *Plan) setSlots(s int) {
 	p.UniformMissBytes = float64(p.Layers) * float64(p.TopK) * (1 - float64(s)/float64(p.Experts)) * float64(p.Stride)
 }
 
+// setRAMTier makes a streamed plan host-planned with a RAM tier of slots
+// experts a layer; nothing is page-locked until the tier's slabs are
+// registered (openRAMTier).
+func (p *Plan) setRAMTier(slots int, why string) {
+	p.HostPlanned, p.RAMSlots, p.RAMWhy = true, slots, why
+	p.RAMBytes = int64(slots) * p.Stride * int64(p.Layers)
+	p.DiskBytes = p.ExpertBytes - p.RAMBytes
+	p.PinnedBytes = 0
+}
+
 // setH2D records the measured host-to-device rate and what it predicts.
 func (p *Plan) setH2D(rate float64) {
 	p.H2D = rate
@@ -138,6 +161,23 @@ func (p Plan) Lines() []string {
 	forced := ""
 	if p.Forced {
 		forced = " (NVMAI_GPU_SLOTS)"
+	}
+	if p.HostPlanned {
+		locked := "page-locked"
+		if !p.RAMLocked {
+			locked = p.RAMNote
+			if locked == "" {
+				locked = "not page-locked yet"
+			}
+		}
+		return []string{
+			fmt.Sprintf("gpu plan: streamed, host-planned (RAM cannot page-lock every expert): VRAM budget %s = trunk %s + state at %d tokens%s %s + prefill staging %s + expert slots %s (%d of %d a layer%s × %d layers)",
+				budget, gib(p.TrunkBytes), p.PlanContext, p.kvWidth(), gib(p.StateBytes), gib(p.StagingBytes), gib(p.SlotBytes), p.Slots, p.Experts, forced, p.Layers),
+			fmt.Sprintf("gpu plan: RAM tier %s (%d of %d experts a layer, sized by %s; %s), the rest of the %s of experts read from disk (%s reads); no decode graph: after each layer's routing the host reads the picks back and copies the misses",
+				gib(p.RAMBytes), p.RAMSlots, p.Experts, p.RAMWhy, locked, gib(p.ExpertBytes), p.RAMMode),
+			fmt.Sprintf("gpu plan: host→device %.1f GB/s measured from the RAM tier; uniform routing would copy %s a token (each of %d picks × %d layers missing with 1−%d/%d), so the copies allow at most %.0f tok/s, before the disk",
+				p.H2D/1e9, mib(int64(p.UniformMissBytes)), p.TopK, p.Layers, p.Slots, p.Experts, p.PredictedTokS),
+		}
 	}
 	return []string{
 		fmt.Sprintf("gpu plan: streamed: VRAM budget %s = trunk %s + state at %d tokens%s %s + prefill staging %s + expert slots %s (%d of %d a layer%s × %d layers); pinned RAM %s (every expert)",

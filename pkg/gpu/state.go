@@ -239,7 +239,7 @@ func (st *State) chunk(c *cuda.Ctx, ids []int) error {
 		return err
 	}
 	l := &gpukernels.Launcher{C: c, K: st.m.ks, MMA: st.m.mma, GDNPipe: st.m.gdnPipe, GDNPar: st.m.gdnPar, GDNReg: st.m.gdnReg}
-	if len(ids) == 1 && !st.noGraph {
+	if len(ids) == 1 && !st.noGraph && !st.m.hostPlanned() { // host-planned: the host works between layers (streamhost.go)
 		if st.graph == nil {
 			if err := c.BeginCapture(); err != nil {
 				return err

@@ -67,6 +67,9 @@ type streamer struct {
 	guessU      cuda.DevicePtr // [H] the hidden state normed for a guess
 	guessLogits cuda.DevicePtr // [E] the router's logits on it
 	guessQ      gpukernels.QAct
+	// host is the RAM tier and the host-side slot tables when RAM cannot
+	// hold every expert (streamhost.go); nil: device-planned.
+	host *hostTier
 }
 
 // readAheadFromEnv reads NVMAI_GPU_READAHEAD (0 off, 1 or unset on) and
@@ -143,6 +146,9 @@ func (m *Model) routedExperts(l *gpukernels.Launcher, st *State, ly *layerW, T i
 	if sl == nil {
 		return ly.eGate, ly.eUp, ly.eDown, s.sel
 	}
+	if m.stream.host != nil { // the host plans this layer's copies (streamhost.go)
+		return m.hostRoutedExperts(l, st, ly, T, do)
+	}
 	g, x := m.geom, m.stream
 	if T == 1 {
 		if m.readsAhead(st) { // readAhead forked this layer's copies: they land before the picks resolve
@@ -185,16 +191,21 @@ func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
 		return p, err
 	}
 	if !p.Resident() {
-		if p.Slots > gpukernels.MaxSlots {
+		// RAM that cannot page-lock every expert puts the host in charge of
+		// the copies, from a RAM tier backed by the disk (streamhost.go).
+		force, err := hostPlannedFromEnv()
+		if err != nil {
+			return p, err
+		}
+		avail, _ := memAvailable()
+		t, err := planRAMTier(ramTierInput{Budget: m.opt.RAMBudget, Avail: avail, Force: force, Experts: ex, Pinned: p.PinnedBytes})
+		if err != nil {
+			return p, err
+		}
+		if t.hostPlanned {
+			p.setRAMTier(t.slots, t.why)
+		} else if p.Slots > gpukernels.MaxSlots {
 			return p, fmt.Errorf("gpu: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", p.Slots, gpukernels.MaxSlots)
-		}
-		if m.opt.RAMBudget > 0 && m.opt.RAMBudget < p.PinnedBytes {
-			return p, fmt.Errorf("gpu: %d of %d experts a layer fit the VRAM budget; the rest stream from page-locked RAM, which must hold every expert (%s), but --ram-budget is %s. Streaming experts from disk on the GPU is not done yet: drop --ram-budget or raise it to %s, raise --vram-budget, or run --engine cpu",
-				p.Slots, p.Experts, gib(p.PinnedBytes), gib(m.opt.RAMBudget), gib(p.PinnedBytes))
-		}
-		if avail, ok := memAvailable(); ok && p.PinnedBytes > avail {
-			return p, fmt.Errorf("gpu: %d of %d experts a layer fit the VRAM budget; the rest stream from page-locked RAM, which must hold every expert (%s), but only %s of RAM is available. Streaming experts from disk on the GPU is not done yet: raise --vram-budget, free RAM, or run --engine cpu",
-				p.Slots, p.Experts, gib(p.PinnedBytes), gib(avail))
 		}
 	}
 	return p, nil
@@ -246,8 +257,9 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	if envErr != nil {
 		return envErr
 	}
-	x.readAhead, x.aheadBlocks = on, blocks
-	if on {
+	// Host-planned layers resolve their picks on the host: no guesses.
+	x.readAhead, x.aheadBlocks = on && !p.HostPlanned, blocks
+	if x.readAhead {
 		if err := c.SideStream(); err != nil {
 			return err
 		}
@@ -263,20 +275,34 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	}
 	size := int64(E) * stride
 	tabWords := gpukernels.SlotTableWords(E, S, k)
+	if p.HostPlanned {
+		if err := m.openRAMTier(c, &m.plan, dir, ex); err != nil {
+			return err
+		}
+	}
+	cacheLayer := map[int]int{}
+	for j, l := range ex.Layers {
+		cacheLayer[l.Layer] = j
+	}
 	for i := range m.layers {
 		file, ok := byLayer[i]
 		if !ok {
 			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
 		}
-		host, hostDev, herr := c.HostAlloc(uint64(size))
-		if herr != nil {
-			return fmt.Errorf("gpu: pinning %s of RAM for the experts of layer %d: %w; streaming needs every expert in page-locked RAM (%s in all) and streaming from disk on the GPU is not done yet: raise --vram-budget, free RAM, or run --engine cpu",
-				mib(size), i, herr, gib(p.PinnedBytes))
-		}
-		sl := &streamLayer{host: host, hostDev: hostDev}
+		sl := &streamLayer{}
 		x.layers[i] = sl
-		if err := readExpertFile(filepath.Join(dir, file), host); err != nil {
-			return err
+		if x.host != nil {
+			x.host.addHostLayer(sl, i, cacheLayer[i], E, S, k)
+		} else {
+			host, hostDev, herr := c.HostAlloc(uint64(size))
+			if herr != nil {
+				return fmt.Errorf("gpu: pinning %s of RAM for the experts of layer %d: %w; device-planned streaming needs every expert in page-locked RAM (%s in all): set --ram-budget below that to stream from disk through a RAM tier, raise --vram-budget, free RAM, or run --engine cpu",
+					mib(size), i, herr, gib(p.PinnedBytes))
+			}
+			sl.host, sl.hostDev = host, hostDev
+			if err := readExpertFile(filepath.Join(dir, file), host); err != nil {
+				return err
+			}
 		}
 		sl.pool, sl.tab, sl.slotSel = alloc(int64(S)*stride), alloc(4*int64(tabWords)), alloc(4*int64(k))
 		if err != nil {
@@ -317,7 +343,11 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		ly.moeFused = ly.moeGrouped && g.Is == g.I && ly.sGate.Quantized() && ly.sUp.Quantized() &&
 			ly.sDown.Enc == ly.eDown.Enc && ly.sDown.Rows == ly.eDown.Rows && ly.sDown.Cols == ly.eDown.Cols
 	}
-	rate, err := h2dRate(c, x.staging, x.layers[0].host)
+	src := x.layers[0].host
+	if x.host != nil { // the RAM tier's first slab, as the copies read it
+		src = x.host.cache.Slabs()[0]
+	}
+	rate, err := h2dRate(c, x.staging, src)
 	if err != nil {
 		return err
 	}
@@ -383,6 +413,9 @@ func h2dRate(c *cuda.Ctx, dst cuda.DevicePtr, src []byte) (float64, error) {
 
 // freeHost releases the pinned experts.
 func (x *streamer) freeHost(c *cuda.Ctx) {
+	if x.host != nil {
+		x.host.close(c)
+	}
 	for _, sl := range x.layers {
 		if sl != nil && sl.host != nil {
 			c.HostFree(sl.host)
@@ -406,6 +439,7 @@ type StreamStats struct {
 	// AheadUsed/AheadCopies; PCIe bytes are DecodeBytes + AheadBytes.
 	Guesses, Guessed, AheadCopies, AheadUsed, AheadBytes int64
 	Layers                                               [][gpukernels.SlotStatsWords]int64
+	HostTierStats                                        // host-planned: the RAM tier, disk, host waits
 }
 
 // StreamStats reads the counters; ok is false when the experts are
@@ -414,6 +448,10 @@ func (m *Model) StreamStats() (s StreamStats, ok bool, err error) {
 	x := m.stream
 	if x == nil {
 		return s, false, nil
+	}
+	if x.host != nil { // the counters are the host's, read on the device goroutine that writes them
+		err := m.dev.Do(func(*cuda.Ctx) error { s = x.host.streamStats(len(x.layers)); return nil })
+		return s, true, err
 	}
 	raw := make([]uint64, gpukernels.SlotStatsWords*len(x.layers))
 	if err := m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(raw), x.stats) }); err != nil {
@@ -448,9 +486,13 @@ func (m *Model) Plan() Plan { return m.plan }
 // expert found in a VRAM slot (decode picks and prefill's staged experts),
 // a miss one copied from pinned RAM, BytesRead the bytes copied over the
 // bus (read-ahead copies included, which are Prefetched, PrefetchHits
-// those a step then used, and PrefetchBytes). Nothing is waited for on the
-// host, so ReadSeconds and WaitSeconds stay 0. Zero when the experts are
-// resident (or the counters cannot be read).
+// those a step then used, and PrefetchBytes). Device-planned, nothing is
+// waited for on the host, so ReadSeconds and WaitSeconds stay 0;
+// host-planned (streamhost.go), ReadSeconds is the disk reads' time in
+// flight and WaitSeconds the host's time blocked on them and on stream
+// syncs (StreamStats has the RAM tier's hits and misses and the disk
+// bytes). Zero when the experts are resident (or the counters cannot be
+// read).
 func (b *Backend) ExpertStats() expertcache.Stats {
 	s, ok, err := b.Model.StreamStats()
 	if !ok || err != nil {
