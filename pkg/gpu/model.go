@@ -139,7 +139,8 @@ type LoadOptions struct {
 	// fits, they are resident; else they stream (docs/gpu.md).
 	VRAMBudget int64
 	// RAMBudget (--ram-budget; 0: not set) bounds the page-locked RAM
-	// streamed experts take: it must hold every expert.
+	// streamed experts take: below every expert, the host plans the
+	// copies from a RAM tier of that size read from disk (streamhost.go).
 	RAMBudget int64
 	// MaxContext is the context the plan reserves one sequence's state
 	// for (0: DefaultPlanContext).
