@@ -89,7 +89,9 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # (kvwidth_test.go; the snapshots at each width match Snapshot).
 # RoutingReplay: --routing replayed on the GPU, resident and streamed,
 # bitwise the CPU engine's replay (route_test.go).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|RoutingReplay|Qwen38GPU'
+# HostPlanned: the disk tier (a RAM tier read from disk behind the VRAM
+# slots, planned on the host), bitwise the resident engine (streamhost_test.go).
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|RoutingReplay|HostPlanned|Qwen38GPU'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
 # against their Go references, the tiny-qwen38 fixtures against
@@ -156,7 +158,8 @@ fi
 # STREAM_BUDGETS (default "6G 12G auto") lists the budgets, e.g. SYNTH_BITS=8
 # STREAM_BUDGETS="6G 12G 20G 28G auto" for the 8-bit rows of docs/gpu.md.
 # STREAM_ROUTING (e.g. synthetic:agent; default the router's own) is
-# passed as --routing, for the agent and diverse rows.
+# passed as --routing, for the agent and diverse rows. STREAM_RAM
+# (e.g. 8G) is passed as --ram-budget: below every expert, the disk tier.
 # NVMAI_GPU_READAHEAD=0 turns the read-ahead off: run the step with and
 # without it for the overlap line (PCIe bytes include the copies ahead).
 big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
@@ -164,12 +167,13 @@ if want stream && [ -f "$big40/manifest.json" ]; then
 	stamp "stream"
 	routing=()
 	[ -n "${STREAM_ROUTING:-}" ] && routing=(--routing "$STREAM_ROUTING")
+	[ -n "${STREAM_RAM:-}" ] && routing+=(--ram-budget "$STREAM_RAM")
 	for vb in ${STREAM_BUDGETS:-6G 12G auto}; do
 		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 "${routing[@]}" --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
 			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
-			grep -m1 '^gpu plan: host' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
+			grep -E '^gpu plan: (host|RAM tier)' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
 		else
 			status=1
 			echo "stream --vram-budget $vb failed:"
