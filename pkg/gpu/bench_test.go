@@ -31,12 +31,13 @@ func TestBench(t *testing.T) {
 		b := e.Model().(*Backend)
 		var first []int
 		ahead0 := b.Model.stream != nil && b.Model.stream.readAhead
+		mma20 := b.Model.ks.MMA2
 		for _, v := range benchVariants(t) {
 			if b.Model.stream != nil { // a new session captures its graph with or without the read-ahead
 				b.Model.stream.readAhead = ahead0 && v.name != "noahead"
 			}
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
-			b.Model.mma = v.mma && b.Dev.Arch >= 80
+			b.Model.mma, b.Model.ks.MMA2 = v.mma && b.Dev.Arch >= 80, mma20 && v.name != "nomma2"
 			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar, b.Model.gdnReg = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec >= 2, v.rec == 3
 			carve := -1
 			if v.carve {
@@ -75,8 +76,10 @@ type benchVariant struct {
 // as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
 // same with gdn_rec_par, reg and reg512 with gdn_rec_reg, noahead all
 // without the streamed experts' read-ahead (all has it unless
-// NVMAI_GPU_READAHEAD=0; resident installs have none). The variants'
-// greedy tokens must agree.
+// NVMAI_GPU_READAHEAD=0; resident installs have none), nomma2 group512
+// with the tensor-core products as qgemm_mma / qgemm_grouped_mma instead
+// of their tiled kernels (NVMAI_GPU_MMA2=0). The variants' greedy tokens
+// must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
 		"all": {"all", true, true, false, true, false, true, 0, 0}, "base": {"base", false, false, false, false, false, false, 0, 0},
@@ -87,7 +90,7 @@ func benchVariants(t *testing.T) []benchVariant {
 		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
 		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
 		"reg": {"reg", true, true, true, true, false, true, 0, 3}, "reg512": {"reg512", true, true, true, true, false, true, 512, 3},
-		"noahead": {"noahead", true, true, false, true, false, true, 0, 0},
+		"noahead": {"noahead", true, true, false, true, false, true, 0, 0}, "nomma2": {"nomma2", true, true, true, true, false, true, 512, 0},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

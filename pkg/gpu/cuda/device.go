@@ -355,6 +355,9 @@ func (c *Ctx) Func(m *Module, name string) (*Function, error) {
 	return f, nil
 }
 
+// SMs is the GPU's multiprocessor count (grids sized to one wave).
+func (c *Ctx) SMs() int { return c.dev.SMs }
+
 // SetMaxDynamicShared lets f take more than 48 KiB of dynamic shared memory.
 func (c *Ctx) SetMaxDynamicShared(f *Function, bytes int) error {
 	return c.dev.d.check("cuFuncSetAttribute", c.dev.d.cuFuncSetAttribute(f.h, 8, int32(bytes)))

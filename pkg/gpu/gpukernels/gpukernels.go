@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_grouped_mma2", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -33,6 +33,12 @@ const MaxGDNShared = 100 << 10
 // Set is the loaded module with its kernels.
 type Set struct {
 	f map[string]*cuda.Function
+	// MMA2 runs a Launcher's tensor-core products (Launcher.MMA) as the
+	// tiled qgemm_mma2 and qgemm_grouped_mma2 where the shape fits:
+	// bitwise qgemm_mma, several times faster. Load turns it on unless
+	// NVMAI_GPU_MMA2=0 or the kernels cannot have their shared memory.
+	MMA2 bool
+	sms  int // the GPU's multiprocessors (the grouped kernel's grid)
 }
 
 // Load compiles (or reads from the cubin cache) and loads the kernels.
@@ -52,6 +58,13 @@ func Load(c *cuda.Ctx) (*Set, error) {
 	for _, n := range []string{"gdn_heads", "gdn_rec_par", "gdn_rec_reg"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
+		}
+	}
+	s.sms = c.SMs()
+	s.MMA2 = os.Getenv("NVMAI_GPU_MMA2") != "0"
+	for _, n := range []string{"qgemm_mma2", "qgemm_grouped_mma2"} {
+		if err := c.SetMaxDynamicShared(s.f[n], MaxMMA2Shared); err != nil {
+			s.MMA2 = false // a GPU with less shared memory keeps qgemm_mma
 		}
 	}
 	if v := os.Getenv("NVMAI_GPU_CARVEOUT"); v != "" {
@@ -93,7 +106,10 @@ type Launcher struct {
 	After func(kernel string) // when set, called after each launch (profiling)
 	// MMA runs multi-token Q4/Q8 products on the integer tensor cores
 	// (qgemm_mma, qgemm_grouped_mma; sm_80 and newer): bitwise the same.
-	MMA bool
+	// With Set.MMA2 they run tiled (qgemm_mma2, qgemm_grouped_mma2) unless
+	// OldMMA is set.
+	MMA    bool
+	OldMMA bool
 	// GDNPipe runs the delta rule as gdn_rec_pipe (two dependency chains a
 	// token instead of two in a row): bitwise gdn_rec.
 	GDNPipe bool
@@ -219,6 +235,11 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 			}
 			return l.launch("qgemv", cuda.D2(T, blocks(rows, 256/lanes)), cuda.D1(256), 0,
 				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, lanes)
+		}
+		if l.MMA && l.mma2(m.Cols, 0, bits) {
+			smem := mma2Shared(mma2DenseRows, mma2DenseTokens, bits, m.Cols/kernels.GroupSize)
+			return l.launch("qgemm_mma2", cuda.D2(blocks(T, mma2DenseTokens), blocks(rows, mma2DenseRows)), cuda.D1(mma2Threads), smem,
+				y, m.Data, m.Scales, m.Biases, rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, T)
 		}
 		if l.MMA {
 			return l.launch("qgemm_mma", cuda.D2(blocks(T, 32), blocks(rows, 16)), cuda.D1(128), 0,
@@ -352,12 +373,63 @@ func (l *Launcher) GEMVGrouped(y cuda.DevicePtr, m *Mat, q *QAct, offs, list cud
 	if xslot {
 		xs = 1
 	}
+	if l.MMA && l.mma2(m.Cols, E, bits) {
+		smem := mma2Shared(mma2GroupRows, mma2GroupEntries, bits, m.Cols/kernels.GroupSize)
+		return l.launch("qgemm_grouped_mma2", cuda.D1(mma2GroupedGrid(l.K.sms)), cuda.D1(mma2Threads), smem,
+			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs, E)
+	}
 	if l.MMA {
 		return l.launch("qgemm_grouped_mma", cuda.D2(E, blocks(m.Rows, 16)), cuda.D1(128), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs)
 	}
 	return l.launch("qgemv_grouped", cuda.D2(E, blocks(m.Rows, 16)), cuda.D1(256), 0,
 		y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, offs, list, k, uint64(m.EData), uint64(m.EScale), xs)
+}
+
+// The tiled tensor-core products' geometry (kernels.cu's M2_*, M2D_*,
+// M2G_*): 8 warps a block; dense blocks of 64 rows × 64 tokens, grouped
+// ones of 128 rows × 32 entries; M2_STAGES groups in flight.
+const (
+	mma2Threads      = 256
+	mma2Stages       = 4
+	mma2DenseRows    = 64
+	mma2DenseTokens  = 64
+	mma2GroupRows    = 128
+	mma2GroupEntries = 32
+	mma2MaxGroups    = 1024
+	mma2MaxExperts   = 1024
+	// MaxMMA2Shared is the dynamic shared memory the tiled kernels may
+	// take: under the 99 KiB a block of every sm_8x and sm_90 GPU has,
+	// beside the kernels' ~7 KiB of static shared memory.
+	MaxMMA2Shared = 90 << 10
+)
+
+// mma2Shared is the dynamic shared memory of a tiled block of bm rows ×
+// bn tokens (kernels.cu's m2_stage_bytes and the scales after the stages).
+func mma2Shared(bm, bn, bits, groups int) int {
+	return mma2Stages*(bm*bits*8+bn*72) + 4*bm*groups
+}
+
+// mma2GroupedGrid is qgemm_grouped_mma2's grid: two blocks a
+// multiprocessor, which walk the tile list together (each block first
+// scans the experts' tile counts, so the grid stays about one wave).
+func mma2GroupedGrid(sms int) int { return 2 * max(sms, 1) }
+
+// mma2 reports whether the tiled kernels take a product of cols columns
+// of bits-bit weights (over E experts when E > 0).
+func (l *Launcher) mma2(cols, E, bits int) bool {
+	if !l.K.MMA2 || l.OldMMA {
+		return false
+	}
+	g := cols / kernels.GroupSize
+	if g > mma2MaxGroups || E > mma2MaxExperts {
+		return false
+	}
+	bm, bn := mma2DenseRows, mma2DenseTokens
+	if E > 0 {
+		bm, bn = mma2GroupRows, mma2GroupEntries
+	}
+	return mma2Shared(bm, bn, bits, g) <= MaxMMA2Shared
 }
 
 // GDNConv runs the causal conv + SiLU over T tokens.

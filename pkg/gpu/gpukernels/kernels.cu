@@ -602,6 +602,383 @@ extern "C" __global__ void qgemm_grouped_mma(float* y, const u8* data, const u8*
     }
 }
 
+// ---------------------------------------------------------------------------
+// Tiled prefill products on the integer tensor cores (qgemm_mma2,
+// qgemm_grouped_mma2): bitwise qgemm_mma and so qrow / kernels.MatVecFast.
+// A block of 8 warps computes BM rows × BN tokens, each warp 32 rows × 16
+// tokens (2 × 2 m16n8k32 tiles, 16 outputs a thread). Per group the block
+// stages its weight rows, the tokens' int8/int4-packed codes and their
+// dx/sx in shared memory (cp.async, M2_STAGES deep, 16-byte chunks XOR-
+// swizzled so ldmatrix reads them without bank conflicts); the rows'
+// scales and biases are staged once per tile for all groups.
+// Bitwise: qrow sums group g into partial g mod 16 in increasing g, then
+// folds the 16 partials by halving (+8, +4, +2, +1), which is a balanced
+// binary tree over the partials in bit-reversed order (0, 8, 4, 12, 2, …).
+// So the blocks run the groups class by class in that order (classes c =
+// brev4(0), brev4(1), …; within one, groups c, c+16, … ascending), keep one
+// running partial a output, and fold each finished class into a stack of
+// four pending sums exactly as the tree adds it: 5 floats an output
+// instead of 16, with the same float operations in the same order.
+#define M2_STAGES 4
+#define M2_THREADS 256
+#define M2_MAXG 1024 // most groups of 64 a row (the launcher checks)
+#define M2_MAXE 1024 // most experts (the launcher checks)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_stages() { // all but the newest M2_STAGES-2 groups landed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(M2_STAGES - 2) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 r[4], u32 addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ int brev4(int i) { return ((i & 1) << 3) | ((i & 2) << 1) | ((i & 4) >> 1) | ((i & 8) >> 3); }
+
+// m2_float is (float)d for |d| < 2^22 (a group's dot is at most
+// 64·255·127 < 2^21): exact, as the conversion is, without the slower I2F.
+__device__ __forceinline__ float m2_float(int d) { return __fsub_rn(__int_as_float(0x4B400000 + d), 12582912.0f); }
+
+// m2_push folds leaf i (0…15 in bit-reversed class order) of the partials'
+// tree into the pending sums l0…l3, as qrow's halving fold adds them; leaf
+// 15 leaves the output in l0. i is block-uniform.
+__device__ __forceinline__ void m2_push(int i, float v, float& l0, float& l1, float& l2, float& l3) {
+    if (i & 1) {
+        v = __fadd_rn(l0, v);
+        if (i & 2) {
+            v = __fadd_rn(l1, v);
+            if (i & 4) {
+                v = __fadd_rn(l2, v);
+                if (i & 8) {
+                    l0 = __fadd_rn(l3, v);
+                } else l3 = v;
+            } else l2 = v;
+        } else l1 = v;
+    } else l0 = v;
+}
+
+// m2_shared is the dynamic shared memory of a WR×WN block (the launcher's
+// mma2Shared computes the same).
+__host__ __device__ __forceinline__ int m2_stage_bytes(int BM, int BN, int bits) { return BM * bits * 8 + BN * 72; }
+
+// m2_tile runs one tile: rows r0… (nr of them) of the matrix at w (row
+// stride G·bits·8 bytes; scales and biases sc, bi), tokens whose
+// activation vectors and output rows the block put in vec and orow (nt of
+// them). y[orow·rows + r] (+ res) gets each output.
+template <int WR, int WN>
+__device__ __forceinline__ void m2_tile(u8* sm, const u16* ord, const int* vec, const int* orow, int nt,
+                                        float* y, const float* res, const u8* w, const u16* sc, const u16* bi, int r0, int nr, int rows, int G, int bits,
+                                        const signed char* xq8, const int* xq4, const float* dx, const float* sx) {
+    const int BM = 32 * WR, BN = 16 * WN;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wr = warp / WN, wn = warp % WN, gid = lane >> 2, tq = lane & 3;
+    const int WB = bits * 8;                        // a row's bytes of one group
+    const int SB = m2_stage_bytes(BM, BN, bits);    // one stage
+    u16* sS = (u16*)(sm + M2_STAGES * SB);          // [BM·G] scales, then biases
+    u16* sB = sS + BM * G;
+    const i64 stride = (i64)G * WB;
+    const u8* xbase = bits == 4 ? (const u8*)xq4 : (const u8*)xq8;
+
+    // The rows' scales and biases for all groups: one contiguous range each.
+    {
+        int n = nr * G;
+        const u16* s0 = sc + (i64)r0 * G;
+        const u16* b0 = bi + (i64)r0 * G;
+        bool al = ((((size_t)s0) | ((size_t)b0)) & 15) == 0;
+        int n16 = al ? n / 8 : 0;
+        for (int i = tid; i < n16; i += M2_THREADS) {
+            cp_async16(smem_addr(sS + 8 * i), s0 + 8 * i);
+            cp_async16(smem_addr(sB + 8 * i), b0 + 8 * i);
+        }
+        for (int i = 8 * n16 + tid; i < n; i += M2_THREADS) {
+            sS[i] = s0[i];
+            sB[i] = b0[i];
+        }
+    }
+    // load stages group g into stage st.
+    auto load = [&](int st, int g) {
+        u8* sw = sm + st * SB;
+        u8* sx_ = sw + BM * WB;
+        float* sdx = (float*)(sx_ + BN * 64);
+        float* ssx = sdx + BN;
+        const int cpr = WB / 16; // chunks a row: 2 (Q4) or 4 (Q8)
+        for (int i = tid; i < BM * cpr; i += M2_THREADS) {
+            int row = i / cpr, c = i % cpr;
+            int gr = r0 + min(row, nr - 1);
+            int pc = cpr == 4 ? c ^ ((row >> 1) & 3) : c ^ ((row >> 2) & 1);
+            cp_async16(smem_addr(sw + row * WB + pc * 16), w + gr * stride + g * WB + c * 16);
+        }
+        for (int i = tid; i < BN * 4; i += M2_THREADS) {
+            int tok = i >> 2, c = i & 3;
+            int pc = c ^ ((tok >> 1) & 3);
+            cp_async16(smem_addr(sx_ + tok * 64 + pc * 16), xbase + ((i64)vec[tok] * G + g) * 64 + c * 16);
+        }
+        if (tid < BN) cp_async4(smem_addr(sdx + tid), dx + (i64)vec[tid] * G + g);
+        else if (tid < 2 * BN) cp_async4(smem_addr(ssx + tid - BN), sx + (i64)vec[tid - BN] * G + g);
+    };
+
+    float acc[16], l0[16], l1[16], l2[16], l3[16];
+#pragma unroll
+    for (int o = 0; o < 16; o++) acc[o] = l0[o] = l1[o] = l2[o] = l3[o] = 0;
+    // A warp whose rows or tokens all lie past the tile's end skips the
+    // products (its outputs are not written) but still loads and waits.
+    const bool busy = 32 * wr < nr && 16 * wn < nt;
+
+#pragma unroll 1
+    for (int s = 0; s < M2_STAGES - 1; s++) {
+        if (s < G) load(s, ord[s]);
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int j = 0; j < G; j++) {
+        cp_async_wait_stages();
+        __syncthreads();
+        int jn = j + M2_STAGES - 1;
+        if (jn < G) load(jn % M2_STAGES, ord[jn]);
+        cp_async_commit();
+        const int g = ord[j];
+        if (busy) {
+            const u8* sw = sm + (j % M2_STAGES) * SB;
+            const u8* sx_ = sw + BM * WB;
+            const float* sdx = (const float*)(sx_ + BN * 64);
+            const float* ssx = sdx + BN;
+            int d[2][2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) d[mi][ni][e] = 0;
+            u32 B[2][4];
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) {
+                int tok = 16 * wn + 8 * ni + (lane & 7), c = lane >> 3;
+                ldsm_x4(B[ni], smem_addr(sx_ + tok * 64 + ((c ^ ((tok >> 1) & 3)) * 16)));
+            }
+            if (bits == 4) {
+                const u32 msk = 0x0F0F0F0Fu;
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    int row = 32 * wr + 16 * mi + (lane & 15), c = lane >> 4;
+                    u32 a[4], A0[4], A1[4];
+                    ldsm_x4(a, smem_addr(sw + row * 32 + ((c ^ ((row >> 2) & 1)) * 16)));
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        A0[k] = a[k] & msk;
+                        A1[k] = (a[k] >> 4) & msk;
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 2; ni++) {
+                        mma_u8s8(d[mi][ni], A0, (const int*)&B[ni][0]);
+                        mma_u8s8(d[mi][ni], A1, (const int*)&B[ni][2]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int row = 32 * wr + 16 * mi + (lane & 15), c = 2 * h + (lane >> 4);
+                        u32 a[4];
+                        ldsm_x4(a, smem_addr(sw + row * 64 + ((c ^ ((row >> 1) & 3)) * 16)));
+#pragma unroll
+                        for (int ni = 0; ni < 2; ni++) mma_u8s8(d[mi][ni], a, (const int*)&B[ni][2 * h]);
+                    }
+                }
+            }
+            // The float epilogue, per output as qrow: acc += s·dx·d + b·sx.
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    int rl = 32 * wr + 16 * mi + 8 * hr + gid;
+                    float s = bf16f(sS[rl * G + g]), b = bf16f(sB[rl * G + g]);
+#pragma unroll
+                    for (int ni = 0; ni < 2; ni++) {
+#pragma unroll
+                        for (int hc = 0; hc < 2; hc++) {
+                            int tl = 16 * wn + 8 * ni + 2 * tq + hc;
+                            int o = ((mi * 2 + hr) * 2 + ni) * 2 + hc;
+                            float fd = m2_float(d[mi][ni][2 * hr + hc]);
+                            float v = __fadd_rn(__fmul_rn(__fmul_rn(s, sdx[tl]), fd), __fmul_rn(b, ssx[tl]));
+                            acc[o] = __fadd_rn(acc[o], v);
+                        }
+                    }
+                }
+            }
+        }
+        if (g + 16 >= G) { // g's class is done: fold it, and the empty classes after it, into the tree
+            int i = brev4(g & 15);
+#pragma unroll
+            for (int o = 0; o < 16; o++) {
+                m2_push(i, acc[o], l0[o], l1[o], l2[o], l3[o]);
+                acc[o] = 0;
+            }
+            for (i++; i < 16 && brev4(i) >= G; i++) {
+#pragma unroll
+                for (int o = 0; o < 16; o++) m2_push(i, 0.0f, l0[o], l1[o], l2[o], l3[o]);
+            }
+        }
+    }
+    if (busy) {
+#pragma unroll
+        for (int o = 0; o < 16; o++) {
+            int mi = o >> 3, hr = (o >> 2) & 1, ni = (o >> 1) & 1, hc = o & 1;
+            int rl = 32 * wr + 16 * mi + 8 * hr + gid, tl = 16 * wn + 8 * ni + 2 * tq + hc;
+            if (rl < nr && tl < nt) {
+                i64 oi = (i64)orow[tl] * rows + r0 + rl;
+                y[oi] = res ? __fadd_rn(res[oi], l0[o]) : l0[o];
+            }
+        }
+    }
+}
+
+// m2_order writes the groups' class order (brev4(0)'s class first, each
+// class ascending) to ord [G].
+__device__ __forceinline__ void m2_order(u16* ord, int G) {
+    if (threadIdx.x == 0) {
+        int j = 0;
+        for (int i = 0; i < 16; i++)
+            for (int g = brev4(i); g < G; g += 16) ord[j++] = (u16)g;
+    }
+}
+
+#define M2D_WR 2 // dense: 64 rows × 64 tokens a block
+#define M2D_WN 4
+#define M2G_WR 4 // grouped: 128 rows × 32 entries a block, two blocks an SM
+#define M2G_WN 2 // (its grid is two blocks a multiprocessor)
+
+// qgemm_mma2 is qgemm_mma tiled: block (token tile, row tile).
+extern "C" __global__ void __launch_bounds__(M2_THREADS, 1)
+qgemm_mma2(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+           const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) u8 m2sm[];
+    const int BM = 32 * M2D_WR, BN = 16 * M2D_WN, G = cols / 64;
+    __shared__ int vec[BN], orow[BN];
+    __shared__ u16 ord[M2_MAXG];
+    int t0 = blockIdx.x * BN, r0 = blockIdx.y * BM;
+    int nt = min(BN, T - t0), nr = min(BM, rows - r0);
+    m2_order(ord, G);
+    if (threadIdx.x < BN) {
+        int k = threadIdx.x;
+        vec[k] = k < nt ? t0 + k : t0;
+        orow[k] = vec[k];
+    }
+    __syncthreads();
+    m2_tile<M2D_WR, M2D_WN>(m2sm, ord, vec, orow, nt, y, res, data, (const u16*)scales, (const u16*)biases, r0, nr, rows, G, bits, xq8, xq4, dx, sx);
+}
+
+// qgemm_grouped_mma2 is qgemm_grouped_mma tiled, over a tile list: expert
+// e's entries (moe_group's offs, list) make ceil(n_e/BN) entry tiles, each
+// crossed with the row tiles; the blocks take items blockIdx.x,
+// blockIdx.x + gridDim.x, … of that list (entry tile major, row tile
+// minor, so the row tiles of one entry tile run side by side), so no block
+// idles on an empty expert.
+extern "C" __global__ void __launch_bounds__(M2_THREADS, 2)
+qgemm_grouped_mma2(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                   const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                   const int* offs, const int* list, int topk, i64 edata, i64 escale, int xslot, int E) {
+    PDL_ENTRY();
+    extern __shared__ __align__(16) u8 m2sm[];
+    const int BM = 32 * M2G_WR, BN = 16 * M2G_WN, G = cols / 64;
+    __shared__ int vec[BN], orow[BN];
+    __shared__ u16 ord[M2_MAXG];
+    __shared__ int tstart[M2_MAXE + 1]; // entry tiles before expert e
+    __shared__ int wsum[M2_THREADS / 32];
+    m2_order(ord, G);
+    // Exclusive scan of the experts' tile counts: thread t takes experts
+    // 4t … 4t+3.
+    {
+        int tid = threadIdx.x, c[4], s = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int e = 4 * tid + k;
+            c[k] = e < E ? (offs[e + 1] - offs[e] + BN - 1) / BN : 0;
+            s += c[k];
+        }
+        int lane = tid & 31, wp = tid >> 5, inc = s;
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += v;
+        }
+        if (lane == 31) wsum[wp] = inc;
+        __syncthreads();
+        int base = 0;
+        for (int k = 0; k < wp; k++) base += wsum[k];
+        int ex = base + inc - s;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int e = 4 * tid + k;
+            if (e < E) tstart[e] = ex;
+            ex += c[k];
+        }
+        if (tid == M2_THREADS - 1) tstart[E] = ex; // the total
+    }
+    __syncthreads();
+    const int rtiles = (rows + BM - 1) / BM;
+    const int items = tstart[E] * rtiles;
+#pragma unroll 1
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        int tile = item / rtiles, rt = item % rtiles;
+        int lo = 0, hi = E - 1; // the last expert whose tiles start at or before tile
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (tstart[mid] <= tile) lo = mid;
+            else hi = mid - 1;
+        }
+        int e = lo;
+        int begin = offs[e] + (tile - tstart[e]) * BN;
+        int nt = min(BN, offs[e + 1] - begin);
+        int r0 = rt * BM, nr = min(BM, rows - r0);
+        __syncthreads(); // the last item is done with vec, orow and the stages
+        if (threadIdx.x < BN) {
+            int k = threadIdx.x;
+            int ent = list[begin + min(k, nt - 1)];
+            vec[k] = xslot ? ent : ent / topk;
+            orow[k] = ent;
+        }
+        __syncthreads();
+        m2_tile<M2G_WR, M2G_WN>(m2sm, ord, vec, orow, nt, y, (const float*)0, data + (i64)e * edata,
+                                (const u16*)(scales + (i64)e * escale), (const u16*)(biases + (i64)e * escale), r0, nr, rows, G, bits, xq8, xq4, dx, sx);
+    }
+}
+
 template <int ENC>
 __device__ __forceinline__ float fload(const u8* base, i64 i) {
     if (ENC == ENC_F32) return ((const float*)base)[i];
