@@ -76,7 +76,7 @@ type benchVariant struct {
 // as gdn_rec_pipe, pipe512 pipe with 512-token passes, par and par512 the
 // same with gdn_rec_par, reg and reg512 with gdn_rec_reg, noahead all
 // without the streamed experts' read-ahead (all has it unless
-// NVMAI_GPU_READAHEAD=0; resident installs have none), nomma2 group512
+// NVMAI_GPU_READAHEAD=0; resident installs have none), nomma2 reg512
 // with the tensor-core products as qgemm_mma / qgemm_grouped_mma instead
 // of their tiled kernels (NVMAI_GPU_MMA2=0). The variants' greedy tokens
 // must agree.
@@ -90,7 +90,7 @@ func benchVariants(t *testing.T) []benchVariant {
 		"pipe": {"pipe", true, true, true, true, false, true, 0, 1}, "pipe512": {"pipe512", true, true, true, true, false, true, 512, 1},
 		"par": {"par", true, true, true, true, false, true, 0, 2}, "par512": {"par512", true, true, true, true, false, true, 512, 2},
 		"reg": {"reg", true, true, true, true, false, true, 0, 3}, "reg512": {"reg512", true, true, true, true, false, true, 512, 3},
-		"noahead": {"noahead", true, true, false, true, false, true, 0, 0}, "nomma2": {"nomma2", true, true, true, true, false, true, 512, 0},
+		"noahead": {"noahead", true, true, false, true, false, true, 0, 0}, "nomma2": {"nomma2", true, true, true, true, false, true, 512, 3},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {
