@@ -60,6 +60,16 @@ type hostLayer struct {
 	words [gpukernels.SlotStatsWords]int64
 }
 
+// deviceOps is what the host plan asks of the device, in stream order:
+// *cuda.Ctx, or a test's fake that defers every copy to the next sync as
+// an asynchronous stream may.
+type deviceOps interface {
+	DtoH(dst []byte, src cuda.DevicePtr) error // waits for the stream first
+	HtoDAsync(dst cuda.DevicePtr, src []byte) error
+	DtoD(dst, src cuda.DevicePtr, n uint64) error
+	Sync() error
+}
+
 // hostPlanned reports whether the model's experts stream host-planned.
 func (m *Model) hostPlanned() bool { return m.stream != nil && m.stream.host != nil }
 
@@ -197,7 +207,7 @@ func (h *hostTier) close(c *cuda.Ctx) {
 // readPicks waits for the stream and reads n picks back from sel; every
 // copy enqueued before has completed then, so the RAM slots they read are
 // released.
-func (h *hostTier) readPicks(c *cuda.Ctx, hl *hostLayer, sel cuda.DevicePtr, n int) error {
+func (h *hostTier) readPicks(c deviceOps, hl *hostLayer, sel cuda.DevicePtr, n int) error {
 	hl.picks = slices.Grow(hl.picks[:0], n)[:n]
 	t := time.Now()
 	err := c.DtoH(cuda.Bytes(hl.picks), sel)
@@ -245,7 +255,7 @@ func (m *Model) hostRoutedExperts(l *gpukernels.Launcher, st *State, ly *layerW,
 
 // hostDecode resolves a decode step's picks on the host and copies the
 // misses into their slots.
-func (m *Model) hostDecode(c *cuda.Ctx, st *State, sl *streamLayer, hl *hostLayer) error {
+func (m *Model) hostDecode(c deviceOps, st *State, sl *streamLayer, hl *hostLayer) error {
 	h, x, k := m.stream.host, m.stream, m.geom.k
 	if err := h.readPicks(c, hl, st.s.sel, k); err != nil {
 		return err
@@ -284,7 +294,7 @@ func (m *Model) hostDecode(c *cuda.Ctx, st *State, sl *streamLayer, hl *hostLaye
 // hostStage stages every expert a prefill pass routes to, once, by id:
 // from its VRAM slot when it has one, else from the RAM tier, as many at a
 // time as the tier holds a layer. The table is left as it was.
-func (m *Model) hostStage(c *cuda.Ctx, st *State, sl *streamLayer, hl *hostLayer, T int) error {
+func (m *Model) hostStage(c deviceOps, st *State, sl *streamLayer, hl *hostLayer, T int) error {
 	h, x, E := m.stream.host, m.stream, m.geom.E
 	if err := h.readPicks(c, hl, st.s.sel, T*m.geom.k); err != nil {
 		return err

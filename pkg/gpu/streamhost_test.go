@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -419,5 +421,250 @@ func TestHostPlannedDamagedExpertFile(t *testing.T) {
 	}
 	if after := freeVRAM(t, probe); before-after > 32<<20 {
 		t.Errorf("%d MiB of VRAM not given back after the failures", (before-after)>>20)
+	}
+}
+
+// fakeDevice is device memory on the host for the host plan's bookkeeping
+// tests: every copy is queued and runs at the next sync (or read back), in
+// order, reading its source then, as an asynchronous copy from page-locked
+// memory may; a RAM slot released before its copy ran would show as wrong
+// bytes.
+type fakeDevice struct {
+	mem   []byte
+	next  int64
+	queue []func()
+	syncs int
+}
+
+const fakeBase = 1 << 20
+
+func (f *fakeDevice) alloc(n int64) cuda.DevicePtr {
+	p := f.next
+	f.next += (n + 15) &^ 15
+	f.mem = append(f.mem, make([]byte, f.next-int64(len(f.mem)))...)
+	return cuda.DevicePtr(fakeBase + p)
+}
+
+func (f *fakeDevice) at(p cuda.DevicePtr, n int64) []byte {
+	off := int64(p) - fakeBase
+	return f.mem[off : off+n]
+}
+
+func (f *fakeDevice) Sync() error {
+	for _, op := range f.queue {
+		op()
+	}
+	f.queue = f.queue[:0]
+	f.syncs++
+	return nil
+}
+
+func (f *fakeDevice) DtoH(dst []byte, src cuda.DevicePtr) error {
+	f.Sync()
+	copy(dst, f.at(src, int64(len(dst))))
+	return nil
+}
+
+func (f *fakeDevice) HtoDAsync(dst cuda.DevicePtr, src []byte) error {
+	f.queue = append(f.queue, func() { copy(f.at(dst, int64(len(src))), src) })
+	return nil
+}
+
+func (f *fakeDevice) DtoD(dst, src cuda.DevicePtr, n uint64) error {
+	f.queue = append(f.queue, func() { copy(f.at(dst, int64(n)), f.at(src, int64(n))) })
+	return nil
+}
+
+// hostPlanFixture is a host-planned model over the tiny-moe install's
+// expert files with fake device memory: S VRAM slots and ramSlots RAM
+// slots a layer.
+type hostPlanFixture struct {
+	m     *Model
+	st    *State
+	dev   *fakeDevice
+	files [][]byte // each layer's expert file
+	sls   []*streamLayer
+	E, k  int
+	T     int // the most tokens a pass carries
+}
+
+func newHostPlanFixture(t *testing.T, dir string, S, ramSlots int) *hostPlanFixture {
+	t.Helper()
+	man, _, err := packexperts.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := man.Experts
+	cache, err := expertcache.New(dir, man, expertcache.Options{Slots: ramSlots, Prefetch: -1, NoWarm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Close() })
+	fx := &hostPlanFixture{dev: &fakeDevice{}, E: x.Count, k: x.TopK, T: 64}
+	L := len(x.Layers)
+	h := &hostTier{cache: cache, layers: map[*streamLayer]*hostLayer{}, slotBuf: make([]byte, 4*x.TopK*L)}
+	fx.m = &Model{geom: geometry{E: x.Count, k: x.TopK}, stream: &streamer{slots: S, stride: x.Stride, staging: fx.dev.alloc(int64(x.Count) * x.Stride), host: h}}
+	fx.st = &State{}
+	fx.st.s.sel = fx.dev.alloc(int64(4 * fx.T * x.TopK))
+	for i, l := range x.Layers {
+		b, err := os.ReadFile(filepath.Join(dir, l.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.files = append(fx.files, b)
+		sl := &streamLayer{pool: fx.dev.alloc(int64(S) * x.Stride), slotSel: fx.dev.alloc(int64(4 * x.TopK))}
+		fx.sls = append(fx.sls, sl)
+		h.addHostLayer(sl, i, i, x.Count, S, x.TopK)
+	}
+	return fx
+}
+
+// route writes a pass's picks where the route kernel would.
+func (fx *hostPlanFixture) route(picks []int32) {
+	copy(fx.dev.at(fx.st.s.sel, int64(4*len(picks))), cuda.Bytes(picks))
+}
+
+func (fx *hostPlanFixture) record(layer, e int) []byte {
+	s := fx.m.stream.stride
+	return fx.files[layer][int64(e)*s : int64(e+1)*s]
+}
+
+// The host plan's bookkeeping on fake device memory whose copies run late:
+// over random decode steps (a hot set) and prefill passes between them,
+// across every layer, each decode pick's slot (as uploaded) holds its
+// expert's record byte for byte, each prefill pass's staging holds every
+// expert it routes to, the slot table is the reference LRU's (prefill
+// leaves it alone), and the counters add up (VRAM misses are RAM-tier
+// requests, RAM misses a record read from disk each). At top-k and 3·top-k
+// VRAM slots, RAM tiers of top-k (every batch fills it), top-k+1 and
+// every expert.
+func TestHostPlanBookkeeping(t *testing.T) {
+	dir := install(t, "tiny-moe-fused", 4)
+	for _, c := range []struct{ S, ram int }{{4, 4}, {4, 5}, {12, 4}, {12, 16}} {
+		t.Run(fmt.Sprintf("S=%d/ram=%d", c.S, c.ram), func(t *testing.T) {
+			fx := newHostPlanFixture(t, dir, c.S, c.ram)
+			E, k, L := fx.E, fx.k, len(fx.sls)
+			refs := make([]*slotRef, L)
+			for i := range refs {
+				refs[i] = newSlotRef(E, c.S)
+			}
+			rng := rand.New(rand.NewPCG(3, uint64(c.S*100+c.ram)))
+			pick := func() []int32 {
+				var p []int32
+				for len(p) < k {
+					e := int32(rng.IntN(E))
+					if rng.IntN(10) < 6 {
+						e = int32(rng.IntN(6))
+					}
+					if !slices.Contains(p, e) {
+						p = append(p, e)
+					}
+				}
+				return p
+			}
+			var decodePicks, prefillNeeded int64
+			for step := range 60 {
+				if step%15 == 7 { // a prefill pass
+					T := 1 + rng.IntN(fx.T)
+					for i, sl := range fx.sls {
+						var picks []int32
+						for range T {
+							picks = append(picks, pick()...)
+						}
+						fx.route(picks)
+						before := slices.Clone(fx.m.stream.host.layers[sl].ref.words(k))
+						if err := fx.m.hostStage(fx.dev, fx.st, sl, fx.m.stream.host.layers[sl], T); err != nil {
+							t.Fatal(err)
+						}
+						fx.dev.Sync()
+						need, _ := neededExperts(picks, E)
+						prefillNeeded += int64(len(need))
+						for _, e := range need {
+							if !bytes.Equal(fx.dev.at(fx.m.stream.staging+cuda.DevicePtr(int64(e)*fx.m.stream.stride), fx.m.stream.stride), fx.record(i, e)) {
+								t.Fatalf("step %d layer %d: staged expert %d differs from its record", step, i, e)
+							}
+						}
+						if !slices.Equal(before, fx.m.stream.host.layers[sl].ref.words(k)) {
+							t.Fatalf("step %d layer %d: prefill changed the slot table", step, i)
+						}
+					}
+					continue
+				}
+				for i, sl := range fx.sls {
+					picks := pick()
+					fx.route(picks)
+					hl := fx.m.stream.host.layers[sl]
+					if err := fx.m.hostDecode(fx.dev, fx.st, sl, hl); err != nil {
+						t.Fatal(err)
+					}
+					want := refs[i].resolve(picks)
+					fx.dev.Sync() // the layer's products run after its copies
+					got := unsafeInt32s(bytes.Clone(fx.dev.at(sl.slotSel, int64(4*k))))
+					if !slices.Equal(got, want) {
+						t.Fatalf("step %d layer %d: slots %v, the reference LRU's %v", step, i, got, want)
+					}
+					for j, e := range picks {
+						if !bytes.Equal(fx.dev.at(sl.pool+cuda.DevicePtr(int64(got[j])*fx.m.stream.stride), fx.m.stream.stride), fx.record(i, int(e))) {
+							t.Fatalf("step %d layer %d: slot %d holds the wrong bytes for expert %d", step, i, got[j], e)
+						}
+					}
+					decodePicks += int64(k)
+				}
+			}
+			s := fx.m.stream.host.streamStats(L)
+			if s.DecodeHits+s.DecodeMisses != decodePicks || s.PrefillFromVRAM+s.PrefillFromHost != prefillNeeded ||
+				s.RAMHits+s.RAMMisses != s.DecodeMisses+s.PrefillFromHost || s.DiskBytes != s.RAMMisses*fx.m.stream.stride ||
+				s.DecodeBytes != s.DecodeMisses*fx.m.stream.stride || s.PrefillBytes != s.PrefillFromHost*fx.m.stream.stride || s.RAMMisses == 0 {
+				t.Fatalf("counters %+v: %d decode picks, %d prefill experts", s, decodePicks, prefillNeeded)
+			}
+			if c.ram == E && s.RAMMisses > int64(L*E) {
+				t.Errorf("a RAM tier holding every expert read %d records, more than the %d there are", s.RAMMisses, L*E)
+			}
+			t.Logf("S=%d ram=%d: decode VRAM hits %d misses %d, prefill %d from VRAM %d from RAM, RAM hits %d misses %d, %d syncs",
+				c.S, c.ram, s.DecodeHits, s.DecodeMisses, s.PrefillFromVRAM, s.PrefillFromHost, s.RAMHits, s.RAMMisses, fx.dev.syncs)
+		})
+	}
+}
+
+// A record the disk tier cannot read (its file truncated under the cache)
+// fails the decode step with an error naming the file, and the slots its
+// misses were given are forgotten, so no later step takes them for hits.
+func TestHostPlanDiskErrorForgetsSlots(t *testing.T) {
+	src := install(t, "tiny-moe-fused", 4)
+	dir := t.TempDir()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := newHostPlanFixture(t, dir, 8, 4)
+	man, _, _ := packexperts.ReadManifest(dir)
+	victim := filepath.Join(dir, man.Experts.Layers[0].File)
+	if err := os.Truncate(victim, 2*man.Experts.Stride); err != nil { // experts 0 and 1 remain
+		t.Fatal(err)
+	}
+	sl := fx.sls[0]
+	hl := fx.m.stream.host.layers[sl]
+	fx.route([]int32{0, 1, 2, 3})
+	err = fx.m.hostDecode(fx.dev, fx.st, sl, hl)
+	if err == nil || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), "layer 0") {
+		t.Fatalf("reading past the truncated file: %v, want an error naming %s and the layer", err, victim)
+	}
+	for _, e := range []int{0, 1, 2, 3} {
+		if hl.ref.slotOf[e] >= 0 {
+			t.Errorf("expert %d keeps slot %d after its copy failed", e, hl.ref.slotOf[e])
+		}
 	}
 }
