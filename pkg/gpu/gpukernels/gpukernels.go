@@ -432,12 +432,16 @@ func (l *Launcher) mma2(cols, E, bits int) bool {
 	return mma2Shared(bm, bn, bits, g) <= MaxMMA2Shared
 }
 
+// convTokens is kernels.cu's CONV_TB: the tokens one gdn_conv thread
+// takes (at least the 7 state rows of the widest conv, 8 taps).
+const convTokens = 16
+
 // GDNConv runs the causal conv + SiLU over T tokens.
 func (l *Launcher) GDNConv(out, proj, state, w cuda.DevicePtr, C, K, T int) error {
 	if K > 8 {
 		return fmt.Errorf("gpukernels: conv kernel %d is wider than 8", K)
 	}
-	return l.launch("gdn_conv", cuda.D1(blocks(C, 128)), cuda.D1(128), 0, out, proj, state, w, C, K, T)
+	return l.launch("gdn_conv", cuda.D2(blocks(C, 128), blocks(T, convTokens)), cuda.D1(128), 0, out, proj, state, w, C, K, T)
 }
 
 // GDNShape is the Gated DeltaNet geometry.

@@ -1343,22 +1343,57 @@ extern "C" __global__ void qgemv_grouped(float* y, const u8* data, const u8* sca
 // Gated DeltaNet.
 
 // gdn_conv: the depthwise causal conv + SiLU over T tokens (qwen35
-// causalConv): thread per channel, taps summed in order from zero, then the
-// last K−1 projections stay in state [K−1, C].
+// causalConv): taps summed in order from zero, then the last K−1
+// projections stay in state [K−1, C]. Every output depends only on its K
+// inputs, so thread (c, token block y) computes channel c for tokens
+// CONV_TB·y … CONV_TB·y+CONV_TB−1 (the chunk's tokens in parallel, not one
+// thread walking all T). Only block row y = 0 reads the old state (CONV_TB
+// ≥ K−1), and each of its threads writes its channel's new state after
+// its own reads, so no thread reads a state another overwrote.
+#define CONV_TB 16
+
+template <int KK> // KK taps, or 0: K at run time (at most 8)
+__device__ __forceinline__ void conv_run(float* out, const float* proj, float* state, const float* w, int C, int Kr, int T, int c) {
+    const int K = KK ? KK : Kr;
+    int t0 = blockIdx.y * CONV_TB, t1 = min(T, t0 + CONV_TB);
+    float wc[KK ? KK : 8], win[KK ? KK : 8];
+#pragma unroll
+    for (int j = 0; j < (KK ? KK : 8); j++)
+        if (j < K) wc[j] = w[(i64)c * K + j];
+#pragma unroll
+    for (int j = 0; j < (KK ? KK : 8) - 1; j++) {
+        if (j < K - 1) {
+            int s = t0 - (K - 1) + j; // chunk-relative token; < 0: a state row
+            win[j] = s >= 0 ? proj[(i64)s * C + c] : state[(i64)(K - 1 + s) * C + c];
+        }
+    }
+    for (int t = t0; t < t1; t++) {
+        win[K - 1] = proj[(i64)t * C + c];
+        float acc = 0;
+#pragma unroll
+        for (int j = 0; j < (KK ? KK : 8); j++)
+            if (j < K) acc = __fadd_rn(acc, __fmul_rn(wc[j], win[j]));
+        out[(i64)t * C + c] = __fmul_rn(acc, sigk(acc));
+#pragma unroll
+        for (int j = 0; j < (KK ? KK : 8) - 1; j++)
+            if (j < K - 1) win[j] = win[j + 1];
+    }
+    if (blockIdx.y == 0) {
+        // Row r takes token T−(K−1)+r; a row still in the state moves to a
+        // lower index, so ascending r reads every row before it is written.
+        for (int r = 0; r < K - 1; r++) {
+            int s = T - (K - 1) + r;
+            state[(i64)r * C + c] = s >= 0 ? proj[(i64)s * C + c] : state[(i64)(K - 1 + s) * C + c];
+        }
+    }
+}
+
 extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
     PDL_ENTRY();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float win[8];
-    for (int j = 0; j < K - 1; j++) win[j] = state[(i64)j * C + c];
-    for (int t = 0; t < T; t++) {
-        win[K - 1] = proj[(i64)t * C + c];
-        float acc = 0;
-        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(w[c * K + j], win[j]));
-        out[(i64)t * C + c] = __fmul_rn(acc, sigk(acc));
-        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
-    }
-    for (int j = 0; j < K - 1; j++) state[(i64)j * C + c] = win[j];
+    if (K == 4) conv_run<4>(out, proj, state, w, C, K, T, c);
+    else conv_run<0>(out, proj, state, w, C, K, T, c);
 }
 
 // stage copies n floats by the whole block, 16 bytes a load when n and
