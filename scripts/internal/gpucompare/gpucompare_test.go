@@ -415,3 +415,16 @@ func TestRunCommands(t *testing.T) {
 		}
 	}
 }
+
+// testdata/tiny.gguf is smallMoE's header: the GGUF the stub ggufsynth of
+// selftest.sh writes, so the script's own gguf-bytes call reads a real one.
+func TestTinyGGUFFixture(t *testing.T) {
+	golden(t, "tiny.gguf", string(smallMoE(true).bytes()))
+	h, err := readGGUFHeader(filepath.Join("testdata", "tiny.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.decodeBytesPerToken(); err != nil || n <= 0 {
+		t.Fatalf("bytes per token %d, %v", n, err)
+	}
+}

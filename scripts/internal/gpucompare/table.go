@@ -322,8 +322,15 @@ func caption(recs []Record, gs []*group) string {
 	}
 	return fmt.Sprintf("Measured by `scripts/vs-llamacpp-gpu.sh` on %s (driver %s), %s; nvmai commit %s; llama.cpp %s, CUDA backend built on the card. "+
 		"Synthetic Qwen3.5-35B-A3B (random weights, the same geometry in both engines), batch 1; nvmai's 4-bit install beside Q4_0 with token_embd and output at Q8_0, its 8-bit beside Q8_0. "+
-		"Median [range] of every sample of %d interleaved rounds, the engine going first alternating (nvmai: its three bench prompts per run; llama-bench: -r 3). "+
+		"Median [range] of every sample of %s, the engine going first alternating (nvmai: its three bench prompts per run; llama-bench: -r 3). "+
 		"HBM bound: weight bytes read per decode step (%s) ÷ the device-to-device copy rate `nvmai-run bench` measured in the same call, bytes read + written (%s); "+
 		"the KV cache a decode at depth also reads is not counted in it.\n",
-		or(cards, "an unnamed card"), or(drivers, "?"), or([]string{when}, "undated"), or(commits, "?"), or(llamas, "?"), rounds, or(bytes, "not known"), or(bw, "not measured"))
+		or(cards, "an unnamed card"), or(drivers, "?"), or([]string{when}, "undated"), or(commits, "?"), or(llamas, "?"), plural(rounds, "interleaved round"), or(bytes, "not known"), or(bw, "not measured"))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
