@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_grouped_mma2", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -34,9 +34,10 @@ const MaxGDNShared = 100 << 10
 type Set struct {
 	f map[string]*cuda.Function
 	// MMA2 runs a Launcher's tensor-core products (Launcher.MMA) as the
-	// tiled qgemm_mma2 and qgemm_grouped_mma2 where the shape fits:
-	// bitwise qgemm_mma, several times faster. Load turns it on unless
-	// NVMAI_GPU_MMA2=0 or the kernels cannot have their shared memory.
+	// tiled qgemm_mma2 and qgemm_grouped_mma2 where the shape fits
+	// (bitwise qgemm_mma), and multi-token float products as fgemm_tiled
+	// (bitwise fgemv). Load turns it on unless NVMAI_GPU_MMA2=0 or the
+	// kernels cannot have their shared memory.
 	MMA2 bool
 	sms  int // the GPU's multiprocessors (the grouped kernel's grid)
 }
@@ -106,7 +107,8 @@ type Launcher struct {
 	After func(kernel string) // when set, called after each launch (profiling)
 	// MMA runs multi-token Q4/Q8 products on the integer tensor cores
 	// (qgemm_mma, qgemm_grouped_mma; sm_80 and newer): bitwise the same.
-	// With Set.MMA2 they run tiled (qgemm_mma2, qgemm_grouped_mma2) unless
+	// With Set.MMA2 they run tiled (qgemm_mma2, qgemm_grouped_mma2), and
+	// multi-token float products as fgemm_tiled instead of fgemv, unless
 	// OldMMA is set.
 	MMA    bool
 	OldMMA bool
@@ -248,6 +250,10 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		return l.launch("qgemv_tb", cuda.D2(blocks(T, qTokenBlock), blocks(rows, 16)), cuda.D1(256), 0,
 			y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, T, qTokenBlock)
 	case kernels.F32, kernels.BF16, kernels.F16:
+		if T > 1 && sel == 0 && slots == 1 && l.K.MMA2 && !l.OldMMA {
+			return l.launch("fgemm_tiled", cuda.D2(blocks(T, 32), blocks(m.Rows, 32)), cuda.D1(128), 0,
+				y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, T)
+		}
 		return l.launch("fgemv", cuda.D2(T, blocks(rows, 32)), cuda.D1(256), 0,
 			y, m.Data, int(m.Enc), m.Rows, m.Cols, x, res, sel, slots, uint64(m.EData), xs)
 	}

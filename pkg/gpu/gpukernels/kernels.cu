@@ -1038,6 +1038,78 @@ extern "C" __global__ void fgemv(float* y, const u8* data, int enc, int rows, in
     }
 }
 
+// fgemm_tiled is fgemv for T > 1 tokens of one matrix (prefill's router
+// and other float products): block (token tile, row tile) of FT_R rows ×
+// FT_T tokens stages FT_K columns of the rows (widened to float) and of
+// the tokens at a time, so each weight is read once per token tile instead
+// of once per token. Thread (tr, tt) keeps rows 4tr … 4tr+3 × tokens tt,
+// tt+16 with fgemv's 8 lane sums each (column i into sum i mod 8, in
+// order), folded as fgemv folds them: bitwise kernels.MatVec. Columns past
+// cols are staged as 0 in both: +0 products leave a sum (never −0) as it is.
+#define FT_R 32
+#define FT_T 32
+#define FT_K 64
+extern "C" __global__ void __launch_bounds__(128) fgemm_tiled(float* y, const u8* data, int enc, int rows, int cols, const float* x, const float* res, int T) {
+    PDL_ENTRY();
+    __shared__ float sw[FT_R][FT_K + 1]; // +1: a warp's 16 tokens fall in 16 banks
+    __shared__ float sxs[FT_T][FT_K + 1];
+    int tid = threadIdx.x, tr = tid >> 4, tt = tid & 15;
+    int r0 = blockIdx.y * FT_R, t0 = blockIdx.x * FT_T;
+    float p[4][2][8];
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+#pragma unroll
+            for (int l = 0; l < 8; l++) p[m][k][l] = 0;
+    for (int c0 = 0; c0 < cols; c0 += FT_K) {
+        __syncthreads(); // the last chunk is read
+        for (int i = tid; i < FT_R * FT_K; i += 128) {
+            int rr = i / FT_K, cc = i % FT_K, r = r0 + rr, c = c0 + cc;
+            float v = 0;
+            if (r < rows && c < cols) {
+                i64 idx = (i64)r * cols + c;
+                if (enc == ENC_F32) v = ((const float*)data)[idx];
+                else if (enc == ENC_BF16) v = bf16f(((const u16*)data)[idx]);
+                else v = f16f(((const u16*)data)[idx]);
+            }
+            sw[rr][cc] = v;
+        }
+        for (int i = tid; i < FT_T * FT_K; i += 128) {
+            int tk = i / FT_K, cc = i % FT_K, t = t0 + tk, c = c0 + cc;
+            sxs[tk][cc] = t < T && c < cols ? x[(i64)t * cols + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < FT_K; i++) {
+            float wv[4], xv[2];
+#pragma unroll
+            for (int m = 0; m < 4; m++) wv[m] = sw[4 * tr + m][i];
+#pragma unroll
+            for (int k = 0; k < 2; k++) xv[k] = sxs[tt + 16 * k][i];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int k = 0; k < 2; k++) p[m][k][i & 7] = __fadd_rn(p[m][k][i & 7], __fmul_rn(wv[m], xv[k]));
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int r = r0 + 4 * tr + m, t = t0 + tt + 16 * k;
+            // fgemv's fold: lanes l and l+4, then l and l+2, then 0 and 1.
+            float a0 = __fadd_rn(p[m][k][0], p[m][k][4]), a1 = __fadd_rn(p[m][k][1], p[m][k][5]);
+            float a2 = __fadd_rn(p[m][k][2], p[m][k][6]), a3 = __fadd_rn(p[m][k][3], p[m][k][7]);
+            float v = __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
+            if (r < rows && t < T) {
+                i64 o = (i64)t * rows + r;
+                y[o] = res ? __fadd_rn(res[o], v) : v;
+            }
+        }
+    }
+}
+
 // frow_fold is one row of fgemv: the lane's in-order sum, then the 8 lanes
 // folded as kernels.MatVec does; lane 0 returns the row's product.
 __device__ __forceinline__ float frow_fold(int enc, const u8* w, const float* xa, int cols, int lane, bool active) {

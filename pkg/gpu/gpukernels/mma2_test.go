@@ -357,3 +357,47 @@ func TestGroupedMMA2Bitwise(t *testing.T) {
 		}
 	}
 }
+
+// fgemm_tiled (multi-token float products: the router in prefill) is
+// bitwise fgemv and kernels.MatVec for BF16, F16 and F32 rows, with column
+// tails inside a staged chunk, row and token tails, and a residual.
+func TestFGEMMTiledBitwise(t *testing.T) {
+	_, s := device(t)
+	if !s.MMA2 {
+		t.Skip("the tiled products are off (NVMAI_GPU_MMA2=0 or no shared memory for them)")
+	}
+	r := rand.New(rand.NewPCG(59, 60))
+	for _, enc := range []kernels.Encoding{kernels.BF16, kernels.F16, kernels.F32} {
+		for _, sh := range [][3]int{{257, 2048, 512}, {256, 2048, 33}, {33, 100, 7}, {1, 13, 2}, {40, 4104, 65}} {
+			rows, cols, T := sh[0], sh[1], sh[2]
+			m := randMatrix(t, r, rows, cols, enc)
+			x := randVec(r, T*cols, 1)
+			res := randVec(r, T*rows, 1)
+			withGPU(t, func(b *gpuBuf, l *Launcher) {
+				dm, dx, dres := upMat(b, m), b.up(cuda.Bytes(x)), b.up(cuda.Bytes(res))
+				run := func(old bool, res cuda.DevicePtr) []float32 {
+					l.OldMMA = old
+					y := b.poisoned(4 * T * rows)
+					if err := l.GEMV(y, dm, dx, nil, res, 0, 1, false, T); err != nil {
+						t.Fatal(err)
+					}
+					return b.f32(y, T*rows)
+				}
+				got, gotR, old, oldR := run(false, 0), run(false, dres), run(true, 0), run(true, dres)
+				if j := bitwise(got, old); j >= 0 {
+					t.Fatalf("enc %d %dx%d T %d: output %d %v, fgemv %v", enc, rows, cols, T, j, got[j], old[j])
+				}
+				if j := bitwise(gotR, oldR); j >= 0 {
+					t.Fatalf("enc %d %dx%d T %d with residual: output %d %v, fgemv %v", enc, rows, cols, T, j, gotR[j], oldR[j])
+				}
+				for tok := 0; tok < T; tok += max(1, T/9) {
+					want := make([]float32, rows)
+					kernels.MatVec(want, m, x[tok*cols:(tok+1)*cols])
+					if j := bitwise(got[tok*rows:(tok+1)*rows], want); j >= 0 {
+						t.Fatalf("enc %d %dx%d T %d token %d row %d: %v, MatVec %v", enc, rows, cols, T, tok, j, got[tok*rows+j], want[j])
+					}
+				}
+			})
+		}
+	}
+}
