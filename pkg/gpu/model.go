@@ -81,6 +81,7 @@ type Model struct {
 	free0, total0 uint64
 	plan          Plan
 	stream        *streamer
+	batch         *batcher // the batched step's scratch and graphs (batch.go)
 	allocs        []cuda.DevicePtr
 	WeightBytes   int64 // bytes uploaded
 	TokenBytes    int64 // weight bytes one decode token reads
@@ -363,9 +364,12 @@ func (m *Model) Close() {
 		if m.stream != nil {
 			m.stream.freeHost(c)
 		}
+		if m.batch != nil {
+			m.batch.close(c)
+		}
 		return nil
 	})
-	m.allocs = nil
+	m.allocs, m.batch = nil, nil
 }
 
 // Config is the model's geometry.

@@ -66,6 +66,7 @@ type State struct {
 	failed             error
 	allocs             []cuda.DevicePtr // everything but the KV cache
 	replay             routeReplay      // SetRouteOverride's experts (route.go)
+	gen                uint64           // numbers the KV buffers, which batch graphs bake in (batch.go)
 }
 
 // scratch is a forward pass's device buffers for up to State.chunkLen tokens.
@@ -180,6 +181,7 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 		st.graph = nil
 	}
 	st.kcap = capacity
+	st.gen = nextStateGen()
 	return nil
 }
 
