@@ -51,7 +51,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "cors-origin", Usage: "allow browser requests from this origin (\"*\" for any); default none"},
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running ones; more get 429"},
-			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU engine; each holds its own sequence state)", DefaultText: "as many sequence states as fit in memory, at most 4; 1 where batching is not available"}, 1, server.MaxParallel, ""),
+			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU and GPU engines; each holds its own sequence state, in device memory on the GPU)", DefaultText: "as many sequence states as fit in memory (device memory on the GPU), at most 4; 1 where batching is not available"}, 1, server.MaxParallel, ""),
 			&cli.BoolFlag{Name: "no-constrain-tools", Usage: "leave tool calls unconstrained (free text parsed after the fact); by default, once the model opens a <tool_call> only a well-formed call of a declared tool can follow (docs/structured-output.md)"},
 			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
@@ -291,9 +291,6 @@ func checkModelsFlags(c *cli.Context) error {
 	if err := cliutil.Exclusive(c, "model", "models-dir"); err != nil {
 		return err
 	}
-	if c.Int("parallel") > 1 && engineDevice(c) != nvmodel.CPU {
-		return cliutil.Usagef("--parallel %d: the %s engine decodes one sequence at a time (no batched step yet); drop --parallel or use --engine cpu", c.Int("parallel"), engineDevice(c))
-	}
 	if !c.IsSet("models-dir") {
 		if c.IsSet("idle-unload") {
 			return cliutil.Usagef("--idle-unload needs --models-dir (with --model the one model stays loaded; a --models-dir holding one install unloads it when idle)")
@@ -453,8 +450,9 @@ func serveParallel(c *cli.Context, e *runtime.Engine) (int, string, runtime.Foot
 	}
 	total, _ := machineMemory()
 	if !c.IsSet("parallel") {
-		if d := engineDevice(c); d != nvmodel.CPU {
-			return 1, "default: the " + d + " engine has no batched step yet", f, nil
+		if d := engineDevice(c); d != nvmodel.CPU { // the states live in device memory
+			n, note := defaultDeviceParallel(e, d)
+			return n, note, f.WithSequences(n), nil
 		}
 		if !e.CanBatch() {
 			return 1, fmt.Sprintf("default: the %s model's engine has no batched step yet", e.Install.Manifest.Architecture), f, nil
@@ -467,10 +465,13 @@ func serveParallel(c *cli.Context, e *runtime.Engine) (int, string, runtime.Foot
 		return n, "", f, nil
 	}
 	if !e.CanBatch() {
-		return 0, "", f, cliutil.Usagef("--parallel %d: the %s model's %s engine has no batched decode step yet (only the qwen35 CPU engine has one); drop --parallel", n, e.Install.Manifest.Architecture, e.Info().Device)
+		return 0, "", f, cliutil.Usagef("--parallel %d: the %s model's %s engine has no batched decode step yet (the qwen35 CPU and GPU engines have one); drop --parallel", n, e.Install.Manifest.Architecture, e.Info().Device)
 	}
 	if !c.Bool("force") {
 		if err := parallelFits(n, f, total); err != nil {
+			return 0, "", f, err
+		}
+		if err := deviceParallelFits(e, n); err != nil {
 			return 0, "", f, err
 		}
 	}

@@ -15,8 +15,9 @@ import (
 )
 
 // --parallel is refused outside its range, on an engine without a batched
-// step (the GPU before loading, qwen38 once loaded), and with
-// --models-dir; each refusal says what to do.
+// step (qwen38 once loaded), and with --models-dir; each refusal says what
+// to do. The GPU engine batches (its states are sized in device memory:
+// TestServeDeviceParallelDefault).
 func TestServeParallelRefusals(t *testing.T) {
 	q38 := filepath.Join(t.TempDir(), "q38")
 	if _, err := convert.Synth(context.Background(), convert.SynthOptions{Geometry: "tiny-qwen38", Bits: 4, Output: q38, Seed: 1, Threads: 1}); err != nil {
@@ -29,7 +30,6 @@ func TestServeParallelRefusals(t *testing.T) {
 	}{
 		{[]string{"serve", "--model", dir, "--parallel", "17"}, "--parallel"},
 		{[]string{"serve", "--model", dir, "--parallel", "0"}, "--parallel"},
-		{[]string{"serve", "--model", dir, "--engine", "gpu", "--parallel", "2"}, "--parallel 2: the gpu engine decodes one sequence at a time"},
 		{[]string{"serve", "--models-dir", dir, "--parallel", "2"}, "--parallel 2 applies to --model"},
 		{[]string{"serve", "--model", q38, "--port", "0", "--parallel", "4"}, "engine has no batched decode step yet"},
 	} {
@@ -160,5 +160,27 @@ func TestServeParallelMemory(t *testing.T) {
 	r = clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", dir, "--port", "0", "--threads", "1", "--parallel", "3", "--force")
 	if r.Code != 0 || !strings.Contains(r.Stderr, "| parallel 3\n") {
 		t.Errorf("--parallel 3 --force: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+}
+
+// On the GPU the default counts sequence states against the device's free
+// memory: up to 4, at least 1, the note saying how many fit and what to
+// lower for more.
+func TestServeDeviceParallelDefault(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tc := range []struct {
+		per, room int64
+		n         int
+		note      string
+	}{
+		{gib, 10 * gib, 4, "default: 4 states of 1 GiB fit in 10 GiB of device memory free"},
+		{gib, 3*gib + 1, 3, "3 states of 1 GiB fit in 3.00 GiB of device memory free; 4 need 4 GiB: lower --max-context or --vram-budget for more"},
+		{gib, gib, 1, "default: 1 state of 1 GiB fits in 1 GiB of device memory free; 4 need"},
+		{gib, gib / 2, 1, "default: one device state of 1 GiB, 512 MiB of device memory free beside the rest"},
+	} {
+		n, note := deviceStatesIn(tc.per, tc.room)
+		if n != tc.n || !strings.Contains(note, tc.note) {
+			t.Errorf("per %d room %d: %d (%q), want %d (%q)", tc.per, tc.room, n, note, tc.n, tc.note)
+		}
 	}
 }

@@ -579,3 +579,27 @@ func (m *Model) batchExperts(l *gpukernels.Launcher, bt *batcher, ly *layerW, N 
 	do(l.ExpertStage(x.staging, sl.pool, sl.hostDev, x.need, sl.tab, sl.stats, g.E, x.stride))
 	return ly.eGate, ly.eUp, ly.eDown, s.sel
 }
+
+// SequenceRoom sizes serve --parallel on the device: per is one sequence
+// state's device memory at the plan's context (stateBytes, as the plan
+// counts the one it reserves: the KV cache grows past it on demand), room
+// the device memory free now less the auto budget's reserve and, until the
+// first batched step makes it, the batched step's scratch. No state is
+// allocated at load, so room/per states fit, the first included.
+func (b *Backend) SequenceRoom() (per, room int64, err error) {
+	m := b.Model
+	ctx := m.opt.MaxContext
+	if ctx <= 0 {
+		ctx = DefaultPlanContext
+	}
+	per = stateBytes(m.cfg, m.geom, max(m.chunk, 1), min(ctx, m.cfg.MaxContext), m.kvBits())
+	var free, total uint64
+	if err := m.dev.Do(func(c *cuda.Ctx) (err error) { free, total, err = c.MemInfo(); return err }); err != nil {
+		return per, 0, err
+	}
+	room = int64(free) - autoReserve(total)
+	if m.batch == nil {
+		room -= m.BatchScratchBytes()
+	}
+	return per, max(room, 0), nil
+}

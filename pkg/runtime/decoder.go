@@ -155,7 +155,8 @@ func (d *Decoder) finish() error {
 }
 
 // CanBatch reports whether StepBatch can feed several sessions in one
-// step (the model implements model.BatchStepper: the qwen35 CPU engine).
+// step (the model implements model.BatchStepper: the qwen35 CPU and GPU
+// engines).
 func (e *Engine) CanBatch() bool {
 	_, ok := e.model.(model.BatchStepper)
 	return ok
