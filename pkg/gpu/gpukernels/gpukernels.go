@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -63,7 +63,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 	}
 	s.sms = c.SMs()
 	s.MMA2 = os.Getenv("NVMAI_GPU_MMA2") != "0"
-	for _, n := range []string{"qgemm_mma2", "qgemm_grouped_mma2"} {
+	for _, n := range []string{"qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxMMA2Shared); err != nil {
 			s.MMA2 = false // a GPU with less shared memory keeps qgemm_mma
 		}
@@ -112,6 +112,9 @@ type Launcher struct {
 	// OldMMA is set.
 	MMA    bool
 	OldMMA bool
+	// denseTile forces qgemm_mma2's block (tests): 0 picks by the grid,
+	// 1 the 64×64 blocks, 2 the 64×32 ones (qgemm_mma2_s).
+	denseTile int
 	// GDNPipe runs the delta rule as gdn_rec_pipe (two dependency chains a
 	// token instead of two in a row): bitwise gdn_rec.
 	GDNPipe bool
@@ -239,8 +242,12 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 				y, m.Data, m.Scales, m.Biases, m.Rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, sel, slots, uint64(m.EData), uint64(m.EScale), xs, lanes)
 		}
 		if l.MMA && l.mma2(m.Cols, 0, bits) {
-			smem := mma2Shared(mma2DenseRows, mma2DenseTokens, bits, m.Cols/kernels.GroupSize)
-			return l.launch("qgemm_mma2", cuda.D2(blocks(T, mma2DenseTokens), blocks(rows, mma2DenseRows)), cuda.D1(mma2Threads), smem,
+			name, tokens, threads := "qgemm_mma2", mma2DenseTokens, mma2Threads
+			if small := blocks(T, tokens)*blocks(rows, mma2DenseRows) < 2*l.K.sms; l.denseTile == 2 || small && l.denseTile == 0 { // half the token tile, twice the blocks
+				name, tokens, threads = "qgemm_mma2_s", mma2DenseTokens/2, mma2Threads/2
+			}
+			smem := mma2Shared(mma2DenseRows, tokens, bits, m.Cols/kernels.GroupSize)
+			return l.launch(name, cuda.D2(blocks(T, tokens), blocks(rows, mma2DenseRows)), cuda.D1(threads), smem,
 				y, m.Data, m.Scales, m.Biases, rows, m.Cols, bits, q.Q8, q.Q4, q.DX, q.SX, res, T)
 		}
 		if l.MMA {
@@ -393,8 +400,10 @@ func (l *Launcher) GEMVGrouped(y cuda.DevicePtr, m *Mat, q *QAct, offs, list cud
 }
 
 // The tiled tensor-core products' geometry (kernels.cu's M2_*, M2D_*,
-// M2G_*): 8 warps a block; dense blocks of 64 rows × 64 tokens, grouped
-// ones of 128 rows × 32 entries; M2_STAGES groups in flight.
+// M2G_*): 8 warps a block; dense blocks of 64 rows × 64 tokens (or 4
+// warps, 64 × 32: qgemm_mma2_s, where the first would give fewer than two
+// blocks a multiprocessor), grouped ones of 128 rows × 32 entries;
+// M2_STAGES groups in flight.
 const (
 	mma2Threads      = 256
 	mma2Stages       = 4

@@ -704,7 +704,7 @@ template <int WR, int WN>
 __device__ __forceinline__ void m2_tile(u8* sm, const u16* ord, const int* vec, const int* orow, int nt,
                                         float* y, const float* res, const u8* w, const u16* sc, const u16* bi, int r0, int nr, int rows, int G, int bits,
                                         const signed char* xq8, const int* xq4, const float* dx, const float* sx) {
-    const int BM = 32 * WR, BN = 16 * WN;
+    const int BM = 32 * WR, BN = 16 * WN, NTH = 32 * WR * WN;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wr = warp / WN, wn = warp % WN, gid = lane >> 2, tq = lane & 3;
     const int WB = bits * 8;                        // a row's bytes of one group
@@ -721,11 +721,11 @@ __device__ __forceinline__ void m2_tile(u8* sm, const u16* ord, const int* vec, 
         const u16* b0 = bi + (i64)r0 * G;
         bool al = ((((size_t)s0) | ((size_t)b0)) & 15) == 0;
         int n16 = al ? n / 8 : 0;
-        for (int i = tid; i < n16; i += M2_THREADS) {
+        for (int i = tid; i < n16; i += NTH) {
             cp_async16(smem_addr(sS + 8 * i), s0 + 8 * i);
             cp_async16(smem_addr(sB + 8 * i), b0 + 8 * i);
         }
-        for (int i = 8 * n16 + tid; i < n; i += M2_THREADS) {
+        for (int i = 8 * n16 + tid; i < n; i += NTH) {
             sS[i] = s0[i];
             sB[i] = b0[i];
         }
@@ -737,13 +737,13 @@ __device__ __forceinline__ void m2_tile(u8* sm, const u16* ord, const int* vec, 
         float* sdx = (float*)(sx_ + BN * 64);
         float* ssx = sdx + BN;
         const int cpr = WB / 16; // chunks a row: 2 (Q4) or 4 (Q8)
-        for (int i = tid; i < BM * cpr; i += M2_THREADS) {
+        for (int i = tid; i < BM * cpr; i += NTH) {
             int row = i / cpr, c = i % cpr;
             int gr = r0 + min(row, nr - 1);
             int pc = cpr == 4 ? c ^ ((row >> 1) & 3) : c ^ ((row >> 2) & 1);
             cp_async16(smem_addr(sw + row * WB + pc * 16), w + gr * stride + g * WB + c * 16);
         }
-        for (int i = tid; i < BN * 4; i += M2_THREADS) {
+        for (int i = tid; i < BN * 4; i += NTH) {
             int tok = i >> 2, c = i & 3;
             int pc = c ^ ((tok >> 1) & 3);
             cp_async16(smem_addr(sx_ + tok * 64 + pc * 16), xbase + ((i64)vec[tok] * G + g) * 64 + c * 16);
@@ -878,18 +878,16 @@ __device__ __forceinline__ void m2_order(u16* ord, int G) {
     }
 }
 
-#define M2D_WR 2 // dense: 64 rows × 64 tokens a block
-#define M2D_WN 4
+#define M2D_WR 2 // dense: 64 rows × 64 tokens a block (8 warps), or
+#define M2D_WN 4 // 64 × 32 (4 warps) where that grid would not fill the GPU
 #define M2G_WR 4 // grouped: 128 rows × 32 entries a block, two blocks an SM
 #define M2G_WN 2 // (its grid is two blocks a multiprocessor)
 
-// qgemm_mma2 is qgemm_mma tiled: block (token tile, row tile).
-extern "C" __global__ void __launch_bounds__(M2_THREADS, 1)
-qgemm_mma2(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
-           const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
-    PDL_ENTRY();
+template <int WR, int WN>
+__device__ __forceinline__ void m2_dense(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+                                         const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
     extern __shared__ __align__(16) u8 m2sm[];
-    const int BM = 32 * M2D_WR, BN = 16 * M2D_WN, G = cols / 64;
+    const int BM = 32 * WR, BN = 16 * WN, G = cols / 64;
     __shared__ int vec[BN], orow[BN];
     __shared__ u16 ord[M2_MAXG];
     int t0 = blockIdx.x * BN, r0 = blockIdx.y * BM;
@@ -901,7 +899,24 @@ qgemm_mma2(float* y, const u8* data, const u8* scales, const u8* biases, int row
         orow[k] = vec[k];
     }
     __syncthreads();
-    m2_tile<M2D_WR, M2D_WN>(m2sm, ord, vec, orow, nt, y, res, data, (const u16*)scales, (const u16*)biases, r0, nr, rows, G, bits, xq8, xq4, dx, sx);
+    m2_tile<WR, WN>(m2sm, ord, vec, orow, nt, y, res, data, (const u16*)scales, (const u16*)biases, r0, nr, rows, G, bits, xq8, xq4, dx, sx);
+}
+
+// qgemm_mma2 is qgemm_mma tiled: block (token tile, row tile).
+extern "C" __global__ void __launch_bounds__(M2_THREADS, 1)
+qgemm_mma2(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+           const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
+    PDL_ENTRY();
+    m2_dense<M2D_WR, M2D_WN>(y, data, scales, biases, rows, cols, bits, xq8, xq4, dx, sx, res, T);
+}
+
+// qgemm_mma2_s is qgemm_mma2 in blocks of 64 rows × 32 tokens (4 warps),
+// twice the blocks for products too small to fill the GPU otherwise.
+extern "C" __global__ void __launch_bounds__(M2_THREADS / 2, 2)
+qgemm_mma2_s(float* y, const u8* data, const u8* scales, const u8* biases, int rows, int cols, int bits,
+             const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* res, int T) {
+    PDL_ENTRY();
+    m2_dense<M2D_WR, M2D_WN / 2>(y, data, scales, biases, rows, cols, bits, xq8, xq4, dx, sx, res, T);
 }
 
 // qgemm_grouped_mma2 is qgemm_grouped_mma tiled, over a tile list: expert

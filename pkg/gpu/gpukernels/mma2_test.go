@@ -230,9 +230,9 @@ func needMMA2(t *testing.T) {
 	}
 }
 
-// qgemm_mma2 is bitwise qgemm_mma (every output float, with and without a
-// residual) and MatVecFast, at the 35B-A3B's shapes, row, token and group
-// tails, and odd token counts.
+// qgemm_mma2 (both block shapes) is bitwise qgemm_mma (every output float,
+// with and without a residual) and MatVecFast, at the 35B-A3B's shapes,
+// row, token and group tails, and odd token counts.
 func TestQGEMMMMA2Bitwise(t *testing.T) {
 	needMMA2(t)
 	r := rand.New(rand.NewPCG(55, 56))
@@ -248,21 +248,25 @@ func TestQGEMMMMA2Bitwise(t *testing.T) {
 				q := quantized(b, l, dx, T, cols)
 				dm := upMat(b, m)
 				dres := b.up(cuda.Bytes(res))
-				run := func(old bool, res cuda.DevicePtr) []float32 {
-					l.OldMMA = old
+				run := func(old bool, tile int, res cuda.DevicePtr) []float32 {
+					l.OldMMA, l.denseTile = old, tile
 					y := b.poisoned(4 * T * rows)
 					if err := l.GEMV(y, dm, dx, q, res, 0, 1, false, T); err != nil {
 						t.Fatal(err)
 					}
 					return b.f32(y, T*rows)
 				}
-				got, gotR := run(false, 0), run(false, dres)
-				old, oldR := run(true, 0), run(true, dres)
-				if j := bitwise(got, old); j >= 0 {
-					t.Fatalf("enc %d %dx%d T %d: output %d (token %d row %d) %v, qgemm_mma %v", enc, rows, cols, T, j, j/rows, j%rows, got[j], old[j])
-				}
-				if j := bitwise(gotR, oldR); j >= 0 {
-					t.Fatalf("enc %d %dx%d T %d with residual: output %d %v, qgemm_mma %v", enc, rows, cols, T, j, gotR[j], oldR[j])
+				old, oldR := run(true, 0, 0), run(true, 0, dres)
+				var got []float32
+				for tile := range 3 { // the grid's pick, then 64×64 and 64×32 blocks
+					got = run(false, tile, 0)
+					gotR := run(false, tile, dres)
+					if j := bitwise(got, old); j >= 0 {
+						t.Fatalf("enc %d %dx%d T %d tile %d: output %d (token %d row %d) %v, qgemm_mma %v", enc, rows, cols, T, tile, j, j/rows, j%rows, got[j], old[j])
+					}
+					if j := bitwise(gotR, oldR); j >= 0 {
+						t.Fatalf("enc %d %dx%d T %d tile %d with residual: output %d %v, qgemm_mma %v", enc, rows, cols, T, tile, j, gotR[j], oldR[j])
+					}
 				}
 				for tok := 0; tok < T; tok += max(1, T/17) {
 					want := make([]float32, rows)
