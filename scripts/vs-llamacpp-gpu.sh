@@ -40,15 +40,19 @@
 # device-to-device copy rate nvmai-run bench measures in the same call.
 # Where $OUT is set, each call ends by copying runs.jsonl, table.md and the logs there.
 # --keep keeps the 8-bit pair after bench8 (the 4-bit pair is always deleted before models8).
+# NVMAI_VS_PREFILL (default 512,4096), NVMAI_VS_DEPTHS (512,16384) and NVMAI_VS_GEN (128) change
+# what is timed, e.g. for a shorter call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 
 NLC_VERSION=3.22.1
-PREFILL=(512 4096)   # llama-bench -p, and nvmai's --prompt-tokens
-DEPTHS=(512 16384)   # decode after this many tokens of context
-GEN=128              # decode tokens in both engines
+# What is timed; NVMAI_VS_PREFILL, NVMAI_VS_DEPTHS (comma-separated) and NVMAI_VS_GEN change it for
+# a shorter device call or a CPU-only trial run.
+IFS=, read -ra PREFILL <<<"${NVMAI_VS_PREFILL:-512,4096}"   # prefill lengths: llama-bench -p, nvmai --prompt-tokens
+IFS=, read -ra DEPTHS <<<"${NVMAI_VS_DEPTHS:-512,16384}"    # decode after this many tokens of context
+GEN=${NVMAI_VS_GEN:-128}                                # decode tokens in both engines
 work=${NVMAI_VS_WORK:-/tmp/nvmai-vs-llamacpp-gpu}
 steps=all rounds=2 background=0 budget=${BUDGET:-540} layers=40 keep=0 mode=device arg=""
 die() { echo "vs-llamacpp-gpu: $*" >&2; exit 1; }
@@ -64,12 +68,12 @@ while [ $# -gt 0 ]; do
 	--work) work=${2:?}; shift 2 ;;
 	--background) background=1; shift ;;
 	--keep) keep=1; shift ;;
-	-h | --help) sed -n '2,46p' "$0"; exit 0 ;;
+	-h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done
-for n in "$rounds" "$budget" "$layers"; do
-	[[ "$n" =~ ^[0-9]+$ ]] || die "--rounds, --budget and --layers take whole numbers, got $n"
+for n in "$rounds" "$budget" "$layers" "$GEN" "${PREFILL[@]}" "${DEPTHS[@]}"; do
+	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || die "--rounds, --budget, --layers and NVMAI_VS_PREFILL/DEPTHS/GEN take whole numbers ≥ 1, got '$n'"
 done
 [ "$layers" -ge 1 ] && [ "$layers" -le 40 ] || die "--layers must be 1..40"
 [ "$steps" = all ] && steps=build,models4,bench4,models8,bench8
@@ -436,12 +440,14 @@ step_bench() { # WIDTH
 		run_nvmai() { for p in "${nvp[@]}"; do nv_run "$w" "$r" "$p" "${meta[@]}" >>"$rf"; done; }
 		run_llama() { ll_run "$w" "$r" prefill "${meta[@]}" >>"$rf"; ll_run "$w" "$r" decode "${meta[@]}" >>"$rf"; }
 		if [ "$first" = nvmai ]; then run_nvmai; run_llama; else run_llama; run_nvmai; fi
+		secs=$(($(date +%s) - s))
 		if grep -q '"failed":"timed out' "$rf"; then
-			stamp "bench$w: round $r ran out of the call's budget; it runs again next call"
+			# It takes longer than that: the next call starts it only with a minute more than it had.
+			echo $((secs + 60)) >"$W/bench$w.secs"
+			stamp "bench$w: round $r ran out of the call's budget after $secs s; it runs again, whole, next call"
 			return 1
 		fi
 		cat "$rf" >>"$runs"
-		secs=$(($(date +%s) - s))
 		echo "$secs" >"$W/bench$w.secs"
 		mark "bench$w.r$r"
 		stamp "bench$w: round $r done in $secs s$(grep -c '"failed"' "$rf" | sed 's/^0$//; s/^\(.\+\)$/, \1 records failed/')"
