@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -56,7 +56,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 		s.f[n] = f
 	}
-	for _, n := range []string{"gdn_heads", "gdn_rec_par", "gdn_rec_reg"} {
+	for _, n := range []string{"gdn_heads", "gdn_rec_par", "gdn_rec_reg", "gdn_rec_reg_rows"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxGDNShared); err != nil {
 			return nil, err
 		}
@@ -368,7 +368,7 @@ func (l *Launcher) MoEGroup(offs, list, sel cuda.DevicePtr, n, E int) error {
 	if E > 1024 {
 		return fmt.Errorf("gpukernels: moe_group: %d experts is past the kernel's 1024", E)
 	}
-	return l.launch("moe_group", cuda.D1(1), cuda.D1(256), 0, offs, list, sel, n, E)
+	return l.launch("moe_group", cuda.D1(1), cuda.D1(1024), 0, offs, list, sel, n, E)
 }
 
 // GEMVGrouped is the gathered product of m's E experts over a chunk grouped
@@ -540,6 +540,53 @@ func (l *Launcher) GDNRec(oraw, S, conv, a, b, negExpA, dtBias cuda.DevicePtr, s
 	}
 	return l.launch(name, cuda.D2(s.Hv, blocks(s.Dv, 32)), cuda.D1(128), smem,
 		oraw, S, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, T, abStride)
+}
+
+// MaxRows is the most sequences a *Rows launch takes (kernels.cu's
+// ROWS_MAX): the batched decode step's rows.
+const MaxRows = 16
+
+// rowPtrs is kernels.cu's RowPtrs, passed by value: a pointer a row.
+func rowPtrs(ptrs []cuda.DevicePtr) ([]byte, error) {
+	if len(ptrs) == 0 || len(ptrs) > MaxRows {
+		return nil, fmt.Errorf("gpukernels: %d rows; a batched launch takes 1 to %d", len(ptrs), MaxRows)
+	}
+	table := make([]byte, 8*MaxRows)
+	for i, p := range ptrs {
+		binary.LittleEndian.PutUint64(table[8*i:], uint64(p))
+	}
+	return table, nil
+}
+
+// GDNConvRows is GDNConv with T = 1 for each of len(states) sequences in
+// one launch: row r of proj [N, C] through states[r] into row r of out,
+// bitwise GDNConv(…, T = 1) on each row.
+func (l *Launcher) GDNConvRows(out, proj cuda.DevicePtr, states []cuda.DevicePtr, w cuda.DevicePtr, C, K int) error {
+	if K > 8 {
+		return fmt.Errorf("gpukernels: conv kernel %d is wider than 8", K)
+	}
+	table, err := rowPtrs(states)
+	if err != nil {
+		return err
+	}
+	return l.launch("gdn_conv_rows", cuda.Dim3{X: uint32(blocks(C, 128)), Y: 1, Z: uint32(len(states))}, cuda.D1(128), 0, out, proj, table, w, C, K)
+}
+
+// GDNRecRows is GDNRec with T = 1 for each of len(states) sequences in one
+// launch (row r: oraw [N, Hv·Dv], conv [N, C], a and b rows abStride apart,
+// state states[r]), bitwise GDNRec(…, T = 1) on each row. It runs only
+// where that GDNRec runs gdn_rec_reg; ok false: launch GDNRec row by row.
+func (l *Launcher) GDNRecRows(oraw cuda.DevicePtr, states []cuda.DevicePtr, conv, a, b, negExpA, dtBias cuda.DevicePtr, s GDNShape, abStride int) (ok bool, err error) {
+	if !(l.GDNPar && l.GDNReg && GDNRegFits(s, 1)) {
+		return false, nil
+	}
+	table, err := rowPtrs(states)
+	if err != nil {
+		return false, err
+	}
+	grid := cuda.Dim3{X: uint32(s.Hv), Y: uint32(blocks(s.Dv, 32)), Z: uint32(len(states))}
+	return true, l.launch("gdn_rec_reg_rows", grid, cuda.D1(128), GDNRecRegShared(s, 1),
+		oraw, table, conv, a, b, negExpA, dtBias, s.C, s.Hk, s.Hv, s.Dk, s.Dv, abStride)
 }
 
 // GDNNorm applies the gated RMSNorm to gdn_rec's outputs, into o [T, Hv·Dv];

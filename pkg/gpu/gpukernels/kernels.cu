@@ -1320,41 +1320,76 @@ extern "C" __global__ void moe_down(float* x, const u8* data, const u8* scales, 
 
 // moe_group lists a chunk's n = T·k (token, slot) entries by expert: entries
 // offs[e] … offs[e+1]−1 of list are expert e's values of t·k+s, ascending.
-// One block; sel is read through shared memory in tiles.
-#define GROUP_TILE 2048
-extern "C" __global__ void moe_group(int* offs, int* list, const int* sel, int n, int E) {
+// One block of GROUP_THREADS: the counts (shared atomics: exact in any
+// order), their exclusive scan, then the entries GROUP_THREADS at a time in
+// order: an entry's place is its expert's running count plus the entries
+// of its warp before it with the same expert (match.any), the warps of a
+// tile taking their turn one after another. (It was one thread per expert
+// scanning every entry: 4 ms of a 512-token chunk.)
+#define GROUP_THREADS 1024
+__device__ __forceinline__ u32 match_any(int v) {
+    u32 m;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(m) : "r"(v));
+#else
+    m = 0;
+    __trap();
+#endif
+    return m;
+}
+
+extern "C" __global__ void __launch_bounds__(GROUP_THREADS) moe_group(int* offs, int* list, const int* sel, int n, int E) {
     PDL_ENTRY();
     __shared__ int cnt[1024];
-    __shared__ int tile[GROUP_TILE];
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int base = 0; base < n; base += GROUP_TILE) {
-            int m = min(GROUP_TILE, n - base);
-            __syncthreads();
-            for (int i = threadIdx.x; i < m; i += blockDim.x) tile[i] = sel[base + i];
-            __syncthreads();
-            for (int e = threadIdx.x; e < E; e += blockDim.x) {
-                int c = cnt[e];
-                for (int i = 0; i < m; i++)
-                    if (tile[i] == e) {
-                        if (pass == 1) list[c] = base + i;
-                        c++;
-                    }
-                cnt[e] = c;
+    __shared__ int wtot[32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    cnt[tid] = 0; // E ≤ 1024 = GROUP_THREADS
+    __syncthreads();
+    for (int i = tid; i < n; i += GROUP_THREADS) {
+        int e = sel[i];
+        if ((u32)e < (u32)E) atomicAdd(&cnt[e], 1); // an expert out of range is left out of the lists
+    }
+    __syncthreads();
+    {
+        int v = cnt[tid], inc = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += u;
+        }
+        if (lane == 31) wtot[warp] = inc;
+        __syncthreads();
+        if (warp == 0) {
+            int t = wtot[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                int u = __shfl_up_sync(0xffffffffu, t, o);
+                if (lane >= o) t += u;
             }
+            wtot[lane] = t; // inclusive over warps
         }
         __syncthreads();
-        if (pass == 0 && threadIdx.x == 0) { // counts to starting offsets
-            int acc = 0;
-            for (int e = 0; e < E; e++) {
-                int c = cnt[e];
-                cnt[e] = acc;
-                offs[e] = acc;
-                acc += c;
+        int ex = inc - v + (warp > 0 ? wtot[warp - 1] : 0);
+        if (tid < E) offs[tid] = ex;
+        if (tid == 0) offs[E] = wtot[31];
+        cnt[tid] = ex; // the expert's next place
+    }
+    for (int base = 0; base < n; base += GROUP_THREADS) {
+        int i = base + tid;
+        int e = i < n ? sel[i] : -1;
+        bool valid = (u32)e < (u32)E;
+        if (!valid) e = -1;
+        u32 mask = match_any(e);
+        int rank = __popc(mask & ((1u << lane) - 1u)), same = __popc(mask);
+        for (int w = 0; w < GROUP_THREADS / 32; w++) {
+            __syncthreads(); // the warps before w have moved the counts
+            if (warp == w) {
+                int at = valid ? cnt[e] : 0;
+                __syncwarp();
+                if (valid) {
+                    list[at + rank] = i;
+                    if (rank == same - 1) cnt[e] = at + same;
+                }
             }
-            offs[E] = acc;
         }
-        __syncthreads();
     }
 }
 
@@ -2011,7 +2046,7 @@ __device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("barri
 // the same; no state traffic through shared memory, and each warp stages
 // its own rows of q and k (one coalesced load a token each). Warps past
 // Dk/32 leave after the per-token scalars. Needs Dk a multiple of 32, ≤ 128.
-extern "C" __global__ void __launch_bounds__(128) gdn_rec_reg(float* oraw, float* S, const float* conv, const float* a, const float* b,
+__device__ __forceinline__ void gdn_rec_reg_body(float* oraw, float* S, const float* conv, const float* a, const float* b,
                                                               const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
     PDL_ENTRY();
     extern __shared__ __align__(16) float smem[];
@@ -2174,6 +2209,41 @@ extern "C" __global__ void __launch_bounds__(128) gdn_rec_reg(float* oraw, float
 #pragma unroll
     for (int r = 0; r < 32; r++)
         if (col) Sh[(i64)(row0 + r) * Dv + j] = st[r];
+}
+
+extern "C" __global__ void __launch_bounds__(128) gdn_rec_reg(float* oraw, float* S, const float* conv, const float* a, const float* b,
+                                                              const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int T, int abStride) {
+    gdn_rec_reg_body(oraw, S, conv, a, b, negExpA, dtBias, C, Hk, Hv, Dk, Dv, T, abStride);
+}
+
+// The batched decode step's mixers (pkg/gpu batch.go): one token of each
+// of up to ROWS_MAX sequences in one launch, row r (blockIdx.z) reading row
+// r of the batch's buffers and updating its own sequence's state, whose
+// pointer comes by value in RowPtrs. Each row runs the one-token launch's
+// code on the same values, so it is bitwise that launch.
+#define ROWS_MAX 16
+struct RowPtrs {
+    unsigned long long p[ROWS_MAX];
+};
+
+// gdn_rec_reg_rows is gdn_rec_reg with T = 1 for each row: oraw [N, Hv·Dv],
+// conv [N, C], a and b rows abStride apart, S.p[r] row r's state.
+extern "C" __global__ void __launch_bounds__(128) gdn_rec_reg_rows(float* oraw, RowPtrs S, const float* conv, const float* a, const float* b,
+                                                                   const float* negExpA, const float* dtBias, int C, int Hk, int Hv, int Dk, int Dv, int abStride) {
+    i64 r = blockIdx.z;
+    gdn_rec_reg_body(oraw + r * Hv * Dv, (float*)S.p[r], conv + r * C, a + r * abStride, b + r * abStride, negExpA, dtBias, C, Hk, Hv, Dk, Dv, 1, abStride);
+}
+
+// gdn_conv_rows is gdn_conv with T = 1 for each row: proj and out [N, C],
+// state.p[r] row r's conv state.
+extern "C" __global__ void gdn_conv_rows(float* out, const float* proj, RowPtrs state, const float* w, int C, int K) {
+    PDL_ENTRY();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    i64 r = blockIdx.z;
+    float* st = (float*)state.p[r];
+    if (K == 4) conv_run<4>(out + r * C, proj + r * C, st, w, C, K, 1, c);
+    else conv_run<0>(out + r * C, proj + r * C, st, w, C, K, 1, c);
 }
 
 // gdn_norm is gdn_heads' gated RMSNorm (qwen35 gatedNorm) of one head and

@@ -405,3 +405,46 @@ func TestFGEMMTiledBitwise(t *testing.T) {
 		}
 	}
 }
+
+// moe_group's lists (counts, scan, then places by warp-level ranks, 1,024
+// entries at a time) equal the host's: every expert's entries ascending,
+// over several tiles of entries, with a hot expert, empty experts, 1,024
+// experts, and a single entry.
+func TestMoEGroupLists(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	for _, tc := range []struct{ E, k, T, used, hot int }{
+		{256, 8, 511, 200, 9}, {256, 8, 512, 256, 255}, {1024, 8, 300, 1024, 1023}, {64, 4, 1, 64, 0}, {8, 8, 700, 8, 3},
+	} {
+		sel := skewedSel(r, tc.T, tc.k, tc.used, tc.hot)
+		n := len(sel)
+		var wantList []int32
+		wantOffs := []int32{0}
+		for e := range tc.E {
+			for i, v := range sel {
+				if int(v) == e {
+					wantList = append(wantList, int32(i))
+				}
+			}
+			wantOffs = append(wantOffs, int32(len(wantList)))
+		}
+		withGPU(t, func(b *gpuBuf, l *Launcher) {
+			offs, list := b.poisoned(4*(tc.E+1)), b.poisoned(4*n)
+			if err := l.MoEGroup(offs, list, b.up(cuda.Bytes(sel)), n, tc.E); err != nil {
+				t.Fatal(err)
+			}
+			gotOffs, gotList := make([]int32, tc.E+1), make([]int32, n)
+			b.c.DtoH(cuda.Bytes(gotOffs), offs)
+			b.c.DtoH(cuda.Bytes(gotList), list)
+			if !slices.Equal(gotOffs, wantOffs) {
+				t.Fatalf("%+v: offsets differ", tc)
+			}
+			if !slices.Equal(gotList, wantList) {
+				for i := range wantList {
+					if gotList[i] != wantList[i] {
+						t.Fatalf("%+v: list[%d] = %d, want %d", tc, i, gotList[i], wantList[i])
+					}
+				}
+			}
+		})
+	}
+}
