@@ -17,11 +17,15 @@ import (
 // forward over N rows, row r belonging to states[r]. The trunk's products
 // (projections, router, shared and routed experts, lm_head) run over the N
 // rows in one launch each, so every weight, and each routed expert picked
-// by any row, is read once a step; the mixers (conv, delta rule, KV append
-// and attention) run row by row with T = 1 on each row's own state. Each
-// row is computed by the kernels a lone decode step launches (the fused
-// mgemv/moe_down when Model.fuse, qgemv and fgemv otherwise; never the
-// prefill's tensor-core products), whose blocks each take one token, so a
+// by any row, is read once a step; the mixers run on each row's own
+// state: the conv and the delta rule in one launch for the batch
+// (gdn_conv_rows, gdn_rec_reg_rows: each row's state pointer passed by
+// value, the one-token kernel's code per row; NVMAI_GPU_BATCH_ROWS=0
+// launches them row by row), the KV append and attention row by row with
+// T = 1. Each row is computed by the kernels a lone decode step launches
+// (the fused mgemv/moe_down when Model.fuse, qgemv and fgemv otherwise;
+// never the prefill's tensor-core products), whose blocks each take one
+// token, or for the conv and delta rule by those kernels' own code, so a
 // row's floats are bitwise its state's own Forward of one token whatever
 // the batch. Streamed experts are staged by id for the batch as a prefill
 // pass stages them (expert_need, expert_stage): the same bytes, so the same
@@ -34,6 +38,9 @@ import (
 // MaxBatch is the most rows one batched pass carries; StepBatch runs a
 // larger batch MaxBatch states at a time.
 const MaxBatch = 16
+
+// The conv and delta rule take the batch's rows in one launch.
+var _ [gpukernels.MaxRows - MaxBatch]struct{}
 
 // maxBatchGraphs is how many captured batched steps a model keeps (the
 // least recently replayed is destroyed first).
@@ -52,7 +59,12 @@ type batcher struct {
 	tokens    cuda.DevicePtr // [MaxBatch] int32
 	zeroSel   cuda.DevicePtr // [MaxBatch] int32 zeros: see gemvRows
 	useGraphs bool
-	graphs    []batchGraph // least recently replayed first
+	// rowLaunches launches the conv and delta rule row by row instead of
+	// once for the batch (gdn_conv_rows, gdn_rec_reg_rows); bitwise the
+	// same (NVMAI_GPU_BATCH_ROWS=0, to measure or to rule them out).
+	rowLaunches bool
+	ptrs        []cuda.DevicePtr // the rows' state buffers of one layer
+	graphs      []batchGraph     // least recently replayed first
 }
 
 type batchGraph struct {
@@ -279,7 +291,7 @@ func (m *Model) batchScratch(c *cuda.Ctx) (*batcher, error) {
 		return m.batch, nil
 	}
 	g := m.geom
-	bt := &batcher{useGraphs: os.Getenv("NVMAI_GPU_BATCH_GRAPH") != "0"}
+	bt := &batcher{useGraphs: os.Getenv("NVMAI_GPU_BATCH_GRAPH") != "0", rowLaunches: os.Getenv("NVMAI_GPU_BATCH_ROWS") == "0"}
 	z := &devshared.Zeroed{C: c, Allocs: &m.allocs}
 	a := z.Alloc
 	const B = MaxBatch
@@ -317,6 +329,15 @@ func (m *Model) BatchScratchBytes() int64 {
 	q8, q4, ds := gpukernels.QActBytes(MaxBatch, widest)
 	e8, e4, eds := gpukernels.QActBytes(MaxBatch*(g.k+1), g.I)
 	return 4*MaxBatch*int64(per) + 8*MaxBatch + max(q8, e8) + max(q4, e4) + 2*max(ds, eds)
+}
+
+// statePtrs lists one state buffer of each row (of is which).
+func (bt *batcher) statePtrs(sts []*State, of func(*State) cuda.DevicePtr) []cuda.DevicePtr {
+	bt.ptrs = bt.ptrs[:0]
+	for _, st := range sts {
+		bt.ptrs = append(bt.ptrs, of(st))
+	}
+	return bt.ptrs
 }
 
 // gemvRows launches GEMV over the N rows with the kernel a one-token step
@@ -436,11 +457,24 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 			default:
 				gemv(s.u, N, g.H, []cuda.DevicePtr{s.proj, s.z, s.b, s.a}, []*gpukernels.Mat{ly.qkv, ly.z, ly.b, ly.a}, 0, 0, 1, false)
 			}
-			for r, st := range sts {
-				do(l.GDNConv(row(s.convOut, r, g.C), row(s.proj, r, g.C), st.conv[i], ly.conv, g.C, g.K, 1))
+			if bt.rowLaunches {
+				for r, st := range sts {
+					do(l.GDNConv(row(s.convOut, r, g.C), row(s.proj, r, g.C), st.conv[i], ly.conv, g.C, g.K, 1))
+				}
+			} else {
+				do(l.GDNConvRows(s.convOut, s.proj, bt.statePtrs(sts, func(st *State) cuda.DevicePtr { return st.conv[i] }), ly.conv, g.C, g.K))
 			}
 			if split {
+				batched := false
+				if !bt.rowLaunches {
+					var e error
+					batched, e = l.GDNRecRows(s.oraw, bt.statePtrs(sts, func(st *State) cuda.DevicePtr { return st.rec[i] }), s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, abStride)
+					do(e)
+				}
 				for r, st := range sts {
+					if batched {
+						break
+					}
 					do(l.GDNRec(row(s.oraw, r, g.vd), st.rec[i], row(s.convOut, r, g.C), row(a, r, abStride), row(b, r, abStride), ly.negExpA, ly.dtBias, g.gdn, 1, abStride))
 				}
 				// gdn_norm is a block per (head, token) over its state-free rows.

@@ -326,24 +326,26 @@ func runInterleaving(t *testing.T, b *Backend, il interleaving, seed uint64) {
 }
 
 // The batched step is bitwise each sequence alone: tiny-moe at 4, 8 and
-// 16 bits, resident, streamed (4 slots a layer: every step stages), and
-// with the batch graphs off; KV widths mixed within a batch, greedy and
+// 16 bits, resident, streamed (4 slots a layer: every step stages), with
+// the batch graphs off, and with the conv and delta rule launched row by
+// row (NVMAI_GPU_BATCH_ROWS=0); KV widths mixed within a batch, greedy and
 // seeded sampling, a routing replay on some states, joins at different
 // steps, shuffled rows and random subsets, and more states than MaxBatch.
 func TestStepBatchIsBitwiseAlone(t *testing.T) {
 	needGPU(t)
 	for _, tc := range []struct {
-		bits, slots int
-		graphs      bool
+		bits, slots  int
+		graphs, rows bool // rows: the conv and delta rule launched row by row
 	}{
 		{bits: 4, graphs: true}, {bits: 8, graphs: true}, {bits: 16, graphs: true},
 		{bits: 4, slots: 4, graphs: true}, {bits: 8, slots: 4, graphs: true},
-		{bits: 4, graphs: false},
+		{bits: 4, graphs: false}, {bits: 4, graphs: true, rows: true}, {bits: 16, graphs: false, rows: true},
 	} {
-		name := fmt.Sprintf("%d-bit slots %d graphs %v", tc.bits, tc.slots, tc.graphs)
+		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v", tc.bits, tc.slots, tc.graphs, tc.rows)
 		t.Run(name, func(t *testing.T) {
 			dir := install(t, "tiny-moe-fused", tc.bits)
 			t.Setenv("NVMAI_GPU_BATCH_GRAPH", map[bool]string{true: "", false: "0"}[tc.graphs])
+			t.Setenv("NVMAI_GPU_BATCH_ROWS", map[bool]string{true: "0", false: ""}[tc.rows])
 			e := loadGPUWith(t, dir, tc.slots, 0)
 			defer e.Close()
 			if !e.CanBatch() {
