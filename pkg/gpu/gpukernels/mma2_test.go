@@ -448,3 +448,85 @@ func TestMoEGroupLists(t *testing.T) {
 		})
 	}
 }
+
+// ldmatrixX4 is ldmatrix.m8n8.x4.b16 on a byte-addressed shared memory:
+// lane l's register q is row l/4, bytes 4·(l%4)… of the 8×16-byte matrix
+// whose row addresses lanes 8q … 8q+7 give.
+func ldmatrixX4(smem []uint32, addr func(lane int) int) (regs [32][4]uint32) {
+	for l := range 32 {
+		for q := range 4 {
+			regs[l][q] = smem[(addr(8*q+l/4)+4*(l%4))/4]
+		}
+	}
+	return
+}
+
+// The tiles m2_tile stages (16-byte chunks XOR-swizzled) give each lane,
+// through ldmatrix, the A and B words mma_tile loads from global memory:
+// rows gid and gid+8 at words tq and tq+4 (and 8+ for a Q8 group's second
+// half), tokens gid at words tq, tq+4, 8+tq, 12+tq. Each word is tagged
+// (row or token)·16 + word.
+func TestMMA2FragmentsFromSwizzledTiles(t *testing.T) {
+	const rows, toks = 64, 32
+	for _, bits := range []int{4, 8} {
+		WB := bits * 8
+		cpr := WB / 16
+		sw := make([]uint32, rows*WB/4)
+		for row := range rows { // the producer's placement (load in m2_tile)
+			for c := range cpr {
+				pc := c ^ (row>>2)&1
+				if cpr == 4 {
+					pc = c ^ (row>>1)&3
+				}
+				for k := range 4 {
+					sw[(row*WB+pc*16)/4+k] = uint32(row*16 + 4*c + k)
+				}
+			}
+		}
+		for _, base := range []int{0, 16, 32, 48} { // a warp's 16-row block
+			for h := range bits / 4 {
+				regs := ldmatrixX4(sw, func(lane int) int {
+					row := base + lane&15
+					c := lane >> 4
+					if bits == 8 {
+						c = 2*h + lane>>4
+						return row*64 + (c^(row>>1)&3)*16
+					}
+					return row*32 + (c^(row>>2)&1)*16
+				})
+				for l := range 32 {
+					gid, tq := l/4, l%4
+					want := [4]int{(base+gid)*16 + 8*h + tq, (base+gid+8)*16 + 8*h + tq, (base+gid)*16 + 8*h + tq + 4, (base+gid+8)*16 + 8*h + tq + 4}
+					for q := range 4 {
+						if int(regs[l][q]) != want[q] {
+							t.Fatalf("Q%d rows %d half %d lane %d A[%d]: word %d, want %d", bits, base, h, l, q, regs[l][q], want[q])
+						}
+					}
+				}
+			}
+		}
+		sx := make([]uint32, toks*64/4)
+		for tok := range toks {
+			for c := range 4 {
+				pc := c ^ (tok>>1)&3
+				for k := range 4 {
+					sx[(tok*64+pc*16)/4+k] = uint32(tok*16 + 4*c + k)
+				}
+			}
+		}
+		for base := 0; base < toks; base += 8 {
+			regs := ldmatrixX4(sx, func(lane int) int {
+				tok, c := base+lane&7, lane>>3
+				return tok*64 + (c^(tok>>1)&3)*16
+			})
+			for l := range 32 {
+				gid, tq := l/4, l%4
+				for q, w := range []int{tq, tq + 4, 8 + tq, 12 + tq} {
+					if want := (base+gid)*16 + w; int(regs[l][q]) != want {
+						t.Fatalf("tokens %d lane %d B[%d]: word %d, want %d", base, l, q, regs[l][q], want)
+					}
+				}
+			}
+		}
+	}
+}
