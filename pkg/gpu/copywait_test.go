@@ -2,8 +2,13 @@ package gpu
 
 import (
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/routing"
 )
 
 // A streamed bench's copy wait and replay hits reach the text summary and
@@ -34,5 +39,61 @@ func TestBenchSummaryStreamedFigures(t *testing.T) {
 	resident, _ := json.Marshal(&BenchInfo{Device: "NVIDIA H100"})
 	if s := string(resident); strings.Contains(s, "copy_wait") || strings.Contains(s, "replay_hits") {
 		t.Errorf("a resident report carries streamed figures: %s", s)
+	}
+}
+
+// The copy wait's measurement (the router's routing, and a replayed one)
+// leaves nothing a user sees: the counters as they were, and the engine's
+// logits, greedy and sampled tokens afterwards bitwise the resident
+// engine's, though the steps without copies left stale bytes in the slots
+// (the tables are emptied). Its figures are sane: both steps positive,
+// the wait their difference.
+func TestCopyWaitLeavesTheEngineAsItWas(t *testing.T) {
+	needGPU(t)
+	t.Setenv("NVMAI_GPU_CHUNK", "128")
+	ids := loadRefs(t, "tiny-moe.refs.json")[0].IDs
+	dir := install(t, "tiny-moe-fused", 4)
+	res := loadGPUWith(t, dir, 0, 0)
+	want := runOutputs(t, res, ids)
+	res.Close()
+	e := loadGPUWith(t, dir, 8, 0)
+	defer e.Close()
+	b := e.Model().(*Backend)
+	runOutputs(t, e, ids) // warm slots, and counters to keep
+	before, _, err := b.Model.StreamStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	geom, err := e.RoutingGeometry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := routing.NewSynthetic(geom, routing.Spec{Regime: "uniform", Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    model.RouteOverride
+		desc string
+	}{{nil, "router"}, {src, src.Describe()}} {
+		cw, err := b.MeasureCopyWait(tc.o, tc.desc, 16, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("COPYWAIT tiny-moe 4-bit, 8 slots, %s: %.3f ms a step waits (%.3f as it runs, %.3f copies skipped)", tc.desc, cw.WaitMs, cw.StreamedMs, cw.NoCopyMs)
+		if cw.StreamedMs <= 0 || cw.NoCopyMs <= 0 || cw.WaitMs != cw.StreamedMs-cw.NoCopyMs || cw.Routing != tc.desc {
+			t.Errorf("%s: %+v", tc.desc, cw)
+		}
+	}
+	after, _, err := b.Model.StreamStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("the counters moved: %+v, then %+v", before, after)
+	}
+	got := runOutputs(t, e, ids)
+	if !slices.Equal(got.logits, want.logits) || !slices.Equal(got.greedy, want.greedy) || !slices.EqualFunc(got.sampled, want.sampled, slices.Equal) {
+		t.Errorf("after the copy wait the engine's outputs differ from the resident engine's")
 	}
 }
