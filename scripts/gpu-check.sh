@@ -83,13 +83,15 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # sample.Reference on random rows. Snapshot: a state copied to the host
 # and restored continues bitwise (snapshot_test.go).
 # Streamed/SlotKernels: experts streamed into VRAM slots, bitwise the
-# resident engine, and the slot kernels against their Go reference.
+# resident engine (read-ahead at distances 0, 1 and 2), and the slot
+# kernels against their Go reference. CopyWait: bench's copy-wait
+# measurement leaves the engine as it was.
 # KVWidth: the KV cache at --kv-bits 8 and 16 against the CPU engine at the
 # same width, and chunked prefill against single steps at each width
 # (kvwidth_test.go; the snapshots at each width match Snapshot).
 # RoutingReplay: --routing replayed on the GPU, resident and streamed,
 # bitwise the CPU engine's replay (route_test.go).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|RoutingReplay|Qwen38GPU'
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|CopyWait|KVWidth|RoutingReplay|Qwen38GPU'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
 # against their Go references, the tiny-qwen38 fixtures against
