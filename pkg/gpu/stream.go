@@ -221,9 +221,11 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		return envErr
 	}
 	x.readAhead, x.aheadBlocks = on, blocks
-	if x.aheadDist, err = aheadDistFromEnv(); err != nil {
-		return err
+	dist, distErr := aheadDistFromEnv()
+	if distErr != nil {
+		return distErr
 	}
+	x.aheadDist = dist
 	x.noCopy = alloc(4)
 	if on {
 		if err := x.allocAhead(c, g, len(m.layers), alloc); err != nil {
