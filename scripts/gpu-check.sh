@@ -83,7 +83,9 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # sample.Reference on random rows. Snapshot: a state copied to the host
 # and restored continues bitwise (snapshot_test.go).
 # Streamed/SlotKernels: experts streamed into VRAM slots, bitwise the
-# resident engine, and the slot kernels against their Go reference.
+# resident engine (read-ahead at distances 0, 1 and 2), and the slot
+# kernels against their Go reference. CopyWait: bench's copy-wait
+# measurement leaves the engine as it was.
 # KVWidth: the KV cache at --kv-bits 8 and 16 against the CPU engine at the
 # same width, and chunked prefill against single steps at each width
 # (kvwidth_test.go; the snapshots at each width match Snapshot).
@@ -91,7 +93,7 @@ run kernels "$bin/gpukernels.test" -test.timeout 4m
 # bitwise the CPU engine's replay (route_test.go).
 # HostPlanned: the disk tier (a RAM tier read from disk behind the VRAM
 # slots, planned on the host), bitwise the resident engine (streamhost_test.go).
-fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|KVWidth|RoutingReplay|HostPlanned|Qwen38GPU'
+fid='SixteenBit|Quantized|Bitwise|Chunked|Sampled|DeviceSample|Snapshot|Streamed|SlotKernels|CopyWait|KVWidth|RoutingReplay|HostPlanned|Qwen38GPU'
 run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # Qwen3.8 (qwen4_exp) on the GPU engine (pkg/gpu/qwen38gpu): its kernels
 # against their Go references, the tiny-qwen38 fixtures against
@@ -160,8 +162,15 @@ fi
 # STREAM_ROUTING (e.g. synthetic:agent; default the router's own) is
 # passed as --routing, for the issue's agent and diverse rows. STREAM_RAM
 # (e.g. 8G) is passed as --ram-budget: below every expert, the disk tier.
-# NVMAI_GPU_READAHEAD=0 turns the read-ahead off: run the step with and
-# without it for the overlap line (PCIe bytes include the copies ahead).
+# NVMAI_GPU_READAHEAD=0 turns the read-ahead off and NVMAI_GPU_READAHEAD_DIST
+# (default 1; 0 guesses from the layer's own input) sets how many layers
+# early it guesses: run the step with and without it, at distances 0, 1
+# and 2, for the overlap line (PCIe bytes include the copies ahead; the
+# environment reaches nvmai-run as it is). Each STREAM line adds the
+# graph's decode step, the time a step waits for its copies (copy_wait:
+# the step less the same steps with the copies skipped, under the routing
+# it names) and, under STREAM_ROUTING, the VRAM hit rate beside a
+# simulated per-layer LRU's on the same decode positions.
 big40=$WORK/synth-35b-a3b-${SYNTH_BITS:-4}bit-40
 if want stream && [ -f "$big40/manifest.json" ]; then
 	stamp "stream"
@@ -172,7 +181,10 @@ if want stream && [ -f "$big40/manifest.json" ]; then
 		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 "${routing[@]}" --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
-			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} distance ${NVMAI_GPU_READAHEAD_DIST:-1} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			all=$(tr -d '\n ' <"$OUT/stream-$vb.json")
+			gfig() { echo "$all" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
+			echo "STREAM   graph step $(gfig graph_ms_per_token) ms; copy wait $(gfig copy_wait_ms_per_token) ms/token ($(gfig streamed_step_ms) ms as it runs, $(gfig no_copy_step_ms) ms copies skipped; routing $(grep -A1 '"copy_wait": {' "$OUT/stream-$vb.json" | grep -oE '"routing": "[^"]*"' | cut -d'"' -f4))${STREAM_ROUTING:+; VRAM hit $(gfig vram_hit_rate) vs simulated LRU $(gfig simulated_lru_hit_rate) on the same decode steps}" | tee -a "$OUT/stream.log"
 			grep -E '^gpu plan: (host|RAM tier)' "$OUT/stream-$vb.err" | sed 's/^/STREAM   /' | tee -a "$OUT/stream.log"
 		else
 			status=1

@@ -155,16 +155,47 @@ type BenchInfo struct {
 	// waits per token. Host-planned decode runs without a graph, so the
 	// graph figures stay 0.
 	Tiers *TierStats `json:"tiers,omitempty"`
+	// CopyWait is, when the experts stream, the time a decode step waits
+	// for its copies (copywait.go); ReplayHits, under a replayed routing
+	// (nvmai-run bench sets it), the VRAM hit rate beside a simulated
+	// per-layer LRU's on the same positions.
+	CopyWait   *CopyWait   `json:"copy_wait,omitempty"`
+	ReplayHits *ReplayHits `json:"replay_hits,omitempty"`
 }
 
 // BenchInfo measures the device figures of a decode step on a fresh
-// sequence (a 16-token prompt of id 1, then decode steps).
+// sequence (a 16-token prompt of id 1, then decode steps), and when the
+// experts stream, the copy wait under the router's routing (which leaves
+// the slot cache empty: the bench's runs start cold).
 func (b *Backend) BenchInfo() any {
 	info, err := b.Measure(16, 32)
 	if err != nil {
 		info.Error = err.Error()
+		return info
+	}
+	if b.CopyWaitMeasurable() {
+		cw, err := b.MeasureCopyWait(nil, "router", 16, 32)
+		if err != nil {
+			info.Error = "copy wait: " + err.Error()
+			return info
+		}
+		info.CopyWait = &cw
 	}
 	return info
+}
+
+// ReplayHits is the decode's VRAM hit rate under a replayed routing beside
+// a per-layer LRU of the plan's slots simulated on the same positions
+// (pkg/routing SimulateLRUFrom): every prompt's decode steps in the order
+// the bench ran them, from an empty cache, carried from prompt to prompt
+// as the slot tables are (prefill passes leave them as they were).
+type ReplayHits struct {
+	Slots         int       `json:"slots_per_layer"`
+	Steps         int       `json:"decode_steps"`
+	VRAM          float64   `json:"vram_hit_rate"`          // measured, over every prompt's decode steps
+	SimulatedLRU  float64   `json:"simulated_lru_hit_rate"` // the same steps
+	VRAMRuns      []float64 `json:"vram_hit_rate_runs"`     // per prompt
+	SimulatedRuns []float64 `json:"simulated_lru_hit_rate_runs"`
 }
 
 // Measure times decode steps after a prompt of prompt tokens: graph replays,
@@ -477,6 +508,14 @@ func (info *BenchInfo) Summary() []string {
 	if t := info.Tiers; t != nil {
 		lines = append(lines, fmt.Sprintf("gpu tiers over %d decode steps (host-planned, no graph): VRAM hit rate %.1f%%, RAM tier hit rate %.1f%% of the VRAM misses; %.1f MiB over PCIe and %.1f MiB from disk a token; the host blocked %.3f ms a token on disk reads and %.3f ms on stream syncs",
 			t.Tokens, 100*t.VRAMHitRate, 100*t.RAMHitRate, t.PCIeBytesPerToken/(1<<20), t.DiskBytesPerToken/(1<<20), t.DiskWaitMsPerToken, t.SyncMsPerToken))
+	}
+	if cw := info.CopyWait; cw != nil {
+		lines = append(lines, fmt.Sprintf("gpu copy wait (%s routing, %d decode steps after %d prompt tokens): %.3f ms a step waits for its copies: %.3f ms as it runs, %.3f ms with the copies skipped",
+			cw.Routing, cw.Steps, cw.Prompt, cw.WaitMs, cw.StreamedMs, cw.NoCopyMs))
+	}
+	if h := info.ReplayHits; h != nil {
+		lines = append(lines, fmt.Sprintf("gpu replay hits: VRAM hit rate %.1f%% measured, %.1f%% for a simulated per-layer LRU of %d slots on the same %d decode steps (%+.1f points)",
+			100*h.VRAM, 100*h.SimulatedLRU, h.Slots, h.Steps, 100*(h.VRAM-h.SimulatedLRU)))
 	}
 	lines = append(lines, fmt.Sprintf("gpu launches: programmatic dependent launch %v, fused decode launches %v, prefill experts grouped %v, delta rule split by columns %v, prefill on the tensor cores %v",
 		info.PDL, info.Fused, info.Grouped, info.GDNSplit, info.MMA))

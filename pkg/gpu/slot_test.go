@@ -23,28 +23,43 @@ import (
 // coming picks (with ties and NaNs), slot_fill_ahead (a grid of 3 blocks
 // striding over the records), checked against the reference's prefetch:
 // the read-ahead list, the stamps, the guess counters and the bytes. At k,
-// 24 slots and E−1.
+// 24 slots and E−1. At read-ahead distance 0 the side stream is joined
+// whole (Join); at distance d ≥ 1 the read-ahead ends with a side mark and
+// d other layers' steps (their own tables, pools and references) run on
+// the stream before the wait for it (WaitMark), as the decode graph
+// interleaves them (streamahead.go). The last steps run with the copies
+// skipped (the bench's copy-wait flag): the tables as the reference's,
+// the pool's bytes untouched.
 func TestSlotKernelsMatchReference(t *testing.T) {
 	needGPU(t)
 	const E, k = 256, 8
 	const stride = 3073 * 16 // several copy blocks a record, the last one short
 	for _, S := range []int{k, 24, E - 1} {
-		t.Run(fmt.Sprintf("S=%d", S), func(t *testing.T) {
-			dev, err := cuda.Open(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dev.Close()
-			// Everything runs on the device goroutine: a mismatch is
-			// returned as an error, never t.Fatal there.
-			if err := dev.Do(func(c *cuda.Ctx) error { return slotKernelsCheck(c, E, S, k, stride) }); err != nil {
-				t.Fatal(err)
-			}
-		})
+		for _, dist := range []int{0, 1, 2} {
+			t.Run(fmt.Sprintf("S=%d/dist=%d", S, dist), func(t *testing.T) {
+				dev, err := cuda.Open(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer dev.Close()
+				// Everything runs on the device goroutine: a mismatch is
+				// returned as an error, never t.Fatal there.
+				if err := dev.Do(func(c *cuda.Ctx) error { return slotKernelsCheck(c, E, S, k, stride, dist) }); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }
 
-func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
+// slotLayer is one of the other layers that run between a read-ahead and
+// its wait: its own table, pool and reference.
+type slotLayer struct {
+	pool, tab, stats, slotSel, sel cuda.DevicePtr
+	ref                            *slotRef
+}
+
+func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 	ks, err := gpukernels.Load(c)
 	if err != nil {
 		return err
@@ -78,21 +93,39 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 	if err := c.SideStream(); err != nil {
 		return err
 	}
-	var pool, tab, stats, slotSel, sel, staging, need, logits cuda.DevicePtr
-	for _, a := range []struct {
+	if err := c.SideMarks(1); err != nil {
+		return err
+	}
+	var pool, tab, stats, slotSel, sel, staging, need, logits, skip cuda.DevicePtr
+	others := make([]slotLayer, dist)
+	allocs := []struct {
 		p *cuda.DevicePtr
 		n int64
 	}{{&pool, int64(S) * stride}, {&tab, 4 * int64(words)}, {&stats, 8 * gpukernels.SlotStatsWords}, {&slotSel, 4 * int64(k)},
-		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}, {&logits, 4 * int64(E)}} {
+		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}, {&logits, 4 * int64(E)}, {&skip, 4}}
+	for i := range others {
+		o := &others[i]
+		o.ref = newSlotRef(E, S)
+		allocs = append(allocs, []struct {
+			p *cuda.DevicePtr
+			n int64
+		}{{&o.pool, int64(S) * stride}, {&o.tab, 4 * int64(words)}, {&o.stats, 8 * gpukernels.SlotStatsWords}, {&o.slotSel, 4 * int64(k)}, {&o.sel, 4 * int64(k)}}...)
+	}
+	for _, a := range allocs {
 		if *a.p, err = alloc(a.n); err != nil {
 			return err
 		}
 	}
-	for _, m := range []struct {
+	type fill struct {
 		p cuda.DevicePtr
 		v uint32
 		n int
-	}{{tab, 0xffffffff, E + S}, {tab + cuda.DevicePtr(4*(E+S)), 0, words - E - S}, {stats, 0, 2 * gpukernels.SlotStatsWords}, {pool, 0, int(int64(S) * stride / 4)}} {
+	}
+	fills := []fill{{tab, 0xffffffff, E + S}, {tab + cuda.DevicePtr(4*(E+S)), 0, words - E - S}, {stats, 0, 2 * gpukernels.SlotStatsWords}, {pool, 0, int(int64(S) * stride / 4)}, {skip, 0, 1}}
+	for _, o := range others {
+		fills = append(fills, fill{o.tab, 0xffffffff, E + S}, fill{o.tab + cuda.DevicePtr(4*(E+S)), 0, words - E - S}, fill{o.stats, 0, 2 * gpukernels.SlotStatsWords})
+	}
+	for _, m := range fills {
 		if err := c.Memset32(m.p, m.v, uint64(m.n)); err != nil {
 			return err
 		}
@@ -111,13 +144,47 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 		got := make([]int32, words)
 		return got, c.DtoH(cuda.Bytes(got), tab)
 	}
-	for step := 1; step <= 400; step++ {
+	picksOf := func() []int32 {
 		var picks []int32
 		for len(picks) < k {
 			if e := pick(); !slices.Contains(picks, e) {
 				picks = append(picks, e)
 			}
 		}
+		return picks
+	}
+	// otherStep runs one step of the other layers on the stream (between a
+	// read-ahead and its wait at distance ≥ 1).
+	otherStep := func() error {
+		for i := range others {
+			o := &others[i]
+			picks := picksOf()
+			if err := c.HtoD(o.sel, cuda.Bytes(picks)); err != nil {
+				return err
+			}
+			if err := l.SlotResolve(o.slotSel, o.tab, o.stats, o.sel, E, S, k, stride); err != nil {
+				return err
+			}
+			if err := l.SlotFill(o.pool, hostDev, o.tab, E, S, k, stride, skip); err != nil {
+				return err
+			}
+			o.ref.resolve(picks)
+		}
+		return nil
+	}
+	const steps, skipFrom = 410, 401 // the last steps skip their copies
+	var poolBeforeSkip []byte
+	for step := 1; step <= steps; step++ {
+		if step == skipFrom {
+			poolBeforeSkip = make([]byte, int64(S)*stride)
+			if err := c.DtoH(poolBeforeSkip, pool); err != nil {
+				return err
+			}
+			if err := c.Memset32(skip, 1, 1); err != nil {
+				return err
+			}
+		}
+		picks := picksOf()
 		if err := c.HtoD(sel, cuda.Bytes(picks)); err != nil {
 			return err
 		}
@@ -144,11 +211,23 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 			if err := side.SlotPrefetch(tab, stats, logits, E, S, k, stride); err != nil {
 				return err
 			}
-			if err := side.SlotFillAhead(pool, hostDev, tab, E, S, k, stride, 3); err != nil {
+			if err := side.SlotFillAhead(pool, hostDev, tab, E, S, k, stride, 3, skip); err != nil {
 				return err
 			}
-			if err := c.Join(); err != nil {
-				return err
+			if dist == 0 {
+				if err := c.Join(); err != nil {
+					return err
+				}
+			} else {
+				if err := c.MarkSide(0); err != nil {
+					return err
+				}
+				if err := otherStep(); err != nil {
+					return err
+				}
+				if err := c.WaitMark(0); err != nil {
+					return err
+				}
 			}
 			guesses := ref.prefetch(lg, k)
 			gotTab, err := readTab()
@@ -165,7 +244,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 		if err := l.SlotResolve(slotSel, tab, stats, sel, E, S, k, stride); err != nil {
 			return err
 		}
-		if err := l.SlotFill(pool, hostDev, tab, E, S, k, stride); err != nil {
+		if err := l.SlotFill(pool, hostDev, tab, E, S, k, stride, skip); err != nil {
 			return err
 		}
 		want := ref.resolve(picks)
@@ -187,7 +266,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 			return fmt.Errorf("step %d, picks %v: the device's table differs from the reference's: first at word %d (%d, want %d)",
 				step, picks, firstDiff(gotTab[:n], wantTab[:n]), gotTab[firstDiff(gotTab[:n], wantTab[:n])], wantTab[firstDiff(gotTab[:n], wantTab[:n])])
 		}
-		if step%50 == 0 { // every slot holds its expert's bytes
+		if step%50 == 0 && step < skipFrom { // every slot holds its expert's bytes
 			p := make([]byte, int64(S)*stride)
 			if err := c.DtoH(p, pool); err != nil {
 				return err
@@ -198,7 +277,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 				}
 			}
 		}
-		if step%60 == 0 { // a prefill pass: stage, the tables untouched
+		if step%60 == 0 && step < skipFrom { // a prefill pass: stage, the tables untouched
 			tokSel := make([]int32, prefillT*k)
 			needed := map[int32]bool{}
 			for i := range tokSel {
@@ -239,6 +318,22 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64) error {
 			if !slices.Equal(after[:E+2*S+2], gotTab[:E+2*S+2]) {
 				return fmt.Errorf("step %d: staging changed the slot tables", step)
 			}
+		}
+	}
+	p := make([]byte, int64(S)*stride)
+	if err := c.DtoH(p, pool); err != nil {
+		return err
+	}
+	if !bytes.Equal(p, poolBeforeSkip) {
+		return fmt.Errorf("the steps with their copies skipped wrote the pool")
+	}
+	for i, o := range others { // the layers between: tables as their references
+		gotTab := make([]int32, words)
+		if err := c.DtoH(cuda.Bytes(gotTab), o.tab); err != nil {
+			return err
+		}
+		if want := o.ref.words(k); !slices.Equal(gotTab[:E+2*S+1], want[:E+2*S+1]) {
+			return fmt.Errorf("layer %d between the read-ahead and its wait: its table differs from its reference at word %d", i, firstDiff(gotTab[:E+2*S+1], want[:E+2*S+1]))
 		}
 	}
 	wantStats[0], wantStats[1], wantStats[2] = ref.hits, ref.misses, ref.misses*uint64(stride)

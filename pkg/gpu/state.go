@@ -398,7 +398,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	mark(PhaseEmbed)
 	for i := range m.layers {
 		ly := &m.layers[i]
-		if T == 1 && m.readAhead(l, st, i, do) { // a streamed layer's guessed experts copy beside its mixer (stream.go)
+		if T == 1 && m.readAhead(l, st, i, do) { // streamed layers' guessed experts copy beside the layers before them (streamahead.go)
 			mark(PhaseMoE)
 		}
 		norm(ly.inNorm, ly.qkv, ly.z, ly.ab, ly.a, ly.b, ly.q, ly.k, ly.v)
@@ -476,6 +476,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			mark(PhaseMLP)
 		}
 	}
+	m.finishAhead(l, do)
 	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
 	// lm_head reads one row: run it as a one-token GEMV.
 	if m.lmHead.Quantized() {

@@ -29,17 +29,18 @@ import (
 // leaves the slot tables as they were. The products are the resident
 // engine's kernels on the same bytes, so the output is bitwise the same.
 //
-// Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): before a streamed layer's
-// mixer, a decode step guesses the layer's picks from the hidden state
-// entering it (the layer's router on it, normed as the layer will norm its
-// router input: the CPU engine's prefetchNext), gives the guesses slots
-// (slot_prefetch) and copies those not in VRAM (slot_fill_ahead), all but
-// the norm on the side stream, forked from the decode stream with an
-// event, so the guess and its copies run beside the layer's attention or
-// delta rule; the side stream is joined back before the layer's
-// slot_resolve, which finds the right guesses as hits and copies only the
-// rest. The guesses touch only their own buffers and the slot tables,
-// never the numbers.
+// Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): a decode step guesses a
+// streamed layer's picks from the hidden state entering the layer
+// NVMAI_GPU_READAHEAD_DIST layers earlier (default 1; 0: entering the
+// layer itself) — the layer's router on it, normed as the layer will norm
+// its router input: the CPU engine's prefetchNext — gives the guesses
+// slots (slot_prefetch) and copies those not in VRAM (slot_fill_ahead),
+// all but the norm on the side stream, forked from the decode stream with
+// an event, so the guess and its copies run beside the layers between;
+// the stream waits for that layer's part of the side stream right before
+// the layer's slot_resolve, which finds the right guesses as hits and
+// copies only the rest (streamahead.go). The guesses touch only their own
+// buffers and the slot tables, never the numbers.
 
 // streamLayer is one streamed MoE layer.
 type streamLayer struct {
@@ -49,6 +50,7 @@ type streamLayer struct {
 	tab            cuda.DevicePtr // slot_resolve's table (gpukernels.SlotTableWords)
 	stats          cuda.DevicePtr // gpukernels.SlotStatsWords counters
 	slotSel        cuda.DevicePtr // [k] a decode step's slots, router order
+	layer          int            // the decoder's index
 	gate, up, down *gpukernels.Mat
 }
 
@@ -60,13 +62,18 @@ type streamer struct {
 	need    cuda.DevicePtr // [E] int32: the experts a prefill pass routes to
 	stats   cuda.DevicePtr // every layer's counters, layer after layer
 	layers  []*streamLayer // by layer index
-	// readAhead guesses each streamed layer's picks and copies them beside
-	// the layer's mixer; aheadBlocks is slot_fill_ahead's grid.
+	// readAhead guesses each streamed layer's picks aheadDist layers
+	// early and copies them beside the layers between (streamahead.go);
+	// aheadBlocks is slot_fill_ahead's grid, scratch the guesses' ring,
+	// pending the layers whose read-ahead the pass has not waited for.
 	readAhead   bool
 	aheadBlocks int
-	guessU      cuda.DevicePtr // [H] the hidden state normed for a guess
-	guessLogits cuda.DevicePtr // [E] the router's logits on it
-	guessQ      gpukernels.QAct
+	aheadDist   int
+	scratch     []aheadScratch
+	pending     []bool
+	// noCopy is an int32 slot_fill and slot_fill_ahead read: nonzero skips
+	// the copies (copywait.go's measurement only).
+	noCopy cuda.DevicePtr
 	// host is the RAM tier and the host-side slot tables when RAM cannot
 	// hold every expert (streamhost.go); nil: device-planned.
 	host *hostTier
@@ -105,37 +112,6 @@ func (m *Model) readsAhead(st *State) bool {
 	return m.stream != nil && m.stream.readAhead && st.replay.o == nil
 }
 
-// readAhead enqueues layer i's read-ahead for a decode step when the layer
-// streams (see the top of this file): the norm on the stream, the router
-// product, slot_prefetch and slot_fill_ahead on the side stream, which
-// routedExperts joins before the layer's picks resolve. It reports whether
-// it enqueued anything.
-func (m *Model) readAhead(l *gpukernels.Launcher, st *State, i int, do func(error)) bool {
-	x, ly := m.stream, &m.layers[i]
-	if !m.readsAhead(st) || ly.stream == nil || ly.router == nil {
-		return false
-	}
-	g, sl := m.geom, ly.stream
-	// The norm reads x, which the mixer rewrites in place: it runs on the
-	// stream, into the read-ahead's own scratch (guessU, guessQ; the
-	// step's quantized activations are left as they were). The rest reads
-	// only that scratch and the layer's table and pool, which nothing on
-	// the stream touches until the join, so it all runs on the side.
-	if ly.router.Quantized() {
-		do(l.RMSNormQuantize(&x.guessQ, x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
-	} else {
-		do(l.RMSNorm(x.guessU, st.s.x, ly.postNorm, g.H, 1, g.eps))
-	}
-	do(l.C.Fork())
-	side := *l
-	side.C, side.After = l.C.Side(), nil
-	do(side.GEMV(x.guessLogits, ly.router, x.guessU, &x.guessQ, 0, 0, 1, false, 1))
-	do(side.SlotPrefetch(sl.tab, sl.stats, x.guessLogits, g.E, x.slots, g.k, x.stride))
-	do(side.SlotFillAhead(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.aheadBlocks))
-	l.Count = side.Count
-	return true
-}
-
 // routedExperts enqueues what layer ly's expert products need after
 // Route wrote s.sel, and returns the matrices and the selection they
 // gather by: the resident buffers and s.sel, or for a streamed layer the
@@ -151,11 +127,9 @@ func (m *Model) routedExperts(l *gpukernels.Launcher, st *State, ly *layerW, T i
 	}
 	g, x := m.geom, m.stream
 	if T == 1 {
-		if m.readsAhead(st) { // readAhead forked this layer's copies: they land before the picks resolve
-			do(l.C.Join())
-		}
+		m.joinAhead(l, sl.layer, do) // the layer's read-ahead copies land before its picks resolve
 		do(l.SlotResolve(sl.slotSel, sl.tab, sl.stats, s.sel, g.E, x.slots, g.k, x.stride))
-		do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride))
+		do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.noCopy))
 		return sl.gate, sl.up, sl.down, sl.slotSel
 	}
 	do(l.ExpertNeed(x.need, s.sel, T*g.k, g.E))
@@ -259,18 +233,24 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	}
 	// Host-planned layers resolve their picks on the host: no guesses.
 	x.readAhead, x.aheadBlocks = on && !p.HostPlanned, blocks
+	dist, distErr := aheadDistFromEnv()
+	if distErr != nil {
+		return distErr
+	}
+	x.aheadDist = dist
+	x.noCopy = alloc(4)
 	if x.readAhead {
-		if err := c.SideStream(); err != nil {
+		if err := x.allocAhead(c, g, len(m.layers), alloc); err != nil {
 			return err
 		}
-		q8, q4, ds := gpukernels.QActBytes(1, g.H)
-		x.guessU, x.guessLogits = alloc(4*int64(g.H)), alloc(4*int64(g.E))
-		x.guessQ = gpukernels.QAct{Q8: alloc(q8), Q4: alloc(q4), DX: alloc(ds), SX: alloc(ds)}
 	}
 	if err != nil {
 		return err
 	}
 	if err := c.Memset32(x.stats, 0, uint64(2*gpukernels.SlotStatsWords*len(m.layers))); err != nil {
+		return err
+	}
+	if err := c.Memset32(x.noCopy, 0, 1); err != nil {
 		return err
 	}
 	size := int64(E) * stride
@@ -289,7 +269,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		if !ok {
 			return fmt.Errorf("gpu: the manifest lists no expert file for layer %d", i)
 		}
-		sl := &streamLayer{}
+		sl := &streamLayer{layer: i}
 		x.layers[i] = sl
 		if x.host != nil {
 			x.host.addHostLayer(sl, i, cacheLayer[i], E, S, k)

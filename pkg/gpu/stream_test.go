@@ -120,7 +120,10 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 // 3·top-k = 12 and E/2 = 8 slots a layer (NVMAI_GPU_SLOTS: the fixture's
 // 16 experts fit any budget), with the read-ahead (the default), and at 8
 // slots without it (NVMAI_GPU_READAHEAD=0) and at top-k = 4 slots with it,
-// where every guess that misses evicts a slot the step may pick.
+// where every guess that misses evicts a slot the step may pick; the
+// read-ahead at distances 0, 1 (the default) and 2
+// (NVMAI_GPU_READAHEAD_DIST: guessed from the hidden state that many
+// layers earlier, several layers' copies in flight at once).
 func TestStreamedMatchesResident(t *testing.T) {
 	needGPU(t)
 	t.Setenv("NVMAI_GPU_CHUNK", "128")
@@ -159,11 +162,12 @@ func TestStreamedMatchesResident(t *testing.T) {
 			want := runOutputs(t, res, ids)
 			res.Close()
 			for _, c := range []struct {
-				slots int
-				ahead string
-			}{{12, ""}, {8, ""}, {8, "0"}, {4, ""}} {
+				slots       int
+				ahead, dist string
+			}{{12, "", ""}, {8, "", "0"}, {8, "", ""}, {8, "", "2"}, {8, "0", ""}, {4, "", "0"}, {4, "", ""}, {4, "", "2"}} {
 				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
-				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, read-ahead %q", bits, c.ahead), probe, want, ids,
+				t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
+				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, %d slots, read-ahead %q distance %q", bits, c.slots, c.ahead, c.dist), probe, want, ids,
 					func() *runtime.Engine { return loadGPUWith(t, dir, c.slots, 0) }, c.slots)
 			}
 		})
@@ -174,7 +178,8 @@ func TestStreamedMatchesResident(t *testing.T) {
 // layers; NVMAI_STREAM_BIG=1 takes them all) streamed under two VRAM
 // budgets, sized from the resident plan to give 24 (3·top-k) and 128
 // slots a layer: bitwise the resident engine, through prefill passes of 64
-// tokens; with the read-ahead, and at 24 slots without it too.
+// tokens; with the read-ahead at distances 1 (the default) and 2, and at
+// 24 slots at distance 0 and without it too.
 func TestStreamedSyntheticMatchesResident(t *testing.T) {
 	needGPU(t)
 	t.Setenv("NVMAI_GPU_CHUNK", "64")
@@ -196,12 +201,13 @@ func TestStreamedSyntheticMatchesResident(t *testing.T) {
 			want := runOutputs(t, res, ids)
 			res.Close()
 			for _, c := range []struct {
-				slots int
-				ahead string
-			}{{3 * p.TopK, ""}, {3 * p.TopK, "0"}, {128, ""}} {
+				slots       int
+				ahead, dist string
+			}{{3 * p.TopK, "", ""}, {3 * p.TopK, "", "0"}, {3 * p.TopK, "", "2"}, {3 * p.TopK, "0", ""}, {128, "", ""}, {128, "", "2"}} {
 				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
+				t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
 				budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(c.slots)*p.Stride*int64(p.Layers) + p.Stride/2
-				compareStreamed(t, fmt.Sprintf("%s at %s, read-ahead %q", filepath.Base(dir), gib(budget), c.ahead), probe, want, ids,
+				compareStreamed(t, fmt.Sprintf("%s at %s, read-ahead %q distance %q", filepath.Base(dir), gib(budget), c.ahead, c.dist), probe, want, ids,
 					func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, c.slots)
 			}
 		})

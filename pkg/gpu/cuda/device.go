@@ -41,6 +41,8 @@ type Device struct {
 	work           chan func()
 	done           chan struct{}
 	once           sync.Once
+
+	marks []handle // MarkSide's events (marks.go)
 }
 
 // Ctx is the driver as seen from the device goroutine: its methods are only
@@ -97,6 +99,9 @@ func (dev *Device) loop(ready chan<- error) {
 		dev.d.cuEventDestroy(dev.forked)
 		dev.d.cuEventDestroy(dev.joined)
 		dev.d.cuStreamDestroy(dev.side)
+	}
+	for _, e := range dev.marks {
+		dev.d.cuEventDestroy(e)
 	}
 	dev.d.cuStreamDestroy(dev.stream)
 	dev.d.cuDevicePrimaryCtxRelease(dev.ord)

@@ -853,12 +853,15 @@ func (l *Launcher) SlotResolve(slotSel, tab, stats, sel cuda.DevicePtr, E, S, k 
 }
 
 // SlotFill copies the fill list's experts from host (mapped pinned memory,
-// expert e at e·stride) into their slots of pool (slot_fill).
-func (l *Launcher) SlotFill(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64) error {
+// expert e at e·stride) into their slots of pool (slot_fill). skip, when
+// not 0, is an int32 read when the kernel runs: nonzero copies nothing,
+// the slots then holding stale bytes (a bench's step without its copies;
+// see pkg/gpu's copy wait).
+func (l *Launcher) SlotFill(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64, skip cuda.DevicePtr) error {
 	if err := checkSlots(E, S, k, stride); err != nil {
 		return err
 	}
-	return l.launch("slot_fill", cuda.D2(k, SlotCopyBlocks(stride)), cuda.D1(256), 0, pool, host, tab, E, S, uint64(stride))
+	return l.launch("slot_fill", cuda.D2(k, SlotCopyBlocks(stride)), cuda.D1(256), 0, pool, host, tab, E, S, uint64(stride), skip)
 }
 
 // SlotPrefetch guesses a decode step's k experts of the layer from logits
@@ -875,15 +878,16 @@ func (l *Launcher) SlotPrefetch(tab, stats, logits cuda.DevicePtr, E, S, k int, 
 }
 
 // SlotFillAhead copies the read-ahead list's experts from host into their
-// slots of pool with a grid of blocks blocks (slot_fill_ahead).
-func (l *Launcher) SlotFillAhead(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64, blocks int) error {
+// slots of pool with a grid of blocks blocks (slot_fill_ahead); skip as
+// SlotFill's.
+func (l *Launcher) SlotFillAhead(pool, host, tab cuda.DevicePtr, E, S, k int, stride int64, blocks int, skip cuda.DevicePtr) error {
 	if err := checkSlots(E, S, k, stride); err != nil {
 		return err
 	}
 	if blocks < 1 {
 		return fmt.Errorf("gpukernels: slot_fill_ahead: a grid of %d blocks", blocks)
 	}
-	return l.launch("slot_fill_ahead", cuda.D1(blocks), cuda.D1(256), 0, pool, host, tab, E, S, k, uint64(stride))
+	return l.launch("slot_fill_ahead", cuda.D1(blocks), cuda.D1(256), 0, pool, host, tab, E, S, k, uint64(stride), skip)
 }
 
 // ExpertNeed marks need [E] with the experts of sel [n] (expert_need).

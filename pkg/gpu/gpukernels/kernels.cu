@@ -3481,9 +3481,11 @@ extern "C" __global__ void slot_prefetch(int* tab, unsigned long long* stats, co
 // attention or delta rule: the records are one run of 16-byte words that
 // the grid (a few blocks, sized by the host so the copy leaves the SMs to
 // the compute it overlaps) strides over, SLOT_COPY_UNROLL loads in flight
-// a thread to keep the bus busy.
-extern "C" __global__ void slot_fill_ahead(u8* pool, const u8* host, const int* tab, int E, int S, int k, i64 stride) {
+// a thread to keep the bus busy. A nonzero *skip (a bench's measurement
+// of the step without its copies, slot_fill too) copies nothing.
+extern "C" __global__ void slot_fill_ahead(u8* pool, const u8* host, const int* tab, int E, int S, int k, i64 stride, const int* skip) {
     PDL_ENTRY();
+    if (skip && skip[0]) return;
     const int* nahead = tab + E + 2 * S + 2 + 2 * k;
     const int* ahead = nahead + 1;
     i64 per = stride / 16;
@@ -3536,9 +3538,11 @@ __device__ __forceinline__ void slot_copy(u8* dst, const u8* src, i64 stride) {
 
 // slot_fill copies each expert of slot_resolve's fill list from the mapped
 // host memory into its slot: block (i, b) copies part b of entry i; blocks
-// past the fill count return.
-extern "C" __global__ void slot_fill(u8* pool, const u8* host, const int* tab, int E, int S, i64 stride) {
+// past the fill count return, and all of them when *skip is nonzero (see
+// slot_fill_ahead).
+extern "C" __global__ void slot_fill(u8* pool, const u8* host, const int* tab, int E, int S, i64 stride, const int* skip) {
     PDL_ENTRY();
+    if (skip && skip[0]) return;
     const int* nfill = tab + E + 2 * S + 1;
     const int* fill = tab + E + 2 * S + 2;
     int i = blockIdx.x;
