@@ -146,6 +146,7 @@ func (st *State) alloc(c *cuda.Ctx) error {
 // state's width, keeping the first keep tokens (values and scales), and
 // sizes the score scratch to match.
 func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
+	st.gen = nextStateGen() // first: a growth that fails half-way has replaced some buffers
 	g, cfg := st.m.geom, st.m.cfg
 	values, scales := gpukernels.KVRowBytes(st.kvBits, g.kvd, g.attn.Dh)
 	for l, kind := range cfg.Layers {
@@ -181,7 +182,6 @@ func (st *State) allocKV(c *cuda.Ctx, capacity, keep int) error {
 		st.graph = nil
 	}
 	st.kcap = capacity
-	st.gen = nextStateGen()
 	return nil
 }
 
