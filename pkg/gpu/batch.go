@@ -21,11 +21,13 @@ import (
 // state: the conv and the delta rule in one launch for the batch
 // (gdn_conv_rows, gdn_rec_reg_rows: each row's state pointer passed by
 // value, the one-token kernel's code per row; NVMAI_GPU_BATCH_ROWS=0
-// launches them row by row), the KV append and attention row by row with
-// T = 1. Each row is computed by the kernels a lone decode step launches
-// (the fused mgemv/moe_down when Model.fuse, qgemv and fgemv otherwise;
-// never the prefill's tensor-core products), whose blocks each take one
-// token, or for the conv and delta rule by those kernels' own code, so a
+// launches them row by row), and the KV append and attention likewise
+// where every row's cache is int8 or every row's bfloat16 (attn_*_rows;
+// a float32 cache or mixed widths: row by row with T = 1). Each row is
+// computed by the kernels a lone decode step launches (the fused
+// mgemv/moe_down when Model.fuse, qgemv and fgemv otherwise; never the
+// prefill's tensor-core products), whose blocks each take one token, or
+// for the mixers by those kernels' own code on the row's values, so a
 // row's floats are bitwise its state's own Forward of one token whatever
 // the batch. Streamed experts are staged by id for the batch as a prefill
 // pass stages them (expert_need, expert_stage): the same bytes, so the same
@@ -63,8 +65,9 @@ type batcher struct {
 	// once for the batch (gdn_conv_rows, gdn_rec_reg_rows); bitwise the
 	// same (NVMAI_GPU_BATCH_ROWS=0, to measure or to rule them out).
 	rowLaunches bool
-	ptrs        []cuda.DevicePtr // the rows' state buffers of one layer
-	graphs      []batchGraph     // least recently replayed first
+	ptrs        []cuda.DevicePtr     // the rows' state buffers of one layer
+	attn        []gpukernels.AttnRow // the rows' attention state of one layer
+	graphs      []batchGraph         // least recently replayed first
 }
 
 type batchGraph struct {
@@ -340,6 +343,15 @@ func (bt *batcher) statePtrs(sts []*State, of func(*State) cuda.DevicePtr) []cud
 	return bt.ptrs
 }
 
+// attnRowsOf lists each row's attention state at layer i.
+func (bt *batcher) attnRowsOf(sts []*State, i int) []gpukernels.AttnRow {
+	bt.attn = bt.attn[:0]
+	for _, st := range sts {
+		bt.attn = append(bt.attn, gpukernels.AttnRow{KV: st.kv[i], Pos: st.dpos, Scores: st.s.scores, Capacity: st.kcap})
+	}
+	return bt.attn
+}
+
 // gemvRows launches GEMV over the N rows with the kernel a one-token step
 // uses (qgemv or fgemv, one block row per token) even where GEMV would pick
 // a prefill product for N > 1: a selection of expert 0 of a matrix with no
@@ -498,9 +510,14 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 			} else {
 				gemv(s.u, N, g.H, []cuda.DevicePtr{s.q2, s.k, s.v}, []*gpukernels.Mat{ly.q, ly.k, ly.v}, 0, 0, 1, false)
 			}
-			for r, st := range sts {
-				do(l.AttnKV(st.kv[i], row(s.k, r, g.kvd), row(s.v, r, g.kvd), ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, 1))
-				do(l.AttnHeads(row(s.o, r, hqd), st.s.scores, row(s.q2, r, 2*hqd), st.kv[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, 1))
+			if rows := bt.attnRowsOf(sts, i); !bt.rowLaunches && gpukernels.AttnRowsFit(rows) {
+				do(l.AttnKVRows(s.k, s.v, ly.kNorm, m.invFreq, rows, g.attn, g.eps))
+				do(l.AttnHeadsRows(s.o, s.q2, ly.qNorm, m.invFreq, rows, g.attn, g.eps))
+			} else {
+				for r, st := range sts {
+					do(l.AttnKV(st.kv[i], row(s.k, r, g.kvd), row(s.v, r, g.kvd), ly.kNorm, m.invFreq, st.dpos, g.attn, g.eps, 1))
+					do(l.AttnHeads(row(s.o, r, hqd), st.s.scores, row(s.q2, r, 2*hqd), st.kv[i], ly.qNorm, m.invFreq, st.dpos, g.attn, g.eps, st.kcap, 1))
+				}
 			}
 			one(s.o, hqd, s.x, ly.o, s.x)
 		}

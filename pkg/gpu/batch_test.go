@@ -253,6 +253,17 @@ func interleavings(V int) []interleaving {
 			{prompt: promptOf(8, 13, V), join: 3, steps: 20, kvBits: 32, replay: true, sampling: p(0)},
 			{prompt: promptOf(2, 14, V), join: 5, steps: 18, kvBits: 16},
 		}},
+		{name: "every cache int8 (attention in one launch)", split: randomSubsets, seqs: []batchSeq{
+			{prompt: promptOf(4, 15, V), join: 0, steps: 24, kvBits: 8},
+			{prompt: promptOf(10, 16, V), join: 0, steps: 20, kvBits: 8, sampling: p(0)},
+			{prompt: promptOf(2, 17, V), join: 3, steps: 22, kvBits: 8, replay: true},
+			{prompt: promptOf(7, 18, V), join: 8, steps: 12, kvBits: 8},
+		}},
+		{name: "every cache bfloat16", split: allInOne, seqs: []batchSeq{
+			{prompt: promptOf(3, 19, V), join: 0, steps: 20, kvBits: 16},
+			{prompt: promptOf(9, 20, V), join: 2, steps: 20, kvBits: 16, sampling: p(3)},
+			{prompt: promptOf(5, 21, V), join: 2, steps: 14, kvBits: 16},
+		}},
 		{name: "more than MaxBatch", split: allInOne, seqs: eighteen},
 	}
 }

@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -675,6 +675,112 @@ func (l *Launcher) AttnHeads(o, scores, q2 cuda.DevicePtr, kv KVCache, qNorm, in
 		err = fmt.Errorf("gpukernels: attention over a KV cache of %d bits; want 8, 16 or 32", kv.Bits)
 	}
 	return err
+}
+
+// AttnRow is one sequence's side of a batched attention launch: its KV
+// cache, its device position, and its score scratch over Capacity
+// positions (AttnHeads' scores and capacity).
+type AttnRow struct {
+	KV       KVCache
+	Pos      cuda.DevicePtr
+	Scores   cuda.DevicePtr
+	Capacity int
+}
+
+// rowInts is kernels.cu's RowInts, passed by value.
+func rowInts(vals []int) []byte {
+	table := make([]byte, 4*MaxRows)
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(table[4*i:], uint32(int32(v)))
+	}
+	return table
+}
+
+// attnRowsWidth is the rows' common KV width when a batched attention
+// launch takes them (int8 or bfloat16, every row alike), else 0.
+func attnRowsWidth(rows []AttnRow) int {
+	if len(rows) == 0 || len(rows) > MaxRows {
+		return 0
+	}
+	bits := rows[0].KV.Bits
+	for _, r := range rows {
+		if r.KV.Bits != bits {
+			return 0
+		}
+	}
+	if bits != model.KVInt8 && bits != model.KVBF16 {
+		return 0
+	}
+	return bits
+}
+
+// AttnRowsFit reports whether AttnKVRows and AttnHeadsRows take rows: 1 to
+// MaxRows of them, every cache int8, or every cache bfloat16 (else the
+// caller launches AttnKV and AttnHeads row by row).
+func AttnRowsFit(rows []AttnRow) bool { return attnRowsWidth(rows) != 0 }
+
+// attnRowTables lays out the rows' pointers and capacities.
+func attnRowTables(rows []AttnRow) (kc, vc, ks, vs, pos, scores, caps []byte, err error) {
+	cols := make([][]cuda.DevicePtr, 6)
+	capv := make([]int, len(rows))
+	for i, r := range rows {
+		for j, p := range []cuda.DevicePtr{r.KV.K, r.KV.V, r.KV.KS, r.KV.VS, r.Pos, r.Scores} {
+			cols[j] = append(cols[j], p)
+		}
+		capv[i] = r.Capacity
+	}
+	tabs := make([][]byte, 6)
+	for j := range cols {
+		if tabs[j], err = rowPtrs(cols[j]); err != nil {
+			return
+		}
+	}
+	return tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5], rowInts(capv), nil
+}
+
+// AttnKVRows is AttnKV with T = 1 for each row in one launch: row r of k
+// and v [N, Hkv·Dh] into rows[r]'s cache at its position, bitwise AttnKV
+// on each row alone. Only where AttnRowsFit.
+func (l *Launcher) AttnKVRows(k, v, kNorm, invFreq cuda.DevicePtr, rows []AttnRow, s AttnShape, eps float32) error {
+	bits := attnRowsWidth(rows)
+	if bits == 0 {
+		return fmt.Errorf("gpukernels: a batched attention launch takes 1 to %d rows whose caches are all int8 or all bfloat16", MaxRows)
+	}
+	kc, vc, ks, vs, pos, _, _, err := attnRowTables(rows)
+	if err != nil {
+		return err
+	}
+	name, group := "attn_kv_q8_rows", KVGroup(s.Dh)
+	if bits == model.KVBF16 {
+		name, group = "attn_kv_bf16_rows", s.Dh
+	}
+	return l.launch(name, cuda.D2(s.Hkv, len(rows)), cuda.D1(128), 4*s.Dh, kc, vc, ks, vs, k, v, kNorm, invFreq, pos, s.Hkv, s.Dh, s.Half, eps, group)
+}
+
+// AttnHeadsRows is AttnHeads with T = 1 for each row in one launch of the
+// scores and one of the values: row r of q2 [N, Hq·2·Dh] against rows[r]'s
+// cache, scores and capacity, into row r of o [N, Hq·Dh], bitwise
+// AttnHeads on each row alone. Only where AttnRowsFit.
+func (l *Launcher) AttnHeadsRows(o, q2, qNorm, invFreq cuda.DevicePtr, rows []AttnRow, s AttnShape, eps float32) error {
+	bits := attnRowsWidth(rows)
+	if bits == 0 {
+		return fmt.Errorf("gpukernels: a batched attention launch takes 1 to %d rows whose caches are all int8 or all bfloat16", MaxRows)
+	}
+	kc, vc, ks, vs, pos, scores, caps, err := attnRowTables(rows)
+	if err != nil {
+		return err
+	}
+	n := len(rows)
+	sGrid, sBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(n), Z: attnSlices}, cuda.D1(256)
+	vGrid, vBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(n), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64)
+	scoresName, valuesName, group := "attn_scores_q8_rows", "attn_values_q8_rows", KVGroup(s.Dh)
+	if bits == model.KVBF16 {
+		scoresName, valuesName, group = "attn_scores_bf16_rows", "attn_values_bf16_rows", s.Dh
+	}
+	if err := l.launch(scoresName, sGrid, sBlock, s.Dh*4, scores, caps, q2, kc, ks, qNorm, invFreq, pos, s.Hq, s.Hkv, s.Dh, s.Half, eps, group); err != nil {
+		return err
+	}
+	return l.launch(valuesName, vGrid, vBlock, 0, o, scores, caps, q2, vc, vs, pos, s.Hq, s.Hkv, s.Dh, group)
 }
 
 // attnSlices is how many blocks share one head's scores.

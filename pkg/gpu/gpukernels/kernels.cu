@@ -2522,9 +2522,9 @@ __device__ void kv_put(void* c, float* sc, const float* x, i64 row, int col, int
 // the CPU engine stores the float32 row (blocks.KVCache.PutKV).
 template <int W>
 __device__ void attn_kv_w(void* kc, void* vc, float* ks, float* vs, const float* k, const float* v, const float* kNorm,
-                          const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int group, float* krow) {
+                          const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int group, float* krow, int t) {
     __shared__ double sh[32];
-    int g = blockIdx.x, t = blockIdx.y;
+    int g = blockIdx.x;
     int kvd = Hkv * Dh;
     int p = *pos + t;
     norm_rotate(krow, k + (i64)t * kvd + g * Dh, kNorm, Dh, eps, invFreq, half, p, sh);
@@ -2537,23 +2537,23 @@ extern "C" __global__ void attn_kv_q8(signed char* kc, signed char* vc, float* k
                                       int group, int T) {
     PDL_ENTRY();
     extern __shared__ float krow[]; // [Dh]
-    attn_kv_w<KV_Q8>(kc, vc, ks, vs, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, group, krow);
+    attn_kv_w<KV_Q8>(kc, vc, ks, vs, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, group, krow, blockIdx.y);
 }
 
 extern "C" __global__ void attn_kv_bf16(u16* kc, u16* vc, const float* k, const float* v, const float* kNorm,
                                         const float* invFreq, const int* pos, int Hkv, int Dh, int half, float eps, int T) {
     PDL_ENTRY();
     extern __shared__ float krow[]; // [Dh]
-    attn_kv_w<KV_BF16>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, krow);
+    attn_kv_w<KV_BF16>(kc, vc, 0, 0, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, krow, blockIdx.y);
 }
 
 // attn_scores_w is attn_scores with the cache read at width W (kv_at).
 template <int W>
 __device__ void attn_scores_w(float* scores, const float* q2, const void* kc, const float* ks, const float* qNorm, const float* invFreq,
-                              const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap, int group) {
+                              const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap, int group, int t) {
     extern __shared__ float qs[]; // [Dh]
     __shared__ double sh[32];
-    int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    int h = blockIdx.x, z = blockIdx.z, Z = gridDim.z;
     int hg = Hq / Hkv, g = h / hg, kvd = Hkv * Dh;
     int p = *pos + t, n = p + 1;
     float scale = (float)(1.0 / sqrt((double)Dh));
@@ -2589,23 +2589,23 @@ extern "C" __global__ void attn_scores_q8(float* scores, const float* q2, const 
                                           const float* invFreq, const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap,
                                           int group) {
     PDL_ENTRY();
-    attn_scores_w<KV_Q8>(scores, q2, kc, ks, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, group);
+    attn_scores_w<KV_Q8>(scores, q2, kc, ks, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, group, blockIdx.y);
 }
 
 extern "C" __global__ void attn_scores_bf16(float* scores, const float* q2, const u16* kc, const float* qNorm, const float* invFreq,
                                             const int* pos, int Hq, int Hkv, int Dh, int half, float eps, int cap) {
     PDL_ENTRY();
-    attn_scores_w<KV_BF16>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh);
+    attn_scores_w<KV_BF16>(scores, q2, kc, 0, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, cap, Dh, blockIdx.y);
 }
 
 // attn_values_w is attn_values with the cache read at width W (kv_at).
 template <int W>
 __device__ void attn_values_w(float* o, const float* scores, const float* q2, const void* vc, const float* vs, const int* pos,
-                              int Hq, int Hkv, int Dh, int cap, int group) {
+                              int Hq, int Hkv, int Dh, int cap, int group, int t) {
     __shared__ double sh[32];
     __shared__ float wsm[ATT_SMEM];
     __shared__ float red[32];
-    int h = blockIdx.x, t = blockIdx.y;
+    int h = blockIdx.x;
     int hg = Hq / Hkv, g = h / hg, kvd = Hkv * Dh;
     int n = *pos + t + 1;
     const float* sc = scores + ((i64)t * Hq + h) * cap;
@@ -2652,13 +2652,88 @@ __device__ void attn_values_w(float* o, const float* scores, const float* q2, co
 extern "C" __global__ void attn_values_q8(float* o, const float* scores, const float* q2, const signed char* vc, const float* vs,
                                           const int* pos, int Hq, int Hkv, int Dh, int cap, int group) {
     PDL_ENTRY();
-    attn_values_w<KV_Q8>(o, scores, q2, vc, vs, pos, Hq, Hkv, Dh, cap, group);
+    attn_values_w<KV_Q8>(o, scores, q2, vc, vs, pos, Hq, Hkv, Dh, cap, group, blockIdx.y);
 }
 
 extern "C" __global__ void attn_values_bf16(float* o, const float* scores, const float* q2, const u16* vc, const int* pos,
                                             int Hq, int Hkv, int Dh, int cap) {
     PDL_ENTRY();
-    attn_values_w<KV_BF16>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh);
+    attn_values_w<KV_BF16>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh, blockIdx.y);
+}
+
+// The batched step's attention over an int8 or bfloat16 cache (pkg/gpu
+// batch.go): one token of each of up to ROWS_MAX sequences, row r =
+// blockIdx.y, whose caches, scales, position, score scratch and its
+// capacity come by value; each row runs the one-token kernels' code (t = 0)
+// on its own values, so it is bitwise that launch. kv, q2 and o are the
+// batch's [N, …] rows.
+struct RowInts {
+    int v[ROWS_MAX];
+};
+
+template <int W>
+__device__ __forceinline__ void attn_kv_rows_w(RowPtrs kc, RowPtrs vc, RowPtrs ks, RowPtrs vs, const float* k, const float* v,
+                                               const float* kNorm, const float* invFreq, RowPtrs pos, int Hkv, int Dh, int half,
+                                               float eps, int group, float* krow) {
+    i64 r = blockIdx.y, kvd = (i64)Hkv * Dh;
+    attn_kv_w<W>((void*)kc.p[r], (void*)vc.p[r], (float*)ks.p[r], (float*)vs.p[r], k + r * kvd, v + r * kvd, kNorm, invFreq,
+                 (const int*)pos.p[r], Hkv, Dh, half, eps, group, krow, 0);
+}
+
+extern "C" __global__ void attn_kv_q8_rows(RowPtrs kc, RowPtrs vc, RowPtrs ks, RowPtrs vs, const float* k, const float* v,
+                                           const float* kNorm, const float* invFreq, RowPtrs pos, int Hkv, int Dh, int half, float eps,
+                                           int group) {
+    PDL_ENTRY();
+    extern __shared__ float krow[]; // [Dh]
+    attn_kv_rows_w<KV_Q8>(kc, vc, ks, vs, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, group, krow);
+}
+
+extern "C" __global__ void attn_kv_bf16_rows(RowPtrs kc, RowPtrs vc, RowPtrs ks, RowPtrs vs, const float* k, const float* v,
+                                             const float* kNorm, const float* invFreq, RowPtrs pos, int Hkv, int Dh, int half, float eps,
+                                             int group) {
+    PDL_ENTRY();
+    extern __shared__ float krow[]; // [Dh]
+    attn_kv_rows_w<KV_BF16>(kc, vc, ks, vs, k, v, kNorm, invFreq, pos, Hkv, Dh, half, eps, Dh, krow);
+}
+
+template <int W>
+__device__ __forceinline__ void attn_scores_rows_w(RowPtrs scores, RowInts cap, const float* q2, RowPtrs kc, RowPtrs ks, const float* qNorm,
+                                                   const float* invFreq, RowPtrs pos, int Hq, int Hkv, int Dh, int half, float eps, int group) {
+    i64 r = blockIdx.y;
+    attn_scores_w<W>((float*)scores.p[r], q2 + r * 2 * Hq * Dh, (const void*)kc.p[r], (const float*)ks.p[r], qNorm, invFreq,
+                     (const int*)pos.p[r], Hq, Hkv, Dh, half, eps, cap.v[r], group, 0);
+}
+
+extern "C" __global__ void attn_scores_q8_rows(RowPtrs scores, RowInts cap, const float* q2, RowPtrs kc, RowPtrs ks, const float* qNorm,
+                                               const float* invFreq, RowPtrs pos, int Hq, int Hkv, int Dh, int half, float eps, int group) {
+    PDL_ENTRY();
+    attn_scores_rows_w<KV_Q8>(scores, cap, q2, kc, ks, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, group);
+}
+
+extern "C" __global__ void attn_scores_bf16_rows(RowPtrs scores, RowInts cap, const float* q2, RowPtrs kc, RowPtrs ks, const float* qNorm,
+                                                 const float* invFreq, RowPtrs pos, int Hq, int Hkv, int Dh, int half, float eps, int group) {
+    PDL_ENTRY();
+    attn_scores_rows_w<KV_BF16>(scores, cap, q2, kc, ks, qNorm, invFreq, pos, Hq, Hkv, Dh, half, eps, Dh);
+}
+
+template <int W>
+__device__ __forceinline__ void attn_values_rows_w(float* o, RowPtrs scores, RowInts cap, const float* q2, RowPtrs vc, RowPtrs vs, RowPtrs pos,
+                                                   int Hq, int Hkv, int Dh, int group) {
+    i64 r = blockIdx.y;
+    attn_values_w<W>(o + r * Hq * Dh, (const float*)scores.p[r], q2 + r * 2 * Hq * Dh, (const void*)vc.p[r], (const float*)vs.p[r],
+                     (const int*)pos.p[r], Hq, Hkv, Dh, cap.v[r], group, 0);
+}
+
+extern "C" __global__ void attn_values_q8_rows(float* o, RowPtrs scores, RowInts cap, const float* q2, RowPtrs vc, RowPtrs vs, RowPtrs pos,
+                                               int Hq, int Hkv, int Dh, int group) {
+    PDL_ENTRY();
+    attn_values_rows_w<KV_Q8>(o, scores, cap, q2, vc, vs, pos, Hq, Hkv, Dh, group);
+}
+
+extern "C" __global__ void attn_values_bf16_rows(float* o, RowPtrs scores, RowInts cap, const float* q2, RowPtrs vc, RowPtrs vs, RowPtrs pos,
+                                                 int Hq, int Hkv, int Dh, int group) {
+    PDL_ENTRY();
+    attn_values_rows_w<KV_BF16>(o, scores, cap, q2, vc, vs, pos, Hq, Hkv, Dh, Dh);
 }
 
 // ---------------------------------------------------------------------------

@@ -118,3 +118,105 @@ func TestRowPtrsBounds(t *testing.T) {
 		t.Errorf("table %v, %v", tab, err)
 	}
 }
+
+// The batched step's attention launches (attn_kv_*_rows,
+// attn_scores_*_rows, attn_values_*_rows) give each row, its output and
+// its cache, the bits of AttnKV and AttnHeads with T = 1 on that row
+// alone: int8 and bfloat16 caches, heads of 256, 128 and 32, 1, 3 and 16
+// rows each at its own position and capacity.
+func TestAttnRowsBitwiseOneTokenLaunches(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, s := range attnShapes {
+		kvd, qd := s.Hkv*s.Dh, s.Hq*s.Dh
+		for _, bits := range []int{8, 16} {
+			for _, N := range []int{1, 3, MaxRows} {
+				what := fmt.Sprintf("Hq %d Hkv %d Dh %d, %d-bit cache, %d rows", s.Hq, s.Hkv, s.Dh, bits, N)
+				caps, pos := make([]int, N), make([]int, N)
+				for i := range N {
+					caps[i] = 8 + r.IntN(40)
+					pos[i] = r.IntN(caps[i]) // the new token's position; the rows before it are filled
+				}
+				kNorm, qNorm := randVec(r, s.Dh, 1), randVec(r, s.Dh, 1)
+				invFreq := make([]float32, s.Half)
+				for j := range invFreq {
+					invFreq[j] = float32(math.Pow(10000, -float64(2*j)/float64(2*s.Half)))
+				}
+				k, v, q2 := randVec(r, N*kvd, 1), randVec(r, N*kvd, 1), randVec(r, N*2*qd, 1)
+				prior := make([][2][]float32, N)
+				for i := range N {
+					prior[i] = [2][]float32{randVec(r, max(pos[i], 1)*kvd, 1), randVec(r, max(pos[i], 1)*kvd, 1)}
+				}
+				withGPU(t, func(b *gpuBuf, l *Launcher) {
+					dkN, dqN, dinv := b.up(cuda.Bytes(kNorm)), b.up(cuda.Bytes(qNorm)), b.up(cuda.Bytes(invFreq))
+					dk, dv, dq2 := b.up(cuda.Bytes(k)), b.up(cuda.Bytes(v)), b.up(cuda.Bytes(q2))
+					zero := b.up(cuda.Bytes([]int32{0}))
+					// makeRows fills each row's cache with its prior tokens.
+					makeRows := func() []AttnRow {
+						rows := make([]AttnRow, N)
+						for i := range N {
+							kv := devKV(b, bits, caps[i], kvd, s.Dh)
+							if pos[i] > 0 {
+								if err := l.AttnKV(kv, b.up(cuda.Bytes(prior[i][0])), b.up(cuda.Bytes(prior[i][1])), dkN, dinv, zero, s, 1e-6, pos[i]); err != nil {
+									t.Fatal(err)
+								}
+							}
+							rows[i] = AttnRow{KV: kv, Pos: b.up(cuda.Bytes([]int32{int32(pos[i])})), Scores: b.poisoned(4 * s.Hq * caps[i]), Capacity: caps[i]}
+						}
+						return rows
+					}
+					row := func(p cuda.DevicePtr, i, width int) cuda.DevicePtr { return p + cuda.DevicePtr(4*i*width) }
+					alone, together := makeRows(), makeRows()
+					oAlone, oTogether := b.poisoned(4*N*qd), b.poisoned(4*N*qd)
+					for i, ar := range alone {
+						if err := l.AttnKV(ar.KV, row(dk, i, kvd), row(dv, i, kvd), dkN, dinv, ar.Pos, s, 1e-6, 1); err != nil {
+							t.Fatal(err)
+						}
+						if err := l.AttnHeads(row(oAlone, i, qd), ar.Scores, row(dq2, i, 2*qd), ar.KV, dqN, dinv, ar.Pos, s, 1e-6, ar.Capacity, 1); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if !AttnRowsFit(together) {
+						t.Fatalf("%s: AttnRowsFit is false", what)
+					}
+					if err := l.AttnKVRows(dk, dv, dkN, dinv, together, s, 1e-6); err != nil {
+						t.Fatal(err)
+					}
+					if err := l.AttnHeadsRows(oTogether, dq2, dqN, dinv, together, s, 1e-6); err != nil {
+						t.Fatal(err)
+					}
+					if err := b.c.Sync(); err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(cuda.Bytes(b.f32(oTogether, N*qd)), cuda.Bytes(b.f32(oAlone, N*qd))) {
+						t.Errorf("%s: the outputs differ from AttnHeads row by row", what)
+					}
+					for i := range N {
+						ka, va := readKV(t, b, alone[i].KV, pos[i]+1, kvd, s.Dh)
+						kt, vt := readKV(t, b, together[i].KV, pos[i]+1, kvd, s.Dh)
+						for p := range pos[i] + 1 {
+							if ka.row(p) != kt.row(p) || va.row(p) != vt.row(p) {
+								t.Errorf("%s: row %d's cache row %d differs", what, i, p)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// A float32 cache, mixed widths or too many rows go row by row.
+func TestAttnRowsFit(t *testing.T) {
+	q8, b16, f32 := AttnRow{KV: KVCache{Bits: 8}}, AttnRow{KV: KVCache{Bits: 16}}, AttnRow{KV: KVCache{Bits: 32}}
+	for _, tc := range []struct {
+		rows []AttnRow
+		fit  bool
+	}{
+		{[]AttnRow{q8, q8}, true}, {[]AttnRow{b16}, true}, {[]AttnRow{f32, f32}, false}, {[]AttnRow{q8, b16}, false},
+		{nil, false}, {slices.Repeat([]AttnRow{q8}, MaxRows+1), false}, {slices.Repeat([]AttnRow{q8}, MaxRows), true},
+	} {
+		if got := AttnRowsFit(tc.rows); got != tc.fit {
+			t.Errorf("%d rows (%+v): fit %v, want %v", len(tc.rows), tc.rows, got, tc.fit)
+		}
+	}
+}
