@@ -346,33 +346,36 @@ func TestStepBatchIsBitwiseAlone(t *testing.T) {
 	needGPU(t)
 	for _, tc := range []struct {
 		bits, slots  int
-		graphs, rows bool // rows: the conv and delta rule launched row by row
+		graphs, rows bool // rows: the mixers launched row by row
+		hostPlanned  bool // streamed through the host plan: the states step one by one
 	}{
 		{bits: 4, graphs: true}, {bits: 8, graphs: true}, {bits: 16, graphs: true},
 		{bits: 4, slots: 4, graphs: true}, {bits: 8, slots: 4, graphs: true},
 		{bits: 4, graphs: false}, {bits: 4, graphs: true, rows: true}, {bits: 16, graphs: false, rows: true},
+		{bits: 4, slots: 4, hostPlanned: true},
 	} {
-		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v", tc.bits, tc.slots, tc.graphs, tc.rows)
+		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v host-planned %v", tc.bits, tc.slots, tc.graphs, tc.rows, tc.hostPlanned)
 		t.Run(name, func(t *testing.T) {
 			dir := install(t, "tiny-moe-fused", tc.bits)
 			t.Setenv("NVMAI_GPU_BATCH_GRAPH", map[bool]string{true: "", false: "0"}[tc.graphs])
 			t.Setenv("NVMAI_GPU_BATCH_ROWS", map[bool]string{true: "0", false: ""}[tc.rows])
+			t.Setenv("NVMAI_GPU_HOST_PLANNED", map[bool]string{true: "1", false: ""}[tc.hostPlanned])
 			e := loadGPUWith(t, dir, tc.slots, 0)
 			defer e.Close()
 			if !e.CanBatch() {
 				t.Fatal("the GPU engine reports no batched step")
 			}
 			b := e.Model().(*Backend)
-			if streamed := b.Model.stream != nil; streamed != (tc.slots > 0) {
-				t.Fatalf("streamed %v, want %v", streamed, tc.slots > 0)
+			if streamed := b.Model.stream != nil; streamed != (tc.slots > 0) || b.Model.hostPlanned() != tc.hostPlanned {
+				t.Fatalf("streamed %v host-planned %v, want %v %v", streamed, b.Model.hostPlanned(), tc.slots > 0, tc.hostPlanned)
 			}
 			for i, il := range interleavings(b.Model.geom.V) {
 				t.Run(il.name, func(t *testing.T) { runInterleaving(t, b, il, uint64(i+1)) })
 			}
 			graphs, kernels := b.Model.BatchGraphs()
 			t.Logf("FIDELITY batched step %s: every interleaving bitwise alone; %d batch graphs held, the last of %d kernels", name, graphs, kernels)
-			if tc.graphs != (graphs > 0) {
-				t.Errorf("%d batch graphs held, graphs on %v", graphs, tc.graphs)
+			if want := tc.graphs && !tc.hostPlanned; want != (graphs > 0) {
+				t.Errorf("%d batch graphs held, want some %v", graphs, want)
 			}
 		})
 	}
