@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -65,9 +66,16 @@ type batcher struct {
 	// once for the batch (gdn_conv_rows, gdn_rec_reg_rows); bitwise the
 	// same (NVMAI_GPU_BATCH_ROWS=0, to measure or to rule them out).
 	rowLaunches bool
-	ptrs        []cuda.DevicePtr     // the rows' state buffers of one layer
-	attn        []gpukernels.AttnRow // the rows' attention state of one layer
-	graphs      []batchGraph         // least recently replayed first
+	// fixed holds the rows' replayed experts [layer][row][k] when every row
+	// replays (one route launch a layer instead of one a row); fixedHost,
+	// one and oneIDs are its staging on the host.
+	fixed     cuda.DevicePtr
+	fixedHost []int32
+	one       []int32
+	oneIDs    []int
+	ptrs      []cuda.DevicePtr     // the rows' state buffers of one layer
+	attn      []gpukernels.AttnRow // the rows' attention state of one layer
+	graphs    []batchGraph         // least recently replayed first
 }
 
 type batchGraph struct {
@@ -199,10 +207,10 @@ func (m *Model) batchPass(c *cuda.Ctx, sts []*State, ids []int) error {
 	}
 	graphs := bt.useGraphs
 	for _, st := range sts {
-		if err := st.stageRoutes(c, 1); err != nil {
-			return err
-		}
 		graphs = graphs && !st.noGraph
+	}
+	if err := m.stageBatchRoutes(c, bt, sts); err != nil {
+		return err
 	}
 	l := &gpukernels.Launcher{C: c, K: m.ks, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	if !graphs {
@@ -228,6 +236,47 @@ func (m *Model) batchPass(c *cuda.Ctx, sts []*State, ids []int) error {
 		g = bt.keep(c, batchGraph{key: key, g: cg, kernels: l.Count})
 	}
 	return c.LaunchGraph(g.g)
+}
+
+// allReplay reports whether every row replays its routing.
+func allReplay(sts []*State) bool {
+	for _, st := range sts {
+		if st.replay.o == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// stageBatchRoutes copies the replaying rows' experts at their positions
+// to the device ahead of the pass: every row's into bt.fixed [layer][row][k]
+// when all replay (routeBatch then routes the rows in one launch), else
+// each replaying state's own (stageRoutes).
+func (m *Model) stageBatchRoutes(c *cuda.Ctx, bt *batcher, sts []*State) error {
+	if !allReplay(sts) {
+		for _, st := range sts {
+			if err := st.stageRoutes(c, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, L, N := m.geom, len(m.layers), len(sts)
+	moe := make([]bool, L)
+	for i := range m.layers {
+		moe[i] = m.layers[i].router != nil
+	}
+	bt.fixedHost = slices.Grow(bt.fixedHost[:0], L*N*g.k)[:L*N*g.k]
+	for r, st := range sts {
+		var err error
+		if bt.one, bt.oneIDs, err = gatherRoutes(st.replay.o, moe, st.pos, 1, g.k, g.E, bt.one, bt.oneIDs); err != nil {
+			return err
+		}
+		for layer := range L {
+			copy(bt.fixedHost[(layer*N+r)*g.k:(layer*N+r+1)*g.k], bt.one[layer*g.k:(layer+1)*g.k])
+		}
+	}
+	return c.HtoDAsync(bt.fixed, cuda.Bytes(bt.fixedHost))
 }
 
 // batchKey names what a batch graph bakes in: the rows' states in order,
@@ -300,6 +349,7 @@ func (m *Model) batchScratch(c *cuda.Ctx) (*batcher, error) {
 	const B = MaxBatch
 	f := func(n int) cuda.DevicePtr { return a(4 * B * n) }
 	bt.tokens, bt.zeroSel = a(4*B), a(4*B)
+	bt.fixed = a(4 * B * len(m.layers) * max(g.k, 1))
 	s := &bt.s
 	s.x, s.u = f(g.H), f(g.H)
 	s.proj, s.convOut, s.z, s.o = f(g.C), f(g.C), f(g.vd), f(max(g.vd, g.attn.Hq*g.attn.Dh))
@@ -331,7 +381,8 @@ func (m *Model) BatchScratchBytes() int64 {
 	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
 	q8, q4, ds := gpukernels.QActBytes(MaxBatch, widest)
 	e8, e4, eds := gpukernels.QActBytes(MaxBatch*(g.k+1), g.I)
-	return 4*MaxBatch*int64(per) + 8*MaxBatch + max(q8, e8) + max(q4, e4) + 2*max(ds, eds)
+	fixed := 4 * MaxBatch * int64(len(m.layers)) * int64(max(g.k, 1))
+	return 4*MaxBatch*int64(per) + 8*MaxBatch + fixed + max(q8, e8) + max(q4, e4) + 2*max(ds, eds)
 }
 
 // statePtrs lists one state buffer of each row (of is which).
@@ -589,10 +640,10 @@ func (m *Model) moeStepBatch(l *gpukernels.Launcher, bt *batcher, sts []*State, 
 	do(l.MoEDown(s.x, eDown, ly.sDown, &s.qa, sel, s.weight, gates, g.k, gstride, N))
 }
 
-// routeBatch routes the N rows of layer: one launch when no row replays;
-// else row by row, each replaying row from its own state's ids
-// (stageRoutes with T = 1 lays them [layer][k]). route is a block per
-// token, so a row's pick is the same either way.
+// routeBatch routes the N rows of layer: one launch when no row replays
+// or every row does (from bt.fixed); else row by row, each replaying row
+// from its own state's ids (stageRoutes with T = 1 lays them [layer][k]).
+// route is a block per token, so a row's pick is the same either way.
 func (m *Model) routeBatch(l *gpukernels.Launcher, bt *batcher, sts []*State, layer, stride int) error {
 	s, g := &bt.s, m.geom
 	replays := false
@@ -601,6 +652,9 @@ func (m *Model) routeBatch(l *gpukernels.Launcher, bt *batcher, sts []*State, la
 	}
 	if !replays {
 		return l.Route(s.sel, s.weight, s.router, g.E, g.k, len(sts), stride)
+	}
+	if N := len(sts); allReplay(sts) { // stageBatchRoutes laid them [layer][row][k]
+		return l.RouteFixed(s.sel, s.weight, s.router, bt.fixed+cuda.DevicePtr(4*layer*N*g.k), g.E, g.k, N, stride)
 	}
 	for r, st := range sts {
 		sel, w, logits := s.sel+cuda.DevicePtr(4*r*g.k), s.weight+cuda.DevicePtr(4*r*g.k), s.router+cuda.DevicePtr(4*r*stride)

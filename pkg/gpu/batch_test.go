@@ -253,6 +253,11 @@ func interleavings(V int) []interleaving {
 			{prompt: promptOf(8, 13, V), join: 3, steps: 20, kvBits: 32, replay: true, sampling: p(0)},
 			{prompt: promptOf(2, 14, V), join: 5, steps: 18, kvBits: 16},
 		}},
+		{name: "routing replay on every row", split: randomSubsets, seqs: []batchSeq{
+			{prompt: promptOf(5, 22, V), join: 0, steps: 20, kvBits: 8, replay: true},
+			{prompt: promptOf(2, 23, V), join: 0, steps: 24, kvBits: 8, replay: true, sampling: p(2)},
+			{prompt: promptOf(9, 24, V), join: 4, steps: 16, kvBits: 32, replay: true},
+		}},
 		{name: "every cache int8 (attention in one launch)", split: randomSubsets, seqs: []batchSeq{
 			{prompt: promptOf(4, 15, V), join: 0, steps: 24, kvBits: 8},
 			{prompt: promptOf(10, 16, V), join: 0, steps: 20, kvBits: 8, sampling: p(0)},
