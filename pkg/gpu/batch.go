@@ -62,9 +62,10 @@ type batcher struct {
 	tokens    cuda.DevicePtr // [MaxBatch] int32
 	zeroSel   cuda.DevicePtr // [MaxBatch] int32 zeros: see gemvRows
 	useGraphs bool
-	// rowLaunches launches the conv and delta rule row by row instead of
-	// once for the batch (gdn_conv_rows, gdn_rec_reg_rows); bitwise the
-	// same (NVMAI_GPU_BATCH_ROWS=0, to measure or to rule them out).
+	// rowLaunches launches the mixers and the tail (argmax, the logits
+	// copy, the position) row by row instead of once for the batch
+	// (gdn_conv_rows, gdn_rec_reg_rows, attn_*_rows, head_rows); bitwise
+	// the same (NVMAI_GPU_BATCH_ROWS=0, to measure or to rule them out).
 	rowLaunches bool
 	// fixed holds the rows' replayed experts [layer][row][k] when every row
 	// replays (one route launch a layer instead of one a row); fixedHost,
@@ -600,14 +601,22 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 		}
 	}
 	// lm_head over the N rows at once, then each row into its state's own
-	// logits, greedy pick and position, where Logits, Argmax and Sample
-	// read them.
+	// logits, greedy pick and position (one head_rows launch), where
+	// Logits, Argmax and Sample read them.
 	if m.lmHead.Quantized() {
 		do(l.RMSNormQuantize(&s.qa, s.final, s.x, m.norm, g.H, N, g.eps))
 	} else {
 		do(l.RMSNorm(s.final, s.x, m.norm, g.H, N, g.eps))
 	}
 	do(gemvRows(l, bt, s.logits, m.lmHead, s.final, &s.qa, 0, 0, 1, false, N))
+	if !bt.rowLaunches { // one launch: head_rows
+		dst, next, pos := make([]cuda.DevicePtr, N), make([]cuda.DevicePtr, N), make([]cuda.DevicePtr, N)
+		for r, st := range sts {
+			dst[r], next[r], pos[r] = st.s.logits, st.next, st.dpos
+		}
+		do(l.HeadRows(s.logits, g.V, dst, next, pos))
+		return err
+	}
 	// argmax reads the batch's row, not the copy: the copy is no kernel, so
 	// no programmatic dependent launch hangs on it.
 	for r, st := range sts {

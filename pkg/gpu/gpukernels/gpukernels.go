@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -817,6 +817,22 @@ func (l *Launcher) Combine(x, routed, weight, shared, gate cuda.DevicePtr, k, H,
 // Argmax writes the greedy token (−1 on NaN) to out.
 func (l *Launcher) Argmax(out, logits cuda.DevicePtr, V int) error {
 	return l.launch("argmax", cuda.D1(1), cuda.D1(1024), 0, out, logits, V)
+}
+
+// HeadRows is the batched step's tail in one launch: row r of logits
+// [N, V] copied to dst[r], its greedy pick (Argmax's) into next[r], and
+// the position at pos[r] advanced by one, for each of the N rows.
+func (l *Launcher) HeadRows(logits cuda.DevicePtr, V int, dst, next, pos []cuda.DevicePtr) error {
+	if len(next) != len(dst) || len(pos) != len(dst) {
+		return fmt.Errorf("gpukernels: head_rows: %d logits rows, %d picks, %d positions", len(dst), len(next), len(pos))
+	}
+	d, err := rowPtrs(dst)
+	if err != nil {
+		return err
+	}
+	n, _ := rowPtrs(next)
+	p, _ := rowPtrs(pos)
+	return l.launch("head_rows", cuda.D1(len(dst)), cuda.D1(1024), 0, logits, V, d, n, p)
 }
 
 // TopKThreads is topk_cand's block size.

@@ -2841,8 +2841,7 @@ extern "C" __global__ void combine(float* x, const float* routed, const float* w
 
 // argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
 // NaN anywhere gives −1. One block.
-extern "C" __global__ void argmax(int* out, const float* logits, int V) {
-    PDL_ENTRY();
+__device__ __forceinline__ void argmax_body(int* out, const float* logits, int V) {
     __shared__ float bv[32];
     __shared__ int bi[32];
     __shared__ int hasnan;
@@ -2867,6 +2866,25 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
             if (bv[w] > v || (bv[w] == v && bi[w] < idx)) { v = bv[w]; idx = bi[w]; }
         *out = hasnan ? -1 : idx;
     }
+}
+
+extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+    PDL_ENTRY();
+    argmax_body(out, logits, V);
+}
+
+// head_rows is the batched decode step's tail (pkg/gpu batch.go), block r
+// for row r: the row of logits [N, V] copied to its sequence's own buffer
+// (dst.p[r]), its greedy pick (argmax's code) into next.p[r], and its
+// position (pos.p[r]) advanced by one.
+extern "C" __global__ void head_rows(const float* logits, int V, RowPtrs dst, RowPtrs next, RowPtrs pos) {
+    PDL_ENTRY();
+    i64 r = blockIdx.x;
+    const float* row = logits + r * V;
+    float* d = (float*)dst.p[r];
+    for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = row[i];
+    argmax_body((int*)next.p[r], row, V);
+    if (threadIdx.x == 0) *(int*)pos.p[r] += 1;
 }
 
 // topk_cand: the candidates of sample.TopKCandidates for the device's

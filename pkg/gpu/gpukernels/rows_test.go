@@ -220,3 +220,59 @@ func TestAttnRowsFit(t *testing.T) {
 		}
 	}
 }
+
+// head_rows copies each row of logits to its own buffer, writes Argmax's
+// pick of it (ties to the lowest id, −1 for a row with a NaN) and
+// advances its position by one, for 1, 3 and 16 rows.
+func TestHeadRowsIsArgmaxCopyAdvance(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	const V = 5003
+	for _, N := range []int{1, 3, MaxRows} {
+		logits := randVec(r, N*V, 3)
+		for i := range N {
+			row := logits[i*V : (i+1)*V]
+			switch i % 3 {
+			case 1: // a tie: the lower id wins
+				row[17], row[4000] = 100, 100
+			case 2:
+				row[r.IntN(V)] = float32(math.NaN())
+			}
+		}
+		withGPU(t, func(b *gpuBuf, l *Launcher) {
+			dl := b.up(cuda.Bytes(logits))
+			dst, next, pos := make([]cuda.DevicePtr, N), make([]cuda.DevicePtr, N), make([]cuda.DevicePtr, N)
+			want := make([]int32, N)
+			for i := range N {
+				dst[i], next[i], pos[i] = b.poisoned(4*V), b.up(cuda.Bytes([]int32{-7})), b.up(cuda.Bytes([]int32{int32(10 * i)}))
+				one := b.up(cuda.Bytes([]int32{-7}))
+				if err := l.Argmax(one, dl+cuda.DevicePtr(4*i*V), V); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.c.DtoH(cuda.Bytes(want[i:i+1]), one); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.HeadRows(dl, V, dst, next, pos); err != nil {
+				t.Fatal(err)
+			}
+			for i := range N {
+				var got, p [1]int32
+				if err := b.c.DtoH(cuda.Bytes(got[:]), next[i]); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.c.DtoH(cuda.Bytes(p[:]), pos[i]); err != nil {
+					t.Fatal(err)
+				}
+				if got[0] != want[i] || p[0] != int32(10*i+1) {
+					t.Errorf("%d rows, row %d: pick %d (argmax %d), position %d (want %d)", N, i, got[0], want[i], p[0], 10*i+1)
+				}
+				if !slices.Equal(cuda.Bytes(b.f32(dst[i], V)), cuda.Bytes(logits[i*V:(i+1)*V])) {
+					t.Errorf("%d rows, row %d: the copied logits differ", N, i)
+				}
+			}
+			if want[1%N] != 17 && N > 1 {
+				t.Errorf("the tie went to %d, want 17", want[1])
+			}
+		})
+	}
+}
