@@ -75,7 +75,8 @@ done
 for n in "$rounds" "$budget" "$layers" "$GEN" "${PREFILL[@]}" "${DEPTHS[@]}"; do
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || die "--rounds, --budget, --layers and NVMAI_VS_PREFILL/DEPTHS/GEN take whole numbers ≥ 1, got '$n'"
 done
-[ "$layers" -ge 1 ] && [ "$layers" -le 40 ] || die "--layers must be 1..40"
+# Every fourth layer is full attention: fewer than 4 leave llama.cpp a KV cache of no layers (it aborts).
+[ "$layers" -ge 4 ] && [ "$layers" -le 40 ] || die "--layers must be 4..40"
 [ "$steps" = all ] && steps=build,models4,bench4,models8,bench8
 for s in ${steps//,/ }; do
 	case $s in build | models4 | bench4 | models8 | bench8) ;; *) die "unknown step $s (build, models4, bench4, models8, bench8)" ;; esac
@@ -364,7 +365,7 @@ remove_pair() { # WIDTH: deletes the pair this script made for WIDTH (paths list
 	done <"$W/made.$1"
 	rm -f "$W/made.$1"
 	touch "$W/removed.$1"
-	stamp "deleted the $1-bit pair (it made room; bench$1 cannot run again in this work directory)"
+	stamp "deleted the $1-bit pair this script made (bench$1 cannot run again in this work directory)"
 }
 
 # ---- bench
@@ -377,7 +378,7 @@ nv_run() { # WIDTH ROUND PROMPT META... → records on stdout
 	timeout "$(limit)" "$B/nvmai-run" bench --engine gpu -m "$nv" --prompt-tokens "$p" --tokens "$GEN" --skip-bandwidth --quiet --json \
 		>"$out.json" 2>"$out.err" || rc=$?
 	if [ "$rc" = 0 ] && "$B/gpucompare" nvmai "$@" "$out.json" 2>>"$out.err"; then return 0; fi
-	local why="exit $rc: $(grep . "$out.err" | tail -1 | cut -c1-160)"
+	local why="exit $rc: $(grep . "$out.err" | tail -1 | cut -c1-120)"
 	[ "$rc" = 124 ] && why="timed out (the call's budget)"
 	"$B/gpucompare" failed "$@" --engine nvmai --test prefill --tokens "$p" --why "$why"
 	"$B/gpucompare" failed "$@" --engine nvmai --test decode --tokens "$GEN" --depth "$p" --why "$why"
@@ -394,7 +395,7 @@ ll_run() { # WIDTH ROUND KIND(prefill|decode) META... → records on stdout
 		timeout "$(limit)" "$LB" -m "$gg" -ngl 99 -fa 0,1 -r 3 "${args[@]}" -o json >"$out.json" 2>"$out.err" || rc=$?
 		if [ "$rc" = 0 ] && "$B/gpucompare" llama --weight-bytes "$(cat "$W/m$w.bytes")" "$@" "$out.json" 2>>"$out.err"; then return 0; fi
 	fi
-	local why="exit $rc: $(grep . "$out.err" | tail -1 | cut -c1-160)"
+	local why="exit $rc: $(grep . "$out.err" | tail -1 | cut -c1-120)"
 	[ "$rc" = 124 ] && why="timed out (the call's budget)"
 	if [ "$kind" = prefill ]; then
 		for p in "${PREFILL[@]}"; do "$B/gpucompare" failed "$@" --engine llama.cpp --test prefill --tokens "$p" --why "$why"; done

@@ -95,7 +95,7 @@ expect "$S/c1" 'build: still running; call again' "the call did not say the buil
 echo "== call 2: waits for the build, benches both widths, 2 rounds, deletes the pairs"
 vs "$S/c2" --work "$W" --steps all --rounds 2
 expect "$S/c2" 'build: llama-bench built' "call 2 did not wait for the build"
-expect "$S/c2" 'deleted the 4-bit pair' "models8 did not delete the 4-bit pair first"
+expect "$S/c2" 'deleted the 4-bit pair this script made' "models8 did not delete the 4-bit pair first"
 expect "$S/c2" 'all steps done' "call 2 did not finish"
 expect "$S/c2" '\| 4-bit, 40 layers \| decode 128 after 16,384 tok/s \|' "no table printed"
 [ "$(records "$W/runs.jsonl")" = 56 ] || fail "runs.jsonl has $(records "$W/runs.jsonl") records, want 56 (2 widths × 2 rounds × (6 nvmai + 8 llama.cpp))"

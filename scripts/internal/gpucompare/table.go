@@ -285,7 +285,6 @@ func caption(recs []Record, gs []*group) string {
 			*list = append(*list, v)
 		}
 	}
-	rounds := 0
 	for _, r := range recs {
 		add(&cards, r.Card)
 		add(&drivers, r.Driver)
@@ -294,7 +293,16 @@ func caption(recs []Record, gs []*group) string {
 		if len(r.Date) >= 10 {
 			add(&dates, r.Date[:10])
 		}
-		rounds = max(rounds, r.Round)
+	}
+	var rounds []string
+	same := true
+	for _, g := range gs {
+		rounds = append(rounds, fmt.Sprintf("%d-bit %d", g.width, g.rounds()))
+		same = same && g.rounds() == gs[0].rounds()
+	}
+	roundText := plural(gs[0].rounds(), "interleaved round")
+	if !same {
+		roundText = "interleaved rounds (" + strings.Join(rounds, ", ") + ")"
 	}
 	slices.Sort(dates)
 	when := strings.Join(dates, ", ")
@@ -311,7 +319,7 @@ func caption(recs []Record, gs []*group) string {
 	for _, g := range gs {
 		nv, ll := g.bytesPerToken(engineNvmai), g.bytesPerToken(engineLlama)
 		if nv > 0 || ll > 0 {
-			bytes = append(bytes, fmt.Sprintf("%d-bit: nvmai %s MiB, GGUF %s MiB", g.width, thousands(nv/(1<<20), 0), thousands(ll/(1<<20), 0)))
+			bytes = append(bytes, fmt.Sprintf("%d-bit: nvmai %s, GGUF %s", g.width, mib(nv), mib(ll)))
 		}
 	}
 	or := func(list []string, none string) string {
@@ -325,7 +333,7 @@ func caption(recs []Record, gs []*group) string {
 		"Median [range] of every sample of %s, the engine going first alternating (nvmai: its three bench prompts per run; llama-bench: -r 3). "+
 		"HBM bound: weight bytes read per decode step (%s) ÷ the device-to-device copy rate `nvmai-run bench` measured in the same call, bytes read + written (%s); "+
 		"the KV cache a decode at depth also reads is not counted in it.\n",
-		or(cards, "an unnamed card"), or(drivers, "?"), or([]string{when}, "undated"), or(commits, "?"), or(llamas, "?"), plural(rounds, "interleaved round"), or(bytes, "not known"), or(bw, "not measured"))
+		or(cards, "an unnamed card"), or(drivers, "?"), or([]string{when}, "undated"), or(commits, "?"), or(llamas, "?"), roundText, or(bytes, "not known"), or(bw, "not measured"))
 }
 
 func plural(n int, what string) string {
@@ -333,4 +341,12 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// mib is a byte count in MiB, or "not known" for none.
+func mib(b float64) string {
+	if b <= 0 {
+		return "not known"
+	}
+	return thousands(b/(1<<20), 0) + " MiB"
 }
