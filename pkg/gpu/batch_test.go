@@ -3,9 +3,12 @@ package gpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/model"
@@ -444,4 +447,88 @@ func batchedGreedy(t *testing.T, e *runtime.Engine, prompts [][]int, n int) [][]
 		}
 	}
 	return out
+}
+
+// TestBatchStepRate times the device batched step on each install named by
+// NVMAI_GPU_BATCH_BENCH (comma-separated; e.g. the 40-layer 4-bit
+// synthetic): N = 1, 2, 4, 8 and 16 sequences (16-token prompts, int8 KV
+// as serve runs them; routing replayed when NVMAI_GPU_BATCH_BENCH_ROUTING
+// names a synthetic regime without a seed, such as synthetic:agent: sequence i takes seed
+// i+1) stepped together for
+// 64 steps, each step followed by every sequence's Argmax as the runtime
+// reads it; and one sequence stepped alone with Forward. It prints BATCH
+// lines: ms a step, aggregate tok/s, each sequence's rate, and the
+// aggregate against the lone sequence's (issue #39's GPU acceptance is
+// ≥ 3× at N = 4 on an H200 through the server, each stream ≥ 0.5×).
+func TestBatchStepRate(t *testing.T) {
+	needGPU(t)
+	for _, dir := range envDirs(t, "NVMAI_GPU_BATCH_BENCH", "install to time the batched step on") {
+		e := loadEngine(t, dir, true)
+		b := e.Model().(*Backend)
+		spec := os.Getenv("NVMAI_GPU_BATCH_BENCH_ROUTING")
+		const steps = 64
+		V := b.Model.geom.V
+		newSeqs := func(n int) []*State {
+			sts := make([]*State, n)
+			for i := range sts {
+				st, err := b.Model.NewState(StateOptions{KVInitial: 256, KVBits: model.KVInt8})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(st.Close)
+				if spec != "" { // each sequence its own seed, as serve --routing gives each slot
+					st.SetRouteOverride(synthSource(t, e, fmt.Sprintf("%s:seed=%d", spec, 1+i)))
+				}
+				if err := st.Forward(promptOf(16, i, V)); err != nil {
+					t.Fatal(err)
+				}
+				sts[i] = st
+			}
+			return sts
+		}
+		alone := newSeqs(1)[0]
+		next := []int{1}
+		start := time.Now()
+		for range steps {
+			if err := alone.Forward(next); err != nil {
+				t.Fatal(err)
+			}
+			id, err := alone.Argmax()
+			if err != nil {
+				t.Fatal(err)
+			}
+			next[0] = id
+		}
+		aloneRate := steps / time.Since(start).Seconds()
+		t.Logf("BATCH %s: one sequence alone %.1f tok/s (%.3f ms a step)", filepath.Base(dir), aloneRate, 1e3/aloneRate)
+		for _, n := range []int{1, 2, 4, 8, 16} {
+			sts := newSeqs(n)
+			states := make([]model.State, n)
+			ids := make([]int, n)
+			for i, st := range sts {
+				states[i], ids[i] = st, 1
+			}
+			step := func() {
+				if err := b.StepBatch(states, ids, nil); err != nil {
+					t.Fatal(err)
+				}
+				for i, st := range sts {
+					id, err := st.Argmax()
+					if err != nil {
+						t.Fatal(err)
+					}
+					ids[i] = id
+				}
+			}
+			step() // captures the batch graph
+			start := time.Now()
+			for range steps {
+				step()
+			}
+			sec := time.Since(start).Seconds()
+			agg := float64(n*steps) / sec
+			t.Logf("BATCH %s: N %2d: %.3f ms a step, %.1f tok/s in all, %.1f tok/s each; aggregate %.2f× one sequence alone, each %.2f×",
+				filepath.Base(dir), n, 1e3*sec/steps, agg, agg/float64(n), agg/aloneRate, agg/float64(n)/aloneRate)
+		}
+	}
 }
