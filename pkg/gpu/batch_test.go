@@ -347,7 +347,8 @@ func runInterleaving(t *testing.T, b *Backend, il interleaving, seed uint64) {
 // The batched step is bitwise each sequence alone: tiny-moe at 4, 8 and
 // 16 bits, resident, streamed (4 slots a layer: every step stages), with
 // the batch graphs off, and with the conv and delta rule launched row by
-// row (NVMAI_GPU_BATCH_ROWS=0); KV widths mixed within a batch, greedy and
+// row (NVMAI_GPU_BATCH_ROWS=0), without the fused decode launches
+// (NVMAI_GPU_FUSE=0) and through the host plan; KV widths mixed within a batch, greedy and
 // seeded sampling, a routing replay on some states, joins at different
 // steps, shuffled rows and random subsets, and more states than MaxBatch.
 func TestStepBatchIsBitwiseAlone(t *testing.T) {
@@ -356,18 +357,21 @@ func TestStepBatchIsBitwiseAlone(t *testing.T) {
 		bits, slots  int
 		graphs, rows bool // rows: the mixers launched row by row
 		hostPlanned  bool // streamed through the host plan: the states step one by one
+		unfused      bool // NVMAI_GPU_FUSE=0: qgemv over the rows, no mgemv or moe_down
 	}{
 		{bits: 4, graphs: true}, {bits: 8, graphs: true}, {bits: 16, graphs: true},
 		{bits: 4, slots: 4, graphs: true}, {bits: 8, slots: 4, graphs: true},
 		{bits: 4, graphs: false}, {bits: 4, graphs: true, rows: true}, {bits: 16, graphs: false, rows: true},
 		{bits: 4, slots: 4, hostPlanned: true},
+		{bits: 4, graphs: true, unfused: true}, {bits: 8, slots: 4, graphs: true, unfused: true},
 	} {
-		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v host-planned %v", tc.bits, tc.slots, tc.graphs, tc.rows, tc.hostPlanned)
+		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v host-planned %v unfused %v", tc.bits, tc.slots, tc.graphs, tc.rows, tc.hostPlanned, tc.unfused)
 		t.Run(name, func(t *testing.T) {
 			dir := install(t, "tiny-moe-fused", tc.bits)
 			t.Setenv("NVMAI_GPU_BATCH_GRAPH", map[bool]string{true: "", false: "0"}[tc.graphs])
 			t.Setenv("NVMAI_GPU_BATCH_ROWS", map[bool]string{true: "0", false: ""}[tc.rows])
 			t.Setenv("NVMAI_GPU_HOST_PLANNED", map[bool]string{true: "1", false: ""}[tc.hostPlanned])
+			t.Setenv("NVMAI_GPU_FUSE", map[bool]string{true: "0", false: ""}[tc.unfused])
 			e := loadGPUWith(t, dir, tc.slots, 0)
 			defer e.Close()
 			if !e.CanBatch() {
