@@ -346,11 +346,12 @@ func runInterleaving(t *testing.T, b *Backend, il interleaving, seed uint64) {
 
 // The batched step is bitwise each sequence alone: tiny-moe at 4, 8 and
 // 16 bits, resident, streamed (4 slots a layer: every step stages), with
-// the batch graphs off, and with the conv and delta rule launched row by
-// row (NVMAI_GPU_BATCH_ROWS=0), without the fused decode launches
-// (NVMAI_GPU_FUSE=0) and through the host plan; KV widths mixed within a batch, greedy and
-// seeded sampling, a routing replay on some states, joins at different
-// steps, shuffled rows and random subsets, and more states than MaxBatch.
+// the batch graphs off, with the mixers launched row by row
+// (NVMAI_GPU_BATCH_ROWS=0), without the fused decode launches
+// (NVMAI_GPU_FUSE=0) and through the host plan; KV widths mixed within a
+// batch and uniform, greedy and seeded sampling, a routing replay on some
+// states and on all, joins at different steps, shuffled rows and random
+// subsets, and more states than MaxBatch.
 func TestStepBatchIsBitwiseAlone(t *testing.T) {
 	needGPU(t)
 	for _, tc := range []struct {
