@@ -238,6 +238,7 @@ step_build() {
 	st=$(job_state build)
 	if [ "$st" = none ] || [ "$st" = died ]; then
 		[ "$st" = died ] && stamp "build: the earlier build died (the machine changed or it was killed): starting over"
+		export PATH="$PATH:/usr/local/cuda/bin" # where the CUDA toolkit puts nvcc when PATH lacks it
 		command -v cmake >/dev/null && command -v nvcc >/dev/null || {
 			stamp "build: FAILED: cmake and nvcc are needed on this machine"
 			echo "cmake or nvcc missing" >"$W/build.failed"
@@ -245,11 +246,13 @@ step_build() {
 			return 0
 		}
 		rm -rf "$W/llama" && mkdir -p "$W/llama" && tar xJf "$P/llama-src.tar.xz" -C "$W/llama" || die "unpacking llama-src.tar.xz failed"
-		local arch=${cc//./}
+		local arch=${cc//./} gen=""
+		command -v ninja >/dev/null && gen="-G Ninja"
 		cat >"$W/llama/build.sh" <<EOF
 set -e
+export PATH="$PATH"
 cd "$W/llama"
-cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${arch:-90} \\
+cmake -B build $gen -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${arch:-90} \\
   -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \\
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
 cmake --build build --target llama-bench -j$(nproc)
