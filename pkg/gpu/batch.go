@@ -331,10 +331,13 @@ func (bt *batcher) close(c *cuda.Ctx) {
 // kernels of the most recently captured (0, 0 before any), for the tests
 // and the bench.
 func (m *Model) BatchGraphs() (graphs, kernels int) {
-	if m.batch == nil || len(m.batch.graphs) == 0 {
-		return 0, 0
-	}
-	return len(m.batch.graphs), m.batch.graphs[len(m.batch.graphs)-1].kernels
+	m.dev.Do(func(*cuda.Ctx) error { // m.batch is the device goroutine's
+		if m.batch != nil && len(m.batch.graphs) > 0 {
+			graphs, kernels = len(m.batch.graphs), m.batch.graphs[len(m.batch.graphs)-1].kernels
+		}
+		return nil
+	})
+	return graphs, kernels
 }
 
 // batchScratch makes the model's batched-step scratch on first use: a
@@ -707,13 +710,16 @@ func (b *Backend) SequenceRoom() (per, room int64, err error) {
 		ctx = DefaultPlanContext
 	}
 	per = stateBytes(m.cfg, m.geom, max(m.chunk, 1), min(ctx, m.cfg.MaxContext), m.kvBits())
-	var free, total uint64
-	if err := m.dev.Do(func(c *cuda.Ctx) (err error) { free, total, err = c.MemInfo(); return err }); err != nil {
+	err = m.dev.Do(func(c *cuda.Ctx) error { // m.batch is the device goroutine's
+		free, total, err := c.MemInfo()
+		room = int64(free) - autoReserve(total)
+		if m.batch == nil {
+			room -= m.BatchScratchBytes()
+		}
+		return err
+	})
+	if err != nil {
 		return per, 0, err
-	}
-	room = int64(free) - autoReserve(total)
-	if m.batch == nil {
-		room -= m.BatchScratchBytes()
 	}
 	return per, max(room, 0), nil
 }
