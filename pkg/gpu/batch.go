@@ -30,8 +30,9 @@ import (
 // prefill's tensor-core products), whose blocks each take one token, or
 // for the mixers by those kernels' own code on the row's values, so a
 // row's floats are bitwise its state's own Forward of one token whatever
-// the batch. Streamed experts are staged by id for the batch as a prefill
-// pass stages them (expert_need, expert_stage): the same bytes, so the same
+// the batch. Streamed experts are resolved to VRAM slots row by row where
+// the slots hold every row's picks, else staged by id for the batch as a
+// prefill pass stages them (batchExperts): the same bytes, so the same
 // bits. A host-planned plan (streamhost.go) steps the states one by one.
 //
 // The step is captured as a CUDA graph per set of states (their number,
@@ -74,9 +75,14 @@ type batcher struct {
 	fixedHost []int32
 	one       []int32
 	oneIDs    []int
-	ptrs      []cuda.DevicePtr     // the rows' state buffers of one layer
-	attn      []gpukernels.AttnRow // the rows' attention state of one layer
-	graphs    []batchGraph         // least recently replayed first
+	// slotSel is a streamed layer's picks resolved to slots, [row][k]
+	// (batchExperts); stageStreamed stages every streamed batch instead
+	// (NVMAI_GPU_BATCH_STAGE=1, to compare).
+	slotSel       cuda.DevicePtr
+	stageStreamed bool
+	ptrs          []cuda.DevicePtr     // the rows' state buffers of one layer
+	attn          []gpukernels.AttnRow // the rows' attention state of one layer
+	graphs        []batchGraph         // least recently replayed first
 }
 
 type batchGraph struct {
@@ -347,13 +353,15 @@ func (m *Model) batchScratch(c *cuda.Ctx) (*batcher, error) {
 		return m.batch, nil
 	}
 	g := m.geom
-	bt := &batcher{useGraphs: os.Getenv("NVMAI_GPU_BATCH_GRAPH") != "0", rowLaunches: os.Getenv("NVMAI_GPU_BATCH_ROWS") == "0"}
+	bt := &batcher{useGraphs: os.Getenv("NVMAI_GPU_BATCH_GRAPH") != "0", rowLaunches: os.Getenv("NVMAI_GPU_BATCH_ROWS") == "0",
+		stageStreamed: os.Getenv("NVMAI_GPU_BATCH_STAGE") == "1"}
 	z := &devshared.Zeroed{C: c, Allocs: &m.allocs}
 	a := z.Alloc
 	const B = MaxBatch
 	f := func(n int) cuda.DevicePtr { return a(4 * B * n) }
 	bt.tokens, bt.zeroSel = a(4*B), a(4*B)
 	bt.fixed = a(4 * B * len(m.layers) * max(g.k, 1))
+	bt.slotSel = a(4 * B * max(g.k, 1))
 	s := &bt.s
 	s.x, s.u = f(g.H), f(g.H)
 	s.proj, s.convOut, s.z, s.o = f(g.C), f(g.C), f(g.vd), f(max(g.vd, g.attn.Hq*g.attn.Dh))
@@ -385,7 +393,7 @@ func (m *Model) BatchScratchBytes() int64 {
 	widest := max(g.H, g.vd, g.attn.Hq*g.attn.Dh, g.Is, g.Inter, g.k*g.I)
 	q8, q4, ds := gpukernels.QActBytes(MaxBatch, widest)
 	e8, e4, eds := gpukernels.QActBytes(MaxBatch*(g.k+1), g.I)
-	fixed := 4 * MaxBatch * int64(len(m.layers)) * int64(max(g.k, 1))
+	fixed := 4 * MaxBatch * int64(len(m.layers)+1) * int64(max(g.k, 1)) // and slotSel
 	return 4*MaxBatch*int64(per) + 8*MaxBatch + fixed + max(q8, e8) + max(q4, e4) + 2*max(ds, eds)
 }
 
@@ -684,14 +692,29 @@ func (m *Model) routeBatch(l *gpukernels.Launcher, bt *batcher, sts []*State, la
 }
 
 // batchExperts is routedExperts for the N rows: resident experts as they
-// are; a streamed layer's experts staged by id for the batch as a prefill
-// pass stages them (the slot tables are only read).
+// are. A streamed layer whose slots hold every row's picks at once
+// (S ≥ N·k) resolves each row's picks to slots as a decode step does
+// (slot_resolve, then slot_fill for its misses), row after row into
+// bt.slotSel [N][k]: each resolve takes its misses' slots from the least
+// recently used, and the earlier rows' slots are this step's most recent,
+// so no row evicts another's pick; the products then gather from the pool
+// and the slots learn the batch's experts. With fewer slots the batch's
+// experts are staged by id as a prefill pass stages them (the slot tables
+// only read). The same bytes either way.
 func (m *Model) batchExperts(l *gpukernels.Launcher, bt *batcher, ly *layerW, N int, do func(error)) (gate, up, down *gpukernels.Mat, sel cuda.DevicePtr) {
 	s, sl := &bt.s, ly.stream
 	if sl == nil {
 		return ly.eGate, ly.eUp, ly.eDown, s.sel
 	}
 	g, x := m.geom, m.stream
+	if x.slots >= N*g.k && !bt.stageStreamed {
+		for r := range N {
+			off := cuda.DevicePtr(4 * r * g.k)
+			do(l.SlotResolve(bt.slotSel+off, sl.tab, sl.stats, s.sel+off, g.E, x.slots, g.k, x.stride))
+			do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.noCopy))
+		}
+		return sl.gate, sl.up, sl.down, bt.slotSel
+	}
 	do(l.ExpertNeed(x.need, s.sel, N*g.k, g.E))
 	do(l.ExpertStage(x.staging, sl.pool, sl.hostDev, x.need, sl.tab, sl.stats, g.E, x.stride))
 	return ly.eGate, ly.eUp, ly.eDown, s.sel

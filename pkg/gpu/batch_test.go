@@ -345,7 +345,9 @@ func runInterleaving(t *testing.T, b *Backend, il interleaving, seed uint64) {
 }
 
 // The batched step is bitwise each sequence alone: tiny-moe at 4, 8 and
-// 16 bits, resident, streamed (4 slots a layer: every step stages), with
+// 16 bits, resident, streamed (4 slots a layer: a batch of more than one
+// row stages its experts; 12: up to 3 rows resolve to slots, and staged
+// throughout with NVMAI_GPU_BATCH_STAGE=1), with
 // the batch graphs off, with the mixers launched row by row
 // (NVMAI_GPU_BATCH_ROWS=0), without the fused decode launches
 // (NVMAI_GPU_FUSE=0) and through the host plan; KV widths mixed within a
@@ -359,20 +361,23 @@ func TestStepBatchIsBitwiseAlone(t *testing.T) {
 		graphs, rows bool // rows: the mixers launched row by row
 		hostPlanned  bool // streamed through the host plan: the states step one by one
 		unfused      bool // NVMAI_GPU_FUSE=0: qgemv over the rows, no mgemv or moe_down
+		stage        bool // NVMAI_GPU_BATCH_STAGE=1: streamed batches staged, never resolved to slots
 	}{
 		{bits: 4, graphs: true}, {bits: 8, graphs: true}, {bits: 16, graphs: true},
 		{bits: 4, slots: 4, graphs: true}, {bits: 8, slots: 4, graphs: true},
 		{bits: 4, graphs: false}, {bits: 4, graphs: true, rows: true}, {bits: 16, graphs: false, rows: true},
 		{bits: 4, slots: 4, hostPlanned: true},
 		{bits: 4, graphs: true, unfused: true}, {bits: 8, slots: 4, graphs: true, unfused: true},
+		{bits: 4, slots: 12, graphs: true}, {bits: 8, slots: 12, graphs: false, stage: true},
 	} {
-		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v host-planned %v unfused %v", tc.bits, tc.slots, tc.graphs, tc.rows, tc.hostPlanned, tc.unfused)
+		name := fmt.Sprintf("%d-bit slots %d graphs %v row launches %v host-planned %v unfused %v staged %v", tc.bits, tc.slots, tc.graphs, tc.rows, tc.hostPlanned, tc.unfused, tc.stage)
 		t.Run(name, func(t *testing.T) {
 			dir := install(t, "tiny-moe-fused", tc.bits)
 			t.Setenv("NVMAI_GPU_BATCH_GRAPH", map[bool]string{true: "", false: "0"}[tc.graphs])
 			t.Setenv("NVMAI_GPU_BATCH_ROWS", map[bool]string{true: "0", false: ""}[tc.rows])
 			t.Setenv("NVMAI_GPU_HOST_PLANNED", map[bool]string{true: "1", false: ""}[tc.hostPlanned])
 			t.Setenv("NVMAI_GPU_FUSE", map[bool]string{true: "0", false: ""}[tc.unfused])
+			t.Setenv("NVMAI_GPU_BATCH_STAGE", map[bool]string{true: "1", false: ""}[tc.stage])
 			e := loadGPUWith(t, dir, tc.slots, 0)
 			defer e.Close()
 			if !e.CanBatch() {
