@@ -38,7 +38,9 @@
 # whose first is slow); the HBM bound is weight bytes per decode step (nvmai's report; the GGUF's
 # header for llama.cpp: every tensor, 8/256 of the routed experts, one token_embd row) ÷ the
 # device-to-device copy rate nvmai-run bench measures in the same call.
-# Where $OUT is set, each call ends by copying runs.jsonl, table.md and the logs there.
+# Where $OUT is set, each call ends by copying runs.jsonl, table.md and the logs there. Should the
+# machine go back between calls (the work directory is lost), copy the runs.jsonl a call returned
+# to DIR/earlier-runs.jsonl and ask for the steps left (e.g. --steps build,models8,bench8).
 # --keep keeps the 8-bit pair after bench8 (the 4-bit pair is always deleted before models8).
 # NVMAI_VS_PREFILL (default 512,4096), NVMAI_VS_DEPTHS (512,16384) and NVMAI_VS_GEN (128) change
 # what is timed, e.g. for a shorter call.
@@ -166,6 +168,12 @@ done
 W=$work
 mkdir -p "$W/jobs" "$W/res" "$W/logs" || die "cannot make $W"
 runs=$W/runs.jsonl
+# A machine that went back between calls loses the work directory: the runs.jsonl an earlier call
+# returned, copied into DIR as earlier-runs.jsonl, starts this one's (then ask only for the steps left).
+if [ ! -s "$runs" ] && [ -s "$P/earlier-runs.jsonl" ]; then
+	cp "$P/earlier-runs.jsonl" "$runs"
+	echo "runs.jsonl starts from $P/earlier-runs.jsonl ($(grep -c . "$runs") records)"
+fi
 touch "$runs"
 done_() { [ -f "$W/done.$1" ]; }
 mark() { touch "$W/done.$1"; }

@@ -137,6 +137,14 @@ expect "$S/c8" 'NOTE: 20 layers, not 40' "the cut to 20 layers was not said"
 expect "$S/c8" '^8-bit: 20 layers, not 40' "the table does not carry the note"
 expect "$S/c8" '\| 8-bit, 20 layers \|' "the table does not name the 20 layers"
 
+echo "== a machine that went back: earlier-runs.jsonl in DIR starts the new work directory's runs.jsonl"
+cp "$S/w2/runs.jsonl" "$S/prep/earlier-runs.jsonl"
+W=$S/w6
+vs "$S/c9" --work "$W" --steps build,models8,bench8 --rounds 1
+rm "$S/prep/earlier-runs.jsonl"
+expect "$S/c9" 'runs.jsonl starts from .*earlier-runs.jsonl \(28 records\)' "earlier-runs.jsonl was not taken"
+[ "$(records "$W/runs.jsonl")" = 42 ] || fail "want the 28 earlier records and 14 new ones, got $(records "$W/runs.jsonl")"
+
 echo "== apply on copies of docs/gpu.md and README.md"
 cp docs/gpu.md "$S/gpu.md"
 cp README.md "$S/README.md"
