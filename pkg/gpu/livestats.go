@@ -3,6 +3,7 @@ package gpu
 import (
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/expertstream"
 	"github.com/nvmai/nvmai/pkg/model"
 )
 
@@ -14,12 +15,12 @@ import (
 // staged from a slot, from host RAM, and the bytes; read-ahead's guesses,
 // picks guessed, copies, copies used and bytes.
 const (
-	wordDecodeHits = iota
-	wordDecodeMisses
-	wordDecodeBytes
-	wordPrefillFromVRAM
-	wordPrefillFromHost
-	wordPrefillBytes
+	wordDecodeHits      = expertstream.WordDecodeHits
+	wordDecodeMisses    = expertstream.WordDecodeMisses
+	wordDecodeBytes     = expertstream.WordDecodeBytes
+	wordPrefillFromVRAM = expertstream.WordPrefillFromVRAM
+	wordPrefillFromHost = expertstream.WordPrefillFromHost
+	wordPrefillBytes    = expertstream.WordPrefillBytes
 )
 
 // expertStatsOf is s as the CPU expert cache reports its counters (see

@@ -1,16 +1,14 @@
 package gpu
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/expertstream"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/packexperts"
@@ -171,7 +169,7 @@ func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
 		if err != nil {
 			return p, err
 		}
-		avail, _ := memAvailable()
+		avail, _ := expertstream.MemAvailable()
 		t, err := planRAMTier(ramTierInput{Budget: m.opt.RAMBudget, Avail: avail, Force: force, Experts: ex, Pinned: p.PinnedBytes})
 		if err != nil {
 			return p, err
@@ -183,23 +181,6 @@ func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
 		}
 	}
 	return p, nil
-}
-
-// memAvailable reads MemAvailable from /proc/meminfo.
-func memAvailable() (int64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
 }
 
 // streamExperts loads every layer's experts into page-locked host memory
@@ -274,15 +255,11 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		if x.host != nil {
 			x.host.addHostLayer(sl, i, cacheLayer[i], E, S, k)
 		} else {
-			host, hostDev, herr := c.HostAlloc(uint64(size))
+			host, hostDev, herr := expertstream.PinLayer(c, filepath.Join(dir, file), size, i, p.PinnedBytes)
 			if herr != nil {
-				return fmt.Errorf("gpu: pinning %s of RAM for the experts of layer %d: %w; device-planned streaming needs every expert in page-locked RAM (%s in all): set --ram-budget below that to stream from disk through a RAM tier, raise --vram-budget, free RAM, or run --engine cpu",
-					mib(size), i, herr, gib(p.PinnedBytes))
+				return herr
 			}
 			sl.host, sl.hostDev = host, hostDev
-			if err := readExpertFile(filepath.Join(dir, file), host); err != nil {
-				return err
-			}
 		}
 		sl.pool, sl.tab, sl.slotSel = alloc(int64(S)*stride), alloc(4*int64(tabWords)), alloc(4*int64(k))
 		if err != nil {
@@ -290,10 +267,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		}
 		sl.stats = x.stats + cuda.DevicePtr(8*gpukernels.SlotStatsWords*i)
 		// slotOf and expertOf −1 (nothing in VRAM), the rest 0.
-		if err := c.Memset32(sl.tab, 0xffffffff, uint64(E+S)); err != nil {
-			return err
-		}
-		if err := c.Memset32(sl.tab+cuda.DevicePtr(4*(E+S)), 0, uint64(tabWords-E-S)); err != nil {
+		if err := expertstream.InitTable(c, sl.tab, E, S, k); err != nil {
 			return err
 		}
 		m.WeightBytes += int64(S) * stride
@@ -327,68 +301,12 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	if x.host != nil { // the RAM tier's first slab, as the copies read it
 		src = x.host.cache.Slabs()[0]
 	}
-	rate, err := h2dRate(c, x.staging, src)
+	rate, err := expertstream.H2DRate(c, x.staging, src)
 	if err != nil {
 		return err
 	}
 	m.plan.setH2D(rate)
 	return nil
-}
-
-// readExpertFile reads a layer's expert file, exactly len(dst) bytes, into
-// dst.
-func readExpertFile(path string, dst []byte) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("gpu: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Size() != int64(len(dst)) {
-		return fmt.Errorf("gpu: %s should be %d bytes; run nvmai-verify --verify-install on the install", path, len(dst))
-	}
-	const chunk = 64 << 20
-	for off := 0; off < len(dst); off += chunk {
-		if _, err := io.ReadFull(f, dst[off:min(off+chunk, len(dst))]); err != nil {
-			return fmt.Errorf("gpu: reading %s at %d: %w", path, off, err)
-		}
-	}
-	return nil
-}
-
-// h2dMeasureBytes is how much the load copies from pinned memory to time
-// the host-to-device link.
-const h2dMeasureBytes = 256 << 20
-
-// h2dRate times copies of src (page-locked) to dst, at least
-// h2dMeasureBytes in all, between two events: bytes per second.
-func h2dRate(c *cuda.Ctx, dst cuda.DevicePtr, src []byte) (float64, error) {
-	if len(src) == 0 {
-		return 0, nil
-	}
-	if err := c.HtoDAsync(dst, src); err != nil { // warm
-		return 0, err
-	}
-	reps := (h2dMeasureBytes + len(src) - 1) / len(src)
-	start, err := c.Record()
-	if err != nil {
-		return 0, err
-	}
-	defer c.Destroy(start)
-	for range reps {
-		if err := c.HtoDAsync(dst, src); err != nil {
-			return 0, err
-		}
-	}
-	end, err := c.Record()
-	if err != nil {
-		return 0, err
-	}
-	defer c.Destroy(end)
-	ms, err := c.Elapsed(start, end)
-	if err != nil || ms <= 0 {
-		return 0, err
-	}
-	return float64(reps) * float64(len(src)) / (ms / 1e3), nil
 }
 
 // freeHost releases the pinned experts.
@@ -404,23 +322,9 @@ func (x *streamer) freeHost(c *cuda.Ctx) {
 	}
 }
 
-// StreamStats are the streamed experts' counters, read back from the
-// device (on demand: nothing is read per step).
-type StreamStats struct {
-	// Decode steps: picks found in a VRAM slot, picks copied from pinned
-	// RAM, and the bytes those copies moved over the bus.
-	DecodeHits, DecodeMisses, DecodeBytes int64
-	// Prefill passes: experts staged from a VRAM slot, from pinned RAM,
-	// and the bytes the latter moved over the bus.
-	PrefillFromVRAM, PrefillFromHost, PrefillBytes int64
-	// Read-ahead (decode): experts guessed, picks that had been guessed,
-	// guesses copied ahead (not in VRAM yet), picks found in a slot
-	// copied ahead for them, and the bytes copied ahead. Guesses used is
-	// AheadUsed/AheadCopies; PCIe bytes are DecodeBytes + AheadBytes.
-	Guesses, Guessed, AheadCopies, AheadUsed, AheadBytes int64
-	Layers                                               [][gpukernels.SlotStatsWords]int64
-	HostTierStats                                        // host-planned: the RAM tier, disk, host waits
-}
+// StreamStats are the streamed experts' counters (expertstream.StreamStats,
+// shared with qwen38gpu).
+type StreamStats = expertstream.StreamStats
 
 // StreamStats reads the counters; ok is false when the experts are
 // resident.
@@ -437,25 +341,7 @@ func (m *Model) StreamStats() (s StreamStats, ok bool, err error) {
 	if err := m.dev.Do(func(c *cuda.Ctx) error { return c.DtoH(cuda.Bytes(raw), x.stats) }); err != nil {
 		return s, true, err
 	}
-	s.Layers = make([][gpukernels.SlotStatsWords]int64, len(x.layers))
-	for i := range x.layers {
-		for j := range gpukernels.SlotStatsWords {
-			s.Layers[i][j] = int64(raw[i*gpukernels.SlotStatsWords+j])
-		}
-		l := s.Layers[i]
-		s.DecodeHits += l[0]
-		s.DecodeMisses += l[1]
-		s.DecodeBytes += l[2]
-		s.PrefillFromVRAM += l[3]
-		s.PrefillFromHost += l[4]
-		s.PrefillBytes += l[5]
-		s.Guesses += l[6]
-		s.Guessed += l[7]
-		s.AheadCopies += l[8]
-		s.AheadUsed += l[9]
-		s.AheadBytes += l[10]
-	}
-	return s, true, nil
+	return expertstream.SumCounters(raw, len(x.layers)), true, nil
 }
 
 // Plan is where the experts live, as Load decided it.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/expertstream"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
@@ -379,17 +380,9 @@ func (r *slotRef) forget(fill [][2]int32) {
 	}
 }
 
-// HostTierStats are StreamStats' host-planned figures: the RAM tier's
-// hits and misses (each a VRAM miss; a RAM miss reads the expert from
-// disk), the bytes read from disk and the time reads were in flight, and
-// the host's time blocked: in the RAM tier (AcquireSeconds: disk reads)
-// and in stream syncs (SyncSeconds: reading picks back, which waits for
-// the layer's work and the copies before it, and prefill's copies).
-type HostTierStats struct {
-	HostPlanned                              bool
-	RAMHits, RAMMisses, DiskBytes            int64
-	DiskSeconds, AcquireSeconds, SyncSeconds float64
-}
+// HostTierStats are StreamStats' host-planned figures
+// (expertstream.HostTierStats).
+type HostTierStats = expertstream.HostTierStats
 
 // unsafeInt32s views b (a multiple of 4 bytes, 4-aligned) as int32s.
 func unsafeInt32s(b []byte) []int32 {

@@ -72,19 +72,33 @@ func (x *Experts) Resident(u *Uploader, dir string, layers int, set func(layer i
 		if err != nil {
 			return err
 		}
-		var mats [3]*gpukernels.Mat
-		for j, mt := range []*kernels.Matrix{x.Gate, x.Up, x.Down} {
-			d, s, b := x.Offsets(mt)
-			if d%16 != 0 || x.ex.Stride%16 != 0 {
-				return fmt.Errorf("%s: expert part at offset %d (stride %d) is not 16-byte aligned", u.Engine, d, x.ex.Stride)
-			}
-			mat := &gpukernels.Mat{Rows: mt.Rows, Cols: mt.Cols, Enc: mt.Enc, Data: base + cuda.DevicePtr(d), EData: x.ex.Stride, EScale: x.ex.Stride}
-			if mt.Enc == kernels.Q4 || mt.Enc == kernels.Q8 {
-				mat.Scales, mat.Biases = base+cuda.DevicePtr(s), base+cuda.DevicePtr(b)
-			}
-			mats[j] = mat
+		mats, err := x.Mats(u.Engine, base)
+		if err != nil {
+			return err
 		}
 		set(i, mats[0], mats[1], mats[2])
 	}
 	return nil
 }
+
+// Mats is the gate, up and down matrices of the expert records laid one
+// after another from base (a layer's resident buffer, a slot pool or a
+// staging buffer): expert e's sit e·Stride after expert 0's.
+func (x *Experts) Mats(engine string, base cuda.DevicePtr) ([3]*gpukernels.Mat, error) {
+	var mats [3]*gpukernels.Mat
+	for j, mt := range []*kernels.Matrix{x.Gate, x.Up, x.Down} {
+		d, s, b := x.Offsets(mt)
+		if d%16 != 0 || x.ex.Stride%16 != 0 {
+			return mats, fmt.Errorf("%s: expert part at offset %d (stride %d) is not 16-byte aligned", engine, d, x.ex.Stride)
+		}
+		mat := &gpukernels.Mat{Rows: mt.Rows, Cols: mt.Cols, Enc: mt.Enc, Data: base + cuda.DevicePtr(d), EData: x.ex.Stride, EScale: x.ex.Stride}
+		if mt.Enc == kernels.Q4 || mt.Enc == kernels.Q8 {
+			mat.Scales, mat.Biases = base+cuda.DevicePtr(s), base+cuda.DevicePtr(b)
+		}
+		mats[j] = mat
+	}
+	return mats, nil
+}
+
+// Stride is the bytes of one expert record.
+func (x *Experts) Stride() int64 { return x.ex.Stride }
