@@ -29,6 +29,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"synth", "--geometry", "qwen3.5-35b-a3b", "--dry-run", "--seed", "-1"}, `invalid value "-1" for --seed`},
 		{[]string{"synth", "--geometry", "qwen3.5-35b-a3b", "--dry-run", "--layers", "-3"}, "--layers -3 is out of range"},
 		{[]string{"synth", "--geometry", "qwen3.5-35b-a3b", "--dry-run", "--bits", "5"}, "--bits 5 is not supported"},
+		{[]string{"synth", "--geometry", "qwen3.5-35b-a3b", "--dry-run", "--sparse", "--bits", "16"}, "--sparse --bits 16: bfloat16 experts have no codes to leave as holes"},
+		{[]string{"synth", "--geometry", "qwen3.5-9b", "--dry-run", "--sparse"}, "--sparse: qwen3.5-9b has no routed experts"},
 		{[]string{"--threads", "-2", "synth", "--geometry", "x"}, "--threads -2 is out of range: use 0 to 4096 (0 = all cores) (see nvmai-convert synth --help)"}, // moved to synth
 	} {
 		clitest.UsageError(t, app(), tc.stderr, tc.args...)
@@ -60,5 +62,20 @@ func TestDryRunUnits(t *testing.T) {
 	r := clitest.Run(t, app(), "synth", "--geometry", "qwen3.5-35b-a3b", "--layers", "1", "--dry-run")
 	if r.Code != 0 || !strings.Contains(r.Stdout, " GiB in ") || strings.Contains(r.Stdout, " GB") {
 		t.Errorf("exit %d, %q", r.Code, r.Stdout)
+	}
+}
+
+// --sparse --dry-run states the logical size and the size on disk, and
+// whether the output's file system keeps holes.
+func TestSparseDryRunStatesDiskBytes(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m")
+	r := clitest.Run(t, app(), "synth", "--geometry", "qwen3.8-flash-next-125b-a6b", "--bits", "4", "--sparse", "--dry-run", "--output", out)
+	for _, want := range []string{"168.3 GiB in 55 files", "(their codes written as holes)", "; on disk 10.3 GiB", "keeps holes"} {
+		if r.Code != 0 || !strings.Contains(r.Stdout, want) {
+			t.Errorf("exit %d, %q lacks %q", r.Code, r.Stdout, want)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
+		t.Errorf("a dry run left %v", entries)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -14,13 +16,22 @@ func synthCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "synth",
 		Usage: "write a full-size install with deterministic random weights (no checkpoint needed)",
-		UsageText: `nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --output DIR [--layers N] [--seed S]
+		UsageText: `nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --output DIR [--layers N] [--seed S] [--sparse]
    nvmai-convert synth --geometry qwen3.5-35b-a3b --bits 4 --output DIR --dry-run   (print the size only)`,
 		Description: `Writes an install of the real shape of a known model, filled with random weights drawn from a
 fixed seed: the same --seed always writes byte-identical files, whatever --threads. It is for
 measuring nvmai (load time, expert streaming, tokens/s) at full scale without downloading a
 checkpoint; the model says nothing meaningful. The install passes nvmai-verify --verify-install
 and carries a tiny 4103-token tokenizer: generated ids beyond it decode to nothing.
+
+--sparse leaves the routed experts' packed weight codes as file holes (they read as zeros; their
+scales and biases, the dense trunk and the tokenizer are written as usual), so an install bigger
+than the disk fits: the 48-layer 4-bit qwen3.8-flash-next-125b-a6b takes about 10 GiB of its
+168 GiB. It is for speed and memory measurements of installs bigger than the disk, not for
+fidelity: kernels read every weight byte whatever its value, and routing comes from the random
+router over the hidden state as in any synthetic install, but the experts compute nothing
+meaningful, and reading holes from disk costs no disk I/O, so disk-streaming figures are not
+honest on it. It needs a file system that keeps holes (checked before writing).
 Geometries: ` + strings.Join(convert.SynthGeometryNames(), ", ") + `. See docs/synthetic.md.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "geometry", Aliases: []string{"g"}, Usage: "model shape `NAME`: " + strings.Join(convert.SynthGeometryNames(), ", ")},
@@ -30,7 +41,8 @@ Geometries: ` + strings.Join(convert.SynthGeometryNames(), ", ") + `. See docs/s
 			&cli.Uint64Flag{Name: "seed", Usage: "random seed; the same seed writes the same bytes"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing install at --output"},
 			cliutil.ThreadsFlag("generator threads; never changes the bytes", "t"),
-			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written and its size, write nothing"},
+			&cli.BoolFlag{Name: "sparse", Usage: "routed experts' weight codes as file holes: an install bigger than the disk, for speed and memory measurements, not fidelity (4 or 8 bits)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written, its size and its size on disk, write nothing"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"},
 		},
 		Action: synthAction,
@@ -43,7 +55,7 @@ func synthAction(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("dry-run") {
-		m, err := convert.PlanSynth(opt)
+		m, disk, err := convert.PlanSynthDisk(opt)
 		if err != nil {
 			return err
 		}
@@ -65,10 +77,26 @@ func synthAction(c *cli.Context) error {
 		if m.Experts != nil {
 			fmt.Fprintf(w, ", %d expert files of %s", len(m.Experts.Layers), cliutil.Bytes(experts))
 		}
+		if opt.Sparse {
+			fmt.Fprintf(w, " (their codes written as holes)")
+		}
 		if len(m.NGram) > 0 {
 			fmt.Fprintf(w, ", n-gram table %s (sparse: written as a hole)", cliutil.Bytes(ngram))
 		}
+		fmt.Fprintf(w, "; on disk %s (%d bytes) where holes are kept", cliutil.Bytes(disk), disk)
 		fmt.Fprintln(w, "; nothing written")
+		if disk < total && opt.Output != "" {
+			if dir := filepath.Dir(filepath.Clean(opt.Output)); isDir(dir) {
+				if err := convert.CheckHoles(dir); err != nil {
+					fmt.Fprintf(w, "warning: %v: the install would take its full %s there\n", err, cliutil.Bytes(total))
+					if opt.Sparse {
+						return cliutil.Usagef("--sparse needs a file system that keeps holes: %v", err)
+					}
+				} else {
+					fmt.Fprintf(w, "%s keeps holes\n", dir)
+				}
+			}
+		}
 		return nil
 	}
 	prog := cliutil.NewProgress("writing", c.Bool("quiet"))
@@ -79,9 +107,9 @@ func synthAction(c *cli.Context) error {
 		return err
 	}
 	secs := res.Elapsed.Seconds()
-	fmt.Fprintf(c.App.Writer, "wrote %s (%s, %d layers, %d-bit, seed %d): %s in %.1fs, %s\n",
-		res.Dir, opt.Geometry, res.Manifest.Geometry.NumLayers, opt.Bits, opt.Seed,
-		cliutil.Bytes(res.Bytes), secs, cliutil.Rate(float64(res.Bytes)/max(secs, 1e-9)))
+	fmt.Fprintf(c.App.Writer, "wrote %s (%s, %d layers, %d-bit, seed %d%s): %s (%s on disk) in %.1fs, %s\n",
+		res.Dir, opt.Geometry, res.Manifest.Geometry.NumLayers, opt.Bits, opt.Seed, map[bool]string{true: ", sparse"}[opt.Sparse],
+		cliutil.Bytes(res.Bytes), cliutil.Bytes(res.DiskBytes), secs, cliutil.Rate(float64(res.Bytes)/max(secs, 1e-9)))
 	return nil
 }
 
@@ -89,7 +117,7 @@ func synthAction(c *cli.Context) error {
 func synthOptions(c *cli.Context) (convert.SynthOptions, error) {
 	opt := convert.SynthOptions{
 		Geometry: c.String("geometry"), Bits: c.Int("bits"), Output: c.String("output"), Layers: c.Int("layers"),
-		Seed: c.Uint64("seed"), Overwrite: c.Bool("overwrite"), Threads: c.Int("threads"),
+		Seed: c.Uint64("seed"), Overwrite: c.Bool("overwrite"), Threads: c.Int("threads"), Sparse: c.Bool("sparse"),
 	}
 	switch {
 	case c.NArg() > 0:
@@ -104,5 +132,15 @@ func synthOptions(c *cli.Context) (convert.SynthOptions, error) {
 	if _, err := convert.LookupSynthGeometry(opt.Geometry, opt.Layers); err != nil {
 		return opt, cliutil.Usagef("%v", err)
 	}
+	if opt.Sparse {
+		if _, err := convert.PlanSynth(opt); err != nil {
+			return opt, cliutil.Usagef("%v", err)
+		}
+	}
 	return opt, nil
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }

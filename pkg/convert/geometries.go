@@ -264,6 +264,7 @@ type synthMarker struct {
 	Generator int    `json:"generator"`
 	Geometry  string `json:"geometry"`
 	Seed      uint64 `json:"seed"`
+	Sparse    bool   `json:"sparse,omitempty"`
 	Note      string `json:"note"`
 }
 
@@ -330,7 +331,7 @@ func qwen4TextConfig(tc synthTextConfig, q *packexperts.Qwen4ExpGeometry) synthQ
 // configJSON is the config.json of a synthetic install: the released
 // vision-language layout (text_config nested) without a vision_config,
 // since a synthetic install has no vision tower.
-func (sg *SynthGeometry) configJSON(seed uint64) ([]byte, error) {
+func (sg *SynthGeometry) configJSON(seed uint64, sparse bool) ([]byte, error) {
 	g := &sg.Geometry
 	arch := "Qwen3_5ForConditionalGeneration"
 	switch sg.Architecture {
@@ -358,6 +359,11 @@ func (sg *SynthGeometry) configJSON(seed uint64) ([]byte, error) {
 		},
 		Synthetic: synthMarker{Generator: synthGenerator, Geometry: sg.Name, Seed: seed,
 			Note: "random weights written by nvmai-convert synth for measurement; the model says nothing meaningful"},
+	}
+	if sparse {
+		cfg.Synthetic.Sparse = true
+		cfg.Synthetic.Note = "random weights written by nvmai-convert synth --sparse: the routed experts' codes are file holes (zeros), " +
+			"for speed and memory measurements of installs bigger than the disk, not for fidelity"
 	}
 	if g.Qwen4Exp != nil {
 		return indentJSON(struct {
@@ -393,7 +399,7 @@ func indentJSON(v any) ([]byte, error) {
 // synthetic geometry is described by (seed 0), for tools that write a
 // Hugging Face-format snapshot of it.
 func SynthConfigFiles(sg SynthGeometry) (config, generation []byte, err error) {
-	if config, err = sg.configJSON(0); err != nil {
+	if config, err = sg.configJSON(0, false); err != nil {
 		return nil, nil, err
 	}
 	generation, err = generationConfigJSON()

@@ -50,6 +50,11 @@ type SynthOptions struct {
 	Overwrite bool   // replace an existing install
 	Threads   int    // generator threads (default all cores); never changes the bytes
 	Tool      string // recorded in the receipt
+	// Sparse leaves the routed experts' packed weight codes as file holes
+	// (their scales and biases, and everything else, are written as
+	// usual): an install bigger than the disk, for speed and memory
+	// measurements, not fidelity (docs/synthetic.md, "Sparse installs").
+	Sparse bool
 	// Progress, when set, is called with payload bytes written so far and
 	// the total, possibly from several goroutines at once (calls are
 	// serialised).
@@ -60,31 +65,44 @@ type SynthOptions struct {
 type SynthResult struct {
 	Dir      string
 	Manifest *packexperts.Manifest
-	Bytes    int64         // every file of the install, receipt and manifest aside
-	Elapsed  time.Duration // planning to publication, fsyncs included
+	Bytes    int64 // every file of the install, receipt and manifest aside
+	// DiskBytes is what the payload and metadata files take on disk
+	// (st_blocks), which holes keep below Bytes.
+	DiskBytes int64
+	Elapsed   time.Duration // planning to publication, fsyncs included
 }
 
 // synthPlan is everything a synthetic install will hold, decided before a
 // byte is written.
 type synthPlan struct {
-	geo   SynthGeometry
-	seed  uint64
-	man   *packexperts.Manifest
-	meta  []metaFile
-	files []*synthFile // payload files in write order: resident.bin, then experts
+	geo    SynthGeometry
+	seed   uint64
+	sparse bool
+	man    *packexperts.Manifest
+	meta   []metaFile
+	files  []*synthFile // payload files in write order: resident.bin, then experts
 }
 
 // PlanSynth returns the manifest a synthetic install would get, with every
 // file's size, without writing anything (nvmai-convert synth --dry-run).
 func PlanSynth(opt SynthOptions) (*packexperts.Manifest, error) {
+	m, _, err := PlanSynthDisk(opt)
+	return m, err
+}
+
+// PlanSynthDisk is PlanSynth with the bytes the install would take on a
+// file system that keeps holes (whole 4 KiB blocks for every written
+// range): far below the logical size for a qwen4_exp table or a --sparse
+// install.
+func PlanSynthDisk(opt SynthOptions) (*packexperts.Manifest, int64, error) {
 	if err := opt.check(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	p, err := newSynthPlan(&opt)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p.man, nil
+	return p.man, p.diskBytes(true), nil
 }
 
 // Synth writes a full-size install of opt.Geometry filled with
@@ -110,7 +128,16 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
-	if err := checkFreeSpace(filepath.Dir(final), p.diskBytes()); err != nil {
+	holes := true
+	if p.hasHoles() {
+		if err := checkHoles(filepath.Dir(final)); err != nil {
+			if opt.Sparse {
+				return nil, fmt.Errorf("--sparse: %w; write the install to a file system that keeps holes (ext4, xfs, btrfs, tmpfs), or drop --sparse", err)
+			}
+			holes = false // the table takes its full size: count it below
+		}
+	}
+	if err := checkFreeSpace(filepath.Dir(final), p.diskBytes(holes)); err != nil {
 		return nil, err
 	}
 	removeStaleStaging(final)
@@ -132,15 +159,24 @@ func Synth(ctx context.Context, opt SynthOptions) (*SynthResult, error) {
 		return nil, err
 	}
 	published = true
-	return &SynthResult{Dir: final, Manifest: p.man, Bytes: p.totalBytes(), Elapsed: time.Since(start)}, nil
+	return &SynthResult{Dir: final, Manifest: p.man, Bytes: p.totalBytes(), DiskBytes: diskUsage(final, p.man), Elapsed: time.Since(start)}, nil
 }
 
 func (o *SynthOptions) check() error {
 	if o.Bits != 4 && o.Bits != 8 && o.Bits != 16 {
 		return &BitsError{o.Bits}
 	}
-	if _, err := LookupSynthGeometry(o.Geometry, o.Layers); err != nil {
+	geo, err := LookupSynthGeometry(o.Geometry, o.Layers)
+	if err != nil {
 		return err
+	}
+	if o.Sparse {
+		if !hasExperts(geo.Architecture) {
+			return fmt.Errorf("--sparse: %s has no routed experts, so it would change nothing; drop --sparse", o.Geometry)
+		}
+		if o.Bits == 16 {
+			return fmt.Errorf("--sparse --bits 16: bfloat16 experts have no codes to leave as holes (holes would make them all zero); use --bits 4 or 8")
+		}
 	}
 	if o.Threads <= 0 {
 		o.Threads = runtime.NumCPU()
@@ -156,11 +192,11 @@ func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &synthPlan{geo: geo, seed: opt.Seed}
+	p := &synthPlan{geo: geo, seed: opt.Seed, sparse: opt.Sparse}
 	p.man = &packexperts.Manifest{
 		Format: packexperts.FormatName, FormatVersion: packexperts.FormatVersion, WrittenBy: version.String(),
 		ModelID: "synthetic/" + geo.Name, Architecture: geo.Architecture, Bits: opt.Bits, Geometry: geo.Geometry,
-		Source: packexperts.Source{Repo: "synthetic", Revision: synthRevision(opt.Seed), Files: []packexperts.SourceFile{}},
+		Source: packexperts.Source{Repo: "synthetic", Revision: synthRevision(opt.Seed, opt.Sparse), Files: []packexperts.SourceFile{}},
 	}
 	if err := p.planResident(opt.Bits); err != nil {
 		return nil, err
@@ -181,9 +217,14 @@ func newSynthPlan(opt *SynthOptions) (*synthPlan, error) {
 	return p, nil
 }
 
-// synthRevision records how the weights were made in source.revision.
-func synthRevision(seed uint64) string {
-	return fmt.Sprintf("generator-%d-seed-%d", synthGenerator, seed)
+// synthRevision records how the weights were made in source.revision: a
+// sparse install's expert codes differ from the same seed's full install.
+func synthRevision(seed uint64, sparse bool) string {
+	r := fmt.Sprintf("generator-%d-seed-%d", synthGenerator, seed)
+	if sparse {
+		r += "-sparse"
+	}
+	return r
 }
 
 // Per-layer resident tensors (docs/qwen35-architecture.md §2.2), by layer
@@ -283,7 +324,7 @@ func (p *synthPlan) planExperts(bits int) error {
 	for l := 0; l < g.NumLayers; l++ {
 		name := packexperts.ExpertFileName(l)
 		x.Layers = append(x.Layers, packexperts.ExpertLayer{Layer: l, File: name})
-		f := &synthFile{name: name, size: int64(x.Count) * stride}
+		f := &synthFile{name: name, size: int64(x.Count) * stride, codeHoles: p.sparse}
 		for e := 0; e < x.Count; e++ {
 			for i := range parts {
 				key := fmt.Sprintf("experts.%d.%d.%s", l, e, parts[i].Name)
@@ -322,7 +363,7 @@ func (p *synthPlan) planNGram() error {
 // parsed back with the converter's own reader, so it cannot disagree with
 // the manifest geometry.
 func (p *synthPlan) planMetadata() error {
-	cfg, err := p.geo.configJSON(p.seed)
+	cfg, err := p.geo.configJSON(p.seed, p.sparse)
 	if err != nil {
 		return err
 	}
@@ -375,16 +416,83 @@ func (p *synthPlan) totalBytes() int64 {
 	return n
 }
 
-// diskBytes is what the install occupies: sparse files take no blocks.
-func (p *synthPlan) diskBytes() int64 {
+// diskBytes is what the install occupies: with holes, sparse files take
+// no blocks and files with code holes only the blocks of their written
+// ranges; without, every file its full size.
+func (p *synthPlan) diskBytes(holes bool) int64 {
 	n := p.totalBytes()
+	if !holes {
+		return n
+	}
 	for _, f := range p.files {
-		if f.sparse {
-			n -= f.size
+		n += f.diskBytes() - f.size
+	}
+	return n
+}
+
+// hasHoles reports whether any file relies on holes to stay small.
+func (p *synthPlan) hasHoles() bool {
+	for _, f := range p.files {
+		if f.sparse || f.codeHoles {
+			return true
+		}
+	}
+	return false
+}
+
+// diskUsage is the blocks the install's payload and metadata files take
+// (st_blocks × 512); 0 where the file system does not say.
+func diskUsage(dir string, m *packexperts.Manifest) int64 {
+	var n int64
+	for _, f := range m.Files {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(dir, filepath.FromSlash(f.Name)), &st) == nil {
+			n += st.Blocks * 512
 		}
 	}
 	return n
 }
+
+// holeProbeSize is the probe file's logical size; it gets one 4 KiB block
+// of data, so a file system that keeps holes gives it a few blocks, one
+// that does not all of them.
+const holeProbeSize = 8 << 20
+
+// checkHoles is probeHoles, replaced by tests to play a file system
+// without holes.
+var checkHoles = probeHoles
+
+// probeHoles writes a probe file in dir with a hole and compares its
+// st_blocks with its size: it fails when the hole took disk blocks.
+func probeHoles(dir string) error {
+	f, err := os.CreateTemp(dir, ".nvmai-hole-probe-*")
+	if err != nil {
+		return fmt.Errorf("probing %s for holes: %w", dir, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := f.Truncate(holeProbeSize); err != nil {
+		return fmt.Errorf("probing %s for holes: %w", dir, err)
+	}
+	if _, err := f.WriteAt(make([]byte, 4096), holeProbeSize/2); err != nil {
+		return fmt.Errorf("probing %s for holes: %w", dir, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("probing %s for holes: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("probing %s for holes: %w", dir, err)
+	}
+	if used := st.Blocks * 512; used >= holeProbeSize/2 {
+		return fmt.Errorf("the file system of %s does not keep holes: a probe file of %s with 4 KiB written takes %s on disk", dir, units.Bytes(holeProbeSize), units.Bytes(used))
+	}
+	return nil
+}
+
+// CheckHoles reports whether dir's file system keeps file holes, which a
+// --sparse install needs to stay small (nvmai-convert synth --dry-run).
+func CheckHoles(dir string) error { return checkHoles(dir) }
 
 // seal writes every file into staging: payloads (hashed as they are
 // written), metadata, manifest, and the receipt last.

@@ -73,6 +73,34 @@ type synthFile struct {
 	size   int64
 	spans  []span
 	sparse bool // all zeros, left as a hole: never written, only hashed
+	// codeHoles leaves quantized codes out (zero) and writes only the
+	// spans, so everything else stays a hole (--sparse expert files).
+	codeHoles bool
+}
+
+// synthDiskBlock is the allocation unit diskBytes counts in: a written
+// range takes every 4 KiB block it touches.
+const synthDiskBlock = 4096
+
+// diskBytes is what f takes on a file system that keeps holes.
+func (f *synthFile) diskBytes() int64 {
+	switch {
+	case f.sparse:
+		return 0
+	case !f.codeHoles:
+		return f.size
+	}
+	sort.Slice(f.spans, func(i, j int) bool { return f.spans[i].off < f.spans[j].off })
+	var n, last int64 // last: the end of the last block counted
+	for _, s := range f.spans {
+		lo := max(s.off/synthDiskBlock*synthDiskBlock, last)
+		hi := (s.off + int64(s.n) + synthDiskBlock - 1) / synthDiskBlock * synthDiskBlock
+		if hi > lo {
+			n += hi - lo
+			last = hi
+		}
+	}
+	return min(n, f.size)
 }
 
 // addTensor plans the blobs of a placed tensor whose offsets are relative
@@ -81,7 +109,9 @@ func (f *synthFile) addTensor(t *packexperts.Tensor, base int64, key string) err
 	std := 1 / math.Sqrt(float64(t.Shape[len(t.Shape)-1]))
 	switch t.DType {
 	case packexperts.DTypeU32:
-		f.addBlob(base+t.Offset, t.Length, &blob{key: key + ".q", kind: fillCodes})
+		if !f.codeHoles {
+			f.addBlob(base+t.Offset, t.Length, &blob{key: key + ".q", kind: fillCodes})
+		}
 		scales := key + ".scales"
 		f.addBlob(base+t.Scales.Offset, t.Scales.Length, &blob{key: scales, kind: fillScales, bits: t.Bits, param: std})
 		f.addBlob(base+t.Biases.Offset, t.Biases.Length, &blob{key: scales, kind: fillBiases, bits: t.Bits, param: std})
@@ -139,15 +169,42 @@ type chunk struct {
 
 // chunks tiles the whole file with writes of about synthChunk bytes, cut
 // only between spans, so padding is written (as zeros) and hashed in place.
+// A gap of more than synthChunk between spans (code holes) ends the chunk
+// before it and is tiled with span-less chunks, so no chunk outgrows the
+// writers' buffers.
 func (f *synthFile) chunks(file int) []chunk {
 	sort.Slice(f.spans, func(i, j int) bool { return f.spans[i].off < f.spans[j].off })
 	var out []chunk
 	start, first := int64(0), 0
+	zeros := func(until int64) {
+		for until-start > synthChunk {
+			out = append(out, chunk{file, start, synthChunk, nil})
+			start += synthChunk
+		}
+	}
 	for i, s := range f.spans {
+		if s.off-start > synthChunk {
+			if first < i {
+				prev := f.spans[i-1]
+				end := prev.off + int64(prev.n)
+				out = append(out, chunk{file, start, int(end - start), f.spans[first:i]})
+				start, first = end, i
+			}
+			zeros(s.off)
+		}
 		if end := s.off + int64(s.n); end-start >= synthChunk {
 			out = append(out, chunk{file, start, int(end - start), f.spans[first : i+1]})
 			start, first = end, i+1
 		}
+	}
+	if first < len(f.spans) && f.size-start > synthChunk {
+		last := f.spans[len(f.spans)-1]
+		end := last.off + int64(last.n)
+		out = append(out, chunk{file, start, int(end - start), f.spans[first:]})
+		start, first = end, len(f.spans)
+	}
+	if first == len(f.spans) {
+		zeros(f.size)
 	}
 	if start < f.size || len(out) == 0 {
 		out = append(out, chunk{file, start, int(f.size - start), f.spans[first:]})
@@ -425,6 +482,12 @@ func (w *synthWriter) write(ctx context.Context, fi int) (err error) {
 			err = fmt.Errorf("%s: %w", path, cerr)
 		}
 	}()
+	if sf.codeHoles {
+		// Full size first: what writeSpans leaves out stays a hole.
+		if err := f.Truncate(sf.size); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	h := sha256.New()
 	var written int64
 	for _, i := range w.seq[fi] {
@@ -434,7 +497,12 @@ func (w *synthWriter) write(ctx context.Context, fi int) (err error) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		_, werr := f.Write(*bp)
+		var werr error
+		if sf.codeHoles {
+			werr = writeSpans(f, *bp, &w.order[i])
+		} else {
+			_, werr = f.Write(*bp)
+		}
 		h.Write(*bp)
 		n := int64(len(*bp))
 		written += n
@@ -454,5 +522,22 @@ func (w *synthWriter) write(ctx context.Context, fi int) (err error) {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	w.sums[fi] = hex.EncodeToString(h.Sum(nil))
+	return nil
+}
+
+// writeSpans writes only chunk c's spans of buf (adjacent spans in one
+// write) at their file offsets, leaving the rest of the chunk, all zeros,
+// as a hole.
+func writeSpans(f *os.File, buf []byte, c *chunk) error {
+	for j := 0; j < len(c.spans); {
+		lo := c.spans[j].off
+		hi := lo + int64(c.spans[j].n)
+		for j++; j < len(c.spans) && c.spans[j].off == hi; j++ {
+			hi += int64(c.spans[j].n)
+		}
+		if _, err := f.WriteAt(buf[lo-c.off:hi-c.off], lo); err != nil {
+			return err
+		}
+	}
 	return nil
 }
