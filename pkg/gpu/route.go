@@ -2,9 +2,9 @@ package gpu
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 )
@@ -73,43 +73,9 @@ func (st *State) stageRoutes(c *cuda.Ctx, T int) error {
 	return c.HtoDAsync(r.ids, cuda.Bytes(r.host))
 }
 
-// gatherRoutes asks o for the experts of positions [pos, pos+T) at every
-// layer moe marks, and lays them out [layer][t][k] in dst (other layers'
-// rows stay zero), each row ascending: the CPU engine's overrideRoutes,
-// with its checks and its errors (a count other than k, an id outside
-// [0, E), an id named twice, or the override's own).
+// gatherRoutes is devshared.GatherRoutes (shared with qwen38gpu).
 func gatherRoutes(o model.RouteOverride, moe []bool, pos, T, k, E int, dst []int32, one []int) ([]int32, []int, error) {
-	n := len(moe) * T * k
-	dst = slices.Grow(dst[:0], n)[:n]
-	clear(dst)
-	for layer, isMoE := range moe {
-		if !isMoE {
-			continue
-		}
-		for t := range T {
-			p := pos + t
-			ids, err := o.Experts(p, layer, one[:0])
-			if err != nil {
-				return dst, one, fmt.Errorf("gpu: layer %d, position %d: routing override: %w", layer, p, err)
-			}
-			one = ids
-			if len(ids) != k {
-				return dst, one, fmt.Errorf("gpu: layer %d, position %d: the routing override named %d experts, the model routes each token to %d", layer, p, len(ids), k)
-			}
-			slices.Sort(ids)
-			row := dst[(layer*T+t)*k : (layer*T+t+1)*k]
-			for i, e := range ids {
-				if e < 0 || e >= E {
-					return dst, one, fmt.Errorf("gpu: layer %d, position %d: the routing override named expert %d; the layer has experts 0 to %d", layer, p, e, E-1)
-				}
-				if i > 0 && ids[i-1] == e {
-					return dst, one, fmt.Errorf("gpu: layer %d, position %d: the routing override named expert %d twice", layer, p, e)
-				}
-				row[i] = int32(e)
-			}
-		}
-	}
-	return dst, one, nil
+	return devshared.GatherRoutes(o, moe, pos, T, k, E, dst, one)
 }
 
 // route enqueues layer ly's routing of T tokens into s.sel and s.weight:

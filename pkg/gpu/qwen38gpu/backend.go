@@ -13,8 +13,10 @@ import (
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
 
-// The GPU engine of qwen4_exp holds every weight, the routed experts
-// included, in device memory; the n-gram tables stay on disk.
+// The GPU engine of qwen4_exp holds every weight in device memory, the
+// routed experts too when the VRAM budget holds them (else they stream
+// into VRAM slots from page-locked RAM: stream.go); the n-gram tables stay
+// on disk.
 func init() {
 	model.Register(packexperts.ArchQwen4Exp, model.GPU, model.Entry{Load: Loader, Footprint: Footprint, HoldsExperts: true})
 }
@@ -74,7 +76,7 @@ func Loader(req model.Request) (model.Model, error) {
 		b.closeTables()
 		return nil, fmt.Errorf("--engine gpu: %w", err)
 	}
-	b.Model, err = Load(b.Dev, cfg, req.Weights, req.Dir, req.Manifest.Experts, ngrams, LoadOptions{VRAMBudget: req.VRAMBudget, Log: os.Stderr})
+	b.Model, err = Load(b.Dev, cfg, req.Weights, req.Dir, req.Manifest.Experts, ngrams, LoadOptions{VRAMBudget: req.VRAMBudget, RAMBudget: req.RAMBudget, MaxContext: req.MaxContext, KVBits: req.KVBits, Log: os.Stderr})
 	if err != nil {
 		b.Dev.Close()
 		b.closeTables()
@@ -129,7 +131,8 @@ func (b *Backend) Close() {
 }
 
 var (
-	_ model.State   = (*State)(nil)
-	_ model.Sampler = (*State)(nil)
-	_ model.KVWidth = (*State)(nil)
+	_ model.State          = (*State)(nil)
+	_ model.Sampler        = (*State)(nil)
+	_ model.KVWidth        = (*State)(nil)
+	_ model.RouteOverrider = (*State)(nil)
 )

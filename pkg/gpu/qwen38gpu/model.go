@@ -5,10 +5,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
+	"github.com/nvmai/nvmai/pkg/gpu/expertstream"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/blocks"
@@ -41,6 +41,14 @@ type Model struct {
 	chunk                        int
 	allocs                       []cuda.DevicePtr
 	WeightBytes                  int64 // bytes uploaded
+
+	// opt is the load's choices; free0 and total0 the device memory when
+	// Load began (the plan's auto budget). plan is where the routed
+	// experts live, stream the streamed ones (nil: resident).
+	opt           LoadOptions
+	free0, total0 uint64
+	plan          expertstream.Plan
+	stream        *expertstream.Streamer
 }
 
 // hcW is one gated residual's weights (inject nil for the final mixer).
@@ -67,6 +75,7 @@ type layerW struct {
 	qNorm, kNorm, iqNorm, ikNorm   cuda.DevicePtr
 	router, sharedG, sGate, sUp    *gpukernels.Mat
 	sDown, eGate, eUp, eDown       *gpukernels.Mat
+	stream                         *expertstream.Layer // nil: the layer's experts are resident
 }
 
 // geometry is the derived sizes the forward pass uses.
@@ -90,11 +99,21 @@ func newGeometry(c qwen38.Config) geometry {
 
 // LoadOptions are the engine's choices beyond the install.
 type LoadOptions struct {
-	// VRAMBudget is the device memory the model may take (0: what is free
-	// at load). Every weight is resident: a budget the weights do not fit
-	// is refused (streamed experts are not done for qwen4_exp).
+	// VRAMBudget is the device memory the model may take, trunk included
+	// (0: auto, what is free at load less a reserve). The routed experts
+	// are resident when it holds them, else streamed (stream.go).
 	VRAMBudget int64
-	Log        io.Writer
+	// RAMBudget caps the page-locked RAM streamed experts take (0: the
+	// memory available decides).
+	RAMBudget int64
+	// MaxContext is the context the plan reserves one sequence's state for
+	// (0: expertstream.DefaultPlanContext); KVBits the KV width it counts
+	// (0: model.DefaultKVBits).
+	MaxContext, KVBits int
+	// Slots streams with exactly that many slots a layer whatever the
+	// budget (tests; NVMAI_GPU_SLOTS otherwise).
+	Slots int
+	Log   io.Writer
 }
 
 // Load uploads every weight of the qwen4_exp install at dir (resident
@@ -107,23 +126,19 @@ func Load(dev *cuda.Device, cfg qwen38.Config, w model.Weights, dir string, ex *
 	if len(cfg.PLELayers) > 0 && ngrams == nil {
 		return nil, fmt.Errorf("qwen38gpu: the config has PLE layers %v but no n-gram table was given", cfg.PLELayers)
 	}
-	m := &Model{dev: dev, cfg: cfg, g: newGeometry(cfg), ngrams: ngrams, chunk: DefaultChunk,
+	m := &Model{dev: dev, cfg: cfg, g: newGeometry(cfg), ngrams: ngrams, chunk: DefaultChunk, opt: opt,
 		mma: os.Getenv("NVMAI_GPU_MMA") != "0" && dev.Arch >= 80}
 	m.gdnPipe = os.Getenv("NVMAI_GPU_GDNPIPE") != "0"
 	m.gdnPar = m.gdnPipe && os.Getenv("NVMAI_GPU_GDNPAR") != "0"
 	m.gdnReg = m.gdnPar && os.Getenv("NVMAI_GPU_GDNREG") != "0"
 	m.noGraph = os.Getenv("NVMAI_GPU_GRAPH") == "0"
+	if ex == nil {
+		return nil, fmt.Errorf("qwen38gpu: a qwen4_exp install needs routed experts; the manifest lists none")
+	}
 	err := dev.Do(func(c *cuda.Ctx) error {
-		free, _, err := c.MemInfo()
-		if err != nil {
+		var err error
+		if m.free0, m.total0, err = c.MemInfo(); err != nil {
 			return err
-		}
-		if need := residentBytes(w, dir, ex); opt.VRAMBudget > 0 && need > opt.VRAMBudget || need > int64(free) {
-			avail := int64(free)
-			if opt.VRAMBudget > 0 {
-				avail = min(avail, opt.VRAMBudget)
-			}
-			return fmt.Errorf("qwen38gpu: the weights take %d MiB and %d MiB of VRAM are available; streaming qwen4_exp experts on the GPU is not done yet: run it with --engine cpu or on a larger card", need>>20, avail>>20)
 		}
 		if m.ks, err = gpukernels.Load(c); err != nil {
 			return err
@@ -131,35 +146,29 @@ func Load(dev *cuda.Device, cfg qwen38.Config, w model.Weights, dir string, ex *
 		if m.qk, err = LoadKernels(c); err != nil {
 			return err
 		}
-		return m.upload(c, w, dir, ex)
+		if err := m.upload(c, w); err != nil {
+			return err
+		}
+		if m.plan, err = m.planExperts(ex); err != nil {
+			return err
+		}
+		if !m.plan.Resident() {
+			return m.streamExperts(c, dir, ex)
+		}
+		u := &devshared.Uploader{C: c, W: w, Engine: "qwen38gpu", Allocs: &m.allocs, WeightBytes: &m.WeightBytes}
+		return m.uploadExperts(u, dir, ex)
 	})
 	if err != nil {
 		m.Close()
 		return nil, err
 	}
 	if opt.Log != nil {
-		fmt.Fprintf(opt.Log, "gpu plan: qwen4_exp resident, %d MiB of weights in VRAM (experts included); n-gram tables read on the host\n", m.WeightBytes>>20)
+		for _, line := range m.plan.Lines() {
+			fmt.Fprintln(opt.Log, line)
+		}
+		fmt.Fprintf(opt.Log, "gpu plan: qwen4_exp, %d MiB of weights in VRAM; n-gram tables read on the host\n", m.WeightBytes>>20)
 	}
 	return m, nil
-}
-
-// residentBytes estimates the VRAM the weights take: the expert files and
-// what the install lists beside them (an upper bound: the resident file
-// sizes).
-func residentBytes(w model.Weights, dir string, ex *packexperts.Experts) int64 {
-	var n int64
-	if ex != nil {
-		n += int64(ex.Count) * ex.Stride * int64(len(ex.Layers))
-	}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if filepath.Ext(e.Name()) == ".safetensors" {
-			if info, err := e.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-	}
-	return n
 }
 
 // uploader is devshared's, with the hyper-connection weights of a block.
@@ -179,7 +188,9 @@ func (u *uploader) hc(prefix string, inject bool) hcW {
 	return h
 }
 
-func (m *Model) upload(c *cuda.Ctx, w model.Weights, dir string, ex *packexperts.Experts) error {
+// upload uploads every weight but the routed experts (the trunk, which the
+// plan counts before it places the experts).
+func (m *Model) upload(c *cuda.Ctx, w model.Weights) error {
 	cfg, g := m.cfg, m.g
 	u := &uploader{m: m, Uploader: &devshared.Uploader{C: c, W: w, Engine: "qwen38gpu", Allocs: &m.allocs, WeightBytes: &m.WeightBytes}}
 	m.embed = u.Matrix("model.embed_tokens.weight", g.V, g.H)
@@ -202,10 +213,7 @@ func (m *Model) upload(c *cuda.Ctx, w model.Weights, dir string, ex *packexperts
 		m.layers[l].ple = p
 		m.ple = append(m.ple, p)
 	}
-	if u.Err != nil {
-		return u.Err
-	}
-	return m.uploadExperts(u.Uploader, dir, ex)
+	return u.Err
 }
 
 func (m *Model) uploadLayer(u *uploader, i int, kind qwen38.LayerKind) layerW {
@@ -279,6 +287,9 @@ func (m *Model) Close() {
 		return
 	}
 	m.dev.Do(func(c *cuda.Ctx) error {
+		if m.stream != nil {
+			m.stream.FreeHost(c)
+		}
 		for _, p := range m.allocs {
 			c.Free(p)
 		}

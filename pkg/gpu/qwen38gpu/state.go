@@ -57,6 +57,7 @@ type State struct {
 	rows               [][]int64 // per PLE layer: the pass's row ids
 	emb                []float32 // the pass's rows on the host [T, Dp]
 	s                  scratch
+	replay             devshared.RouteReplay // SetRouteOverride's routing (route.go)
 	failed             error
 	allocs             []cuda.DevicePtr
 }
@@ -277,6 +278,9 @@ func (st *State) pass(c *cuda.Ctx, ids []int) error {
 		}
 	}
 	st.noteFed(ids)
+	if err := st.stageRoutes(c, T); err != nil {
+		return err
+	}
 	l := &gpukernels.Launcher{C: c, K: m.ks, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	q := &Launcher{C: c, K: m.qk}
 	f := &forward{st: st, l: l, q: q, T: T, sparse: sparsePass(st.pos, T, m.g.idx)}
@@ -359,7 +363,7 @@ func (f *forward) launches() error {
 		}
 		f.do(q.HCWrite(s.R, s.c, s.y, g.H, g.S, T))
 		f.read(&ly.mlpHC, s.R, s.x, T, true)
-		f.moe(ly)
+		f.moe(i, ly)
 		f.do(q.HCWrite(s.R, s.c, s.y, g.H, g.S, T))
 	}
 	f.read(&m.mixer, s.R+cuda.DevicePtr(4*(T-1)*g.SH), s.final, 1, false)
@@ -506,21 +510,24 @@ func (f *forward) attention(i int, ly *layerW) {
 func sparsePass(pos, T int, is IndexerShape) bool { return (pos+T)/is.Block > is.Keep }
 
 // moe is the MoE block, x → y: router, shared expert with its gate, the
-// top-k routed experts, combined (qwen35's math, blocks.MoE).
-func (f *forward) moe(ly *layerW) {
+// top-k routed experts, combined (qwen35's math, blocks.MoE). The routed
+// experts are layer i's resident ones, or its streamed ones resolved to
+// slots or staged (routedExperts).
+func (f *forward) moe(i int, ly *layerW) {
 	g, s, l := f.st.m.g, &f.st.s, f.l
 	T := f.T
 	f.prod(s.router, ly.router, s.x, T, g.H)
 	f.prod(s.gates, ly.sharedG, s.x, T, g.H)
 	f.prod(s.sg, ly.sGate, s.x, T, g.H)
 	f.prod(s.su, ly.sUp, s.x, T, g.H)
-	f.do(l.Route(s.sel, s.weight, s.router, g.E, g.k, T, g.E))
-	f.gathered(s.eg, ly.eGate, s.x, T, g.H, s.sel, g.k, false)
-	f.gathered(s.eu, ly.eUp, s.x, T, g.H, s.sel, g.k, false)
+	f.do(f.st.route(l, i, T))
+	gate, up, down, sel := f.routedExperts(ly)
+	f.gathered(s.eg, gate, s.x, T, g.H, sel, g.k, false)
+	f.gathered(s.eu, up, s.x, T, g.H, sel, g.k, false)
 	f.do(l.SwiGLU(s.sg, s.su, T*g.Is))
 	f.prod(s.shared, ly.sDown, s.sg, T, g.Is)
 	f.do(l.SwiGLU(s.eg, s.eu, T*g.k*g.I))
-	f.gathered(s.routed, ly.eDown, s.eg, T*g.k, g.I, s.sel, g.k, true)
+	f.gathered(s.routed, down, s.eg, T*g.k, g.I, sel, g.k, true)
 	f.do(f.q.Zero(s.y, T*g.H))
 	f.do(l.Combine(s.y, s.routed, s.weight, s.shared, s.gates, g.k, g.H, T, 1))
 }

@@ -1,0 +1,249 @@
+package qwen38gpu
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
+	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
+	"github.com/nvmai/nvmai/pkg/model"
+	"github.com/nvmai/nvmai/pkg/models/qwen38"
+	"github.com/nvmai/nvmai/pkg/routing"
+	"github.com/nvmai/nvmai/pkg/runtime"
+	"github.com/nvmai/nvmai/pkg/sample"
+)
+
+// stateBytes, what the plan reserves for one sequence, grows with the
+// context and the KV width and counts at least the KV cache and the fixed
+// state (host-only).
+func TestStateBytesGrowsWithContextAndWidth(t *testing.T) {
+	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGeometry(cfg)
+	small, large := stateBytes(cfg, g, DefaultChunk, 256, 8), stateBytes(cfg, g, DefaultChunk, 1024, 8)
+	if small >= large {
+		t.Errorf("%d bytes at 256 tokens, %d at 1024", small, large)
+	}
+	if f32 := stateBytes(cfg, g, DefaultChunk, 1024, 32); f32 <= large {
+		t.Errorf("float32 KV %d bytes, int8 %d", f32, large)
+	}
+	if min := cfg.KVBytes(1024, 8) + cfg.FixedStateBytes(); large < min {
+		t.Errorf("%d bytes, below the KV and fixed state %d", large, min)
+	}
+}
+
+// loadSlots loads dir on the GPU engine with slots expert slots a layer
+// (NVMAI_GPU_SLOTS; 0: the plan decides, resident on a test card).
+func loadSlots(t *testing.T, dir string, slots int) (*runtime.Engine, *Backend) {
+	t.Helper()
+	v := ""
+	if slots > 0 {
+		v = strconv.Itoa(slots)
+	}
+	t.Setenv("NVMAI_GPU_SLOTS", v)
+	e, err := runtime.Load(dir, runtime.Options{Threads: 2, Device: model.GPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.Model().(*Backend)
+	p := b.Model.Plan()
+	if (slots == 0) != p.Resident() || slots > 0 && p.Slots != slots {
+		e.Close()
+		t.Fatalf("plan %+v, want %d slots a layer (0: resident)", p, slots)
+	}
+	return e, b
+}
+
+// sampled runs a seeded sampled generation of n tokens.
+func sampled(t *testing.T, e *runtime.Engine, ids []int, n int, p sample.Params) []int {
+	t.Helper()
+	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 8})
+	defer s.Close()
+	res, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: n, IgnoreEOS: true, Sampling: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.IDs
+}
+
+// TestQwen38GPUStreamedIsBitwiseResident: tiny-qwen38 synthetic installs
+// at 4 and 8 bits streamed at top-k = 4 and 7 of 16 slots a layer
+// (NVMAI_GPU_SLOTS) give bitwise the resident engine's logits after
+// prompts of 7, 40 and 300 tokens (the last in two prefill passes, which
+// stage their experts), its 24 greedy tokens (decode steps resolving to
+// slots inside the graph) at KV widths 32 and 8, a prompt fed token by
+// token, and seeded sampled generations; the counters saw hits and misses.
+func TestQwen38GPUStreamedIsBitwiseResident(t *testing.T) {
+	cudatest.Need(t)
+	for _, bits := range []int{4, 8} {
+		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
+			dir := synthInstall(t, bits)
+			res, rb := loadSlots(t, dir, 0)
+			defer res.Close()
+			eos := res.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID
+			V := rb.Model.Config().VocabSize
+			type out struct {
+				row []float32
+				ids []int
+			}
+			want := map[string]out{}
+			for _, kv := range []int{32, 8} {
+				for _, n := range []int{7, 40, 300} {
+					row, ids := generate(t, res, synthPrompt(n, eos), 24, kv)
+					want[fmt.Sprint(kv, n)] = out{row, ids}
+				}
+			}
+			ids := synthPrompt(60, eos)
+			wholeRes := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return rb.Model.NewState(StateOptions{KVInitial: 4}) }, ids, true, V)
+			params := []sample.Params{{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, {Temperature: 1, Seed: 4}}
+			var wantSampled [][]int
+			for _, p := range params {
+				wantSampled = append(wantSampled, sampled(t, res, ids, 24, p))
+			}
+			for _, slots := range []int{4, 7} {
+				t.Run(fmt.Sprintf("%d slots", slots), func(t *testing.T) {
+					e, b := loadSlots(t, dir, slots)
+					defer e.Close()
+					for _, kv := range []int{32, 8} {
+						for _, n := range []int{7, 40, 300} {
+							row, got := generate(t, e, synthPrompt(n, eos), 24, kv)
+							w := want[fmt.Sprint(kv, n)]
+							if !slices.Equal(row, w.row) {
+								t.Errorf("kv %d, %d tokens: logits differ from resident (max %g)", kv, n, cudatest.MaxAbsDiff(row, w.row))
+							}
+							if !slices.Equal(got, w.ids) {
+								t.Errorf("kv %d, %d tokens: greedy %v, resident %v", kv, n, got, w.ids)
+							}
+						}
+					}
+					steps := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }, ids, false, V)
+					if !slices.Equal(steps, wholeRes) {
+						t.Errorf("token by token streamed vs whole resident: logits differ by %g", cudatest.MaxAbsDiff(steps, wholeRes))
+					}
+					for i, p := range params {
+						if got := sampled(t, e, ids, 24, p); !slices.Equal(got, wantSampled[i]) {
+							t.Errorf("sampled %+v: %v, resident %v", p, got, wantSampled[i])
+						}
+					}
+					s, ok, err := b.Model.StreamStats()
+					if err != nil || !ok {
+						t.Fatalf("stream stats: ok %v, %v", ok, err)
+					}
+					t.Logf("STREAM qwen38 %d-bit %d slots: decode %d hits %d misses %d bytes; prefill %d from VRAM %d from RAM", bits, slots, s.DecodeHits, s.DecodeMisses, s.DecodeBytes, s.PrefillFromVRAM, s.PrefillFromHost)
+					if s.DecodeHits == 0 || s.DecodeMisses == 0 || s.PrefillFromHost == 0 || s.DecodeBytes != s.DecodeMisses*b.Model.Plan().Stride {
+						t.Errorf("counters %+v: want decode hits and misses, prefill copies, a record a miss", s)
+					}
+					if st := b.ExpertStats(); st.Mode != model.ExpertModeGPUPinned || st.Hits != s.DecodeHits+s.PrefillFromVRAM || st.SlotsPerLayer != slots {
+						t.Errorf("expert stats %+v", st)
+					}
+					if !b.StreamsExperts() {
+						t.Error("StreamsExperts is false for a streamed plan")
+					}
+				})
+			}
+		})
+	}
+}
+
+// A RAM budget below every expert is refused, saying the disk tier is not
+// done for qwen4_exp, not half-loaded.
+func TestQwen38GPUStreamedRefusesSmallRAM(t *testing.T) {
+	cudatest.Need(t)
+	t.Setenv("NVMAI_GPU_SLOTS", "4")
+	_, err := runtime.Load(synthInstall(t, 4), runtime.Options{Threads: 2, Device: model.GPU, Experts: runtime.ExpertOptions{Budget: 1 << 10}})
+	if err == nil || !strings.Contains(err.Error(), "page-locked RAM") || !strings.Contains(err.Error(), "--ram-budget") {
+		t.Fatalf("a 1 KiB RAM budget: %v", err)
+	}
+}
+
+// replayRows feeds ids to a fresh state of e under o and steps steps
+// greedy tokens: the logits after the prompt and every token.
+func replayRows(t *testing.T, e *runtime.Engine, ids []int, o model.RouteOverride, steps int) ([]float32, []int) {
+	t.Helper()
+	var row []float32
+	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32, Routing: o})
+	defer s.Close()
+	res, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: steps + 1, IgnoreEOS: true,
+		OnLogits: func(r []float32) error {
+			if row == nil {
+				row = slices.Clone(r)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row, res.IDs
+}
+
+// TestQwen38GPURoutingReplayMatchesCPUEngine: under synthetic:agent and
+// synthetic:diverse a tiny-qwen38 install at 4 and 8 bits gives on the GPU
+// the CPU engine's greedy tokens under the same replay (bitwise logits
+// required where the router's own are bitwise the CPU engine's; the
+// distance logged), resident and streamed at 4 and 7 slots a layer, the
+// streamed bitwise the resident under the replay; the replay is applied
+// (the logits are not the router's).
+func TestQwen38GPURoutingReplayMatchesCPUEngine(t *testing.T) {
+	cudatest.Need(t)
+	for _, bits := range []int{4, 8} {
+		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
+			dir := fixinstall.Install(t, fixture(t, qwen38Layouts[0]), bits)
+			cpu := loadEngine(t, dir, false)
+			ids := synthPrompt(300, cpu.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID)
+			cpuRouter, _ := replayRows(t, cpu, ids, nil, 0)
+			res, _ := loadSlots(t, dir, 0)
+			gpuRouter, _ := replayRows(t, res, ids, nil, 0)
+			res.Close()
+			routerBitwise := slices.Equal(gpuRouter, cpuRouter)
+			geom, err := cpu.RoutingGeometry()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, spec := range []string{"synthetic:agent", "synthetic:diverse"} {
+				sp, err := routing.ParseSpec(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src, err := routing.NewSynthetic(geom, sp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantRow, want := replayRows(t, cpu, ids, src, 32)
+				if slices.Equal(wantRow, cpuRouter) {
+					t.Fatalf("%s: the CPU engine's logits are the router's: the replay is not applied", spec)
+				}
+				var residentRow []float32
+				for _, slots := range []int{0, 4, 7} {
+					e, _ := loadSlots(t, dir, slots)
+					row, got := replayRows(t, e, ids, src, 32)
+					e.Close()
+					name := fmt.Sprintf("%d-bit %s at %d slots", bits, spec, slots)
+					t.Logf("FIDELITY qwen38 replay %s: logits bitwise the CPU engine's %v (rel. error %.2e; the router's own bitwise %v), greedy equal %v",
+						name, slices.Equal(row, wantRow), cudatest.RelErr(row, wantRow), routerBitwise, slices.Equal(got, want))
+					if !slices.Equal(got, want) {
+						t.Errorf("%s: greedy %v, CPU engine %v", name, got, want)
+					}
+					if routerBitwise && !slices.Equal(row, wantRow) {
+						t.Errorf("%s: logits differ from the CPU engine's under the same replay (max %g)", name, cudatest.MaxAbsDiff(row, wantRow))
+					}
+					if slots == 0 {
+						residentRow = row
+					} else if !slices.Equal(row, residentRow) {
+						t.Errorf("%s: streamed logits differ from resident under the replay (max %g)", name, cudatest.MaxAbsDiff(row, residentRow))
+					}
+				}
+			}
+		})
+	}
+}
