@@ -139,6 +139,10 @@ type BenchInfo struct {
 	PrefillTokens   int                `json:"prefill_profile_tokens,omitempty"`
 	PrefillMs       float64            `json:"prefill_profile_ms,omitempty"`
 	PrefillKernelMs map[string]float64 `json:"prefill_kernel_ms,omitempty"`
+	// DecodeProfile is a decode step kernel by kernel, each kernel's
+	// bytes and rate (decodeprofile.go); nil when
+	// NVMAI_GPU_DECODE_PROFILE=0.
+	DecodeProfile *DecodeProfile `json:"decode_profile,omitempty"`
 	// Plan is where the routed experts live (resident, or streamed into
 	// VRAM slots from pinned RAM) and what it predicts; nil for a dense
 	// model.
@@ -304,6 +308,7 @@ func (b *Backend) Measure(prompt, steps int) (*BenchInfo, error) {
 	if info.PrefillMs, info.PrefillKernelMs, err = m.prefillProfile(info.PrefillTokens); err != nil {
 		return info, err
 	}
+	info.DecodeProfile = m.measureDecodeProfile(prompt, info)
 	if info.GraphMsPerToken > 0 {
 		info.WeightBandwidth = float64(m.TokenBytes) / (info.GraphMsPerToken / 1e3)
 	}
@@ -497,6 +502,9 @@ func (info *BenchInfo) Summary() []string {
 			lines = append(lines, fmt.Sprintf("gpu phase %-9s %.3f ms/token (kernels one by one), weights %.0f MiB, %.0f GB/s",
 				ph, ms, float64(info.PhaseBytes[ph])/(1<<20), info.PhaseBandwidth[ph]/1e9))
 		}
+	}
+	if p := info.DecodeProfile; p != nil {
+		lines = append(lines, p.Lines(12)...)
 	}
 	if info.PrefillTokens > 0 {
 		lines = append(lines, fmt.Sprintf("gpu prefill chunk of %d tokens: %.2f ms on the device, kernels one by one (%.0f tok/s)",

@@ -175,6 +175,11 @@ func benchOne(t *testing.T, e *runtime.Engine, b *Backend, name string, load tim
 		for _, k := range ks[:min(10, len(ks))] {
 			t.Logf("BENCH %s: prefill kernel %-22s %.3f ms/chunk", name, k, info.PrefillKernelMs[k])
 		}
+		if p := info.DecodeProfile; p != nil { // every row: the json has them too
+			for _, line := range p.Lines(0) {
+				t.Logf("BENCH %s: %s", name, line)
+			}
+		}
 		if out := os.Getenv("NVMAI_GPU_BENCH_OUT"); out != "" {
 			raw, _ := json.MarshalIndent(map[string]any{"runs": runs, "gpu": info}, "", "  ")
 			os.WriteFile(filepath.Join(out, "bench-"+name+".json"), raw, 0o644)

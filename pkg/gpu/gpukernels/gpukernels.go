@@ -125,10 +125,22 @@ type Launcher struct {
 	// handed down the warps) where GDNPar would run gdn_rec_par: bitwise
 	// gdn_rec.
 	GDNReg bool
+	// reads is the weight bytes of the launch being made (set by the
+	// launchers that take a Mat), last those of the launch just made.
+	reads, last int64
 }
+
+// LastReads is the weight bytes the launch just made reads, for an After
+// hook (the bench's decode profile): each matrix's data, scales and
+// biases over the rows it multiplies (Mat.ReadBytes: a gathered product's
+// slots experts, exact for one token), one table row a token for embed,
+// every expert for a grouped product (an upper bound); 0 for a launch
+// that takes no weights.
+func (l *Launcher) LastReads() int64 { return l.last }
 
 func (l *Launcher) launch(name string, grid, block cuda.Dim3, smem int, args ...any) error {
 	l.Count++
+	l.last, l.reads = l.reads, 0
 	if err := l.C.Launch(l.K.f[name], grid, block, smem, args...); err != nil {
 		return err
 	}
@@ -151,6 +163,26 @@ type Mat struct {
 	EData, EScale int64
 }
 
+// RowBytes is one row's bytes in device memory: its values, and for Q4/Q8
+// a bfloat16 scale and bias a group of 64 (kernels.Matrix's layout).
+func (m *Mat) RowBytes() int64 {
+	switch m.Enc {
+	case kernels.Q4:
+		return int64(m.Cols/2 + m.Cols/kernels.GroupSize*4)
+	case kernels.Q8:
+		return int64(m.Cols + m.Cols/kernels.GroupSize*4)
+	case kernels.F32:
+		return 4 * int64(m.Cols)
+	}
+	return 2 * int64(m.Cols)
+}
+
+// ReadBytes is the bytes a product reads of m: every row of experts of its
+// matrices (1 for an ordinary matrix, the picks of a gathered one).
+func (m *Mat) ReadBytes(experts int) int64 {
+	return int64(max(experts, 1)) * int64(m.Rows) * m.RowBytes()
+}
+
 // Quantized reports whether m takes the int8-activation path.
 func (m *Mat) Quantized() bool { return m.Enc == kernels.Q4 || m.Enc == kernels.Q8 }
 
@@ -169,6 +201,7 @@ func QActBytes(vectors, cols int) (q8, q4, ds int64) {
 
 // Embed writes rows tokens[0..T) of table into out [T, cols].
 func (l *Launcher) Embed(out cuda.DevicePtr, table *Mat, tokens cuda.DevicePtr, T int) error {
+	l.reads = int64(T) * table.RowBytes()
 	return l.launch("embed", cuda.D2(blocks(table.Cols, 256), T), cuda.D1(256), 0,
 		out, table.Data, table.Scales, table.Biases, int(table.Enc), table.Cols, tokens)
 }
@@ -227,6 +260,7 @@ func (l *Launcher) GEMV(y cuda.DevicePtr, m *Mat, x cuda.DevicePtr, q *QAct, res
 		xs = 1
 	}
 	rows := m.Rows * slots
+	l.reads = m.ReadBytes(slots)
 	switch m.Enc {
 	case kernels.Q4, kernels.Q8:
 		bits := 4
@@ -305,9 +339,11 @@ func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
 	table := make([]byte, 8*(fields*MaxSegs+1))
 	put := func(i int, v uint64) { binary.LittleEndian.PutUint64(table[8*i:], v) }
 	blocks0 := 0
+	var reads int64
 	for j, sg := range segs {
 		m := sg.M
 		slots := max(sg.Slots, 1)
+		reads += m.ReadBytes(slots)
 		if m.Cols != segs[0].M.Cols {
 			return fmt.Errorf("gpukernels: mgemv: product %d has %d columns, product 0 %d", j, m.Cols, segs[0].M.Cols)
 		}
@@ -332,6 +368,7 @@ func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
 		blocks0 += blocks(m.Rows*slots, rpb)
 	}
 	put(fields*MaxSegs, uint64(len(segs)))
+	l.reads = reads
 	var q8, q4, dx, sx cuda.DevicePtr
 	if q != nil {
 		q8, q4, dx, sx = q.Q8, q.Q4, q.DX, q.SX
@@ -357,6 +394,7 @@ func (l *Launcher) MoEDown(x cuda.DevicePtr, ed, sd *Mat, q *QAct, sel, weight, 
 	if ed.Enc == kernels.Q8 {
 		bits = 8
 	}
+	l.reads = ed.ReadBytes(k) + sd.ReadBytes(1)
 	return l.launch("moe_down", cuda.D2(T, blocks(ed.Rows, R)), cuda.D1(256), 0,
 		x, ed.Data, ed.Scales, ed.Biases, uint64(ed.EData), uint64(ed.EScale), sd.Data, sd.Scales, sd.Biases, ed.Rows, ed.Cols, bits,
 		q.Q8, q.Q4, q.DX, q.SX, sel, weight, gate, k, gstride, lanes, R)
@@ -386,6 +424,7 @@ func (l *Launcher) GEMVGrouped(y cuda.DevicePtr, m *Mat, q *QAct, offs, list cud
 	if xslot {
 		xs = 1
 	}
+	l.reads = m.ReadBytes(E)
 	if l.MMA && l.mma2(m.Cols, E, bits) {
 		smem := mma2Shared(mma2GroupRows, mma2GroupEntries, bits, m.Cols/kernels.GroupSize)
 		return l.launch("qgemm_grouped_mma2", cuda.D1(mma2GroupedGrid(l.K.sms)), cuda.D1(mma2Threads), smem,
