@@ -52,7 +52,7 @@ the layers per step that waited for a read.`,
 			&cli.BoolFlag{Name: "skip-bandwidth", Usage: "do not measure the memory and disk read rates"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 			cliutil.IntRange(&cli.IntFlag{Name: "fill-context", Usage: "fill the KV cache with synthetic rows so each prompt's context ends at `N` tokens (measures memory and attention cost, not quality)"}, 0, maxContextCeiling, ""),
-			&cli.StringFlag{Name: "routing-trace", Usage: "take every token's experts per layer from the routing trace `FILE` (\"position layer e0 … ek\" lines, NVMAI_ROUTE_TRACE's format; each prompt replays it from its first token) instead of the router (CPU engine, or GPU engine on qwen3_5_moe)"},
+			&cli.StringFlag{Name: "routing-trace", Usage: "take every token's experts per layer from the routing trace `FILE` (\"position layer e0 … ek\" lines, NVMAI_ROUTE_TRACE's format; each prompt replays it from its first token) instead of the router (the CPU and GPU engines)"},
 			&cli.BoolFlag{Name: "routing-trace-wrap", Usage: "repeat the --routing-trace file when a prompt needs more positions than it has (the report says so), instead of failing"},
 			&cli.StringFlag{Name: "routing", Usage: "take every token's experts from a synthetic routing `SPEC`: synthetic:diverse, synthetic:agent or synthetic:uniform, optionally :seed=N (default seed 1; docs/routing.md)", DefaultText: "the router's own"},
 		),
@@ -146,8 +146,8 @@ func checkRoutingFlags(c *cli.Context) error {
 			return cliutil.Usagef("--routing: %v", err)
 		}
 	}
-	// The CPU and GPU engines both replay; an engine whose states cannot
-	// (qwen4_exp on the GPU) is refused once loaded (runtime's
+	// The CPU and GPU engines both replay (qwen3_5_moe and qwen4_exp); an
+	// engine whose states cannot is refused once loaded (runtime's
 	// canOverrideRouting), saying so.
 	return nil
 }

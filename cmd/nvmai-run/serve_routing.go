@@ -16,8 +16,8 @@ import (
 // scripts/serve-bench.sh --only parallel --routing synthetic:agent.
 func serveRoutingFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "routing", Usage: "benchmarks: every slot takes each token's experts from a synthetic routing `SPEC` (synthetic:agent, synthetic:diverse or synthetic:uniform, optionally :seed=N; slot i draws seed N+i) instead of the router; the CPU engine, or the GPU engine on qwen3_5_moe (docs/routing.md)"},
-		&cli.StringFlag{Name: "routing-trace", Usage: "benchmarks: every slot takes each token's experts from the routing trace `FILE`, slot i reading it from position i × its length ÷ --parallel and starting over at its end, instead of the router; the CPU engine, or the GPU engine on qwen3_5_moe"},
+		&cli.StringFlag{Name: "routing", Usage: "benchmarks: every slot takes each token's experts from a synthetic routing `SPEC` (synthetic:agent, synthetic:diverse or synthetic:uniform, optionally :seed=N; slot i draws seed N+i) instead of the router; the CPU and GPU engines (docs/routing.md)"},
+		&cli.StringFlag{Name: "routing-trace", Usage: "benchmarks: every slot takes each token's experts from the routing trace `FILE`, slot i reading it from position i × its length ÷ --parallel and starting over at its end, instead of the router; the CPU and GPU engines"},
 	}
 }
 

@@ -627,7 +627,7 @@ func (e *Engine) replaysRouting() bool {
 }
 
 func (e *Engine) routingRefusal() error {
-	return fmt.Errorf("--routing-trace and --routing need an engine that replays routing: the CPU engine, or the GPU engine on a qwen3_5_moe model (the %s engine routes on its own)", e.info.Name)
+	return fmt.Errorf("--routing-trace and --routing need an engine that replays routing: the CPU engine, or the GPU engine (the %s engine routes on its own)", e.info.Name)
 }
 
 // RoutingGeometry is the routing shape of the loaded model, for
