@@ -22,8 +22,8 @@
 # nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
 # par, par512, reg, reg512);
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
-# this script's order: cuda kernels fidelity qwen38 [bench38] fidelity-nomma fidelity-pipe
-# synthetic bench cli stream; bench38 runs only when named, e.g. STEPS=bench38
+# this script's order: cuda kernels fidelity qwen38 [bench38] [stream38] fidelity-nomma fidelity-pipe
+# synthetic bench cli stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
 # (STEPS="kernels bench fidelity synthetic" for a short
 # device call); BENCH_DIRS=last benches the largest install only and
 # SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
@@ -136,6 +136,58 @@ if [[ " $STEPS " == *" bench38 "* ]]; then
 			echo "bench38 failed:"
 			tail -5 "$OUT/bench38.err"
 		fi
+	fi
+fi
+# stream38 (issue #41 item 3; only when STEPS names it): Qwen3.8 with its
+# experts streamed into VRAM slots from pinned RAM (docs/qwen38.md, "On the
+# GPU"), under --routing synthetic:agent (STREAM38_ROUTING; the agent
+# regime the acceptance names) at the VRAM budgets STREAM38_BUDGETS
+# (default "24G 40G auto"). The install is bench38's 48-layer 4-bit
+# release synthetic written --sparse (10.3 GiB on disk; its expert codes
+# read as zeros, which a replayed routing does not look at; shared with
+# bench38 and kept in $WORK); STREAM38_LAYERS=N takes the first N layers.
+# STREAM38_SPARSE=0 writes the codes too (4 bits: 1.35 GiB of disk a layer
+# plus 1.4 GiB, e.g. 23 GiB at 16 layers, the most the 64 GiB disk holds
+# beside the 35B-A3B synthetics; the dry run prints it:
+#   nvmai-convert synth --geometry qwen3.8-flash-next-125b-a6b --bits 4 --layers 16 --dry-run -o DIR
+# ). Every expert is page-locked (4 bits: 62 GiB at 48 layers; the host
+# has 128 GiB). Each STREAM38 line: decode and prefill-512 tok/s, the VRAM
+# hit rate, PCIe bytes a token, the H2D rate the load measured, and the
+# decode projected to PCIe 4.0 x16 (25 GB/s): the step less its copies at
+# the measured rate plus the same bytes at 25 GB/s (copies and products
+# run in series inside the graph).
+if [[ " $STEPS " == *" stream38 "* ]]; then
+	stamp "stream38"
+	l38=${STREAM38_LAYERS:-48}
+	if [ "${STREAM38_SPARSE:-1}" = 1 ]; then
+		s38=$WORK/synth-q38-4bit-sparse-$l38
+		sparse38=(--sparse)
+	else
+		s38=$WORK/synth-q38-4bit-$l38
+		sparse38=()
+	fi
+	if [ ! -f "$s38/manifest.json" ]; then
+		largs=()
+		[ "$l38" != 48 ] && largs=(--layers "$l38")
+		"$bin/nvmai-convert" synth --geometry qwen3.8-flash-next-125b-a6b --bits 4 "${sparse38[@]}" "${largs[@]}" --quiet --overwrite -o "$s38" >"$OUT/synth38s.txt" 2>&1 ||
+			{ status=1; tail -5 "$OUT/synth38s.txt"; }
+	fi
+	if [ -f "$s38/manifest.json" ]; then
+		r38=${STREAM38_ROUTING:-synthetic:agent}
+		for vb in ${STREAM38_BUDGETS:-24G 40G auto}; do
+			if "$bin/nvmai-run" bench --engine gpu -m "$s38" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 --routing "$r38" --json >"$OUT/stream38-$vb.json" 2>"$OUT/stream38-$vb.err"; then
+				all=$(tr -d '\n ' <"$OUT/stream38-$vb.json")
+				med=$(echo "$all" | grep -oE '"median":\{[^}]*\}')
+				f38() { echo "$1" | grep -oE "\"$2\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
+				dec=$(f38 "$med" decode_tok_s) bpt=$(f38 "$med" bytes_read_per_token) h2d=$(f38 "$all" h2d_bytes_per_s)
+				proj=$(awk -v t="$dec" -v b="${bpt:-0}" -v r="${h2d:-0}" 'BEGIN { if (t <= 0) { print "n/a"; exit } s = 1 / t; if (r > 0) s += b / 25e9 - b / r; printf "%.1f", 1 / s }')
+				echo "STREAM38 ${l38}-layer 4-bit qwen3.8 synthetic, --vram-budget $vb, routing $r38: decode $dec tok/s (projected to PCIe 4.0 x16: $proj tok/s), prefill-512 $(f38 "$med" prefill_tok_s) tok/s, VRAM hit rate $(f38 "$med" hit_rate), PCIe ${bpt:-0} bytes/token, H2D measured ${h2d:-n/a} bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream38-$vb.err")" | tee -a "$OUT/stream38.log"
+			else
+				status=1
+				echo "stream38 --vram-budget $vb failed:"
+				tail -5 "$OUT/stream38-$vb.err"
+			fi
+		done
 	fi
 fi
 # The same checks with the earlier kernels: prefill on the CUDA cores, the
