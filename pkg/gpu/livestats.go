@@ -72,17 +72,7 @@ func (b *Backend) DeviceMemory() (model.DeviceMemory, error) {
 	return deviceMemoryOf(b.Model.plan, b.Model.WeightBytes, free, total), nil
 }
 
-// deviceMemoryOf splits the plan; a dense model has no plan, and its
-// uploaded weights are all trunk.
+// deviceMemoryOf splits the plan (expertstream.DeviceMemoryOf).
 func deviceMemoryOf(p Plan, weightBytes int64, free, total uint64) model.DeviceMemory {
-	d := model.DeviceMemory{Used: int64(total - min(free, total)), Total: int64(total), Trunk: p.TrunkBytes, State: p.StateBytes}
-	switch {
-	case p.Experts == 0:
-		d.Trunk = weightBytes
-	case p.Resident():
-		d.Experts = p.ExpertBytes
-	default:
-		d.Experts, d.Staging, d.Streamed = p.SlotBytes, p.StagingBytes, true
-	}
-	return d
+	return expertstream.DeviceMemoryOf(expertstream.Plan(p), weightBytes, free, total)
 }

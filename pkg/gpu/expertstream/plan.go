@@ -3,6 +3,8 @@ package expertstream
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/nvmai/nvmai/pkg/model"
 )
 
 // PlanInput is what decides where a model's routed experts live: the
@@ -220,3 +222,20 @@ func SlotsFromEnv(v string) (int, error) {
 // GiB and MiB print a byte count for the plan's lines and errors.
 func GiB(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30)) }
 func MiB(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// DeviceMemoryOf is the live panel's device memory (model.DeviceMemory):
+// the device's used and total memory, and the plan's split of the
+// engine's share; a dense model has no plan, and its uploaded weights are
+// all trunk.
+func DeviceMemoryOf(p Plan, weightBytes int64, free, total uint64) model.DeviceMemory {
+	d := model.DeviceMemory{Used: int64(total - min(free, total)), Total: int64(total), Trunk: p.TrunkBytes, State: p.StateBytes}
+	switch {
+	case p.Experts == 0:
+		d.Trunk = weightBytes
+	case p.Resident():
+		d.Experts = p.ExpertBytes
+	default:
+		d.Experts, d.Staging, d.Streamed = p.SlotBytes, p.StagingBytes, true
+	}
+	return d
+}

@@ -201,6 +201,17 @@ func (b *Backend) ExpertStatsByLayer() (expertcache.Stats, []expertcache.LayerSt
 	return st, layers
 }
 
+// DeviceMemory implements model.DeviceMemoryReporter: the device's used
+// and total memory now and the plan's split of the engine's share (the
+// live panel).
+func (b *Backend) DeviceMemory() (model.DeviceMemory, error) {
+	var free, total uint64
+	if err := b.Dev.Do(func(c *cuda.Ctx) (err error) { free, total, err = c.MemInfo(); return err }); err != nil {
+		return model.DeviceMemory{}, err
+	}
+	return expertstream.DeviceMemoryOf(b.Model.plan, b.Model.WeightBytes, free, total), nil
+}
+
 // BenchInfo is the GPU section of nvmai-run bench's report for qwen4_exp:
 // the device and where the experts live.
 type BenchInfo struct {

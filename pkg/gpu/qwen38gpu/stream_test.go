@@ -10,9 +10,11 @@ import (
 
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
 	"github.com/nvmai/nvmai/pkg/convert"
+	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -243,6 +245,62 @@ func TestQwen38GPURoutingReplayMatchesCPUEngine(t *testing.T) {
 						t.Errorf("%s: streamed logits differ from resident under the replay (max %g)", name, cudatest.MaxAbsDiff(row, residentRow))
 					}
 				}
+			}
+		})
+	}
+}
+
+// planExperts keeps the experts resident when the budget holds them (as
+// the engine always ran), streams with the slots the rest of the budget
+// holds, forces LoadOptions.Slots, and refuses a budget past the free
+// VRAM and a RAM budget below every expert, naming the flags (host-only:
+// a model without a device).
+func TestPlanExpertsQwen38(t *testing.T) {
+	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	g := newGeometry(cfg)
+	ex := &packexperts.Experts{Count: g.E, TopK: g.k, Stride: mib}
+	L := int64(len(cfg.Layers))
+	trunk := int64(64 * mib)
+	state := stateBytes(cfg, g, DefaultChunk, 4096, 8)
+	fixed := trunk + state
+	for _, tc := range []struct {
+		name      string
+		opt       LoadOptions
+		slots     int
+		err, err2 string
+	}{
+		{name: "every expert fits", opt: LoadOptions{VRAMBudget: fixed + int64(g.E)*L*mib}, slots: g.E},
+		{name: "streamed", opt: LoadOptions{VRAMBudget: fixed + int64(g.E)*mib + 13*L*mib}, slots: 13},
+		{name: "forced", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5}, slots: 5},
+		{name: "past the free VRAM", opt: LoadOptions{VRAMBudget: 1 << 40}, err: "more than", err2: "free on test-card"},
+		{name: "RAM below every expert", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5, RAMBudget: mib}, err: "page-locked RAM", err2: "--ram-budget"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opt.MaxContext, tc.opt.KVBits = 4096, 8
+			m := &Model{dev: &cuda.Device{Name: "test-card"}, cfg: cfg, g: g, chunk: DefaultChunk, opt: tc.opt, free0: 1 << 40 >> 3, total0: 1 << 40 >> 3, WeightBytes: trunk, layers: make([]layerW, L)}
+			p, err := m.planExperts(ex)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.err2) {
+					t.Fatalf("err %v, want %q and %q", err, tc.err, tc.err2)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Slots != tc.slots || p.Resident() != (tc.slots == g.E) || p.StateBytes != state || p.TrunkBytes != trunk || p.Layers != int(L) || p.TopK != g.k {
+				t.Fatalf("plan %+v, want %d slots a layer", p, tc.slots)
+			}
+			if lines := p.Lines(); len(lines) == 0 || !strings.HasPrefix(lines[0], "gpu plan: ") {
+				t.Fatalf("plan lines %q", lines)
 			}
 		})
 	}
