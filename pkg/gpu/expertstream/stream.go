@@ -60,8 +60,9 @@ type Streamer struct {
 // every layer layers marks has its expert file (x.ByLayer, under dir)
 // read into page-locked host memory, a slot pool and table, and its
 // products' matrices over the pool and the staging buffer. alloc takes
-// device memory the caller frees; Open frees nothing on error but the
-// pinned memory (FreeHost is the caller's too after success).
+// device memory the caller frees. On error the streamer returned, when not
+// nil, holds the layers pinned so far: the caller frees them with
+// FreeHost, as after success.
 func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, engine string, alloc func(n int64) (cuda.DevicePtr, error)) (*Streamer, error) {
 	E, S, k, stride := p.Experts, p.Slots, p.TopK, x.Stride()
 	if S >= E || S < k {
