@@ -263,6 +263,11 @@ func (st *State) Forward(ids []int) error {
 func (st *State) pass(c *cuda.Ctx, ids []int) error {
 	m := st.m
 	T := len(ids)
+	// The replayed routing first: an override that refuses the pass's
+	// positions fails it before anything is enqueued or hashed.
+	if err := st.stageRoutes(c, T); err != nil {
+		return err
+	}
 	tok := make([]int32, T)
 	for i, id := range ids {
 		tok[i] = int32(id)
@@ -278,9 +283,6 @@ func (st *State) pass(c *cuda.Ctx, ids []int) error {
 		}
 	}
 	st.noteFed(ids)
-	if err := st.stageRoutes(c, T); err != nil {
-		return err
-	}
 	l := &gpukernels.Launcher{C: c, K: m.ks, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	q := &Launcher{C: c, K: m.qk}
 	f := &forward{st: st, l: l, q: q, T: T, sparse: sparsePass(st.pos, T, m.g.idx)}
