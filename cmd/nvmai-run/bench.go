@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
-	"github.com/nvmai/nvmai/pkg/gpu"
+	nvmodel "github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 )
@@ -175,76 +175,25 @@ func benchRouting(c *cli.Context, e *runtime.Engine) (routing.Source, error) {
 // gpuReplayFigures adds to the GPU section, when the GPU engine streamed
 // its experts under a replayed routing, the VRAM hit rate beside a
 // simulated per-layer LRU's on the positions the prompts decoded, and the
-// copy wait measured again under that routing (the section's own came
-// from the router's routing, before the prompts; docs/gpu.md).
+// copy wait measured again under that routing (docs/gpu.md). The section
+// does it (pkg/gpu's BenchInfo.AddReplayFigures): commands reach the GPU
+// engine only through interfaces, importing it blank.
 func gpuReplayFigures(e *runtime.Engine, r *runtime.BenchReport, src routing.Source) error {
-	info, ok := r.GPU.(*gpu.BenchInfo)
-	b, isGPU := e.Model().(*gpu.Backend)
-	if src == nil || !ok || !isGPU || !b.StreamsExperts() || info.Plan == nil || len(r.Runs) == 0 {
+	f, ok := r.GPU.(interface {
+		AddReplayFigures(m nvmodel.Model, src routing.Source, desc string, geom routing.Geometry, runs []routing.BenchRun) error
+	})
+	if src == nil || !ok || len(r.Runs) == 0 {
 		return nil
 	}
 	geom, err := e.RoutingGeometry()
 	if err != nil {
 		return err
 	}
-	h, err := replayHits(src, geom, r.Runs, info.Plan.Slots)
-	if err != nil {
-		return err
+	runs := make([]routing.BenchRun, len(r.Runs))
+	for i, run := range r.Runs {
+		runs[i] = routing.BenchRun{PromptTokens: run.PromptTokens, Generated: run.Generated, HitRate: run.HitRate}
 	}
-	info.ReplayHits = h
-	// The same positions the first prompt decoded: its prompt, then up to
-	// 64 of its steps (the capture step and the timed ones), so a trace
-	// that covered the run covers these.
-	run := r.Runs[0]
-	if steps := min(run.Generated-2, 64); steps >= 2 && b.CopyWaitMeasurable() {
-		cw, err := b.MeasureCopyWait(src, r.Routing, run.PromptTokens, steps)
-		if err != nil {
-			return err
-		}
-		info.CopyWait = &cw
-	}
-	return nil
-}
-
-// replayHits simulates a per-layer LRU of slots experts on every run's
-// decode positions (a run of P prompt tokens and G generated ones decodes
-// positions P … P+G−2: the last token is never fed back), in the runs'
-// order, from empty and carried from run to run as the device's slot
-// tables are, beside the runs' measured VRAM hit rates.
-func replayHits(src routing.Source, geom routing.Geometry, runs []runtime.BenchRun, slots int) (*gpu.ReplayHits, error) {
-	h := &gpu.ReplayHits{Slots: slots}
-	var positions []int
-	var ends []int
-	var measured float64
-	for _, run := range runs {
-		steps := max(run.Generated-1, 0)
-		for p := range steps {
-			positions = append(positions, run.PromptTokens+p)
-		}
-		ends = append(ends, len(positions))
-		measured += run.HitRate * float64(steps)
-		h.VRAMRuns = append(h.VRAMRuns, run.HitRate)
-	}
-	h.Steps = len(positions)
-	if h.Steps == 0 {
-		return h, nil
-	}
-	h.VRAM = measured / float64(h.Steps)
-	t, err := routing.TraceOf(src, geom, positions)
-	if err != nil {
-		return nil, err
-	}
-	h.SimulatedLRU = routing.SimulateLRU(t, slots).HitRate
-	from := 0
-	for _, end := range ends { // each run's hits, the cache warmed by the runs before it
-		upTo, err := routing.TraceOf(src, geom, positions[:end])
-		if err != nil {
-			return nil, err
-		}
-		h.SimulatedRuns = append(h.SimulatedRuns, routing.SimulateLRUFrom(upTo, slots, from).HitRate)
-		from = end
-	}
-	return h, nil
+	return f.AddReplayFigures(e.Model(), src, r.Routing, geom, runs)
 }
 
 // printBenchProgress writes one line as each prompt starts and ends.

@@ -11,6 +11,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
+	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
 
@@ -163,8 +164,8 @@ type BenchInfo struct {
 	// for its copies (copywait.go); ReplayHits, under a replayed routing
 	// (nvmai-run bench sets it), the VRAM hit rate beside a simulated
 	// per-layer LRU's on the same positions.
-	CopyWait   *CopyWait   `json:"copy_wait,omitempty"`
-	ReplayHits *ReplayHits `json:"replay_hits,omitempty"`
+	CopyWait   *CopyWait           `json:"copy_wait,omitempty"`
+	ReplayHits *routing.ReplayHits `json:"replay_hits,omitempty"`
 }
 
 // BenchInfo measures the device figures of a decode step on a fresh
@@ -186,20 +187,6 @@ func (b *Backend) BenchInfo() any {
 		info.CopyWait = &cw
 	}
 	return info
-}
-
-// ReplayHits is the decode's VRAM hit rate under a replayed routing beside
-// a per-layer LRU of the plan's slots simulated on the same positions
-// (pkg/routing SimulateLRUFrom): every prompt's decode steps in the order
-// the bench ran them, from an empty cache, carried from prompt to prompt
-// as the slot tables are (prefill passes leave them as they were).
-type ReplayHits struct {
-	Slots         int       `json:"slots_per_layer"`
-	Steps         int       `json:"decode_steps"`
-	VRAM          float64   `json:"vram_hit_rate"`          // measured, over every prompt's decode steps
-	SimulatedLRU  float64   `json:"simulated_lru_hit_rate"` // the same steps
-	VRAMRuns      []float64 `json:"vram_hit_rate_runs"`     // per prompt
-	SimulatedRuns []float64 `json:"simulated_lru_hit_rate_runs"`
 }
 
 // Measure times decode steps after a prompt of prompt tokens: graph replays,

@@ -17,7 +17,7 @@ import (
 func TestBenchSummaryStreamedFigures(t *testing.T) {
 	info := &BenchInfo{Device: "NVIDIA H100", GraphMsPerToken: 9.5,
 		CopyWait:   &CopyWait{Routing: "synthetic agent seed=1", Steps: 64, Prompt: 512, StreamedMs: 5.2, NoCopyMs: 3.9, WaitMs: 1.3},
-		ReplayHits: &ReplayHits{Slots: 24, Steps: 381, VRAM: 0.915, SimulatedLRU: 0.9, VRAMRuns: []float64{0.915}, SimulatedRuns: []float64{0.9}}}
+		ReplayHits: &routing.ReplayHits{Slots: 24, Steps: 381, VRAM: 0.915, SimulatedLRU: 0.9, VRAMRuns: []float64{0.915}, SimulatedRuns: []float64{0.9}}}
 	got := strings.Join(info.Summary(), "\n")
 	for _, want := range []string{
 		"gpu copy wait (synthetic agent seed=1 routing, 64 decode steps after 512 prompt tokens): 1.300 ms a step waits for its copies: 5.200 ms as it runs, 3.900 ms with the copies skipped",
