@@ -126,12 +126,10 @@ func (m *Model) routedExperts(l *gpukernels.Launcher, st *State, ly *layerW, T i
 	g, x := m.geom, m.stream
 	if T == 1 {
 		m.joinAhead(l, sl.layer, do) // the layer's read-ahead copies land before its picks resolve
-		do(l.SlotResolve(sl.slotSel, sl.tab, sl.stats, s.sel, g.E, x.slots, g.k, x.stride))
-		do(l.SlotFill(sl.pool, sl.hostDev, sl.tab, g.E, x.slots, g.k, x.stride, x.noCopy))
+		do(expertstream.Resolve(l, sl.slotSel, sl.pool, sl.hostDev, sl.tab, sl.stats, s.sel, x.noCopy, g.E, x.slots, g.k, x.stride))
 		return sl.gate, sl.up, sl.down, sl.slotSel
 	}
-	do(l.ExpertNeed(x.need, s.sel, T*g.k, g.E))
-	do(l.ExpertStage(x.staging, sl.pool, sl.hostDev, x.need, sl.tab, sl.stats, g.E, x.stride))
+	do(expertstream.Stage(l, x.staging, x.need, sl.pool, sl.hostDev, sl.tab, sl.stats, s.sel, T*g.k, g.E, x.stride))
 	return ly.eGate, ly.eUp, ly.eDown, s.sel
 }
 

@@ -141,10 +141,18 @@ func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, 
 // misses copied from host memory; the products then gather from
 // sl.Pooled by sl.SlotSel.
 func (s *Streamer) Decode(l *gpukernels.Launcher, sl *Layer, sel cuda.DevicePtr) error {
-	if err := l.SlotResolve(sl.SlotSel, sl.Tab, sl.Stats, sel, s.E, s.Slots, s.K, s.Stride); err != nil {
+	return Resolve(l, sl.SlotSel, sl.Pool, sl.HostDev, sl.Tab, sl.Stats, sel, s.NoCopy, s.E, s.Slots, s.K, s.Stride)
+}
+
+// Resolve enqueues a decode step's slot_resolve (the k picks sel holds to
+// slots in slotSel, hits and least-recently-used slots for the misses)
+// and slot_fill (the misses copied from hostDev into pool; skipped while
+// the int32 at noCopy is nonzero): both engines' streamed decode.
+func Resolve(l *gpukernels.Launcher, slotSel, pool, hostDev, tab, stats, sel, noCopy cuda.DevicePtr, E, S, k int, stride int64) error {
+	if err := l.SlotResolve(slotSel, tab, stats, sel, E, S, k, stride); err != nil {
 		return err
 	}
-	return l.SlotFill(sl.Pool, sl.HostDev, sl.Tab, s.E, s.Slots, s.K, s.Stride, s.NoCopy)
+	return l.SlotFill(pool, hostDev, tab, E, S, k, stride, noCopy)
 }
 
 // Stage enqueues a prefill pass's staging of layer sl: every expert the n
@@ -152,10 +160,18 @@ func (s *Streamer) Decode(l *gpukernels.Launcher, sl *Layer, sel cuda.DevicePtr)
 // slot when it has one, else from host memory); the products then gather
 // from sl.Staged by sel, and the slot tables stay as they were.
 func (s *Streamer) Stage(l *gpukernels.Launcher, sl *Layer, sel cuda.DevicePtr, n int) error {
-	if err := l.ExpertNeed(s.Need, sel, n, s.E); err != nil {
+	return Stage(l, s.Staging, s.Need, sl.Pool, sl.HostDev, sl.Tab, sl.Stats, sel, n, s.E, s.Stride)
+}
+
+// Stage enqueues a prefill pass's expert_need (the experts the n picks of
+// sel name, into need) and expert_stage (each copied into staging at its
+// id, from its slot of pool when the table gives it one, else from
+// hostDev): both engines' streamed prefill.
+func Stage(l *gpukernels.Launcher, staging, need, pool, hostDev, tab, stats, sel cuda.DevicePtr, n, E int, stride int64) error {
+	if err := l.ExpertNeed(need, sel, n, E); err != nil {
 		return err
 	}
-	return l.ExpertStage(s.Staging, sl.Pool, sl.HostDev, s.Need, sl.Tab, sl.Stats, s.E, s.Stride)
+	return l.ExpertStage(staging, pool, hostDev, need, tab, stats, E, stride)
 }
 
 // ReadStats reads every streamed layer's counters back (one copy); Layers
