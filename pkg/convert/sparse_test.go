@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmai/nvmai/pkg/packexperts"
+	"github.com/nvmai/nvmai/pkg/quant"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
 	"github.com/nvmai/nvmai/pkg/verify"
@@ -30,7 +32,7 @@ func withSparseWideGeometry(t *testing.T) string {
 	synthGeometries = append(append([]SynthGeometry(nil), saved...), SynthGeometry{
 		Name: name, Architecture: packexperts.ArchQwen35MoE, Source: "sparse_test.go",
 		Geometry: tinyText(packexperts.Geometry{
-			NumLayers: 4, NumExperts: 8, NumExpertsPerTok: 2, MoeIntermediateSize: 1024, SharedExpertIntermediateSize: 64,
+			NumLayers: 4, NumExperts: 64, NumExpertsPerTok: 8, MoeIntermediateSize: 1024, SharedExpertIntermediateSize: 64,
 		}),
 	})
 	return name
@@ -111,7 +113,7 @@ func TestSynthSparseInstalls(t *testing.T) {
 			if !bytes.Equal(readFile(t, filepath.Join(dir, packexperts.ResidentFile)), readFile(t, filepath.Join(full, packexperts.ResidentFile))) {
 				t.Error("resident.bin differs from the full install's: the dense trunk must stay as it is")
 			}
-			checkSparseExperts(t, dir, full, m)
+			checkSparseExperts(t, dir, full, m, tc.blocksBelow < 1)
 			if holesKept(t, parent) {
 				_, planned, err := PlanSynthDisk(SynthOptions{Geometry: tc.geometry, Bits: tc.bits, Sparse: true})
 				if err != nil {
@@ -143,9 +145,12 @@ func TestSynthSparseInstalls(t *testing.T) {
 }
 
 // checkSparseExperts reads every expert record: codes all zero, scales
-// and biases non-zero and equal to the full install's, and every other
-// byte (bfloat16 parts, padding) equal too.
-func checkSparseExperts(t *testing.T, dir, full string, m *packexperts.Manifest) {
+// non-zero and equal to the full install's, biases ±scale·σ_code with both
+// signs in every part, and every other byte (bfloat16 parts, padding)
+// equal to the full install's. Where a part has enough groups for a
+// statistic, its weights (each its group's bias) have the full install's
+// mean 0 and std 1/√in.
+func checkSparseExperts(t *testing.T, dir, full string, m *packexperts.Manifest, stats bool) {
 	t.Helper()
 	x := m.Experts
 	for _, l := range x.Layers {
@@ -166,16 +171,34 @@ func checkSparseExperts(t *testing.T, dir, full string, m *packexperts.Manifest)
 				if !bytes.Equal(w, make([]byte, len(w))) {
 					t.Fatalf("%s expert %d %s: codes are not all zero", l.File, e, p.Name)
 				}
+				for k := base + p.Biases.Offset; k < base+p.Biases.Offset+p.Biases.Length; k++ {
+					codes[k] = true // compared below, not with the full install
+				}
 				for k := base + p.Offset; k < base+p.Offset+p.Length; k++ {
 					codes[k] = true
 				}
-				for _, r := range []*packexperts.Range{p.Scales, p.Biases} {
-					v := got[base+r.Offset:][:r.Length]
-					for k := 0; k+2 <= len(v); k += 2 {
-						if v[k] == 0 && v[k+1] == 0 {
-							t.Fatalf("%s expert %d %s: a zero scale or bias at byte %d", l.File, e, p.Name, k)
-						}
+				levels := float64(int(1)<<p.Bits - 1)
+				codeStd := math.Sqrt(((levels+1)*(levels+1) - 1) / 12)
+				sc, bi := got[base+p.Scales.Offset:][:p.Scales.Length], got[base+p.Biases.Offset:][:p.Biases.Length]
+				signs := [2]int{}
+				for k := 0; k+2 <= len(sc); k += 2 {
+					scale := quant.BF16ToF32(binary.LittleEndian.Uint16(sc[k:]))
+					bias := quant.BF16ToF32(binary.LittleEndian.Uint16(bi[k:]))
+					want := quant.BF16ToF32(quant.F32ToBF16(scale * float32(codeStd)))
+					if scale <= 0 || (bias != want && bias != -want) {
+						t.Fatalf("%s expert %d %s group %d: scale %v bias %v, want a positive scale and bias ±%v", l.File, e, p.Name, k/2, scale, bias, want)
 					}
+					if bias < 0 {
+						signs[0]++
+					} else {
+						signs[1]++
+					}
+				}
+				if signs[0] == 0 || signs[1] == 0 {
+					t.Errorf("%s expert %d %s: biases %d negative, %d positive: want both signs", l.File, e, p.Name, signs[0], signs[1])
+				}
+				if stats && e == 0 {
+					checkDistribution(t, fmt.Sprintf("%s expert %d %s", l.File, e, p.Name), p, tensorValues(t, got, base, p))
 				}
 			}
 		}
@@ -339,6 +362,60 @@ func TestSynthChunksTileSparseFiles(t *testing.T) {
 		}
 		if at != tc.size || seen != len(tc.spans) {
 			t.Errorf("%s: chunks cover %d of %d bytes and %d of %d spans", tc.name, at, tc.size, seen, len(tc.spans))
+		}
+	}
+}
+
+// routedExperts decodes tokens sampled at temperature 1 from install dir
+// with the routing traced, and returns, for the last MoE layer, how many
+// distinct experts the decode steps used.
+func routedExperts(t *testing.T, dir string, tokens int) int {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "route.txt")
+	t.Setenv(runtime.RouteTraceEnv, trace)
+	e, err := runtime.Load(dir, runtime.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.NewSession(runtime.SessionOptions{}).Generate(context.Background(), []int{1, 2, 3, 4},
+		runtime.GenerateOptions{MaxTokens: tokens, Sampling: sample.Params{Temperature: 1, TopP: 1, Seed: 5}, IgnoreEOS: true})
+	e.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, seen := -1, map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(readFile(t, trace))), "\n") {
+		f := strings.Fields(line)
+		var layer int
+		fmt.Sscan(f[1], &layer)
+		if layer > last {
+			last, seen = layer, map[string]bool{}
+		}
+		if layer == last {
+			for _, id := range f[2:] {
+				seen[id] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+// Routing follows the input on a sparse install as on the full one: the
+// last layer's router spreads sampled tokens over as many experts. With
+// the full install's biases (every zero-code weight negative) the experts'
+// outputs share one direction and the deeper routers pick the same experts
+// for every token (measured at the release geometry, 4 layers: 10 experts
+// of 512 over 47 tokens at layers 2 and 3, against ~300 on the full install).
+func TestSynthSparseRoutingFollowsInput(t *testing.T) {
+	wide := withSparseWideGeometry(t)
+	parent := t.TempDir()
+	for _, bits := range []int{4, 8} {
+		sparse := synthOne(t, SynthOptions{Geometry: wide, Bits: bits, Seed: 9, Sparse: true, Output: filepath.Join(parent, fmt.Sprint("sparse", bits))})
+		full := synthOne(t, SynthOptions{Geometry: wide, Bits: bits, Seed: 9, Output: filepath.Join(parent, fmt.Sprint("full", bits))})
+		s, f := routedExperts(t, sparse, 24), routedExperts(t, full, 24)
+		t.Logf("%d-bit: last layer used %d experts on the sparse install, %d on the full one", bits, s, f)
+		if 2*s < f {
+			t.Errorf("%d-bit: the sparse install's last layer used %d experts over 24 sampled tokens, the full install's %d: routing collapsed", bits, s, f)
 		}
 	}
 }

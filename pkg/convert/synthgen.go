@@ -46,6 +46,14 @@ const (
 	fillBF16                    // BF16 uniform with a given std
 	fillALog                    // F32 log(U(1, 16))
 	fillUniform                 // F32 U(−bound, bound)
+	// fillHoleBiases are the biases of codes left as holes (--sparse):
+	// ±scale·σ_code, a random sign per group from the scale's own draw,
+	// so each weight (its group's bias) has the full install's std and
+	// mean 0. The full install's biases, −scale·(2^bits−1)/2, would make
+	// every weight of a zero-code expert negative: its output then has
+	// one direction whatever the input, which swamps the residual stream
+	// and makes every later router pick the same experts.
+	fillHoleBiases
 )
 
 // blob is one contiguous run of a tensor's bytes (weights, scales or
@@ -113,8 +121,12 @@ func (f *synthFile) addTensor(t *packexperts.Tensor, base int64, key string) err
 			f.addBlob(base+t.Offset, t.Length, &blob{key: key + ".q", kind: fillCodes})
 		}
 		scales := key + ".scales"
+		biases := fillBiases
+		if f.codeHoles {
+			biases = fillHoleBiases
+		}
 		f.addBlob(base+t.Scales.Offset, t.Scales.Length, &blob{key: scales, kind: fillScales, bits: t.Bits, param: std})
-		f.addBlob(base+t.Biases.Offset, t.Biases.Length, &blob{key: scales, kind: fillBiases, bits: t.Bits, param: std})
+		f.addBlob(base+t.Biases.Offset, t.Biases.Length, &blob{key: scales, kind: biases, bits: t.Bits, param: std})
 		return nil
 	case packexperts.DTypeBF16:
 		f.addBlob(base+t.Offset, t.Length, &blob{key: key, kind: fillBF16, param: std})
@@ -253,7 +265,7 @@ func (s *span) fill(dst []byte, seed uint64) {
 		for i, v := 0, rng.next(); i < len(dst); i++ {
 			dst[i] = byte(v >> (8 * i))
 		}
-	case fillScales, fillBiases:
+	case fillScales, fillBiases, fillHoleBiases:
 		fillGroupParams(dst, &rng, b)
 	case fillBF16:
 		fillBF16Uniform(dst, &rng, b.param)
@@ -272,17 +284,27 @@ func fillF32(dst []byte, v func() float64) {
 
 // fillGroupParams writes scales s0·U(0.75, 1.25), s0 chosen so uniform
 // codes give the blob's std, or the matching biases −scale·(2^bits−1)/2,
-// which centre every group on zero. Both draw the same numbers, so block k
-// of the biases matches block k of the scales.
+// which centre every group on zero, or (fillHoleBiases) ±scale·σ_code with
+// the sign from the low bit of the draw, which uniform() discards. All
+// draw the same numbers, so block k of the biases matches block k of the
+// scales.
 func fillGroupParams(dst []byte, rng *wyrand, b *blob) {
 	levels := float64(int(1)<<b.bits - 1)
 	codeStd := math.Sqrt(((levels+1)*(levels+1) - 1) / 12)
 	s0 := b.param / codeStd
 	for i := 0; i+2 <= len(dst); i += 2 {
-		scale := quant.BF16ToF32(quant.F32ToBF16(float32(s0 * (0.75 + 0.5*rng.uniform()))))
+		r := rng.next()
+		u := float64(r>>11) * 0x1p-53 // rng.uniform() of this draw
+		scale := quant.BF16ToF32(quant.F32ToBF16(float32(s0 * (0.75 + 0.5*u))))
 		v := scale
-		if b.kind == fillBiases {
+		switch b.kind {
+		case fillBiases:
 			v = -scale * float32(levels) / 2
+		case fillHoleBiases:
+			v = scale * float32(codeStd)
+			if r&1 == 1 {
+				v = -v
+			}
 		}
 		binary.LittleEndian.PutUint16(dst[i:], quant.F32ToBF16(v))
 	}
