@@ -107,7 +107,7 @@ run fidelity "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # table as holes: 10.3 GiB on disk; docs/synthetic.md "Sparse installs":
 # for speed and memory measurements, not fidelity) into $WORK once and kept.
 # BENCH38_LAYERS=N writes and benches the first N layers instead.
-# Time: at --layers 4 synth took 163 s on the 2-core development VM (68 s
+# Time: at --layers 4 synth took 78-163 s on the 2-core development VM (69 s
 # of CPU, nearly all sha256 over the table's 109 GB of zeros on one core,
 # ~1.7 GB/s); all 48 layers add 58 GB of expert files to hash and 6.5 GiB
 # to write, spread over the other cores, so on the GPU host's 16 cores

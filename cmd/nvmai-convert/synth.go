@@ -25,13 +25,14 @@ checkpoint; the model says nothing meaningful. The install passes nvmai-verify -
 and carries a tiny 4103-token tokenizer: generated ids beyond it decode to nothing.
 
 --sparse leaves the routed experts' packed weight codes as file holes (they read as zeros; their
-scales and biases, the dense trunk and the tokenizer are written as usual), so an install bigger
-than the disk fits: the 48-layer 4-bit qwen3.8-flash-next-125b-a6b takes about 10 GiB of its
-168 GiB. It is for speed and memory measurements of installs bigger than the disk, not for
-fidelity: kernels read every weight byte whatever its value, and routing comes from the random
-router over the hidden state as in any synthetic install, but the experts compute nothing
-meaningful, and reading holes from disk costs no disk I/O, so disk-streaming figures are not
-honest on it. It needs a file system that keeps holes (checked before writing).
+scales, the dense trunk and the tokenizer are written as usual, their biases with a random sign so
+the weights stay zero-mean), so an install bigger than the disk fits: the 48-layer 4-bit
+qwen3.8-flash-next-125b-a6b takes 10.3 GiB of its 168.3 GiB. It is for speed and memory
+measurements of installs bigger than the disk, not for fidelity: kernels read every weight byte
+whatever its value, and routing comes from the random router over the hidden state as in any
+synthetic install, but the experts compute nothing meaningful, and reading holes from disk costs
+no disk I/O, so disk-streaming figures are not honest on it. It needs a file system that keeps
+holes (checked before writing).
 Geometries: ` + strings.Join(convert.SynthGeometryNames(), ", ") + `. See docs/synthetic.md.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "geometry", Aliases: []string{"g"}, Usage: "model shape `NAME`: " + strings.Join(convert.SynthGeometryNames(), ", ")},
