@@ -373,36 +373,43 @@ func checkDistribution(t *testing.T, name string, tn *packexperts.Tensor, v []fl
 func TestSynthRuntimeGenerates(t *testing.T) {
 	for _, geometry := range []string{"tiny-moe", "tiny-dense"} {
 		t.Run(geometry, func(t *testing.T) {
-			dir := synthOne(t, SynthOptions{Geometry: geometry, Bits: 4, Seed: 1})
-			e, err := runtime.Load(dir, runtime.Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			rows := 0
-			checkLogits := func(row []float32) error {
-				rows++
-				lo, hi := math.Inf(1), math.Inf(-1)
-				for i, x := range row {
-					if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-						return fmt.Errorf("logit %d is %v", i, x)
-					}
-					lo, hi = min(lo, float64(x)), max(hi, float64(x))
-				}
-				if hi-lo < 1e-3 || hi-lo > 1e4 {
-					return fmt.Errorf("logits span [%v, %v]: not a usable distribution", lo, hi)
-				}
-				return nil
-			}
-			res, err := e.NewSession(runtime.SessionOptions{}).Generate(context.Background(), []int{1, 2, 3},
-				runtime.GenerateOptions{MaxTokens: 2, IgnoreEOS: true, OnLogits: checkLogits})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.IDs) != 2 || rows != 2 {
-				t.Errorf("generated %v with %d logit rows, want 2 of each", res.IDs, rows)
-			}
+			checkCPUGenerates(t, synthOne(t, SynthOptions{Geometry: geometry, Bits: 4, Seed: 1}), []int{1, 2, 3}, 2, 1e4)
 		})
+	}
+}
+
+// checkCPUGenerates loads dir on the CPU engine and greedy-decodes n
+// tokens after prompt: every logit finite, each row spanning at least
+// 1e-3 (not degenerate) and at most maxSpan.
+func checkCPUGenerates(t *testing.T, dir string, prompt []int, n int, maxSpan float64) {
+	t.Helper()
+	e, err := runtime.Load(dir, runtime.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	rows := 0
+	checkLogits := func(row []float32) error {
+		rows++
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i, x := range row {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("logit %d is %v", i, x)
+			}
+			lo, hi = min(lo, float64(x)), max(hi, float64(x))
+		}
+		if hi-lo < 1e-3 || hi-lo > maxSpan {
+			return fmt.Errorf("logits span [%v, %v]: not a usable distribution (degenerate below 1e-3, too wide past %g)", lo, hi, maxSpan)
+		}
+		return nil
+	}
+	res, err := e.NewSession(runtime.SessionOptions{}).Generate(context.Background(), prompt,
+		runtime.GenerateOptions{MaxTokens: n, IgnoreEOS: true, OnLogits: checkLogits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.IDs) != n || rows != n {
+		t.Errorf("generated %v with %d logit rows, want %d of each", res.IDs, rows, n)
 	}
 }
 
