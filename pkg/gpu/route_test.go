@@ -195,16 +195,7 @@ func compareReplay(t *testing.T, name, dir string, slots int, ids []int, o model
 // engine step for step.
 func TestRoutingReplayMatchesCPUEngine(t *testing.T) {
 	needGPU(t)
-	t.Setenv("NVMAI_GPU_CHUNK", "128")
-	var ids []int
-	for _, r := range loadRefs(t, "tiny-moe.refs.json") {
-		if len(r.IDs) > len(ids) {
-			ids = r.IDs
-		}
-	}
-	if len(ids) <= 2*128 {
-		t.Fatalf("the longest refs prompt has %d tokens: not several passes of 128", len(ids))
-	}
+	ids := severalPassPrompt(t)
 	for _, bits := range []int{4, 8} {
 		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
 			dir := install(t, "tiny-moe-fused", bits)

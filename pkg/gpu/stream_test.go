@@ -43,6 +43,79 @@ func freeVRAM(t *testing.T, probe *cuda.Device) int64 {
 	return int64(free)
 }
 
+// openProbe opens device 0 for freeVRAM until the test ends, keeping the
+// primary context alive between the engines.
+func openProbe(t *testing.T) *cuda.Device {
+	t.Helper()
+	probe, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(probe.Close)
+	return probe
+}
+
+// severalPassPrompt sets prefill passes of 128 tokens (NVMAI_GPU_CHUNK)
+// and returns the longest prompt of tiny-moe.refs.json, which must take
+// several of them.
+func severalPassPrompt(t *testing.T) []int {
+	t.Helper()
+	t.Setenv("NVMAI_GPU_CHUNK", "128")
+	var ids []int
+	for _, r := range loadRefs(t, "tiny-moe.refs.json") {
+		if len(r.IDs) > len(ids) {
+			ids = r.IDs
+		}
+	}
+	if len(ids) <= 2*128 {
+		t.Fatalf("the longest refs prompt has %d tokens: not several passes of 128", len(ids))
+	}
+	return ids
+}
+
+// residentOutputs loads dir on the GPU with the plan's own budget, which
+// must hold every expert (what: the install, for the failure), and runs
+// ids through it: the plan, and the outputs a streamed engine must
+// reproduce.
+func residentOutputs(t *testing.T, dir, what string, ids []int) (Plan, streamOutputs) {
+	t.Helper()
+	res := loadGPUWith(t, dir, 0, 0)
+	p := res.Model().(*Backend).Model.Plan()
+	if !p.Resident() {
+		res.Close()
+		t.Fatalf("the %s does not load resident: %+v", what, p)
+	}
+	want := runOutputs(t, res, ids)
+	res.Close()
+	return p, want
+}
+
+// fixtureCase is the tiny-moe fixture at bits, its decode unfused when
+// fuse is "0" (NVMAI_GPU_FUSE: qgemv gathers by slot).
+type fixtureCase struct {
+	bits int
+	fuse string
+}
+
+// eachResidentFixture runs check in a subtest a case ("4-bit",
+// "4-bit-unfused") with NVMAI_GPU_FUSE set, on the fixture installed at
+// the case's bits, with the resident engine's outputs of ids there.
+func eachResidentFixture(t *testing.T, cases []fixtureCase, ids []int, check func(t *testing.T, tc fixtureCase, dir string, want streamOutputs)) {
+	t.Helper()
+	for _, tc := range cases {
+		name := fmt.Sprintf("%d-bit", tc.bits)
+		if tc.fuse == "0" {
+			name += "-unfused"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("NVMAI_GPU_FUSE", tc.fuse)
+			dir := install(t, "tiny-moe-fused", tc.bits)
+			_, want := residentOutputs(t, dir, "fixture", ids)
+			check(t, tc, dir, want)
+		})
+	}
+}
+
 // streamOutputs are what the streamed engine must reproduce bitwise.
 type streamOutputs struct {
 	logits  []float32
@@ -62,6 +135,33 @@ func runOutputs(t *testing.T, e *runtime.Engine, ids []int) streamOutputs {
 		o.sampled = append(o.sampled, s)
 	}
 	return o
+}
+
+// checkSameOutputs reports each way got differs from the resident
+// engine's outputs want.
+func checkSameOutputs(t *testing.T, name string, got, want streamOutputs) {
+	t.Helper()
+	if !slices.Equal(got.logits, want.logits) {
+		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, cudatest.MaxAbsDiff(got.logits, want.logits))
+	}
+	if !slices.Equal(got.greedy, want.greedy) {
+		t.Errorf("%s: greedy %v, resident %v", name, got.greedy, want.greedy)
+	}
+	for i := range want.sampled {
+		if !slices.Equal(got.sampled[i], want.sampled[i]) {
+			t.Errorf("%s: sampled %+v: %v, resident %v", name, streamSampling[i], got.sampled[i], want.sampled[i])
+		}
+	}
+}
+
+// checkVRAMBack fails unless closing an engine gave its device memory
+// back: free VRAM before loading it and after closing it within 32 MiB
+// (the kernels' module stays loaded with the context: a few MiB).
+func checkVRAMBack(t *testing.T, name string, before, after int64) {
+	t.Helper()
+	if before-after > 32<<20 {
+		t.Errorf("%s: %d MiB of VRAM not given back after Close", name, (before-after)>>20)
+	}
 }
 
 // compareStreamed checks a streamed engine's outputs against the
@@ -89,27 +189,14 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 	if !ok || p.Resident() || p.Slots != slots {
 		t.Fatalf("%s: plan %+v, want %d slots a layer streamed", name, p, slots)
 	}
-	if !slices.Equal(got.logits, want.logits) {
-		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, cudatest.MaxAbsDiff(got.logits, want.logits))
-	}
-	if !slices.Equal(got.greedy, want.greedy) {
-		t.Errorf("%s: greedy %v, resident %v", name, got.greedy, want.greedy)
-	}
-	for i := range want.sampled {
-		if !slices.Equal(got.sampled[i], want.sampled[i]) {
-			t.Errorf("%s: sampled %+v: %v, resident %v", name, streamSampling[i], got.sampled[i], want.sampled[i])
-		}
-	}
+	checkSameOutputs(t, name, got, want)
 	if st.DecodeMisses+st.AheadCopies == 0 || st.DecodeHits+st.DecodeMisses == 0 || st.PrefillFromHost == 0 || st.DecodeBytes != st.DecodeMisses*p.Stride {
 		t.Errorf("%s: counters %+v do not show decode copies and prefill staging", name, st)
 	}
 	if ahead != (st.Guesses > 0) || st.AheadBytes != st.AheadCopies*p.Stride || st.Guessed > st.Guesses || st.AheadUsed > st.AheadCopies {
 		t.Errorf("%s: read-ahead %v but counters %d guesses, %d right, %d copied ahead (%d bytes), %d used", name, ahead, st.Guesses, st.Guessed, st.AheadCopies, st.AheadBytes, st.AheadUsed)
 	}
-	// The kernels' module stays loaded with the context: a few MiB.
-	if before-after > 32<<20 {
-		t.Errorf("%s: %d MiB of VRAM not given back after Close", name, (before-after)>>20)
-	}
+	checkVRAMBack(t, name, before, after)
 }
 
 // Streamed experts give bitwise the resident engine's logits, 65 greedy
@@ -126,52 +213,19 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 // layers earlier, several layers' copies in flight at once).
 func TestStreamedMatchesResident(t *testing.T) {
 	needGPU(t)
-	t.Setenv("NVMAI_GPU_CHUNK", "128")
-	refs := loadRefs(t, "tiny-moe.refs.json")
-	ids := refs[0].IDs
-	for _, r := range refs {
-		if len(r.IDs) > len(ids) {
-			ids = r.IDs
+	ids := severalPassPrompt(t)
+	probe := openProbe(t)
+	eachResidentFixture(t, []fixtureCase{{4, ""}, {8, ""}, {16, ""}, {4, "0"}}, ids, func(t *testing.T, tc fixtureCase, dir string, want streamOutputs) {
+		for _, c := range []struct {
+			slots       int
+			ahead, dist string
+		}{{12, "", ""}, {8, "", "0"}, {8, "", ""}, {8, "", "2"}, {8, "0", ""}, {4, "", "0"}, {4, "", ""}, {4, "", "2"}} {
+			t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
+			t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
+			compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, %d slots, read-ahead %q distance %q", tc.bits, c.slots, c.ahead, c.dist), probe, want, ids,
+				func() *runtime.Engine { return loadGPUWith(t, dir, c.slots, 0) }, c.slots)
 		}
-	}
-	if len(ids) <= 2*128 {
-		t.Fatalf("the longest refs prompt has %d tokens: not several passes of 128", len(ids))
-	}
-	probe, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	for _, tc := range []struct {
-		bits int
-		fuse string // NVMAI_GPU_FUSE: "0" runs decode unfused (qgemv gathers by slot)
-	}{{4, ""}, {8, ""}, {16, ""}, {4, "0"}} {
-		bits := tc.bits
-		name := fmt.Sprintf("%d-bit", bits)
-		if tc.fuse == "0" {
-			name += "-unfused"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Setenv("NVMAI_GPU_FUSE", tc.fuse)
-			dir := install(t, "tiny-moe-fused", bits)
-			res := loadGPUWith(t, dir, 0, 0)
-			if p := res.Model().(*Backend).Model.Plan(); !p.Resident() {
-				res.Close()
-				t.Fatalf("the fixture does not load resident: %+v", p)
-			}
-			want := runOutputs(t, res, ids)
-			res.Close()
-			for _, c := range []struct {
-				slots       int
-				ahead, dist string
-			}{{12, "", ""}, {8, "", "0"}, {8, "", ""}, {8, "", "2"}, {8, "0", ""}, {4, "", "0"}, {4, "", ""}, {4, "", "2"}} {
-				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
-				t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
-				compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, %d slots, read-ahead %q distance %q", bits, c.slots, c.ahead, c.dist), probe, want, ids,
-					func() *runtime.Engine { return loadGPUWith(t, dir, c.slots, 0) }, c.slots)
-			}
-		})
-	}
+	})
 }
 
 // The synthetic 35B-A3B geometry (NVMAI_SYNTH_DIRS, installs of at most 8
@@ -181,37 +235,44 @@ func TestStreamedMatchesResident(t *testing.T) {
 // tokens; with the read-ahead at distances 1 (the default) and 2, and at
 // 24 slots at distance 0 and without it too.
 func TestStreamedSyntheticMatchesResident(t *testing.T) {
+	eachResidentSynth(t, func(t *testing.T, dir string, probe *cuda.Device, ids []int, p Plan, want streamOutputs) {
+		for _, c := range []struct {
+			slots       int
+			ahead, dist string
+		}{{3 * p.TopK, "", ""}, {3 * p.TopK, "", "0"}, {3 * p.TopK, "", "2"}, {3 * p.TopK, "0", ""}, {128, "", ""}, {128, "", "2"}} {
+			t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
+			t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
+			budget := slotsBudget(p, c.slots)
+			compareStreamed(t, fmt.Sprintf("%s at %s, read-ahead %q distance %q", filepath.Base(dir), gib(budget), c.ahead, c.dist), probe, want, ids,
+				func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, c.slots)
+		}
+	})
+}
+
+// eachResidentSynth runs check in a subtest for each synthetic install
+// NVMAI_SYNTH_DIRS names (of at most 8 layers: smallSynth), in prefill
+// passes of 64 tokens, with a prompt of 200 ids, the resident engine's
+// plan and outputs of it there, and a probe for freeVRAM.
+func eachResidentSynth(t *testing.T, check func(t *testing.T, dir string, probe *cuda.Device, ids []int, p Plan, want streamOutputs)) {
+	t.Helper()
 	needGPU(t)
 	t.Setenv("NVMAI_GPU_CHUNK", "64")
-	probe, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
+	probe := openProbe(t)
 	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			smallSynth(t, dir, "streams")
 			ids := synthIDs(200)
-			res := loadGPUWith(t, dir, 0, 0)
-			p := res.Model().(*Backend).Model.Plan()
-			if !p.Resident() {
-				res.Close()
-				t.Fatalf("the synthetic install does not load resident: %+v", p)
-			}
-			want := runOutputs(t, res, ids)
-			res.Close()
-			for _, c := range []struct {
-				slots       int
-				ahead, dist string
-			}{{3 * p.TopK, "", ""}, {3 * p.TopK, "", "0"}, {3 * p.TopK, "", "2"}, {3 * p.TopK, "0", ""}, {128, "", ""}, {128, "", "2"}} {
-				t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
-				t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
-				budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(c.slots)*p.Stride*int64(p.Layers) + p.Stride/2
-				compareStreamed(t, fmt.Sprintf("%s at %s, read-ahead %q distance %q", filepath.Base(dir), gib(budget), c.ahead, c.dist), probe, want, ids,
-					func() *runtime.Engine { return loadGPUWith(t, dir, 0, budget) }, c.slots)
-			}
+			p, want := residentOutputs(t, dir, "synthetic install", ids)
+			check(t, dir, probe, ids, p, want)
 		})
 	}
+}
+
+// slotsBudget is the VRAM budget under which the resident plan p's model
+// streams at slots slots a layer: the trunk, the state, a staging buffer
+// of every expert, the slot pools, and half a record to spare.
+func slotsBudget(p Plan, slots int) int64 {
+	return p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(slots)*p.Stride*int64(p.Layers) + p.Stride/2
 }
 
 // smallSynth reads the synthetic install dir's manifest, skipping an

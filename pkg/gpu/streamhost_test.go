@@ -15,7 +15,6 @@ import (
 
 	"github.com/nvmai/nvmai/pkg/expertcache"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
-	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
@@ -221,17 +220,7 @@ func compareHostPlanned(t *testing.T, dir string, probe *cuda.Device, want strea
 	if !ok || !p.HostPlanned || p.Slots != wantSlots || p.RAMSlots != ramSlots || !st.HostPlanned || (p.RAMLocked && os.Getenv("NVMAI_GPU_RAM_PAGEABLE") == "1") {
 		t.Fatalf("%s: plan %+v, want host-planned with %d VRAM and %d RAM slots a layer", name, p, wantSlots, ramSlots)
 	}
-	if !slices.Equal(got.logits, want.logits) {
-		t.Errorf("%s: logits differ from the resident engine's (max %g)", name, cudatest.MaxAbsDiff(got.logits, want.logits))
-	}
-	if !slices.Equal(got.greedy, want.greedy) {
-		t.Errorf("%s: greedy %v, resident %v", name, got.greedy, want.greedy)
-	}
-	for i := range want.sampled {
-		if !slices.Equal(got.sampled[i], want.sampled[i]) {
-			t.Errorf("%s: sampled %+v: %v, resident %v", name, streamSampling[i], got.sampled[i], want.sampled[i])
-		}
-	}
+	checkSameOutputs(t, name, got, want)
 	if st.DecodeMisses == 0 || st.DecodeHits == 0 || st.PrefillFromHost == 0 || st.RAMMisses == 0 || st.DiskBytes == 0 ||
 		st.DecodeBytes != st.DecodeMisses*p.Stride || st.PrefillBytes != st.PrefillFromHost*p.Stride ||
 		st.RAMHits+st.RAMMisses != st.DecodeMisses+st.PrefillFromHost || st.DiskBytes != st.RAMMisses*p.Stride || st.Guesses != 0 {
@@ -243,9 +232,7 @@ func compareHostPlanned(t *testing.T, dir string, probe *cuda.Device, want strea
 	if merr != nil || info.Tiers == nil || info.Tiers.Tokens != 8 || info.GraphMsPerToken != 0 || info.EagerMsPerToken <= 0 {
 		t.Errorf("%s: bench figures %+v (tiers %+v): %v", name, info, info.Tiers, merr)
 	}
-	if before-after > 32<<20 {
-		t.Errorf("%s: %d MiB of VRAM not given back after Close", name, (before-after)>>20)
-	}
+	checkVRAMBack(t, name, before, after)
 }
 
 // Host-planned streaming (RAM cannot hold every expert) gives bitwise the
@@ -260,58 +247,27 @@ func compareHostPlanned(t *testing.T, dir string, probe *cuda.Device, want strea
 // CPU engine's, bitwise.
 func TestHostPlannedMatchesResident(t *testing.T) {
 	needGPU(t)
-	t.Setenv("NVMAI_GPU_CHUNK", "128")
-	var ids []int
-	for _, r := range loadRefs(t, "tiny-moe.refs.json") {
-		if len(r.IDs) > len(ids) {
-			ids = r.IDs
+	ids := severalPassPrompt(t)
+	probe := openProbe(t)
+	eachResidentFixture(t, []fixtureCase{{4, ""}, {8, ""}, {4, "0"}}, ids, func(t *testing.T, tc fixtureCase, dir string, want streamOutputs) {
+		for _, c := range []struct {
+			slots, ram int
+			pageable   string
+		}{{12, 5, ""}, {8, 4, ""}, {4, 5, ""}, {8, 5, "1"}} {
+			t.Setenv("NVMAI_GPU_RAM_PAGEABLE", c.pageable)
+			compareHostPlanned(t, dir, probe, want, ids, c.slots, c.slots, c.ram, 0)
 		}
-	}
-	if len(ids) <= 2*128 {
-		t.Fatalf("the longest refs prompt has %d tokens: not several passes of 128", len(ids))
-	}
-	probe, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	for _, tc := range []struct {
-		bits int
-		fuse string
-	}{{4, ""}, {8, ""}, {4, "0"}} {
-		name := fmt.Sprintf("%d-bit", tc.bits)
-		if tc.fuse == "0" {
-			name += "-unfused"
+		t.Setenv("NVMAI_GPU_RAM_PAGEABLE", "")
+		if tc.fuse != "" {
+			return
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Setenv("NVMAI_GPU_FUSE", tc.fuse)
-			dir := install(t, "tiny-moe-fused", tc.bits)
-			res := loadGPUWith(t, dir, 0, 0)
-			if p := res.Model().(*Backend).Model.Plan(); !p.Resident() {
-				res.Close()
-				t.Fatalf("the fixture does not load resident: %+v", p)
-			}
-			want := runOutputs(t, res, ids)
-			res.Close()
-			for _, c := range []struct {
-				slots, ram int
-				pageable   string
-			}{{12, 5, ""}, {8, 4, ""}, {4, 5, ""}, {8, 5, "1"}} {
-				t.Setenv("NVMAI_GPU_RAM_PAGEABLE", c.pageable)
-				compareHostPlanned(t, dir, probe, want, ids, c.slots, c.slots, c.ram, 0)
-			}
-			t.Setenv("NVMAI_GPU_RAM_PAGEABLE", "")
-			if tc.fuse != "" {
-				return
-			}
-			cpu := loadEngine(t, dir, false)
-			src := synthSource(t, cpu, "synthetic:agent")
-			wantReplay := replayRun(t, cpu, ids, src, 64)
-			t.Setenv("NVMAI_GPU_HOST_PLANNED", "1")
-			compareReplay(t, fmt.Sprintf("tiny-moe %d-bit synthetic:agent host-planned at 8 slots", tc.bits), dir, 8, ids, src, wantReplay, true)
-			t.Setenv("NVMAI_GPU_HOST_PLANNED", "")
-		})
-	}
+		cpu := loadEngine(t, dir, false)
+		src := synthSource(t, cpu, "synthetic:agent")
+		wantReplay := replayRun(t, cpu, ids, src, 64)
+		t.Setenv("NVMAI_GPU_HOST_PLANNED", "1")
+		compareReplay(t, fmt.Sprintf("tiny-moe %d-bit synthetic:agent host-planned at 8 slots", tc.bits), dir, 8, ids, src, wantReplay, true)
+		t.Setenv("NVMAI_GPU_HOST_PLANNED", "")
+	})
 }
 
 // The synthetic 35B-A3B geometry (NVMAI_SYNTH_DIRS, installs of at most 8
@@ -320,33 +276,14 @@ func TestHostPlannedMatchesResident(t *testing.T) {
 // 2·top-k and of top-k experts a layer: bitwise the resident engine,
 // through prefill passes of 64 tokens.
 func TestHostPlannedSyntheticMatchesResident(t *testing.T) {
-	needGPU(t)
-	t.Setenv("NVMAI_GPU_CHUNK", "64")
-	probe, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	for _, dir := range envDirs(t, "NVMAI_SYNTH_DIRS", "synthetic install") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			smallSynth(t, dir, "streams")
-			ids := synthIDs(200)
-			res := loadGPUWith(t, dir, 0, 0)
-			p := res.Model().(*Backend).Model.Plan()
-			if !p.Resident() {
-				res.Close()
-				t.Fatalf("the synthetic install does not load resident: %+v", p)
-			}
-			want := runOutputs(t, res, ids)
-			res.Close()
-			slots := 3 * p.TopK
-			budget := p.TrunkBytes + p.StateBytes + int64(p.Experts)*p.Stride + int64(slots)*p.Stride*int64(p.Layers) + p.Stride/2
-			t.Setenv("NVMAI_GPU_SLOTS", "")
-			for _, ram := range []int{2 * p.TopK, p.TopK} {
-				compareHostPlanned(t, dir, probe, want, ids, 0, slots, ram, budget)
-			}
-		})
-	}
+	eachResidentSynth(t, func(t *testing.T, dir string, probe *cuda.Device, ids []int, p Plan, want streamOutputs) {
+		slots := 3 * p.TopK
+		budget := slotsBudget(p, slots)
+		t.Setenv("NVMAI_GPU_SLOTS", "")
+		for _, ram := range []int{2 * p.TopK, p.TopK} {
+			compareHostPlanned(t, dir, probe, want, ids, 0, slots, ram, budget)
+		}
+	})
 }
 
 // A damaged expert file under host-planned streaming: truncated before the
@@ -355,11 +292,7 @@ func TestHostPlannedSyntheticMatchesResident(t *testing.T) {
 // engine gives its device memory back either way.
 func TestHostPlannedDamagedExpertFile(t *testing.T) {
 	needGPU(t)
-	probe, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
+	probe := openProbe(t)
 	src := install(t, "tiny-moe-fused", 4)
 	m, _, err := packexperts.ReadManifest(src)
 	if err != nil {
