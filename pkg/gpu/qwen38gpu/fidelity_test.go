@@ -54,19 +54,9 @@ func loadEngine(t testing.TB, dir string, gpu bool) *runtime.Engine {
 // the logits after the last prompt token and n greedy tokens.
 func generate(t testing.TB, e *runtime.Engine, ids []int, n, bits int) ([]float32, []int) {
 	t.Helper()
-	var row []float32
 	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: bits})
 	defer s.Close()
-	res, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: max(n, 1), IgnoreEOS: true, OnLogits: func(r []float32) error {
-		if row == nil {
-			row = slices.Clone(r)
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return row, res.IDs
+	return generateOn(t, s, ids, max(n, 1))
 }
 
 // TestQwen38GPUSixteenBitMatchesTransformers: 16-bit installs of both

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
-	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
 	"github.com/nvmai/nvmai/pkg/runtime"
@@ -20,14 +19,7 @@ import (
 // tiny-qwen38 geometry and its PLE layers.
 func hostModel(t *testing.T) *Model {
 	t.Helper()
-	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := tinyConfig(t)
 	m := &Model{cfg: cfg, g: newGeometry(cfg)}
 	for k, l := range cfg.PLELayers {
 		m.ple = append(m.ple, &pleW{index: k, layer: l})

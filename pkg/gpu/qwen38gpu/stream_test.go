@@ -24,14 +24,7 @@ import (
 // context and the KV width and counts at least the KV cache and the fixed
 // state (host-only).
 func TestStateBytesGrowsWithContextAndWidth(t *testing.T) {
-	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := tinyConfig(t)
 	g := newGeometry(cfg)
 	small, large := stateBytes(cfg, g, DefaultChunk, 256, 8), stateBytes(cfg, g, DefaultChunk, 1024, 8)
 	if small >= large {
@@ -43,6 +36,20 @@ func TestStateBytesGrowsWithContextAndWidth(t *testing.T) {
 	if min := cfg.KVBytes(1024, 8) + cfg.FixedStateBytes(); large < min {
 		t.Errorf("%d bytes, below the KV and fixed state %d", large, min)
 	}
+}
+
+// tinyConfig is the tiny-qwen38 synthetic geometry's model config.
+func tinyConfig(t *testing.T) qwen38.Config {
+	t.Helper()
+	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // loadSlots loads dir on the GPU engine with slots expert slots a layer
@@ -173,20 +180,9 @@ func TestQwen38GPUStreamedRefusesSmallRAM(t *testing.T) {
 // greedy tokens: the logits after the prompt and every token.
 func replayRows(t *testing.T, e *runtime.Engine, ids []int, o model.RouteOverride, steps int) ([]float32, []int) {
 	t.Helper()
-	var row []float32
 	s := e.NewSession(runtime.SessionOptions{KVInitial: 16, KVBits: 32, Routing: o})
 	defer s.Close()
-	res, err := s.Generate(context.Background(), ids, runtime.GenerateOptions{MaxTokens: steps + 1, IgnoreEOS: true,
-		OnLogits: func(r []float32) error {
-			if row == nil {
-				row = slices.Clone(r)
-			}
-			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return row, res.IDs
+	return generateOn(t, s, ids, steps+1)
 }
 
 // TestQwen38GPURoutingReplayMatchesCPUEngine: under synthetic:agent and
@@ -256,14 +252,7 @@ func TestQwen38GPURoutingReplayMatchesCPUEngine(t *testing.T) {
 // VRAM and a RAM budget below every expert, naming the flags (host-only:
 // a model without a device).
 func TestPlanExpertsQwen38(t *testing.T) {
-	sg, err := convert.LookupSynthGeometry("tiny-qwen38", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := qwen38.ConfigFromGeometry(sg.Geometry)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := tinyConfig(t)
 	const mib = 1 << 20
 	g := newGeometry(cfg)
 	ex := &packexperts.Experts{Count: g.E, TopK: g.k, Stride: mib}
