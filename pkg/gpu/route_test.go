@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix/routefix"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/routing"
@@ -143,21 +144,10 @@ func switchedRun(t *testing.T, e *runtime.Engine, ids []int, o model.RouteOverri
 	return rows
 }
 
+// synthSource is routefix.Synthetic (shared with qwen38gpu's tests).
 func synthSource(t *testing.T, e *runtime.Engine, spec string) *routing.SyntheticSource {
 	t.Helper()
-	geom, err := e.RoutingGeometry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := routing.ParseSpec(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := routing.NewSynthetic(geom, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return routefix.Synthetic(t, e, spec)
 }
 
 // compareReplay loads dir on the GPU at slots slots a layer (0: resident)

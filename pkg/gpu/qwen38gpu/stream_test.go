@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/internal/testfix/fixinstall"
+	"github.com/nvmai/nvmai/internal/testfix/routefix"
 	"github.com/nvmai/nvmai/pkg/convert"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/cuda/cudatest"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen38"
 	"github.com/nvmai/nvmai/pkg/packexperts"
-	"github.com/nvmai/nvmai/pkg/routing"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
 )
@@ -204,19 +204,8 @@ func TestQwen38GPURoutingReplayMatchesCPUEngine(t *testing.T) {
 			gpuRouter, _ := replayRows(t, res, ids, nil, 0)
 			res.Close()
 			routerBitwise := slices.Equal(gpuRouter, cpuRouter)
-			geom, err := cpu.RoutingGeometry()
-			if err != nil {
-				t.Fatal(err)
-			}
 			for _, spec := range []string{"synthetic:agent", "synthetic:diverse"} {
-				sp, err := routing.ParseSpec(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				src, err := routing.NewSynthetic(geom, sp)
-				if err != nil {
-					t.Fatal(err)
-				}
+				src := routefix.Synthetic(t, cpu, spec)
 				wantRow, want := replayRows(t, cpu, ids, src, 32)
 				if slices.Equal(wantRow, cpuRouter) {
 					t.Fatalf("%s: the CPU engine's logits are the router's: the replay is not applied", spec)
