@@ -29,28 +29,18 @@ func m2Order(G int) []int {
 	return ord
 }
 
-// m2Push is m2_push.
+// m2Push is m2_push: bit b of i clear parks v as the pending sum l[b];
+// set, v takes l[b] in (l[b] + v) and moves up a level; past bit 3 the
+// output lands in l[0].
 func m2Push(i int, v float32, l *[4]float32) {
-	if i&1 == 0 {
-		l[0] = v
-		return
+	for b := range 4 {
+		if i&(1<<b) == 0 {
+			l[b] = v
+			return
+		}
+		v = l[b] + v
 	}
-	v = l[0] + v
-	if i&2 == 0 {
-		l[1] = v
-		return
-	}
-	v = l[1] + v
-	if i&4 == 0 {
-		l[2] = v
-		return
-	}
-	v = l[2] + v
-	if i&8 == 0 {
-		l[3] = v
-		return
-	}
-	l[0] = l[3] + v
+	l[0] = v
 }
 
 // m2Sum is one output's sum of the group values v as m2_tile forms it.
