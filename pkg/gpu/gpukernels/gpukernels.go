@@ -758,8 +758,14 @@ func attnRowsWidth(rows []AttnRow) int {
 // caller launches AttnKV and AttnHeads row by row).
 func AttnRowsFit(rows []AttnRow) bool { return attnRowsWidth(rows) != 0 }
 
-// attnRowTables lays out the rows' pointers and capacities.
-func attnRowTables(rows []AttnRow) (kc, vc, ks, vs, pos, scores, caps []byte, err error) {
+// attnRowTables checks that a batched attention launch takes rows
+// (AttnRowsFit) and lays out their pointers and capacities: the rows' KV
+// width and the tables.
+func attnRowTables(rows []AttnRow) (bits int, kc, vc, ks, vs, pos, scores, caps []byte, err error) {
+	if bits = attnRowsWidth(rows); bits == 0 {
+		err = fmt.Errorf("gpukernels: a batched attention launch takes 1 to %d rows whose caches are all int8 or all bfloat16", MaxRows)
+		return
+	}
 	cols := make([][]cuda.DevicePtr, 6)
 	capv := make([]int, len(rows))
 	for i, r := range rows {
@@ -774,18 +780,14 @@ func attnRowTables(rows []AttnRow) (kc, vc, ks, vs, pos, scores, caps []byte, er
 			return
 		}
 	}
-	return tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5], rowInts(capv), nil
+	return bits, tabs[0], tabs[1], tabs[2], tabs[3], tabs[4], tabs[5], rowInts(capv), nil
 }
 
 // AttnKVRows is AttnKV with T = 1 for each row in one launch: row r of k
 // and v [N, Hkv·Dh] into rows[r]'s cache at its position, bitwise AttnKV
 // on each row alone. Only where AttnRowsFit.
 func (l *Launcher) AttnKVRows(k, v, kNorm, invFreq cuda.DevicePtr, rows []AttnRow, s AttnShape, eps float32) error {
-	bits := attnRowsWidth(rows)
-	if bits == 0 {
-		return fmt.Errorf("gpukernels: a batched attention launch takes 1 to %d rows whose caches are all int8 or all bfloat16", MaxRows)
-	}
-	kc, vc, ks, vs, pos, _, _, err := attnRowTables(rows)
+	bits, kc, vc, ks, vs, pos, _, _, err := attnRowTables(rows)
 	if err != nil {
 		return err
 	}
@@ -801,11 +803,7 @@ func (l *Launcher) AttnKVRows(k, v, kNorm, invFreq cuda.DevicePtr, rows []AttnRo
 // cache, scores and capacity, into row r of o [N, Hq·Dh], bitwise
 // AttnHeads on each row alone. Only where AttnRowsFit.
 func (l *Launcher) AttnHeadsRows(o, q2, qNorm, invFreq cuda.DevicePtr, rows []AttnRow, s AttnShape, eps float32) error {
-	bits := attnRowsWidth(rows)
-	if bits == 0 {
-		return fmt.Errorf("gpukernels: a batched attention launch takes 1 to %d rows whose caches are all int8 or all bfloat16", MaxRows)
-	}
-	kc, vc, ks, vs, pos, scores, caps, err := attnRowTables(rows)
+	bits, kc, vc, ks, vs, pos, scores, caps, err := attnRowTables(rows)
 	if err != nil {
 		return err
 	}

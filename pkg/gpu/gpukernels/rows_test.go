@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
@@ -217,6 +218,18 @@ func TestAttnRowsFit(t *testing.T) {
 	} {
 		if got := AttnRowsFit(tc.rows); got != tc.fit {
 			t.Errorf("%d rows (%+v): fit %v, want %v", len(tc.rows), tc.rows, got, tc.fit)
+		}
+		if tc.fit {
+			continue
+		}
+		// The batched launches refuse what does not fit before they touch a device.
+		var l Launcher
+		kvErr := l.AttnKVRows(0, 0, 0, 0, tc.rows, AttnShape{}, 0)
+		headsErr := l.AttnHeadsRows(0, 0, 0, 0, tc.rows, AttnShape{}, 0)
+		for _, err := range []error{kvErr, headsErr} {
+			if err == nil || !strings.Contains(err.Error(), "rows whose caches are all int8 or all bfloat16") {
+				t.Errorf("%d rows (%+v): %v, want the batched launch refused", len(tc.rows), tc.rows, err)
+			}
 		}
 	}
 }
