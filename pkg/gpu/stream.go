@@ -14,18 +14,11 @@ import (
 	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
-// Streamed experts (docs/gpu.md, "Streaming experts into VRAM"): when the
-// plan gives a MoE layer S < E slots, every expert of the layer sits in
-// page-locked host memory mapped into the device, and S of them in a VRAM
-// slot pool. A decode step resolves its picks to slots on the device
-// (slot_resolve: hits, and least-recently-used slots for the misses) and
-// copies the misses from the host (slot_fill), inside the decode graph;
-// the expert products then gather from the pool by slot. A prefill pass
-// copies every expert it needs into a staging buffer indexed by expert id
-// (expert_need, expert_stage: from a slot when the expert has one, else
-// from the host) and runs the products on it with the router's ids; it
-// leaves the slot tables as they were. The products are the resident
-// engine's kernels on the same bytes, so the output is bitwise the same.
+// Streamed experts (docs/gpu.md, "Streaming experts into VRAM"): the
+// device-planned mechanism (slot pools over page-locked experts, decode's
+// slot_resolve and slot_fill inside the graph, prefill's staging; bitwise
+// the resident engine) is expertstream's, described in its stream.go;
+// pkg/gpu adds the read-ahead and the host-planned RAM tier (streamhost.go).
 //
 // Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): a decode step guesses a
 // streamed layer's picks from the hidden state entering the layer
