@@ -164,9 +164,14 @@ func TestGroupedExpertsBitwise(t *testing.T) {
 				vectors = T * k
 			}
 			xs := randVec(r, vectors*cols, 1)
-			for _, mma := range []bool{false, true} {
+			for _, v := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} { // mma, and Set.MMA2 (moe_group_seq or moe_group)
+				mma, mma2 := v[0], v[1]
+				if mma2 && !slices.Contains(mma2Variants(t), true) {
+					continue
+				}
 				withGPU(t, func(b *gpuBuf, l *Launcher) {
 					l.MMA = mma
+					setMMA2(l, mma2)
 					ex := randExperts(t, r, b, E, rows, cols, enc)
 					q := quantized(b, l, b.up(cuda.Bytes(xs)), vectors, cols)
 					offs, list := b.poisoned(4*(E+1)), b.poisoned(4*T*k)
@@ -187,7 +192,7 @@ func TestGroupedExpertsBitwise(t *testing.T) {
 						wantOffs = append(wantOffs, int32(len(wantList)))
 					}
 					if !slices.Equal(gotOffs, wantOffs) || !slices.Equal(gotList, wantList) {
-						t.Fatalf("moe_group: offs %v list %v, want %v %v", gotOffs, gotList, wantOffs, wantList)
+						t.Fatalf("moe_group (MMA2 %v): offs %v list %v, want %v %v", mma2, gotOffs, gotList, wantOffs, wantList)
 					}
 					y := b.poisoned(4 * T * k * rows)
 					if err := l.GEMVGrouped(y, ex.dev, q, offs, list, k, E, xslot); err != nil {
@@ -202,7 +207,7 @@ func TestGroupedExpertsBitwise(t *testing.T) {
 						want := make([]float32, rows)
 						kernels.MatVecFast(want, ex.host[e], xs[a*cols:(a+1)*cols])
 						if j := bitwise(got[i*rows:(i+1)*rows], want); j >= 0 {
-							t.Fatalf("enc %d xslot %v mma %v entry %d (expert %d) row %d differs", enc, xslot, mma, i, e, j)
+							t.Fatalf("enc %d xslot %v mma %v MMA2 %v entry %d (expert %d) row %d differs", enc, xslot, mma, mma2, i, e, j)
 						}
 					}
 				})

@@ -21,7 +21,7 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "moe_group_seq", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_conv_seq", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -35,12 +35,21 @@ type Set struct {
 	f map[string]*cuda.Function
 	// MMA2 runs a Launcher's tensor-core products (Launcher.MMA) as the
 	// tiled qgemm_mma2 and qgemm_grouped_mma2 where the shape fits
-	// (bitwise qgemm_mma), and multi-token float products as fgemm_tiled
-	// (bitwise fgemv). Load turns it on unless NVMAI_GPU_MMA2=0 or the
-	// kernels cannot have their shared memory.
-	MMA2 bool
-	sms  int // the GPU's multiprocessors (the grouped kernel's grid)
+	// (bitwise qgemm_mma), multi-token float products as fgemm_tiled
+	// (bitwise fgemv), the conv's tokens in parallel (gdn_conv) and the
+	// chunk's grouping by warp ranks (moe_group); off, those run the
+	// kernels earlier sessions validated on a GPU (qgemm_mma, fgemv,
+	// gdn_conv_seq, moe_group_seq). Session 17 wrote these kernels without
+	// a GPU run, so Load turns it on only with NVMAI_GPU_MMA2=1, and only
+	// where MMA2Capable.
+	MMA2   bool
+	mma2OK bool // the tiled kernels have their shared memory (MMA2Capable)
+	sms    int  // the GPU's multiprocessors (the grouped kernel's grid)
 }
+
+// MMA2Capable reports whether the tiled kernels could run on this GPU
+// (they have their shared memory), whatever NVMAI_GPU_MMA2 says.
+func (s *Set) MMA2Capable() bool { return s.mma2OK }
 
 // Load compiles (or reads from the cubin cache) and loads the kernels.
 func Load(c *cuda.Ctx) (*Set, error) {
@@ -62,12 +71,13 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 	}
 	s.sms = c.SMs()
-	s.MMA2 = os.Getenv("NVMAI_GPU_MMA2") != "0"
+	s.mma2OK = true
 	for _, n := range []string{"qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxMMA2Shared); err != nil {
-			s.MMA2 = false // a GPU with less shared memory keeps qgemm_mma
+			s.mma2OK = false // a GPU with less shared memory keeps qgemm_mma
 		}
 	}
+	s.MMA2 = s.mma2OK && os.Getenv("NVMAI_GPU_MMA2") == "1"
 	if v := os.Getenv("NVMAI_GPU_CARVEOUT"); v != "" {
 		pct, err := strconv.Atoi(v)
 		if err != nil || pct < 0 || pct > 100 {
@@ -401,10 +411,13 @@ func (l *Launcher) MoEDown(x cuda.DevicePtr, ed, sd *Mat, q *QAct, sel, weight, 
 }
 
 // MoEGroup lists the n = T·k entries of sel by expert (E experts): offs
-// [E+1] and list [n] (moe_group).
+// [E+1] and list [n] (moe_group with Set.MMA2, else moe_group_seq).
 func (l *Launcher) MoEGroup(offs, list, sel cuda.DevicePtr, n, E int) error {
 	if E > 1024 {
 		return fmt.Errorf("gpukernels: moe_group: %d experts is past the kernel's 1024", E)
+	}
+	if !l.K.MMA2 { // the one-block expert-by-expert scan validated before session 17
+		return l.launch("moe_group_seq", cuda.D1(1), cuda.D1(256), 0, offs, list, sel, n, E)
 	}
 	return l.launch("moe_group", cuda.D1(1), cuda.D1(1024), 0, offs, list, sel, n, E)
 }
@@ -490,10 +503,14 @@ func (l *Launcher) mma2(cols, E, bits int) bool {
 // takes (at least the 7 state rows of the widest conv, 8 taps).
 const convTokens = 16
 
-// GDNConv runs the causal conv + SiLU over T tokens.
+// GDNConv runs the causal conv + SiLU over T tokens (gdn_conv's tokens in
+// parallel with Set.MMA2, else gdn_conv_seq).
 func (l *Launcher) GDNConv(out, proj, state, w cuda.DevicePtr, C, K, T int) error {
 	if K > 8 {
 		return fmt.Errorf("gpukernels: conv kernel %d is wider than 8", K)
+	}
+	if !l.K.MMA2 { // a thread walking all T tokens, validated before session 17
+		return l.launch("gdn_conv_seq", cuda.D1(blocks(C, 128)), cuda.D1(128), 0, out, proj, state, w, C, K, T)
 	}
 	return l.launch("gdn_conv", cuda.D2(blocks(C, 128), blocks(T, convTokens)), cuda.D1(128), 0, out, proj, state, w, C, K, T)
 }

@@ -1393,6 +1393,47 @@ extern "C" __global__ void __launch_bounds__(GROUP_THREADS) moe_group(int* offs,
     }
 }
 
+// moe_group_seq (moe_group before session 17, the default until its
+// replacement runs on a GPU) lists a chunk's n = T·k (token, slot) entries by expert: entries
+// offs[e] … offs[e+1]−1 of list are expert e's values of t·k+s, ascending.
+// One block; sel is read through shared memory in tiles.
+#define GROUP_TILE 2048
+extern "C" __global__ void moe_group_seq(int* offs, int* list, const int* sel, int n, int E) {
+    PDL_ENTRY();
+    __shared__ int cnt[1024];
+    __shared__ int tile[GROUP_TILE];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int base = 0; base < n; base += GROUP_TILE) {
+            int m = min(GROUP_TILE, n - base);
+            __syncthreads();
+            for (int i = threadIdx.x; i < m; i += blockDim.x) tile[i] = sel[base + i];
+            __syncthreads();
+            for (int e = threadIdx.x; e < E; e += blockDim.x) {
+                int c = cnt[e];
+                for (int i = 0; i < m; i++)
+                    if (tile[i] == e) {
+                        if (pass == 1) list[c] = base + i;
+                        c++;
+                    }
+                cnt[e] = c;
+            }
+        }
+        __syncthreads();
+        if (pass == 0 && threadIdx.x == 0) { // counts to starting offsets
+            int acc = 0;
+            for (int e = 0; e < E; e++) {
+                int c = cnt[e];
+                cnt[e] = acc;
+                offs[e] = acc;
+                acc += c;
+            }
+            offs[E] = acc;
+        }
+        __syncthreads();
+    }
+}
+
 // qgemv_grouped is a chunk's gathered expert product expert by expert
 // (prefill): block (e, row block) multiplies expert e's rows by its entries
 // (moe_group), QTB at a time, so each expert's weights are read once per
@@ -1516,6 +1557,26 @@ extern "C" __global__ void gdn_conv(float* out, const float* proj, float* state,
     if (c >= C) return;
     if (K == 4) conv_run<4>(out, proj, state, w, C, K, T, c);
     else conv_run<0>(out, proj, state, w, C, K, T, c);
+}
+
+// gdn_conv_seq (gdn_conv before session 17, the default until its
+// replacement runs on a GPU): the depthwise causal conv + SiLU over T tokens (qwen35
+// causalConv): thread per channel, taps summed in order from zero, then the
+// last K−1 projections stay in state [K−1, C].
+extern "C" __global__ void gdn_conv_seq(float* out, const float* proj, float* state, const float* w, int C, int K, int T) {
+    PDL_ENTRY();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[8];
+    for (int j = 0; j < K - 1; j++) win[j] = state[(i64)j * C + c];
+    for (int t = 0; t < T; t++) {
+        win[K - 1] = proj[(i64)t * C + c];
+        float acc = 0;
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(w[c * K + j], win[j]));
+        out[(i64)t * C + c] = __fmul_rn(acc, sigk(acc));
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+    for (int j = 0; j < K - 1; j++) state[(i64)j * C + c] = win[j];
 }
 
 // stage copies n floats by the whole block, 16 bytes a load when n and

@@ -3,7 +3,6 @@ package gpukernels
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
@@ -207,17 +206,34 @@ func TestMMA2SharedFits(t *testing.T) {
 	}
 }
 
+// needMMA2 skips only where the tiled kernels cannot run (before sm_80);
+// the tests turn them on themselves (setMMA2), whatever NVMAI_GPU_MMA2 says.
 func needMMA2(t *testing.T) {
 	d, s := device(t)
 	if d.Arch < 80 {
 		t.Skipf("integer mma needs sm_80, this GPU is sm_%d", d.Arch)
 	}
-	if !s.MMA2 {
-		if os.Getenv("NVMAI_GPU_MMA2") == "0" {
-			t.Skip("NVMAI_GPU_MMA2=0")
-		}
-		t.Fatal("the tiled kernels are off: Load could not give them their shared memory")
+	if !s.MMA2Capable() {
+		t.Fatal("the tiled kernels cannot run: Load could not give them their shared memory")
 	}
+}
+
+// setMMA2 gives l its own copy of the Set with MMA2 on or off (on only
+// where capable), so a test's choice never reaches the shared Set.
+func setMMA2(l *Launcher, on bool) {
+	k := *l.K
+	k.MMA2 = on && k.MMA2Capable()
+	l.K = &k
+}
+
+// mma2Variants are the Set.MMA2 settings a test of a kernel with two
+// variants runs: off (the kernels validated before session 17, the
+// default) always, and on (session 17's) where the GPU can run it.
+func mma2Variants(t *testing.T) []bool {
+	if _, s := device(t); s.MMA2Capable() {
+		return []bool{false, true}
+	}
+	return []bool{false}
 }
 
 // qgemm_mma2 (both block shapes) is bitwise qgemm_mma (every output float,
@@ -234,6 +250,7 @@ func TestQGEMMMMA2Bitwise(t *testing.T) {
 			res := randVec(r, T*rows, 1)
 			withGPU(t, func(b *gpuBuf, l *Launcher) {
 				l.MMA = true
+				setMMA2(l, true)
 				dx := b.up(cuda.Bytes(x))
 				q := quantized(b, l, dx, T, cols)
 				dm := upMat(b, m)
@@ -318,6 +335,7 @@ func TestGroupedMMA2Bitwise(t *testing.T) {
 			xs := randVec(r, vectors*tc.cols, 1)
 			withGPU(t, func(b *gpuBuf, l *Launcher) {
 				l.MMA = true
+				setMMA2(l, true)
 				ex := randExperts(t, r, b, tc.E, tc.rows, tc.cols, enc)
 				q := quantized(b, l, b.up(cuda.Bytes(xs)), vectors, tc.cols)
 				offs, list := b.poisoned(4*(tc.E+1)), b.poisoned(4*n)
@@ -356,9 +374,8 @@ func TestGroupedMMA2Bitwise(t *testing.T) {
 // bitwise fgemv and kernels.MatVec for BF16, F16 and F32 rows, with column
 // tails inside a staged chunk, row and token tails, and a residual.
 func TestFGEMMTiledBitwise(t *testing.T) {
-	_, s := device(t)
-	if !s.MMA2 {
-		t.Skip("the tiled products are off (NVMAI_GPU_MMA2=0 or no shared memory for them)")
+	if _, s := device(t); !s.MMA2Capable() {
+		t.Skip("the tiled products cannot run: no shared memory for them")
 	}
 	r := rand.New(rand.NewPCG(59, 60))
 	for _, enc := range []kernels.Encoding{kernels.BF16, kernels.F16, kernels.F32} {
@@ -368,6 +385,7 @@ func TestFGEMMTiledBitwise(t *testing.T) {
 			x := randVec(r, T*cols, 1)
 			res := randVec(r, T*rows, 1)
 			withGPU(t, func(b *gpuBuf, l *Launcher) {
+				setMMA2(l, true)
 				dm, dx, dres := upMat(b, m), b.up(cuda.Bytes(x)), b.up(cuda.Bytes(res))
 				run := func(old bool, res cuda.DevicePtr) []float32 {
 					l.OldMMA = old
@@ -397,7 +415,7 @@ func TestFGEMMTiledBitwise(t *testing.T) {
 }
 
 // moe_group's lists (counts, scan, then places by warp-level ranks, 1,024
-// entries at a time) equal the host's: every expert's entries ascending,
+// entries at a time) and moe_group_seq's (Set.MMA2 off) equal the host's: every expert's entries ascending,
 // over several tiles of entries, with a hot expert, empty experts, 1,024
 // experts, and a single entry.
 func TestMoEGroupLists(t *testing.T) {
@@ -417,25 +435,28 @@ func TestMoEGroupLists(t *testing.T) {
 			}
 			wantOffs = append(wantOffs, int32(len(wantList)))
 		}
-		withGPU(t, func(b *gpuBuf, l *Launcher) {
-			offs, list := b.poisoned(4*(tc.E+1)), b.poisoned(4*n)
-			if err := l.MoEGroup(offs, list, b.up(cuda.Bytes(sel)), n, tc.E); err != nil {
-				t.Fatal(err)
-			}
-			gotOffs, gotList := make([]int32, tc.E+1), make([]int32, n)
-			b.c.DtoH(cuda.Bytes(gotOffs), offs)
-			b.c.DtoH(cuda.Bytes(gotList), list)
-			if !slices.Equal(gotOffs, wantOffs) {
-				t.Fatalf("%+v: offsets differ", tc)
-			}
-			if !slices.Equal(gotList, wantList) {
-				for i := range wantList {
-					if gotList[i] != wantList[i] {
-						t.Fatalf("%+v: list[%d] = %d, want %d", tc, i, gotList[i], wantList[i])
+		for _, mma2 := range mma2Variants(t) { // moe_group_seq, then moe_group
+			withGPU(t, func(b *gpuBuf, l *Launcher) {
+				setMMA2(l, mma2)
+				offs, list := b.poisoned(4*(tc.E+1)), b.poisoned(4*n)
+				if err := l.MoEGroup(offs, list, b.up(cuda.Bytes(sel)), n, tc.E); err != nil {
+					t.Fatal(err)
+				}
+				gotOffs, gotList := make([]int32, tc.E+1), make([]int32, n)
+				b.c.DtoH(cuda.Bytes(gotOffs), offs)
+				b.c.DtoH(cuda.Bytes(gotList), list)
+				if !slices.Equal(gotOffs, wantOffs) {
+					t.Fatalf("%+v MMA2 %v: offsets differ", tc, mma2)
+				}
+				if !slices.Equal(gotList, wantList) {
+					for i := range wantList {
+						if gotList[i] != wantList[i] {
+							t.Fatalf("%+v MMA2 %v: list[%d] = %d, want %d", tc, mma2, i, gotList[i], wantList[i])
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

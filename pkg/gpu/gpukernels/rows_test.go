@@ -85,20 +85,23 @@ func TestMixerRowsBitwiseOneTokenLaunches(t *testing.T) {
 						}
 						return b.f32(dconv, N*s.C), b.f32(do, N*s.Hv*s.Dv), cs, rs
 					}
-					wc, wo, wcs, wrs := run(false)
-					gc, gout, gcs, grs := run(true)
-					if !slices.Equal(cuda.Bytes(gc), cuda.Bytes(wc)) {
-						t.Errorf("%s: gdn_conv_rows' outputs differ from gdn_conv's row by row", what)
-					}
-					if !slices.Equal(cuda.Bytes(gout), cuda.Bytes(wo)) {
-						t.Errorf("%s: gdn_rec_reg_rows' outputs differ from gdn_rec's row by row", what)
-					}
-					for i := range N {
-						if !slices.Equal(cuda.Bytes(gcs[i]), cuda.Bytes(wcs[i])) {
-							t.Errorf("%s: row %d's conv state differs", what, i)
+					for _, mma2 := range mma2Variants(t) { // the one-token launches through gdn_conv_seq, then gdn_conv
+						setMMA2(l, mma2)
+						wc, wo, wcs, wrs := run(false)
+						gc, gout, gcs, grs := run(true)
+						if !slices.Equal(cuda.Bytes(gc), cuda.Bytes(wc)) {
+							t.Errorf("%s MMA2 %v: gdn_conv_rows' outputs differ from gdn_conv's row by row", what, mma2)
 						}
-						if !slices.Equal(cuda.Bytes(grs[i]), cuda.Bytes(wrs[i])) {
-							t.Errorf("%s: row %d's delta-rule state differs", what, i)
+						if !slices.Equal(cuda.Bytes(gout), cuda.Bytes(wo)) {
+							t.Errorf("%s: gdn_rec_reg_rows' outputs differ from gdn_rec's row by row", what)
+						}
+						for i := range N {
+							if !slices.Equal(cuda.Bytes(gcs[i]), cuda.Bytes(wcs[i])) {
+								t.Errorf("%s: row %d's conv state differs", what, i)
+							}
+							if !slices.Equal(cuda.Bytes(grs[i]), cuda.Bytes(wrs[i])) {
+								t.Errorf("%s: row %d's delta-rule state differs", what, i)
+							}
 						}
 					}
 				})
