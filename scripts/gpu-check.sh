@@ -254,7 +254,8 @@ fi
 # passed as --routing, for the issue's agent and diverse rows. STREAM_RAM
 # (e.g. 8G) is passed as --ram-budget: below every expert, the disk tier.
 # NVMAI_GPU_READAHEAD=0 turns the read-ahead off and NVMAI_GPU_READAHEAD_DIST
-# (default 1; 0 guesses from the layer's own input) sets how many layers
+# (default 0: guesses from the layer's own input; 1 or more, the cross-layer
+# read-ahead, not yet validated on a GPU) sets how many layers
 # early it guesses: run the step with and without it, at distances 0, 1
 # and 2, for the overlap line (PCIe bytes include the copies ahead; the
 # environment reaches nvmai-run as it is). Each STREAM line adds the
@@ -272,7 +273,7 @@ if want stream && [ -f "$big40/manifest.json" ]; then
 		if "$bin/nvmai-run" bench --engine gpu -m "$big40" --vram-budget "$vb" --tokens 128 --prompt-tokens 512 "${routing[@]}" --json >"$OUT/stream-$vb.json" 2>"$OUT/stream-$vb.err"; then
 			med=$(tr -d '\n ' <"$OUT/stream-$vb.json" | grep -oE '"median":\{[^}]*\}')
 			fig() { echo "$med" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
-			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} distance ${NVMAI_GPU_READAHEAD_DIST:-1} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
+			echo "STREAM --vram-budget $vb routing ${STREAM_ROUTING:-router}: decode $(fig decode_tok_s) tok/s, prefill $(fig prefill_tok_s) tok/s, VRAM hit rate $(fig hit_rate), read-ahead ${NVMAI_GPU_READAHEAD:-on} distance ${NVMAI_GPU_READAHEAD_DIST:-0} guesses used $(fig guesses_used), PCIe $(fig bytes_read_per_token) bytes/token, achieved H2D $(fig read_bytes_per_s) bytes/s; $(grep -m1 -E '^gpu plan: (resident|streamed)' "$OUT/stream-$vb.err")" | tee -a "$OUT/stream.log"
 			all=$(tr -d '\n ' <"$OUT/stream-$vb.json")
 			gfig() { echo "$all" | grep -oE "\"$1\":[-0-9.e+]+" | head -1 | cut -d: -f2; }
 			echo "STREAM   graph step $(gfig graph_ms_per_token) ms; copy wait $(gfig copy_wait_ms_per_token) ms/token ($(gfig streamed_step_ms) ms as it runs, $(gfig no_copy_step_ms) ms copies skipped; routing $(grep -A1 '"copy_wait": {' "$OUT/stream-$vb.json" | grep -oE '"routing": "[^"]*"' | cut -d'"' -f4))${STREAM_ROUTING:+; VRAM hit $(gfig vram_hit_rate) vs simulated LRU $(gfig simulated_lru_hit_rate) on the same decode steps}" | tee -a "$OUT/stream.log"

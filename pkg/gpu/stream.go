@@ -22,8 +22,8 @@ import (
 //
 // Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): a decode step guesses a
 // streamed layer's picks from the hidden state entering the layer
-// NVMAI_GPU_READAHEAD_DIST layers earlier (default 1; 0: entering the
-// layer itself) — the layer's router on it, normed as the layer will norm
+// NVMAI_GPU_READAHEAD_DIST layers earlier (default 0: entering the layer
+// itself, as validated; 1 or more opt in to the cross-layer read-ahead) — the layer's router on it, normed as the layer will norm
 // its router input: the CPU engine's prefetchNext — gives the guesses
 // slots (slot_prefetch) and copies those not in VRAM (slot_fill_ahead),
 // all but the norm on the side stream, forked from the decode stream with

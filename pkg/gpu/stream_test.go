@@ -208,7 +208,7 @@ func compareStreamed(t *testing.T, name string, probe *cuda.Device, want streamO
 // 16 experts fit any budget), with the read-ahead (the default), and at 8
 // slots without it (NVMAI_GPU_READAHEAD=0) and at top-k = 4 slots with it,
 // where every guess that misses evicts a slot the step may pick; the
-// read-ahead at distances 0, 1 (the default) and 2
+// read-ahead at distances 0 (the default), 1 and 2
 // (NVMAI_GPU_READAHEAD_DIST: guessed from the hidden state that many
 // layers earlier, several layers' copies in flight at once).
 func TestStreamedMatchesResident(t *testing.T) {
@@ -219,7 +219,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 		for _, c := range []struct {
 			slots       int
 			ahead, dist string
-		}{{12, "", ""}, {8, "", "0"}, {8, "", ""}, {8, "", "2"}, {8, "0", ""}, {4, "", "0"}, {4, "", ""}, {4, "", "2"}} {
+		}{{12, "", "1"}, {8, "", "0"}, {8, "", "1"}, {8, "", "2"}, {8, "0", ""}, {4, "", "0"}, {4, "", "1"}, {4, "", "2"}} {
 			t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
 			t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
 			compareStreamed(t, fmt.Sprintf("tiny-moe %d-bit, %d slots, read-ahead %q distance %q", tc.bits, c.slots, c.ahead, c.dist), probe, want, ids,
@@ -232,14 +232,14 @@ func TestStreamedMatchesResident(t *testing.T) {
 // layers; NVMAI_STREAM_BIG=1 takes them all) streamed under two VRAM
 // budgets, sized from the resident plan to give 24 (3·top-k) and 128
 // slots a layer: bitwise the resident engine, through prefill passes of 64
-// tokens; with the read-ahead at distances 1 (the default) and 2, and at
-// 24 slots at distance 0 and without it too.
+// tokens; with the read-ahead at distances 1 and 2, and at 24 slots at
+// distance 0 (the default) and without it too.
 func TestStreamedSyntheticMatchesResident(t *testing.T) {
 	eachResidentSynth(t, func(t *testing.T, dir string, probe *cuda.Device, ids []int, p Plan, want streamOutputs) {
 		for _, c := range []struct {
 			slots       int
 			ahead, dist string
-		}{{3 * p.TopK, "", ""}, {3 * p.TopK, "", "0"}, {3 * p.TopK, "", "2"}, {3 * p.TopK, "0", ""}, {128, "", ""}, {128, "", "2"}} {
+		}{{3 * p.TopK, "", ""}, {3 * p.TopK, "", "1"}, {3 * p.TopK, "", "2"}, {3 * p.TopK, "0", ""}, {128, "", "1"}, {128, "", "2"}} {
 			t.Setenv("NVMAI_GPU_READAHEAD", c.ahead)
 			t.Setenv("NVMAI_GPU_READAHEAD_DIST", c.dist)
 			budget := slotsBudget(p, c.slots)

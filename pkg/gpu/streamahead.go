@@ -14,7 +14,8 @@ import (
 // (distance 0) leaves its copies only the layer's mixer to hide behind,
 // ~60 µs on the H100 against ~110 µs of copies a layer: the guesses are
 // right but the step does not get faster. At distance D (
-// NVMAI_GPU_READAHEAD_DIST, default 1) layer j's guess is made from the
+// NVMAI_GPU_READAHEAD_DIST=D, default 0 until a GPU run validates the
+// cross-layer path: session 17 wrote it with no device time) layer j's guess is made from the
 // hidden state entering layer j−D (layer 0 guesses layers 0 … D, there
 // being no earlier state), and its copies run on the side stream beside
 // D whole layers and layer j's mixer. Each target layer's side work ends
@@ -56,16 +57,18 @@ type aheadScratch struct {
 const maxAheadDist = 8
 
 // aheadDistFromEnv reads NVMAI_GPU_READAHEAD_DIST: how many layers before
-// its own a streamed layer's picks are guessed and copied (default 1; 0
-// guesses from the layer's own input, as before).
+// its own a streamed layer's picks are guessed and copied. The default is
+// 0: the guess from the layer's own input, the read-ahead validated on a
+// GPU; 1 … maxAheadDist opt in to the cross-layer read-ahead, written in
+// session 17 without a GPU run.
 func aheadDistFromEnv() (int, error) {
 	v := os.Getenv("NVMAI_GPU_READAHEAD_DIST")
 	if v == "" {
-		return 1, nil
+		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || n > maxAheadDist {
-		return 0, fmt.Errorf("gpu: NVMAI_GPU_READAHEAD_DIST=%q: want a layer count from 0 to %d (default 1)", v, maxAheadDist)
+		return 0, fmt.Errorf("gpu: NVMAI_GPU_READAHEAD_DIST=%q: want a layer count from 0 to %d (default 0: the read-ahead inside the layer; 1 or more reads ahead across layers)", v, maxAheadDist)
 	}
 	return n, nil
 }

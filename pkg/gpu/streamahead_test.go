@@ -56,14 +56,15 @@ func TestAheadTargets(t *testing.T) {
 	}
 }
 
-// NVMAI_GPU_READAHEAD_DIST: unset is 1, 0 … maxAheadDist taken, anything
-// else refused naming the variable.
+// NVMAI_GPU_READAHEAD_DIST: unset is 0 (the read-ahead inside the layer,
+// validated on a GPU), 0 … maxAheadDist taken, anything else refused
+// naming the variable.
 func TestAheadDistFromEnv(t *testing.T) {
 	for _, tc := range []struct {
 		v    string
 		want int
 		ok   bool
-	}{{"", 1, true}, {"0", 0, true}, {"2", 2, true}, {"8", 8, true}, {"9", 0, false}, {"-1", 0, false}, {"x", 0, false}} {
+	}{{"", 0, true}, {"0", 0, true}, {"1", 1, true}, {"2", 2, true}, {"8", 8, true}, {"9", 0, false}, {"-1", 0, false}, {"x", 0, false}} {
 		t.Setenv("NVMAI_GPU_READAHEAD_DIST", tc.v)
 		got, err := aheadDistFromEnv()
 		if tc.ok && (err != nil || got != tc.want) {
