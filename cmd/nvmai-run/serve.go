@@ -38,7 +38,7 @@ func serveCommand() *cli.Command {
 		UsageText: "nvmai-run serve (--model DIR | --models-dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY]",
 		Description: `Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages,
 POST /v1/messages/count_tokens, GET /v1/models, POST /apply-template,
-GET /health, GET /metrics, GET /v1/live; the web page at GET / (--no-webui: off). Up to --parallel generations run at once (default: as many as fit in memory, at most 4),
+GET /health, GET /metrics, GET /v1/live; the web page at GET / (--no-webui: off). Up to --parallel generations run at once (default: as many as fit in memory, at most 4; 1 on the GPU for now),
 decoded together in batched steps, each output identical to the request alone; others wait in FIFO
 order (--queue-limit). Binds
 127.0.0.1 unless --host says otherwise, which then requires --api-key. With --models-dir, every
@@ -51,7 +51,7 @@ when its turn comes (one in memory at a time).`,
 			&cli.StringFlag{Name: "cors-origin", Usage: "allow browser requests from this origin (\"*\" for any); default none"},
 			&cli.StringFlag{Name: "model-id", Usage: "model id reported by /v1/models", DefaultText: "the install directory's name"},
 			&cli.IntFlag{Name: "queue-limit", Value: 4, Usage: "requests that may wait behind the running ones; more get 429"},
-			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU and GPU engines; each holds its own sequence state, in device memory on the GPU)", DefaultText: "as many sequence states as fit in memory (device memory on the GPU), at most 4; 1 where batching is not available"}, 1, server.MaxParallel, ""),
+			cliutil.IntRange(&cli.IntFlag{Name: "parallel", Value: 1, Usage: "generations in flight at once, decoded together in batched steps, each output identical to the request served alone (the qwen35 CPU and GPU engines; each holds its own sequence state, in device memory on the GPU)", DefaultText: "as many sequence states as fit in memory, at most 4; 1 on the GPU until its batched step is validated there (--parallel N opts in), and where batching is not available"}, 1, server.MaxParallel, ""),
 			&cli.BoolFlag{Name: "no-constrain-tools", Usage: "leave tool calls unconstrained (free text parsed after the fact); by default, once the model opens a <tool_call> only a well-formed call of a declared tool can follow (docs/structured-output.md)"},
 			&cli.BoolFlag{Name: "strict-max-tokens", Usage: "refuse (400) a request whose prompt plus max_tokens exceeds the context, instead of lowering max_tokens to what fits (finish reason length at the context, said in the log line)"},
 			&cli.StringFlag{Name: "prompt-cache", Value: "512M", Usage: "RAM for model-state snapshots reused across turns (0 = off)"},
