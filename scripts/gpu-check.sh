@@ -20,10 +20,11 @@
 # compares in one process (pkg/gpu/bench_test.go: all = the
 # defaults, base = none of the fusions, PDL or kernel rewrites, nopdl,
 # nofuse, nosplit, nomma, carve, group, group512, group1024, pipe, pipe512,
-# par, par512, reg, reg512);
+# par, par512, reg, reg512, nomma2, mma2 = reg512 with NVMAI_GPU_MMA2's kernels on);
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
 # this script's order: cuda kernels fidelity qwen38 [bench38] [stream38] fidelity-nomma fidelity-pipe
-# synthetic bench cli stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
+# fidelity-par fidelity-new (session 17's unvalidated paths on: NVMAI_GPU_MMA2=1
+# NVMAI_GPU_READAHEAD_DIST=1) synthetic bench cli stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
 # (STEPS="kernels bench fidelity synthetic" for a short
 # device call); BENCH_DIRS=last benches the largest install only and
 # SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
@@ -199,6 +200,11 @@ NVMAI_GPU_MMA=0 NVMAI_GPU_GDNPIPE=0 NVMAI_GPU_CHUNK=256 run fidelity-nomma "$bin
 NVMAI_GPU_GDNPAR=0 run fidelity-pipe "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 # And with gdn_rec_par, the default before gdn_rec_reg (NVMAI_GPU_GDNREG=0).
 NVMAI_GPU_GDNREG=0 run fidelity-par "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# And with session 17's code, off by default until a GPU run validates it
+# (written with no device time): the tiled products, the parallel conv and
+# grouping (NVMAI_GPU_MMA2=1) and the cross-layer read-ahead
+# (NVMAI_GPU_READAHEAD_DIST=1).
+NVMAI_GPU_MMA2=1 NVMAI_GPU_READAHEAD_DIST=1 run fidelity-new "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then
