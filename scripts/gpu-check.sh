@@ -24,7 +24,8 @@
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
 # this script's order: cuda kernels fidelity qwen38 [bench38] [stream38] fidelity-nomma fidelity-pipe
 # fidelity-par fidelity-new (session 17's unvalidated paths on: NVMAI_GPU_MMA2=1
-# NVMAI_GPU_READAHEAD_DIST=1) synthetic bench cli stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
+# NVMAI_GPU_READAHEAD_DIST=1) synthetic bench cli golden (nvmai-verify golden --engine gpu
+# on the embedded model at 4, 8 and 16 bits) stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
 # (STEPS="kernels bench fidelity synthetic" for a short
 # device call); BENCH_DIRS=last benches the largest install only and
 # SYNTH_CHECK_DIRS=first compares the smallest only. OLD_RUN=path/to/nvmai-run benches an earlier build on the
@@ -62,7 +63,8 @@ if [ -z "$bin" ]; then
 		go test -c -o "$bin/gpu.test" ./pkg/gpu &&
 		go test -c -o "$bin/qwen38gpu.test" ./pkg/gpu/qwen38gpu &&
 		go build -o "$bin/nvmai-convert" ./cmd/nvmai-convert &&
-		go build -o "$bin/nvmai-run" ./cmd/nvmai-run) || { echo "build failed"; exit 1; }
+		go build -o "$bin/nvmai-run" ./cmd/nvmai-run &&
+		go build -o "$bin/nvmai-verify" ./cmd/nvmai-verify) || { echo "build failed"; exit 1; }
 fi
 
 status=0
@@ -250,6 +252,25 @@ if [ ${#synth[@]} -gt 0 ]; then
 	echo "CLI nvmai-run bench --engine gpu, graph: $(grep -oE '"(graph_ms_per_token|empty_graph_ms|host_ms_per_token|host_sampled_ms_per_token|topk_ms|sample_ms|prefill_profile_ms)": ?[0-9.]+' "$OUT/cli-bench.json" | sort -u | tr '\n' ' ')" | tee -a "$OUT/cli.log"
 fi
 
+# The golden release gate on the GPU engine: the embedded model converted at
+# 4, 8 and 16 bits, its three targets' greedy text checked byte for byte
+# against the CPU engine's committed baselines (nvmai-verify golden --engine gpu).
+if want golden && [ -x "$bin/nvmai-verify" ]; then
+	stamp "golden --engine gpu"
+	g=$WORK/golden
+	mkdir -p "$g"
+	"$bin/nvmai-convert" --input "$root/testdata/tiny-moe-fused" --output "$g/tiny-moe" --bits 4,8 --overwrite --quiet >"$OUT/golden-convert.log" 2>&1 &&
+		"$bin/nvmai-convert" --input "$root/testdata/tiny-moe-fused" --output "$g/tiny-moe-16bit" --bits 16 --overwrite --quiet >>"$OUT/golden-convert.log" 2>&1 ||
+		{ status=1; tail -5 "$OUT/golden-convert.log"; }
+	if "$bin/nvmai-verify" golden --engine gpu --models-dir "$g" --golden-dir "$root/benchmark/golden" \
+		--only tiny-moe-4bit,tiny-moe-8bit,tiny-moe-16bit >"$OUT/golden.log" 2>&1; then
+		sed 's/^/GOLDEN /' "$OUT/golden.log" | grep -E 'PASS|FAIL|gate'
+	else
+		status=1
+		sed 's/^/GOLDEN /' "$OUT/golden.log"
+	fi
+fi
+
 # Experts streamed into VRAM slots from pinned RAM (docs/gpu.md): the
 # 40-layer synthetic under VRAM budgets of 6G and 12G, and resident (auto):
 # the plan, decode and prefill tok/s, the VRAM hit rate, PCIe bytes per
@@ -298,7 +319,7 @@ for f in "$OUT"/*.log; do
 	case $f in
 	*/fidelity-*.log) echo "FIDELITY ($(basename "$f" .log)): $(grep -c FIDELITY "$f") lines, $(grep -c 'rel. error vs CPU 0.00e+00' "$f") of them logits bitwise the CPU engine's, $(grep -c 'FIDELITY sampled.*equals CPU engine true, equals GPU rows true' "$f") sampled runs equal to the CPU's, $(grep -c 'FIDELITY device sampling' "$f") settings sampled on the device equal to sample.Reference on random rows" ;;
 	*/bench.log) grep -E 'BENCH [^ ]*: (load|session|sampled session|graph|prefill chunk)' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
-	*) grep -hE 'FIDELITY|BENCH|^CLI|^STREAM' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
+	*) grep -hE 'FIDELITY|BENCH|^CLI|^STREAM|^GOLDEN' "$f" | sed -E 's/^ +//; s/^[a-z_]+\.go:[0-9]+: //' ;;
 	esac
 done
 grep -hE '^(--- FAIL|FAIL)' "$OUT"/*.log || true

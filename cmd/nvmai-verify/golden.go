@@ -6,11 +6,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
+	_ "github.com/nvmai/nvmai/pkg/gpu"           // --engine gpu: the 35B-A3B's GPU engine registers itself
+	_ "github.com/nvmai/nvmai/pkg/gpu/qwen38gpu" // and qwen4_exp's
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/verify"
 )
 
@@ -18,7 +22,7 @@ func goldenCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "golden",
 		Usage:     "compare fixed greedy generations with the stored baselines (the release gate)",
-		UsageText: "nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--targets FILE] [--only NAME,...] [--record [--force]] [--json]",
+		UsageText: "nvmai-verify golden --models-dir DIR [--golden-dir benchmark/golden] [--targets FILE] [--only NAME,...] [--record [--force]] [--engine cpu|gpu] [--json]",
 		Description: `For every target declared in GOLDEN_DIR/targets.json (the embedded model at 4, 8 and 16 bits,
 and with "registry": true every registry model at each width), runs its prompt greedily for exactly
 its number of tokens on MODELS_DIR/INSTALL and compares the text byte for byte with
@@ -28,7 +32,8 @@ gate unless targets.json lists it under not_golden with its reason. The models d
 fingerprinted before and after; any change fails the gate. Nothing is downloaded, converted or
 written there. --record writes missing baselines and checks the others (never writes over one
 without --force). --only runs just the named targets and does not judge coverage (scripts/demo.sh
-checks the embedded model's three that way).
+checks the embedded model's three that way). --engine gpu runs the targets on the GPU engine and
+checks its text against the same baselines (the CPU engine's; --record needs --engine cpu).
 Exit status 0 when the gate passes, 1 when it fails, 2 for a bad command line.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "models-dir", Usage: "`DIR` holding the installs (never written)"},
@@ -39,6 +44,7 @@ Exit status 0 when the gate passes, 1 when it fails, 2 for a bad command line.`,
 			&cli.BoolFlag{Name: "force", Usage: "with --record, replace existing baselines"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
 			cliutil.IntRange(&cli.IntFlag{Name: "threads", Value: runtime.NumCPU(), Usage: "compute threads (the text does not depend on it)"}, 1, cliutil.MaxThreads, ""),
+			&cli.StringFlag{Name: "engine", Value: "cpu", Usage: "the engine the targets run on: cpu, or gpu (an NVIDIA GPU; checks the GPU engine against the CPU engine's baselines)"},
 			&cli.StringFlag{Name: "commit", Value: buildCommit(), Usage: "commit recorded in new baselines (informational)"},
 		},
 		Action: goldenAction,
@@ -67,6 +73,13 @@ func goldenAction(c *cli.Context) error {
 	if c.Bool("force") && !c.Bool("record") {
 		return cliutil.Usagef("--force only applies to --record")
 	}
+	device := strings.ToLower(c.String("engine"))
+	if devices := model.Devices(); !slices.Contains(devices, device) {
+		return cliutil.Usagef("--engine %q: want one of %s", c.String("engine"), strings.Join(devices, ", "))
+	}
+	if device != model.CPU && c.Bool("record") {
+		return cliutil.Usagef("--record needs --engine cpu: baselines are the CPU engine's text, which --engine %s is checked against", device)
+	}
 	targetsPath := c.String("targets")
 	if targetsPath == "" {
 		targetsPath = filepath.Join(c.String("golden-dir"), verify.TargetsFile)
@@ -78,7 +91,7 @@ func goldenAction(c *cli.Context) error {
 	}
 	opt := verify.GateOptions{
 		ModelsDir: c.String("models-dir"), GoldenDir: c.String("golden-dir"), Targets: ts,
-		Only: c.StringSlice("only"), Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Commit: c.String("commit"),
+		Only: c.StringSlice("only"), Record: c.Bool("record"), Force: c.Bool("force"), Threads: c.Int("threads"), Device: device, Commit: c.String("commit"),
 	}
 	if !c.Bool("json") {
 		opt.OnResult = func(r verify.TargetResult) { printResult(out, r) }

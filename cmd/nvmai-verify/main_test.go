@@ -114,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{"golden"},
 		{"golden", "--models-dir", models, "--force"},
 		{"golden", "--models-dir", models, "--bogus"},
+		{"golden", "--models-dir", models, "--engine", "tpu"},
+		{"golden", "--models-dir", models, "--engine", "gpu", "--record"},
 	} {
 		if _, code := run(t, args...); code != cliutil.ExitUsage {
 			t.Errorf("%q: exit %d, want %d", args, code, cliutil.ExitUsage)
@@ -174,6 +176,19 @@ func TestGoldenCommand(t *testing.T) {
 	}
 	if !slices.Equal(notChecked, []string{"absent-8bit"}) {
 		t.Errorf("not_checked %v", notChecked)
+	}
+
+	// The GPU engine is checked against the CPU engine's baselines
+	// (scripts/gpu-check.sh runs this where NVMAI_GPU=1); without a GPU the
+	// target fails, saying why.
+	out, code = run(t, append(base, "--only", "m4", "--engine", "gpu")...)
+	switch {
+	case os.Getenv("NVMAI_GPU") == "1":
+		if code != 0 || !strings.Contains(out, "PASS m4 (") {
+			t.Errorf("--engine gpu: exit %d, want m4 to pass against the CPU engine's baseline\n%s", code, out)
+		}
+	case code != cliutil.ExitFailure || !strings.Contains(out, "FAIL m4: ") || !strings.Contains(strings.ToLower(out), "gpu"):
+		t.Errorf("--engine gpu without a GPU: exit %d, want the target failed naming the GPU\n%s", code, out)
 	}
 
 	// An install no target covers fails the gate, named.

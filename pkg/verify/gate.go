@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/runtime"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -32,9 +33,13 @@ type GateOptions struct {
 	// embedded model's three). Such a partial run does not judge coverage:
 	// other installs in ModelsDir are not its business.
 	Only    []string
-	Record  bool   // write the baselines not yet recorded; check the others
-	Force   bool   // with Record, replace existing baselines too
-	Threads int    // compute threads (0: all cores); the text must not depend on it
+	Record  bool // write the baselines not yet recorded; check the others
+	Force   bool // with Record, replace existing baselines too
+	Threads int  // compute threads (0: all cores); the text must not depend on it
+	// Device is the engine the targets run on: "" or "cpu" the CPU engine,
+	// "gpu" the GPU engine (registered by the command that imports it).
+	// Baselines are the CPU engine's text, so Record needs the CPU engine.
+	Device  string
 	Machine string // recorded in new baselines (default: Machine())
 	Commit  string // recorded in new baselines
 	// OnResult, when set, is called as each target finishes.
@@ -145,6 +150,9 @@ func (opt *GateOptions) check() error {
 	if _, err := os.Stat(filepath.Join(opt.ModelsDir, packexperts.ManifestFile)); err == nil {
 		return fmt.Errorf("--models-dir %s is an install, not a directory of installs: pass the directory that holds it (--models-dir %s)",
 			opt.ModelsDir, filepath.Dir(filepath.Clean(opt.ModelsDir)))
+	}
+	if opt.Record && opt.Device != "" && opt.Device != model.CPU {
+		return fmt.Errorf("--record with --engine %s: baselines are the CPU engine's text (the reference the GPU engine is checked against); record with --engine cpu, then check with --engine %s", opt.Device, opt.Device)
 	}
 	if opt.Machine == "" {
 		opt.Machine = Machine()
@@ -271,7 +279,7 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 			want = b
 		}
 	}
-	text, err := Generate(ctx, dir, t, opt.Threads)
+	text, err := Generate(ctx, dir, t, opt.Threads, opt.Device)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -298,12 +306,12 @@ func runTarget(ctx context.Context, opt *GateOptions, t *Target) TargetResult {
 // Generate loads the install at dir and runs t's prompt greedily for exactly
 // t.Tokens tokens (EOS does not stop it, so every baseline has the same
 // length), returning the text. It fails when the install's width is not the
-// target's.
-func Generate(ctx context.Context, dir string, t *Target, threads int) (string, error) {
+// target's. device is the engine ("" the CPU's; runtime.Options.Device).
+func Generate(ctx context.Context, dir string, t *Target, threads int, device string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", context.Cause(ctx)
 	}
-	e, err := runtime.Load(dir, runtime.Options{Threads: threads})
+	e, err := runtime.Load(dir, runtime.Options{Threads: threads, Device: device})
 	if err != nil {
 		return "", err
 	}
