@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
+	"github.com/nvmai/nvmai/pkg/gpu/expertstream"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 )
 
-// slot_resolve and slot_fill against the Go reference (slotRef), step for
+// slot_resolve and slot_fill against the Go reference (SlotRef), step for
 // step on random routing with a hot set: the device's tables (slotOf,
 // expertOf, lastUse, the step, the fill list), each pick's slot, the
 // counters, and every slot's bytes; and expert_need and expert_stage on
@@ -56,7 +57,7 @@ func TestSlotKernelsMatchReference(t *testing.T) {
 // its wait: its own table, pool and reference.
 type slotLayer struct {
 	pool, tab, stats, slotSel, sel cuda.DevicePtr
-	ref                            *slotRef
+	ref                            *expertstream.SlotRef
 }
 
 func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
@@ -105,7 +106,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 		{&sel, 4 * int64(k*prefillT)}, {&staging, int64(E) * stride}, {&need, 4 * int64(E)}, {&logits, 4 * int64(E)}, {&skip, 4}}
 	for i := range others {
 		o := &others[i]
-		o.ref = newSlotRef(E, S)
+		o.ref = expertstream.NewSlotRef(E, S)
 		allocs = append(allocs, []struct {
 			p *cuda.DevicePtr
 			n int64
@@ -131,7 +132,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 		}
 	}
 	l := &gpukernels.Launcher{C: c, K: ks}
-	ref := newSlotRef(E, S)
+	ref := expertstream.NewSlotRef(E, S)
 	rng := rand.New(rand.NewPCG(1, uint64(S)))
 	var wantStats [gpukernels.SlotStatsWords]uint64
 	pick := func() int32 { // a hot set of 40 experts takes 70% of picks
@@ -168,7 +169,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 			if err := l.SlotFill(o.pool, hostDev, o.tab, E, S, k, stride, skip); err != nil {
 				return err
 			}
-			o.ref.resolve(picks)
+			o.ref.Resolve(picks)
 		}
 		return nil
 	}
@@ -229,16 +230,16 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 					return err
 				}
 			}
-			guesses := ref.prefetch(lg, k)
+			guesses := ref.Prefetch(lg, k)
 			gotTab, err := readTab()
 			if err != nil {
 				return err
 			}
-			wantTab := ref.words(k)
+			wantTab := ref.Words(k)
 			at := gpukernels.SlotAheadOffset(E, S, k)
-			if !slices.Equal(gotTab[:E+2*S+1], wantTab[:E+2*S+1]) || !slices.Equal(gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)]) {
+			if !slices.Equal(gotTab[:E+2*S+1], wantTab[:E+2*S+1]) || !slices.Equal(gotTab[at:at+1+2*len(ref.Ahead)], wantTab[at:at+1+2*len(ref.Ahead)]) {
 				return fmt.Errorf("step %d, guesses %v: the device's table after the read-ahead differs from the reference's: slots/stamps first at word %d, read-ahead list %v want %v",
-					step, guesses, firstDiff(gotTab[:E+2*S+1], wantTab[:E+2*S+1]), gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)])
+					step, guesses, firstDiff(gotTab[:E+2*S+1], wantTab[:E+2*S+1]), gotTab[at:at+1+2*len(ref.Ahead)], wantTab[at:at+1+2*len(ref.Ahead)])
 			}
 		}
 		if err := l.SlotResolve(slotSel, tab, stats, sel, E, S, k, stride); err != nil {
@@ -247,7 +248,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 		if err := l.SlotFill(pool, hostDev, tab, E, S, k, stride, skip); err != nil {
 			return err
 		}
-		want := ref.resolve(picks)
+		want := ref.Resolve(picks)
 		got := make([]int32, k)
 		if err := c.DtoH(cuda.Bytes(got), slotSel); err != nil {
 			return err
@@ -259,10 +260,10 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 		if err != nil {
 			return err
 		}
-		wantTab := ref.words(k)
-		n := E + 2*S + 2 + 2*len(ref.fill) // the fill lists past their counts are stale
+		wantTab := ref.Words(k)
+		n := E + 2*S + 2 + 2*len(ref.Fill) // the fill lists past their counts are stale
 		at := gpukernels.SlotAheadOffset(E, S, k)
-		if !slices.Equal(gotTab[:n], wantTab[:n]) || !slices.Equal(gotTab[at:at+1+2*len(ref.ahead)], wantTab[at:at+1+2*len(ref.ahead)]) {
+		if !slices.Equal(gotTab[:n], wantTab[:n]) || !slices.Equal(gotTab[at:at+1+2*len(ref.Ahead)], wantTab[at:at+1+2*len(ref.Ahead)]) {
 			return fmt.Errorf("step %d, picks %v: the device's table differs from the reference's: first at word %d (%d, want %d)",
 				step, picks, firstDiff(gotTab[:n], wantTab[:n]), gotTab[firstDiff(gotTab[:n], wantTab[:n])], wantTab[firstDiff(gotTab[:n], wantTab[:n])])
 		}
@@ -271,7 +272,7 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 			if err := c.DtoH(p, pool); err != nil {
 				return err
 			}
-			for s, e := range ref.expertOf {
+			for s, e := range ref.ExpertOf {
 				if e >= 0 && !bytes.Equal(p[int64(s)*stride:int64(s+1)*stride], host[int64(e)*stride:int64(e+1)*stride]) {
 					return fmt.Errorf("step %d: slot %d does not hold expert %d's bytes", step, s, e)
 				}
@@ -302,9 +303,9 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 			}
 			for e := range needed {
 				if !bytes.Equal(st[int64(e)*stride:int64(e+1)*stride], host[int64(e)*stride:int64(e+1)*stride]) {
-					return fmt.Errorf("step %d: expert %d staged with the wrong bytes (slot %d)", step, e, ref.slotOf[e])
+					return fmt.Errorf("step %d: expert %d staged with the wrong bytes (slot %d)", step, e, ref.SlotOf[e])
 				}
-				if ref.slotOf[e] >= 0 {
+				if ref.SlotOf[e] >= 0 {
 					wantStats[3]++
 				} else {
 					wantStats[4]++
@@ -332,12 +333,12 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 		if err := c.DtoH(cuda.Bytes(gotTab), o.tab); err != nil {
 			return err
 		}
-		if want := o.ref.words(k); !slices.Equal(gotTab[:E+2*S+1], want[:E+2*S+1]) {
+		if want := o.ref.Words(k); !slices.Equal(gotTab[:E+2*S+1], want[:E+2*S+1]) {
 			return fmt.Errorf("layer %d between the read-ahead and its wait: its table differs from its reference at word %d", i, firstDiff(gotTab[:E+2*S+1], want[:E+2*S+1]))
 		}
 	}
-	wantStats[0], wantStats[1], wantStats[2] = ref.hits, ref.misses, ref.misses*uint64(stride)
-	wantStats[6], wantStats[7], wantStats[8], wantStats[9], wantStats[10] = ref.guesses, ref.guessed, ref.aheadCopies, ref.aheadUsed, ref.aheadCopies*uint64(stride)
+	wantStats[0], wantStats[1], wantStats[2] = ref.Hits, ref.Misses, ref.Misses*uint64(stride)
+	wantStats[6], wantStats[7], wantStats[8], wantStats[9], wantStats[10] = ref.Guesses, ref.Guessed, ref.AheadCopies, ref.AheadUsed, ref.AheadCopies*uint64(stride)
 	gotStats := make([]uint64, gpukernels.SlotStatsWords)
 	if err := c.DtoH(cuda.Bytes(gotStats), stats); err != nil {
 		return err
@@ -345,8 +346,8 @@ func slotKernelsCheck(c *cuda.Ctx, E, S, k int, stride int64, dist int) error {
 	if !slices.Equal(gotStats, wantStats[:]) {
 		return fmt.Errorf("counters %v, want %v", gotStats, wantStats)
 	}
-	if ref.hits == 0 || ref.misses == 0 || ref.aheadUsed == 0 || ref.guessed == ref.guesses {
-		return fmt.Errorf("the routing gave %d hits and %d misses, %d of %d guesses right, %d copies ahead used: the test exercises too little", ref.hits, ref.misses, ref.guessed, ref.guesses, ref.aheadUsed)
+	if ref.Hits == 0 || ref.Misses == 0 || ref.AheadUsed == 0 || ref.Guessed == ref.Guesses {
+		return fmt.Errorf("the routing gave %d hits and %d misses, %d of %d guesses right, %d copies ahead used: the test exercises too little", ref.Hits, ref.Misses, ref.Guessed, ref.Guesses, ref.AheadUsed)
 	}
 	return nil
 }

@@ -18,7 +18,8 @@ import (
 // device-planned mechanism (slot pools over page-locked experts, decode's
 // slot_resolve and slot_fill inside the graph, prefill's staging; bitwise
 // the resident engine) is expertstream's, described in its stream.go;
-// pkg/gpu adds the read-ahead and the host-planned RAM tier (streamhost.go).
+// pkg/gpu adds the read-ahead (streamahead.go) and hooks the host-planned
+// RAM tier, expertstream's host.go, into its forward (streamhost.go).
 //
 // Read-ahead (NVMAI_GPU_READAHEAD, on unless 0): a decode step guesses a
 // streamed layer's picks from the hidden state entering the layer
@@ -66,8 +67,8 @@ type streamer struct {
 	// the copies (copywait.go's measurement only).
 	noCopy cuda.DevicePtr
 	// host is the RAM tier and the host-side slot tables when RAM cannot
-	// hold every expert (streamhost.go); nil: device-planned.
-	host *hostTier
+	// hold every expert (expertstream's host.go); nil: device-planned.
+	host *expertstream.HostTier
 }
 
 // readAheadFromEnv reads NVMAI_GPU_READAHEAD (0 off, 1 or unset on) and
@@ -156,17 +157,17 @@ func (m *Model) planExperts(ex *packexperts.Experts) (Plan, error) {
 	if !p.Resident() {
 		// RAM that cannot page-lock every expert puts the host in charge of
 		// the copies, from a RAM tier backed by the disk (streamhost.go).
-		force, err := hostPlannedFromEnv()
+		force, err := expertstream.HostPlannedFromEnv()
 		if err != nil {
 			return p, err
 		}
 		avail, _ := expertstream.MemAvailable()
-		t, err := planRAMTier(ramTierInput{Budget: m.opt.RAMBudget, Avail: avail, Force: force, Experts: ex, Pinned: p.PinnedBytes})
+		t, err := expertstream.PlanRAMTier(expertstream.RAMTierInput{Budget: m.opt.RAMBudget, Avail: avail, Force: force, Experts: ex, Pinned: p.PinnedBytes})
 		if err != nil {
 			return p, err
 		}
-		if t.hostPlanned {
-			p.setRAMTier(t.slots, t.why)
+		if t.HostPlanned {
+			p.setRAMTier(t.Slots, t.Why)
 		} else if p.Slots > gpukernels.MaxSlots {
 			return p, fmt.Errorf("gpu: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", p.Slots, gpukernels.MaxSlots)
 		}
@@ -228,7 +229,11 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	size := int64(E) * stride
 	tabWords := gpukernels.SlotTableWords(E, S, k)
 	if p.HostPlanned {
-		if err := m.openRAMTier(c, &m.plan, dir, ex); err != nil {
+		h, err := expertstream.OpenRAMTier(c, (*expertstream.Plan)(&m.plan), dir, ex, len(m.layers), "gpu")
+		if h != nil {
+			x.host = h // freeHost closes it, on error too
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -244,7 +249,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 		sl := &streamLayer{layer: i}
 		x.layers[i] = sl
 		if x.host != nil {
-			x.host.addHostLayer(sl, i, cacheLayer[i], E, S, k)
+			x.host.AddLayer(i, cacheLayer[i], S)
 		} else {
 			host, hostDev, herr := expertstream.PinLayer(c, filepath.Join(dir, file), size, i, p.PinnedBytes)
 			if herr != nil {
@@ -290,7 +295,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 	}
 	src := x.layers[0].host
 	if x.host != nil { // the RAM tier's first slab, as the copies read it
-		src = x.host.cache.Slabs()[0]
+		src = x.host.FirstSlab()
 	}
 	rate, err := expertstream.H2DRate(c, x.staging, src)
 	if err != nil {
@@ -303,7 +308,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, p Plan, dir string, ex *packexperts.E
 // freeHost releases the pinned experts.
 func (x *streamer) freeHost(c *cuda.Ctx) {
 	if x.host != nil {
-		x.host.close(c)
+		x.host.Close(c)
 	}
 	for _, sl := range x.layers {
 		if sl != nil && sl.host != nil {
@@ -325,7 +330,7 @@ func (m *Model) StreamStats() (s StreamStats, ok bool, err error) {
 		return s, false, nil
 	}
 	if x.host != nil { // the counters are the host's, read on the device goroutine that writes them
-		err := m.dev.Do(func(*cuda.Ctx) error { s = x.host.streamStats(len(x.layers)); return nil })
+		err := m.dev.Do(func(*cuda.Ctx) error { s = x.host.StreamStats(len(x.layers)); return nil })
 		return s, true, err
 	}
 	raw := make([]uint64, gpukernels.SlotStatsWords*len(x.layers))

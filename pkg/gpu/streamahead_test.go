@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
 )
 
 // aheadTargets at distances 0 … 3 over 1 … 10 layers: every layer's
@@ -75,6 +77,37 @@ func TestAheadDistFromEnv(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "NVMAI_GPU_READAHEAD_DIST") {
 			t.Errorf("%q: error %q does not name the variable", tc.v, err)
+		}
+	}
+}
+
+// NVMAI_GPU_READAHEAD and NVMAI_GPU_READAHEAD_BLOCKS: on with the default
+// grid unless told otherwise; anything else is refused naming the variable.
+func TestReadAheadFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		on, blocks string
+		wantOn     bool
+		wantBlocks int
+		bad        string
+	}{
+		{"", "", true, gpukernels.DefaultAheadBlocks, ""},
+		{"1", "8", true, 8, ""},
+		{"0", "", false, gpukernels.DefaultAheadBlocks, ""},
+		{"off", "", false, 0, "NVMAI_GPU_READAHEAD="},
+		{"", "0", false, 0, "NVMAI_GPU_READAHEAD_BLOCKS="},
+		{"", "many", false, 0, "NVMAI_GPU_READAHEAD_BLOCKS="},
+	} {
+		t.Setenv("NVMAI_GPU_READAHEAD", tc.on)
+		t.Setenv("NVMAI_GPU_READAHEAD_BLOCKS", tc.blocks)
+		on, blocks, err := readAheadFromEnv()
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("%q/%q: error %v, want one naming %s", tc.on, tc.blocks, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil || on != tc.wantOn || blocks != tc.wantBlocks {
+			t.Errorf("%q/%q: %v %d %v, want %v %d", tc.on, tc.blocks, on, blocks, err, tc.wantOn, tc.wantBlocks)
 		}
 	}
 }

@@ -59,7 +59,7 @@ type Plan struct {
 	UniformMissBytes float64 `json:"uniform_miss_bytes_per_token,omitempty"`
 	PredictedTokS    float64 `json:"predicted_copy_bound_tok_s,omitempty"`
 	// HostPlanned: page-locked RAM cannot hold every expert, so the host
-	// plans each streamed layer's copies (streamhost.go) from a RAM tier
+	// plans each streamed layer's copies (host.go) from a RAM tier
 	// of RAMSlots experts a layer (RAMBytes in all, sized as RAMWhy says,
 	// page-locked when RAMLocked, else RAMNote says why not) read from
 	// disk (DiskBytes: the experts the tier cannot hold) in RAMMode.
@@ -132,7 +132,7 @@ func (p *Plan) SetSlots(s int) {
 
 // SetRAMTier makes a streamed plan host-planned with a RAM tier of slots
 // experts a layer; nothing is page-locked until the tier's slabs are
-// registered (pkg/gpu's openRAMTier).
+// registered (OpenRAMTier).
 func (p *Plan) SetRAMTier(slots int, why string) {
 	p.HostPlanned, p.RAMSlots, p.RAMWhy = true, slots, why
 	p.RAMBytes = int64(slots) * p.Stride * int64(p.Layers)
