@@ -12,6 +12,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/packexperts"
 )
 
 // Streamed experts (docs/gpu.md, "Streaming experts into VRAM"): when the
@@ -41,10 +42,11 @@ type Layer struct {
 	Pooled, Staged [3]*gpukernels.Mat
 }
 
-// Streamer is a model's device-planned streamed experts: the engines
-// without read-ahead or a host-planned tier (qwen38gpu) use it whole;
-// pkg/gpu builds its own from the same pieces (InitTable, PinLayer,
-// H2DRate, SumCounters) because its read-ahead and RAM tier hang off it.
+// Streamer is a model's streamed experts, device-planned, or host-planned
+// through Host (host.go) when the plan says RAM cannot page-lock every
+// expert: the engines without read-ahead (qwen38gpu) use it whole; pkg/gpu
+// builds its own from the same pieces (InitTable, PinLayer, H2DRate,
+// SumCounters, HostTier) because its read-ahead hangs off it.
 type Streamer struct {
 	E, K, Slots int
 	Stride      int64
@@ -54,21 +56,31 @@ type Streamer struct {
 	NoCopy      cuda.DevicePtr // int32 slot_fill reads: nonzero skips the copies (measurements only)
 	Layers      []*Layer       // by the decoder's index; nil: the layer is not streamed
 	streamed    []*Layer       // Layers' non-nil entries, in order
+	// Host is the RAM tier and the host-side slot tables when the plan is
+	// host-planned (host.go); nil: device-planned. Its layers' Host and
+	// HostDev stay empty: the copies come from the tier.
+	Host *HostTier
 }
+
+// HostPlanned reports whether the host plans the copies (no decode graph:
+// the host reads each streamed layer's picks back).
+func (s *Streamer) HostPlanned() bool { return s != nil && s.Host != nil }
 
 // Open sets up the streamed experts the plan p gives S < E slots a layer:
 // every layer layers marks has its expert file (x.ByLayer, under dir)
 // read into page-locked host memory, a slot pool and table, and its
-// products' matrices over the pool and the staging buffer. alloc takes
-// device memory the caller frees. On error the streamer returned, when not
-// nil, holds the layers pinned so far: the caller frees them with
-// FreeHost, as after success.
-func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, engine string, alloc func(n int64) (cuda.DevicePtr, error)) (*Streamer, error) {
+// products' matrices over the pool and the staging buffer. A host-planned
+// plan instead opens the RAM tier over the files ex lists (OpenRAMTier,
+// which records its mode and page-locking in p) and gives each layer its
+// host-side table. alloc takes device memory the caller frees. On error
+// the streamer returned, when not nil, holds the layers pinned so far (or
+// the RAM tier): the caller frees them with FreeHost, as after success.
+func Open(c *cuda.Ctx, p *Plan, dir string, ex *packexperts.Experts, x *devshared.Experts, layers []bool, engine string, alloc func(n int64) (cuda.DevicePtr, error)) (*Streamer, error) {
 	E, S, k, stride := p.Experts, p.Slots, p.TopK, x.Stride()
 	if S >= E || S < k {
 		return nil, fmt.Errorf("%s: stream: %d slots a layer for %d experts top-%d", engine, S, E, k)
 	}
-	if S > gpukernels.MaxSlots {
+	if S > gpukernels.MaxSlots && !p.HostPlanned { // the host's table has no kernel's limit
 		return nil, fmt.Errorf("%s: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", engine, S, gpukernels.MaxSlots)
 	}
 	s := &Streamer{E: E, K: k, Slots: S, Stride: stride, Layers: make([]*Layer, len(layers))}
@@ -105,6 +117,17 @@ func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, 
 		return nil, err
 	}
 	tabWords := gpukernels.SlotTableWords(E, S, k)
+	if p.HostPlanned {
+		h, herr := OpenRAMTier(c, p, dir, ex, len(layers), engine)
+		s.Host = h
+		if herr != nil {
+			return s, herr
+		}
+	}
+	cacheLayer := map[int]int{}
+	for j, l := range ex.Layers {
+		cacheLayer[l.Layer] = j
+	}
 	for i, on := range layers {
 		if !on {
 			continue
@@ -114,11 +137,15 @@ func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, 
 			return s, fmt.Errorf("%s: the manifest lists no expert file for layer %d", engine, i)
 		}
 		sl := &Layer{Index: i, Staged: staged}
-		host, hostDev, perr := PinLayer(c, filepath.Join(dir, file), int64(E)*stride, i, p.PinnedBytes)
-		if perr != nil {
-			return s, perr
+		if s.Host != nil {
+			s.Host.AddLayer(i, cacheLayer[i], S)
+		} else {
+			host, hostDev, perr := PinLayer(c, filepath.Join(dir, file), int64(E)*stride, i, p.PinnedBytes)
+			if perr != nil {
+				return s, perr
+			}
+			sl.Host, sl.HostDev = host, hostDev
 		}
-		sl.Host, sl.HostDev = host, hostDev
 		s.Layers[i] = sl
 		s.streamed = append(s.streamed, sl)
 		sl.Pool, sl.Tab, sl.SlotSel = get(int64(S)*stride), get(4*int64(tabWords)), get(4*int64(k))
@@ -139,8 +166,13 @@ func Open(c *cuda.Ctx, p Plan, dir string, x *devshared.Experts, layers []bool, 
 // Decode enqueues a decode step's resolve and fill of layer sl: the k
 // picks sel holds (router order) resolved to slots in sl.SlotSel, the
 // misses copied from host memory; the products then gather from
-// sl.Pooled by sl.SlotSel.
+// sl.Pooled by sl.SlotSel. Host-planned, the host reads the picks back,
+// resolves them and copies the misses from the RAM tier (HostTier.Decode):
+// the step cannot be captured into a graph.
 func (s *Streamer) Decode(l *gpukernels.Launcher, sl *Layer, sel cuda.DevicePtr) error {
+	if s.Host != nil {
+		return s.Host.Decode(l.C, s.Host.Layer(sl.Index), sel, sl.Pool, sl.SlotSel)
+	}
 	return Resolve(l, sl.SlotSel, sl.Pool, sl.HostDev, sl.Tab, sl.Stats, sel, s.NoCopy, s.E, s.Slots, s.K, s.Stride)
 }
 
@@ -159,7 +191,11 @@ func Resolve(l *gpukernels.Launcher, slotSel, pool, hostDev, tab, stats, sel, no
 // picks of sel name copied into the staging buffer at its id (from its
 // slot when it has one, else from host memory); the products then gather
 // from sl.Staged by sel, and the slot tables stay as they were.
+// Host-planned, the host stages them from the RAM tier (HostTier.Stage).
 func (s *Streamer) Stage(l *gpukernels.Launcher, sl *Layer, sel cuda.DevicePtr, n int) error {
+	if s.Host != nil {
+		return s.Host.Stage(l.C, s.Host.Layer(sl.Index), sel, sl.Pool, s.Staging, n/s.K)
+	}
 	return Stage(l, s.Staging, s.Need, sl.Pool, sl.HostDev, sl.Tab, sl.Stats, sel, n, s.E, s.Stride)
 }
 
@@ -176,7 +212,12 @@ func Stage(l *gpukernels.Launcher, staging, need, pool, hostDev, tab, stats, sel
 
 // ReadStats reads every streamed layer's counters back (one copy); Layers
 // has a row for each of the decoder's layers, zero where not streamed.
+// Host-planned, the counters are the host's (read on the goroutine that
+// runs the passes, as c's holder is).
 func (s *Streamer) ReadStats(c *cuda.Ctx) (StreamStats, error) {
+	if s.Host != nil {
+		return s.Host.StreamStats(len(s.Layers)), nil
+	}
 	raw := make([]uint64, gpukernels.SlotStatsWords*max(len(s.streamed), 1))
 	if err := c.DtoH(cuda.Bytes(raw), s.Stats); err != nil {
 		return StreamStats{}, err
@@ -188,17 +229,23 @@ func (s *Streamer) ReadStats(c *cuda.Ctx) (StreamStats, error) {
 	return SumCounters(byLayer, len(s.Layers)), nil
 }
 
-// FirstHost is the first streamed layer's pinned experts (H2DRate's
-// source).
+// FirstHost is the first streamed layer's pinned experts, or host-planned
+// the RAM tier's first slab (H2DRate's source).
 func (s *Streamer) FirstHost() []byte {
+	if s.Host != nil {
+		return s.Host.FirstSlab()
+	}
 	if len(s.streamed) == 0 {
 		return nil
 	}
 	return s.streamed[0].Host
 }
 
-// FreeHost releases the pinned experts.
+// FreeHost releases the pinned experts, or closes the RAM tier.
 func (s *Streamer) FreeHost(c *cuda.Ctx) {
+	if s.Host != nil {
+		s.Host.Close(c)
+	}
 	for _, sl := range s.streamed {
 		if sl.Host != nil {
 			c.HostFree(sl.Host)

@@ -15,8 +15,9 @@ import (
 
 // The GPU engine of qwen4_exp holds every weight in device memory, the
 // routed experts too when the VRAM budget holds them (else they stream
-// into VRAM slots from page-locked RAM: stream.go); the n-gram tables stay
-// on disk.
+// into VRAM slots from page-locked RAM, or host-planned from a RAM tier
+// read from disk when RAM cannot hold them all: stream.go); the n-gram
+// tables stay on disk.
 func init() {
 	model.Register(packexperts.ArchQwen4Exp, model.GPU, model.Entry{Load: Loader, Footprint: Footprint, HoldsExperts: true})
 }

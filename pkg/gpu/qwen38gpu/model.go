@@ -104,7 +104,8 @@ type LoadOptions struct {
 	// are resident when it holds them, else streamed (stream.go).
 	VRAMBudget int64
 	// RAMBudget caps the page-locked RAM streamed experts take (0: the
-	// memory available decides).
+	// memory available decides); below every expert the host plans the
+	// copies from a RAM tier of that size read from disk (stream.go).
 	RAMBudget int64
 	// MaxContext is the context the plan reserves one sequence's state for
 	// (0: expertstream.DefaultPlanContext); KVBits the KV width it counts

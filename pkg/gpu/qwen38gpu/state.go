@@ -35,6 +35,8 @@ type StateOptions struct {
 // the replay, and every kernel reads the position from device memory
 // (dpos). One graph is captured per attention mode (dense window or
 // sparse, which the position decides on the host) and per KV capacity.
+// Host-planned streamed experts (stream.go) launch decode steps kernel by
+// kernel instead: the host works between layers.
 type State struct {
 	m                    *Model
 	pos                  int
@@ -286,7 +288,9 @@ func (st *State) pass(c *cuda.Ctx, ids []int) error {
 	l := &gpukernels.Launcher{C: c, K: m.ks, MMA: m.mma, GDNPipe: m.gdnPipe, GDNPar: m.gdnPar, GDNReg: m.gdnReg}
 	q := &Launcher{C: c, K: m.qk}
 	f := &forward{st: st, l: l, q: q, T: T, sparse: sparsePass(st.pos, T, m.g.idx)}
-	if T > 1 || st.noGraph {
+	// Host-planned streaming works on the host between layers (reading each
+	// streamed layer's picks back): no graph.
+	if T > 1 || st.noGraph || m.hostPlanned() {
 		if err := f.launches(); err != nil {
 			return err
 		}

@@ -22,11 +22,22 @@ import (
 // slot pool; a decode step resolves its picks to slots and copies the
 // misses inside its graph, a prefill pass stages the experts it needs by
 // id. The products are the resident kernels on the same bytes, so the
-// logits are bitwise the resident engine's. Not here yet: pkg/gpu's
-// read-ahead (its guess runs the router on an earlier layer's hidden
-// state; qwen4_exp's router input is the gated residual's read, which the
-// guess would have to repeat) and its host-planned RAM tier (RAM that
-// cannot page-lock every expert is refused, saying so).
+// logits are bitwise the resident engine's.
+//
+// When page-locked RAM cannot hold every expert (--ram-budget below them,
+// or less RAM available; NVMAI_GPU_HOST_PLANNED=1 forces it), the plan is
+// host-planned, as pkg/gpu's: the disk tier, expertstream's host.go. The
+// experts live in a RAM tier over pkg/expertcache (sized by --ram-budget,
+// its slabs page-locked when the driver allows) backed by the disk; a
+// decode step runs without its graph, the host reading each layer's picks
+// back, resolving them against the host's slot table and copying the
+// misses from the RAM tier; a prefill pass stages its experts from their
+// VRAM slots or the RAM tier. Same kernels on the same bytes: bitwise the
+// resident engine.
+//
+// Not here: pkg/gpu's read-ahead, which stays 35B-A3B only (its guess runs
+// the router on an earlier layer's hidden state; qwen4_exp's router input
+// is the gated residual's read, which the guess would have to repeat).
 
 // planExperts sizes the experts' place from the options and the device
 // memory free when Load began (the trunk is uploaded by now).
@@ -59,18 +70,29 @@ func (m *Model) planExperts(ex *packexperts.Experts) (expertstream.Plan, error) 
 	if err != nil || p.Resident() {
 		return p, err
 	}
-	if p.Slots > gpukernels.MaxSlots {
-		return p, fmt.Errorf("qwen38gpu: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", p.Slots, gpukernels.MaxSlots)
+	// RAM that cannot page-lock every expert puts the host in charge of
+	// the copies, from a RAM tier backed by the disk (expertstream's
+	// host.go), as in pkg/gpu.
+	forceHost, err := expertstream.HostPlannedFromEnv()
+	if err != nil {
+		return p, err
 	}
-	// Device-planned streaming needs every expert page-locked; pkg/gpu's
-	// host-planned RAM tier is not shared yet.
 	avail, _ := expertstream.MemAvailable()
-	if m.opt.RAMBudget > 0 && m.opt.RAMBudget < p.PinnedBytes || avail > 0 && p.PinnedBytes > avail {
-		return p, fmt.Errorf("qwen38gpu: streamed experts need every expert in page-locked RAM (%s; --ram-budget %s, %s available); streaming qwen4_exp from disk through a RAM tier is not done yet: raise --ram-budget or free RAM, raise --vram-budget, or run --engine cpu",
-			expertstream.GiB(p.PinnedBytes), expertstream.GiB(m.opt.RAMBudget), expertstream.GiB(avail))
+	t, err := expertstream.PlanRAMTier(expertstream.RAMTierInput{Budget: m.opt.RAMBudget, Avail: avail, Force: forceHost, Experts: ex, Pinned: p.PinnedBytes})
+	if err != nil {
+		return p, err
+	}
+	if t.HostPlanned {
+		p.SetRAMTier(t.Slots, t.Why)
+	} else if p.Slots > gpukernels.MaxSlots {
+		return p, fmt.Errorf("qwen38gpu: the plan gives %d expert slots a layer, past the kernels' %d; raise --vram-budget so every expert fits, or run --engine cpu", p.Slots, gpukernels.MaxSlots)
 	}
 	return p, nil
 }
+
+// hostPlanned reports whether the host plans the streamed layers' copies
+// (no decode graph).
+func (m *Model) hostPlanned() bool { return m.stream.HostPlanned() }
 
 // kvBits is the KV width the plan counts: the sessions' default unless
 // the options say.
@@ -122,7 +144,7 @@ func (m *Model) streamExperts(c *cuda.Ctx, dir string, ex *packexperts.Experts) 
 		}
 		return p, err
 	}
-	m.stream, err = expertstream.Open(c, m.plan, dir, x, moe, "qwen38gpu", alloc)
+	m.stream, err = expertstream.Open(c, &m.plan, dir, ex, x, moe, "qwen38gpu", alloc)
 	if err != nil {
 		return err
 	}
@@ -177,7 +199,10 @@ func (b *Backend) StreamsExperts() bool { return b.Model.stream != nil }
 // reports its own (runtime.Engine.ExpertStats, the bench): a hit is an
 // expert found in a VRAM slot (decode picks and prefill's staged experts),
 // a miss one copied from pinned RAM, BytesRead the bytes copied over the
-// bus. Zero when the experts are resident.
+// bus. Host-planned (the disk tier), ReadSeconds is the disk reads' time
+// in flight and WaitSeconds the host's time blocked on them and on stream
+// syncs (StreamStats has the RAM tier's hits and misses and the disk
+// bytes), as pkg/gpu reports them. Zero when the experts are resident.
 func (b *Backend) ExpertStats() expertcache.Stats {
 	st, _ := b.ExpertStatsByLayer()
 	return st
@@ -193,6 +218,9 @@ func (b *Backend) ExpertStatsByLayer() (expertcache.Stats, []expertcache.LayerSt
 	p := b.Model.plan
 	st := expertcache.Stats{Hits: s.DecodeHits + s.PrefillFromVRAM, Misses: s.DecodeMisses + s.PrefillFromHost,
 		BytesRead: s.DecodeBytes + s.PrefillBytes, Mode: model.ExpertModeGPUPinned, Policy: "lru", SlotsPerLayer: p.Slots, BudgetBytes: p.SlotBytes}
+	if s.HostPlanned { // the disk tier: reads in flight, and the host blocked on them and on syncs
+		st.ReadSeconds, st.WaitSeconds = s.DiskSeconds, s.AcquireSeconds+s.SyncSeconds
+	}
 	layers := make([]expertcache.LayerStats, len(s.Layers))
 	for i, l := range s.Layers {
 		layers[i] = expertcache.LayerStats{Hits: l[expertstream.WordDecodeHits] + l[expertstream.WordPrefillFromVRAM],

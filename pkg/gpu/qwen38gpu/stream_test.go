@@ -165,14 +165,143 @@ func TestQwen38GPUStreamedIsBitwiseResident(t *testing.T) {
 	}
 }
 
-// A RAM budget below every expert is refused, saying the disk tier is not
-// done for qwen4_exp, not half-loaded.
-func TestQwen38GPUStreamedRefusesSmallRAM(t *testing.T) {
+// A RAM budget below top-k experts a layer (the RAM tier's minimum) is
+// refused with the numbers and the flag to raise, not half-loaded.
+func TestQwen38GPUStreamedRefusesRAMBelowTopK(t *testing.T) {
 	cudatest.Need(t)
 	t.Setenv("NVMAI_GPU_SLOTS", "4")
 	_, err := runtime.Load(synthInstall(t, 4), runtime.Options{Threads: 2, Device: model.GPU, Experts: runtime.ExpertOptions{Budget: 1 << 10}})
-	if err == nil || !strings.Contains(err.Error(), "page-locked RAM") || !strings.Contains(err.Error(), "--ram-budget") {
+	if err == nil || !strings.Contains(err.Error(), "RAM tier") || !strings.Contains(err.Error(), "--ram-budget") {
 		t.Fatalf("a 1 KiB RAM budget: %v", err)
+	}
+}
+
+// loadHostPlanned loads dir on the GPU engine with slots VRAM slots a
+// layer (NVMAI_GPU_SLOTS) and a RAM tier of ramSlots experts a layer
+// (--ram-budget), below every expert, so the host plans and the disk is
+// read; ramSlots 0 with force sets NVMAI_GPU_HOST_PLANNED=1 instead (the
+// tier then sized by the RAM available).
+func loadHostPlanned(t *testing.T, dir string, slots, ramSlots int, force bool) (*runtime.Engine, *Backend) {
+	t.Helper()
+	m, _, err := packexperts.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NVMAI_GPU_SLOTS", strconv.Itoa(slots))
+	v := ""
+	if force {
+		v = "1"
+	}
+	t.Setenv("NVMAI_GPU_HOST_PLANNED", v)
+	budget := int64(ramSlots) * m.Experts.Stride * int64(len(m.Experts.Layers))
+	e, err := runtime.Load(dir, runtime.Options{Threads: 2, Device: model.GPU, Experts: runtime.ExpertOptions{Budget: budget}})
+	t.Setenv("NVMAI_GPU_HOST_PLANNED", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.Model().(*Backend)
+	p := b.Model.Plan()
+	if !p.HostPlanned || p.Slots != slots || ramSlots > 0 && p.RAMSlots != ramSlots || !strings.Contains(strings.Join(p.Lines(), "\n"), "host-planned") {
+		e.Close()
+		t.Fatalf("plan %+v, want host-planned with %d VRAM and %d RAM slots a layer", p, slots, ramSlots)
+	}
+	return e, b
+}
+
+// TestQwen38GPUHostPlannedIsBitwiseResident: tiny-qwen38 synthetic
+// installs at 4 and 8 bits streamed host-planned (the disk tier: RAM below
+// every expert) at 4 and 7 of 16 VRAM slots a layer with a RAM tier of
+// top-k = 4 experts a layer (every prefill batch fills it: a sync between
+// batches) and of 5, page-locked and pageable (NVMAI_GPU_RAM_PAGEABLE=1),
+// and forced with NVMAI_GPU_HOST_PLANNED=1 over a tier the RAM available
+// sizes, give bitwise the resident engine's logits after prompts of 7, 40
+// and 300 tokens (the last in two prefill passes staged from the RAM
+// tier), its 24 greedy tokens (decode steps without the graph, resolved
+// on the host) at KV widths 32 and 8, a prompt fed token by token, and
+// seeded sampled generations; the counters add up (VRAM misses are RAM
+// tier requests, RAM misses a record read from disk each).
+func TestQwen38GPUHostPlannedIsBitwiseResident(t *testing.T) {
+	cudatest.Need(t)
+	for _, bits := range []int{4, 8} {
+		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
+			dir := synthInstall(t, bits)
+			res, rb := loadSlots(t, dir, 0)
+			defer res.Close()
+			eos := res.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID
+			V := rb.Model.Config().VocabSize
+			type out struct {
+				row []float32
+				ids []int
+			}
+			want := map[string]out{}
+			for _, kv := range []int{32, 8} {
+				for _, n := range []int{7, 40, 300} {
+					row, ids := generate(t, res, synthPrompt(n, eos), 24, kv)
+					want[fmt.Sprint(kv, n)] = out{row, ids}
+				}
+			}
+			ids := synthPrompt(60, eos)
+			wholeRes := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return rb.Model.NewState(StateOptions{KVInitial: 4}) }, ids, true, V)
+			params := []sample.Params{{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, {Temperature: 1, Seed: 4}}
+			var wantSampled [][]int
+			for _, p := range params {
+				wantSampled = append(wantSampled, sampled(t, res, ids, 24, p))
+			}
+			for _, c := range []struct {
+				slots, ram int
+				pageable   string
+				force      bool
+			}{{4, 4, "", false}, {7, 5, "", false}, {7, 4, "1", false}, {7, 0, "", true}} {
+				t.Run(fmt.Sprintf("%d slots, RAM %d, pageable %q, forced %v", c.slots, c.ram, c.pageable, c.force), func(t *testing.T) {
+					t.Setenv("NVMAI_GPU_RAM_PAGEABLE", c.pageable)
+					e, b := loadHostPlanned(t, dir, c.slots, c.ram, c.force)
+					defer e.Close()
+					p := b.Model.Plan()
+					if c.pageable == "1" && p.RAMLocked {
+						t.Errorf("NVMAI_GPU_RAM_PAGEABLE=1 but the plan says page-locked: %+v", p)
+					}
+					for _, kv := range []int{32, 8} {
+						for _, n := range []int{7, 40, 300} {
+							row, got := generate(t, e, synthPrompt(n, eos), 24, kv)
+							w := want[fmt.Sprint(kv, n)]
+							if !slices.Equal(row, w.row) {
+								t.Errorf("kv %d, %d tokens: logits differ from resident (max %g)", kv, n, cudatest.MaxAbsDiff(row, w.row))
+							}
+							if !slices.Equal(got, w.ids) {
+								t.Errorf("kv %d, %d tokens: greedy %v, resident %v", kv, n, got, w.ids)
+							}
+						}
+					}
+					steps := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }, ids, false, V)
+					if !slices.Equal(steps, wholeRes) {
+						t.Errorf("token by token host-planned vs whole resident: logits differ by %g", cudatest.MaxAbsDiff(steps, wholeRes))
+					}
+					for i, sp := range params {
+						if got := sampled(t, e, ids, 24, sp); !slices.Equal(got, wantSampled[i]) {
+							t.Errorf("sampled %+v: %v, resident %v", sp, got, wantSampled[i])
+						}
+					}
+					s, ok, err := b.Model.StreamStats()
+					if err != nil || !ok {
+						t.Fatalf("stream stats: ok %v, %v", ok, err)
+					}
+					t.Logf("STREAM qwen38 %d-bit host-planned %d VRAM slots, RAM tier %d a layer (page-locked %v %s, %s reads), H2D %.1f GB/s: decode %d hits %d misses; prefill %d from VRAM %d from RAM; RAM tier %d hits %d misses, %d bytes from disk in %.3f s; host blocked %.3f s on the tier, %.3f s on syncs",
+						bits, p.Slots, p.RAMSlots, p.RAMLocked, p.RAMNote, p.RAMMode, p.H2D/1e9, s.DecodeHits, s.DecodeMisses, s.PrefillFromVRAM, s.PrefillFromHost,
+						s.RAMHits, s.RAMMisses, s.DiskBytes, s.DiskSeconds, s.AcquireSeconds, s.SyncSeconds)
+					if !s.HostPlanned || s.DecodeMisses == 0 || s.DecodeHits == 0 || s.PrefillFromHost == 0 || s.RAMMisses == 0 || s.DiskBytes == 0 ||
+						s.DecodeBytes != s.DecodeMisses*p.Stride || s.PrefillBytes != s.PrefillFromHost*p.Stride ||
+						s.RAMHits+s.RAMMisses != s.DecodeMisses+s.PrefillFromHost || s.DiskBytes != s.RAMMisses*p.Stride {
+						t.Errorf("counters %+v do not add up", s)
+					}
+					if x := b.ExpertStats(); x.Hits != s.DecodeHits+s.PrefillFromVRAM || x.Misses != s.DecodeMisses+s.PrefillFromHost || x.ReadSeconds != s.DiskSeconds || x.WaitSeconds <= 0 {
+						t.Errorf("expert stats %+v from counters %+v", x, s)
+					}
+					if !b.StreamsExperts() {
+						t.Error("StreamsExperts is false for a host-planned plan")
+					}
+				})
+			}
+		})
 	}
 }
 
@@ -237,15 +366,16 @@ func TestQwen38GPURoutingReplayMatchesCPUEngine(t *testing.T) {
 
 // planExperts keeps the experts resident when the budget holds them (as
 // the engine always ran), streams with the slots the rest of the budget
-// holds, forces LoadOptions.Slots, and refuses a budget past the free
-// VRAM and a RAM budget below every expert, naming the flags (host-only:
-// a model without a device).
+// holds, forces LoadOptions.Slots, plans on the host with a RAM tier when
+// --ram-budget is below every expert, and refuses a budget past the free
+// VRAM and a RAM budget below the tier's minimum, naming the flags
+// (host-only: a model without a device).
 func TestPlanExpertsQwen38(t *testing.T) {
 	cfg := tinyConfig(t)
 	const mib = 1 << 20
 	g := newGeometry(cfg)
-	ex := &packexperts.Experts{Count: g.E, TopK: g.k, Stride: mib}
 	L := int64(len(cfg.Layers))
+	ex := &packexperts.Experts{Count: g.E, TopK: g.k, Stride: mib, Layers: make([]packexperts.ExpertLayer, L)}
 	trunk := int64(64 * mib)
 	state := stateBytes(cfg, g, DefaultChunk, 4096, 8)
 	fixed := trunk + state
@@ -253,13 +383,15 @@ func TestPlanExpertsQwen38(t *testing.T) {
 		name      string
 		opt       LoadOptions
 		slots     int
+		ramSlots  int // host-planned: the RAM tier's experts a layer
 		err, err2 string
 	}{
 		{name: "every expert fits", opt: LoadOptions{VRAMBudget: fixed + int64(g.E)*L*mib}, slots: g.E},
 		{name: "streamed", opt: LoadOptions{VRAMBudget: fixed + int64(g.E)*mib + 13*L*mib}, slots: 13},
 		{name: "forced", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5}, slots: 5},
 		{name: "past the free VRAM", opt: LoadOptions{VRAMBudget: 1 << 40}, err: "more than", err2: "free on test-card"},
-		{name: "RAM below every expert", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5, RAMBudget: mib}, err: "page-locked RAM", err2: "--ram-budget"},
+		{name: "RAM below every expert: host-planned", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5, RAMBudget: 6 * L * mib}, slots: 5, ramSlots: 6},
+		{name: "RAM below top-k a layer", opt: LoadOptions{VRAMBudget: 1 << 40 >> 4, Slots: 5, RAMBudget: mib}, err: "RAM tier", err2: "--ram-budget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.MaxContext, tc.opt.KVBits = 4096, 8
@@ -276,6 +408,9 @@ func TestPlanExpertsQwen38(t *testing.T) {
 			}
 			if p.Slots != tc.slots || p.Resident() != (tc.slots == g.E) || p.StateBytes != state || p.TrunkBytes != trunk || p.Layers != int(L) || p.TopK != g.k {
 				t.Fatalf("plan %+v, want %d slots a layer", p, tc.slots)
+			}
+			if p.HostPlanned != (tc.ramSlots > 0) || p.RAMSlots != tc.ramSlots || tc.ramSlots > 0 && (p.PinnedBytes != 0 || p.RAMBytes != int64(tc.ramSlots)*L*mib) {
+				t.Fatalf("plan %+v, want a RAM tier of %d experts a layer (0: device-planned)", p, tc.ramSlots)
 			}
 			if lines := p.Lines(); len(lines) == 0 || !strings.HasPrefix(lines[0], "gpu plan: ") {
 				t.Fatalf("plan lines %q", lines)
