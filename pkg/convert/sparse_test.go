@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/packexperts"
 	"github.com/nvmai/nvmai/pkg/quant"
 	"github.com/nvmai/nvmai/pkg/runtime"
@@ -77,6 +78,13 @@ func TestSynthSparseInstalls(t *testing.T) {
 		{"tiny-moe", 4, 1},
 		{wide, 4, 0.25},
 		{wide, 8, 0.25},
+	}
+	if testfix.Quick(raceEnabled) { // one width per geometry: the 8-bit cases write and read the same way
+		cases = []struct {
+			geometry    string
+			bits        int
+			blocksBelow float64
+		}{cases[0], cases[2], cases[3]}
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s-%d", tc.geometry, tc.bits), func(t *testing.T) {
