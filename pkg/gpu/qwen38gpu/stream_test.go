@@ -98,53 +98,12 @@ func TestQwen38GPUStreamedIsBitwiseResident(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
 			dir := synthInstall(t, bits)
-			res, rb := loadSlots(t, dir, 0)
-			defer res.Close()
-			eos := res.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID
-			V := rb.Model.Config().VocabSize
-			type out struct {
-				row []float32
-				ids []int
-			}
-			want := map[string]out{}
-			for _, kv := range []int{32, 8} {
-				for _, n := range []int{7, 40, 300} {
-					row, ids := generate(t, res, synthPrompt(n, eos), 24, kv)
-					want[fmt.Sprint(kv, n)] = out{row, ids}
-				}
-			}
-			ids := synthPrompt(60, eos)
-			wholeRes := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return rb.Model.NewState(StateOptions{KVInitial: 4}) }, ids, true, V)
-			params := []sample.Params{{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, {Temperature: 1, Seed: 4}}
-			var wantSampled [][]int
-			for _, p := range params {
-				wantSampled = append(wantSampled, sampled(t, res, ids, 24, p))
-			}
+			ref := residentReference(t, dir)
 			for _, slots := range []int{4, 7} {
 				t.Run(fmt.Sprintf("%d slots", slots), func(t *testing.T) {
 					e, b := loadSlots(t, dir, slots)
 					defer e.Close()
-					for _, kv := range []int{32, 8} {
-						for _, n := range []int{7, 40, 300} {
-							row, got := generate(t, e, synthPrompt(n, eos), 24, kv)
-							w := want[fmt.Sprint(kv, n)]
-							if !slices.Equal(row, w.row) {
-								t.Errorf("kv %d, %d tokens: logits differ from resident (max %g)", kv, n, cudatest.MaxAbsDiff(row, w.row))
-							}
-							if !slices.Equal(got, w.ids) {
-								t.Errorf("kv %d, %d tokens: greedy %v, resident %v", kv, n, got, w.ids)
-							}
-						}
-					}
-					steps := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }, ids, false, V)
-					if !slices.Equal(steps, wholeRes) {
-						t.Errorf("token by token streamed vs whole resident: logits differ by %g", cudatest.MaxAbsDiff(steps, wholeRes))
-					}
-					for i, p := range params {
-						if got := sampled(t, e, ids, 24, p); !slices.Equal(got, wantSampled[i]) {
-							t.Errorf("sampled %+v: %v, resident %v", p, got, wantSampled[i])
-						}
-					}
+					ref.check(t, e, b, "streamed")
 					s, ok, err := b.Model.StreamStats()
 					if err != nil || !ok {
 						t.Fatalf("stream stats: ok %v, %v", ok, err)
@@ -225,28 +184,7 @@ func TestQwen38GPUHostPlannedIsBitwiseResident(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		t.Run(fmt.Sprintf("%d-bit", bits), func(t *testing.T) {
 			dir := synthInstall(t, bits)
-			res, rb := loadSlots(t, dir, 0)
-			defer res.Close()
-			eos := res.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID
-			V := rb.Model.Config().VocabSize
-			type out struct {
-				row []float32
-				ids []int
-			}
-			want := map[string]out{}
-			for _, kv := range []int{32, 8} {
-				for _, n := range []int{7, 40, 300} {
-					row, ids := generate(t, res, synthPrompt(n, eos), 24, kv)
-					want[fmt.Sprint(kv, n)] = out{row, ids}
-				}
-			}
-			ids := synthPrompt(60, eos)
-			wholeRes := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return rb.Model.NewState(StateOptions{KVInitial: 4}) }, ids, true, V)
-			params := []sample.Params{{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, {Temperature: 1, Seed: 4}}
-			var wantSampled [][]int
-			for _, p := range params {
-				wantSampled = append(wantSampled, sampled(t, res, ids, 24, p))
-			}
+			ref := residentReference(t, dir)
 			for _, c := range []struct {
 				slots, ram int
 				pageable   string
@@ -260,27 +198,7 @@ func TestQwen38GPUHostPlannedIsBitwiseResident(t *testing.T) {
 					if c.pageable == "1" && p.RAMLocked {
 						t.Errorf("NVMAI_GPU_RAM_PAGEABLE=1 but the plan says page-locked: %+v", p)
 					}
-					for _, kv := range []int{32, 8} {
-						for _, n := range []int{7, 40, 300} {
-							row, got := generate(t, e, synthPrompt(n, eos), 24, kv)
-							w := want[fmt.Sprint(kv, n)]
-							if !slices.Equal(row, w.row) {
-								t.Errorf("kv %d, %d tokens: logits differ from resident (max %g)", kv, n, cudatest.MaxAbsDiff(row, w.row))
-							}
-							if !slices.Equal(got, w.ids) {
-								t.Errorf("kv %d, %d tokens: greedy %v, resident %v", kv, n, got, w.ids)
-							}
-						}
-					}
-					steps := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }, ids, false, V)
-					if !slices.Equal(steps, wholeRes) {
-						t.Errorf("token by token host-planned vs whole resident: logits differ by %g", cudatest.MaxAbsDiff(steps, wholeRes))
-					}
-					for i, sp := range params {
-						if got := sampled(t, e, ids, 24, sp); !slices.Equal(got, wantSampled[i]) {
-							t.Errorf("sampled %+v: %v, resident %v", sp, got, wantSampled[i])
-						}
-					}
+					ref.check(t, e, b, "host-planned")
 					s, ok, err := b.Model.StreamStats()
 					if err != nil || !ok {
 						t.Fatalf("stream stats: ok %v, %v", ok, err)
@@ -416,5 +334,70 @@ func TestPlanExpertsQwen38(t *testing.T) {
 				t.Fatalf("plan lines %q", lines)
 			}
 		})
+	}
+}
+
+// residentRef is the resident engine's outputs the streamed and host-planned
+// tests compare with: logits and 24 greedy tokens after prompts of 7, 40 and
+// 300 tokens at KV widths 32 and 8, the last logits of a 60-token prompt fed
+// whole, and two seeded sampled generations from it.
+type residentRef struct {
+	eos, vocab int
+	want       map[string]refOut
+	ids        []int
+	whole      []float32
+	params     []sample.Params
+	sampled    [][]int
+}
+
+type refOut struct {
+	row []float32
+	ids []int
+}
+
+func residentReference(t *testing.T, dir string) residentRef {
+	res, rb := loadSlots(t, dir, 0)
+	defer res.Close()
+	r := residentRef{eos: res.Install.Manifest.Geometry.Qwen4Exp.PLEResetTokenID, vocab: rb.Model.Config().VocabSize, want: map[string]refOut{},
+		params: []sample.Params{{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: 7}, {Temperature: 1, Seed: 4}}}
+	for _, kv := range []int{32, 8} {
+		for _, n := range []int{7, 40, 300} {
+			row, ids := generate(t, res, synthPrompt(n, r.eos), 24, kv)
+			r.want[fmt.Sprint(kv, n)] = refOut{row, ids}
+		}
+	}
+	r.ids = synthPrompt(60, r.eos)
+	r.whole = cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return rb.Model.NewState(StateOptions{KVInitial: 4}) }, r.ids, true, r.vocab)
+	for _, p := range r.params {
+		r.sampled = append(r.sampled, sampled(t, res, r.ids, 24, p))
+	}
+	return r
+}
+
+// check runs the same generations on e (backend b, streamed as what says)
+// and reports every difference from the resident engine's, bit for bit;
+// the 60-token prompt is fed token by token.
+func (r residentRef) check(t *testing.T, e *runtime.Engine, b *Backend, what string) {
+	t.Helper()
+	for _, kv := range []int{32, 8} {
+		for _, n := range []int{7, 40, 300} {
+			row, got := generate(t, e, synthPrompt(n, r.eos), 24, kv)
+			w := r.want[fmt.Sprint(kv, n)]
+			if !slices.Equal(row, w.row) {
+				t.Errorf("kv %d, %d tokens: logits differ from resident (max %g)", kv, n, cudatest.MaxAbsDiff(row, w.row))
+			}
+			if !slices.Equal(got, w.ids) {
+				t.Errorf("kv %d, %d tokens: greedy %v, resident %v", kv, n, got, w.ids)
+			}
+		}
+	}
+	steps := cudatest.LastLogits(t, func() (cudatest.Sequence, error) { return b.Model.NewState(StateOptions{KVInitial: 4}) }, r.ids, false, r.vocab)
+	if !slices.Equal(steps, r.whole) {
+		t.Errorf("token by token %s vs whole resident: logits differ by %g", what, cudatest.MaxAbsDiff(steps, r.whole))
+	}
+	for i, p := range r.params {
+		if got := sampled(t, e, r.ids, 24, p); !slices.Equal(got, r.sampled[i]) {
+			t.Errorf("sampled %+v: %v, resident %v", p, got, r.sampled[i])
+		}
 	}
 }
