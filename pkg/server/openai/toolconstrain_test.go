@@ -6,19 +6,25 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/pkg/server"
 	"github.com/nvmai/nvmai/pkg/server/internal/adaptertest"
 )
 
-// Random weights at temperature 1, 20 seeds, tool_choice required or
-// named: every reply is tool calls that name a declared tool and whose
-// arguments validate against its schema (#40 item 2).
+// Random weights at temperature 1, 20 seeds (3 under -race or -short),
+// tool_choice required or named: every reply is tool calls that name a
+// declared tool and whose arguments validate against its schema (#40 item
+// 2).
 func TestTinyModelForcedToolCallsValidate(t *testing.T) {
 	re := adaptertest.TinyToolEngine(t)
 	hs := adaptertest.ToolServer(t, re, 1, server.Config{}, func(s *server.Server) http.Handler { return host(s) })
 	choices := []any{"required", map[string]any{"type": "function", "function": map[string]any{"name": "write_file"}},
 		map[string]any{"type": "function", "function": map[string]any{"name": "search"}}}
-	for seed := range 20 {
+	seeds := 20
+	if testfix.Quick(raceEnabled) { // each tool_choice once, parallel calls on and off (seeds 0-2); scripts/test.sh runs all 20 without -race
+		seeds = 3
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			body := map[string]any{"model": "tiny", "messages": []map[string]any{{"role": "user", "content": "Call a tool."}},
 				"tools": adaptertest.OpenAITools(), "tool_choice": choices[seed%len(choices)], "parallel_tool_calls": seed%2 == 0,
