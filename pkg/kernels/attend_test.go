@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // attendOracle is the attention of one KV head written the way the model
@@ -37,20 +39,27 @@ func attendOracle(q []float32, d int, keys, values []float32, stride, n int, sca
 // for head counts in and out of fours, widths in and out of the assembly's
 // 4- and 64-column steps, position counts around its four-position step and
 // tile of 64, and key rows wider than the head (a KV head inside a row of
-// several).
+// several). Under the race detector (or -short), which slows this
+// single-goroutine matrix an order of magnitude and has nothing to race in
+// it, the head counts are 1, 3 and 4 and the position counts 3, 5 and 65
+// (all widths and rows); scripts/test.sh runs it whole without -race.
 func TestAttendBitwise(t *testing.T) {
+	headCounts, positions := []int{1, 2, 3, 4, 6, 8, 12}, []int{1, 3, 4, 5, 8, 63, 64, 65, 130}
+	if testfix.Quick(raceEnabled) {
+		headCounts, positions = []int{1, 3, 4}, []int{3, 5, 65}
+	}
 	for _, level := range floatAsmLevels() {
 		restore := level.set()
-		checkAttendLevel(t, level.name)
+		checkAttendLevel(t, level.name, headCounts, positions)
 		restore()
 	}
 }
 
-func checkAttendLevel(t *testing.T, level string) {
+func checkAttendLevel(t *testing.T, level string, headCounts, positions []int) {
 	rng := rand.New(rand.NewPCG(71, 72))
-	for _, heads := range []int{1, 2, 3, 4, 6, 8, 12} {
+	for _, heads := range headCounts {
 		for _, d := range []int{4, 6, 32, 64, 96, 128, 256} {
-			for _, n := range []int{1, 3, 4, 5, 8, 63, 64, 65, 130} {
+			for _, n := range positions {
 				for _, extra := range []int{0, 2 * d} {
 					name := fmt.Sprintf("%s/heads=%d/d=%d/n=%d/stride=%d", level, heads, d, n, d+extra)
 					stride := d + extra
