@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 func formatSchema(name, extra string) string {
@@ -102,10 +104,12 @@ func sampleString(t *testing.T, s *Schema, rng *rand.Rand) []byte {
 // Strings sampled from every format's automaton, across seeds, are valid
 // to the independent validator with format assertion on: each format's
 // automaton generates only what its RFC (as that library reads it)
-// accepts.
+// accepts. 150 samples a schema, 20 under -short or the race detector
+// (which slows the sampling an order of magnitude; scripts/test.sh runs
+// all 150 without it).
 func TestFormatSamplesValidate(t *testing.T) {
 	samples := 150
-	if testing.Short() {
+	if testfix.Quick(raceEnabled) {
 		samples = 20
 	}
 	for _, name := range strings.Split(formatNames(), ", ") {

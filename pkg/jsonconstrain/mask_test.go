@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixtok"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
 )
@@ -14,12 +15,13 @@ import (
 func fixtureTokenizer(t testing.TB) *tokenizer.Tokenizer { return fixtok.Tokenizer(t) }
 
 // walkFixture is what the random-walk tests share: the fixture masker and
-// tokenizer, its end ids, and how many walks to take (short under -short,
-// else full).
+// tokenizer, its end ids, and how many walks to take (short under -short
+// or the race detector, which slows the walks an order of magnitude, else
+// full; scripts/test.sh runs the full walks without -race).
 func walkFixture(t *testing.T, full, short int) (*Masker, *tokenizer.Tokenizer, map[int]bool, int) {
 	m, ends := fixtureMasker(t)
 	walks := full
-	if testing.Short() {
+	if testfix.Quick(raceEnabled) {
 		walks = short
 	}
 	return m, fixtureTokenizer(t), map[int]bool{ends[0]: true, ends[1]: true}, walks
