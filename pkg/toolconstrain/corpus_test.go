@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/corpus"
 )
 
@@ -77,10 +78,14 @@ func TestCorpusCompiles(t *testing.T) {
 // temperature 1 with a nudge towards closing (tokens with a quote,
 // bracket, angle bracket, slash or newline get +4, and in a raw value the
 // tokens that take a step towards its closing tag +8, so that strings
-// without a bound end), 2 seeds each: every call parses, names the tool, and its
-// arguments validate against the tool's schema, less the parameters left
-// free.
+// without a bound end), 2 seeds each (1 under -race or -short): every call
+// parses, names the tool, and its arguments validate against the tool's
+// schema, less the parameters left free.
 func TestCorpusForcedCallsValidate(t *testing.T) {
+	seeds := 2
+	if testfix.Quick(raceEnabled) {
+		seeds = 1
+	}
 	tok := fixtureTokenizer(t)
 	tv := newTestVocab(t, tok, fixtureEnds(t, tok))
 	nudge := make([]float32, tok.IDCount())
@@ -97,7 +102,7 @@ func TestCorpusForcedCallsValidate(t *testing.T) {
 		}
 		checked := withoutFallbacks(t, tools, g)
 		for _, tl := range g.tools {
-			for seed := range 2 {
+			for seed := range seeds {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", file, tl.name, seed), func(t *testing.T) {
 					c, err := tv.Constrain(Plan{Grammar: g, Choice: Named, Name: tl.name})
 					if err != nil {

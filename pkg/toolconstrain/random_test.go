@@ -11,6 +11,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/nvmai/nvmai/internal/testfix"
 	"github.com/nvmai/nvmai/internal/testfix/fixtok"
 	"github.com/nvmai/nvmai/pkg/chatparse"
 	"github.com/nvmai/nvmai/pkg/tokenizer"
@@ -181,11 +182,16 @@ func checkConcurrentGenerations(t *testing.T, tok *tokenizer.Tokenizer, tv *Voca
 	}
 }
 
-// Random weights, temperature 1, 20 seeds: forced calls (required and
-// named, one and several), and a call the text opens under tool_choice
-// auto, always parse, name a declared tool and validate; at seed 0 every
-// step also checks Mask against Advance on every token.
+// Random weights, temperature 1, 20 seeds (4 under -race or -short):
+// forced calls (required and named, one and several), and a call the text
+// opens under tool_choice auto, always parse, name a declared tool and
+// validate; at seed 0 every step also checks Mask against Advance on every
+// token.
 func TestRandomForcedCallsValidate(t *testing.T) {
+	seeds := 20
+	if testfix.Quick(raceEnabled) {
+		seeds = 4
+	}
 	tok, tv, tools, g := randomSetup(t, RandomTools)
 	plans := []struct {
 		plan   Plan
@@ -199,7 +205,7 @@ func TestRandomForcedCallsValidate(t *testing.T) {
 		{Plan{Choice: Named, Name: "search"}, "<tool_call>\n<function=search>\n", ""},
 	}
 	for pi, pl := range plans {
-		for seed := range 20 {
+		for seed := range seeds {
 			t.Run(fmt.Sprintf("%d-%s-parallel=%v/seed%d", pi, pl.plan.Name, pl.plan.Parallel, seed), func(t *testing.T) {
 				pl.plan.Grammar = g
 				c, err := tv.Constrain(pl.plan)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // patternTools have raw string parameters with patterns and formats; the
@@ -118,15 +120,19 @@ func TestPatternMaskAgreesWithAdvance(t *testing.T) {
 	}
 }
 
-// Random weights, temperature 1, 20 seeds: forced calls of a tool whose
-// string parameters carry patterns and formats parse and validate, formats
-// asserted; at seed 0 every step also checks Mask against Advance on every
-// token of the fixture vocabulary.
+// Random weights, temperature 1, 20 seeds (4 under -race or -short):
+// forced calls of a tool whose string parameters carry patterns and formats
+// parse and validate, formats asserted; at seed 0 every step also checks
+// Mask against Advance on every token of the fixture vocabulary.
 func TestRandomPatternCallsValidate(t *testing.T) {
+	seeds := 20
+	if testfix.Quick(raceEnabled) {
+		seeds = 4
+	}
 	tok, tv, tools, g := randomSetup(t, patternTools)
 	requireNoFallbacks(t, g)
 	for _, choice := range []Choice{Named, Required} {
-		for seed := range 20 {
+		for seed := range seeds {
 			t.Run(fmt.Sprintf("choice%d/seed%d", choice, seed), func(t *testing.T) {
 				c, err := tv.Constrain(Plan{Grammar: g, Choice: choice, Name: "book"})
 				if err != nil {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package toolconstrain
+
+const raceEnabled = false
