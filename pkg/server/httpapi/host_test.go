@@ -393,8 +393,12 @@ func TestRefusalsBeforeTheBodyAreImmediate(t *testing.T) {
 // waited for the 120 s IdleTimeout (10 s ReadHeaderTimeout, 60 s
 // ReadTimeout).
 func TestIdleConnectionsDoNotLockClientsOut(t *testing.T) {
+	// Each mode waits out a grace of 1 to 3 s on its own server: in
+	// parallel, the waits overlap.
+	t.Parallel()
 	for _, mode := range []string{"keep-alive after GET /health", "nothing sent", "slow headers", "partial body"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			hs := limitedServer(fakeHandler(httpapi.Options{}), 4)
 			defer hs.Close()
 			addr := hs.Listener.Addr().String()
@@ -564,6 +568,7 @@ func TestStreamWriteDeadlineDoesNotReachTheNextRequest(t *testing.T) {
 // connections 20 ms after the answer for a newcomer failed 3 times in
 // 137,000 requests with "write: connection reset by peer").
 func TestRefusalReachesAClientStillWritingItsBody(t *testing.T) {
+	t.Parallel() // mostly waiting for the lingering close: it overlaps the idle-connection waits
 	oh := fakeHandler(httpapi.Options{MaxBody: 1 << 10})
 	hs := limitedServer(oh, 1)
 	defer hs.Close()
