@@ -16,7 +16,11 @@ typedef long long i64;
 // that kernel has finished and its writes are visible, so nothing below it
 // reads or writes device memory early. launch_dependents then lets the next
 // kernel's blocks be scheduled behind this one's. Without PDL both are no-ops.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(NVMAI_EMU) // tools/cudaemu: blocks run one launch after another
+#define PDL_ENTRY() \
+    do {            \
+    } while (0)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_ENTRY()                                                \
     do {                                                           \
         asm volatile("griddepcontrol.wait;" ::: "memory");         \
@@ -271,15 +275,23 @@ extern "C" __global__ void rmsnorm_q(float* out, const float* x, const float* sc
 // dp4a_ss is __dp4a(int, int, int) written as the instruction, so the file
 // needs no intrinsics header on any NVRTC.
 __device__ __forceinline__ int dp4a_ss(int a, int b, int c) {
+#if defined(NVMAI_EMU)
+    return emu_dp4a_ss(a, b, c);
+#else
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+#endif
 }
 
 __device__ __forceinline__ int dp4a_us(u32 a, int b, int c) {
+#if defined(NVMAI_EMU)
+    return emu_dp4a_us(a, b, c);
+#else
     int r;
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+#endif
 }
 
 // Matrix addressing shared by the GEMVs. A launch covers `slots` matrices of
@@ -477,7 +489,9 @@ extern "C" __global__ void qgemv_tb(float* y, const u8* data, const u8* scales, 
 // k order inside a group is the dp4a pairing (Q4: low nibbles with the
 // even codes, high with the odd).
 __device__ __forceinline__ void mma_u8s8(int* d, const u32* a, const int* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if defined(NVMAI_EMU)
+    emu_mma_u8s8(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the engine launches these kernels on sm_80 and newer only
 #else
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -626,12 +640,18 @@ extern "C" __global__ void qgemm_grouped_mma(float* y, const u8* data, const u8*
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     u32 a;
+#if defined(NVMAI_EMU)
+    a = emu_cvta_shared(p);
+#else
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+#endif
     return a;
 }
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(NVMAI_EMU) // copies at once: the waits below have nothing to wait for
+    emu_cp_async(dst, src, 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 #else
     __trap();
@@ -639,7 +659,9 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
 }
 
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(NVMAI_EMU)
+    emu_cp_async(dst, src, 4);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 #else
     __trap();
@@ -647,19 +669,23 @@ __device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
 }
 
 __device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(NVMAI_EMU)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void cp_async_wait_stages() { // all but the newest M2_STAGES-2 groups landed
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(NVMAI_EMU)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(M2_STAGES - 2) : "memory");
 #endif
 }
 
 __device__ __forceinline__ void ldsm_x4(u32 r[4], u32 addr) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+#if defined(NVMAI_EMU)
+    emu_ldsm_x4(r, addr);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
@@ -1329,7 +1355,9 @@ extern "C" __global__ void moe_down(float* x, const u8* data, const u8* scales, 
 #define GROUP_THREADS 1024
 __device__ __forceinline__ u32 match_any(int v) {
     u32 m;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+#if defined(NVMAI_EMU)
+    m = emu_match_any(0xffffffffu, (u32)v);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
     asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(m) : "r"(v));
 #else
     m = 0;
@@ -2094,8 +2122,13 @@ extern "C" __global__ void gdn_rec_par(float* oraw, float* S, const float* conv,
 // all; memory written before the arrive is visible after the sync. The
 // forms without .aligned, so a warp need not have reconverged (the asm is
 // opaque to the compiler).
+#if defined(NVMAI_EMU)
+__device__ __forceinline__ void nbar_sync(int id, int n) { emu_bar_sync(id, n); }
+__device__ __forceinline__ void nbar_arrive(int id, int n) { emu_bar_arrive(id, n); }
+#else
 __device__ __forceinline__ void nbar_sync(int id, int n) { asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+#endif
 
 // gdn_rec_reg is gdn_rec_par with the state in registers: warp w keeps rows
 // 32w … 32w+31 of its block's 32 columns (one column a lane) and updates
