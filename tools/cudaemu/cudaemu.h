@@ -187,7 +187,8 @@ static inline int __all_sync(unsigned mask, int pred) {
     // every participating lane: ballot of the negation is empty
     return emu_ballot(mask, !pred) == 0;
 }
-static inline unsigned __activemask() { return emu_ballot(0xffffffffu, 1); }
+// No __activemask: which lanes run together is the hardware's choice; a
+// kernel that needs it gets a compile error here rather than a guess.
 template <class T>
 static inline unsigned __match_any_sync(unsigned mask, T v) {
     return emu_match_any(mask, emu_bits_of(v));

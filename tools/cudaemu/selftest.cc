@@ -95,6 +95,15 @@ static void test_syncthreads() {
         atomicAdd(&done, 1);
     });
     CHECK(done == 64, "syncthreads after exits: %d threads finished, want 64", done);
+    // ... also when the last of them exits while the others already wait.
+    done = 0;
+    launch({1, 1, 1}, {96, 1, 1}, 0, [&] {
+        __syncthreads();
+        if (threadIdx.x >= 64) return;
+        __syncthreads();
+        atomicAdd(&done, 1);
+    });
+    CHECK(done == 64, "syncthreads released by an exit: %d threads finished, want 64", done);
 }
 
 // ---- shuffles: exact semantics incl. width segments and out-of-range lanes ----
@@ -446,11 +455,98 @@ static void bench() {
     printf("__shfl_xor_sync, 256 threads: %.1f ns a lane-shuffle\n", dt * 1e9 / (256.0 * rounds));
 }
 
+// ---- the real kernels: the tensor-core products against the dp4a GEMV ----
+// kernels.cu's qgemm_mma and qgemm_mma2 compute qgemv's result bit for bit
+// on a GPU (mma's integer products, then qrow's float epilogue). Here they
+// run on the emulated mma, ldmatrix and cp.async, while qgemv uses only
+// dp4a and shuffles: agreement checks those emulations against fragment
+// layouts the kernels were written (and measured on a GPU) for, not against
+// this file's own tables.
+typedef long long i64;
+typedef void (*quantize_fn)(const float*, int, signed char*, int*, float*, float*);
+typedef void (*qgemv_fn)(float*, const uint8_t*, const uint8_t*, const uint8_t*, int, int, int, const signed char*, const int*,
+                         const float*, const float*, const float*, const int*, int, i64, i64, int, int);
+typedef void (*qgemm_fn)(float*, const uint8_t*, const uint8_t*, const uint8_t*, int, int, int, const signed char*, const int*,
+                         const float*, const float*, const float*, int);
+
+static unsigned blocks(int n, int b) { return (unsigned)((n + b - 1) / b); }
+
+static void test_real_gemm(void* h) {
+    auto quantize = (quantize_fn)dlsym(h, "quantize");
+    auto qgemv = (qgemv_fn)dlsym(h, "qgemv");
+    auto mma = (qgemm_fn)dlsym(h, "qgemm_mma");
+    auto mma2 = (qgemm_fn)dlsym(h, "qgemm_mma2");
+    auto mma2s = (qgemm_fn)dlsym(h, "qgemm_mma2_s");
+    CHECK(quantize && qgemv && mma && mma2 && mma2s, "kernels missing from the .so");
+    if (!(quantize && qgemv && mma && mma2 && mma2s)) return;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+    auto bf16 = [](float f) {
+        unsigned u;
+        memcpy(&u, &f, 4);
+        return (uint16_t)(u >> 16);
+    };
+    const int rows = 96, cols = 256, G = cols / 64, T = 70;
+    std::vector<float> x((size_t)T * cols);
+    for (auto& v : x) v = U(rng) * 3.0f;
+    std::vector<signed char> xq8((size_t)T * cols);
+    std::vector<int> xq4((size_t)T * G * 16);
+    std::vector<float> dx((size_t)T * G), sx((size_t)T * G);
+    const float* px = x.data();
+    signed char* p8 = xq8.data();
+    int* p4 = xq4.data();
+    float *pd = dx.data(), *ps = sx.data();
+    int tg = T * G;
+    launch({blocks(tg, 8), 1, 1}, {256, 1, 1}, 0, [&] { quantize(px, tg, p8, p4, pd, ps); });
+    for (int bits : {4, 8}) {
+        std::vector<uint8_t> data((size_t)rows * cols * bits / 8);
+        for (auto& b : data) b = (uint8_t)rng();
+        std::vector<uint16_t> sc((size_t)rows * G), bi((size_t)rows * G);
+        for (auto& v : sc) v = bf16(U(rng) * 0.02f);
+        for (auto& v : bi) v = bf16(U(rng) * 0.1f);
+        const uint8_t *d = data.data(), *s = (const uint8_t*)sc.data(), *b = (const uint8_t*)bi.data();
+        std::vector<float> ref((size_t)T * rows, -1), got((size_t)T * rows, -2);
+        float* pr = ref.data();
+        launch({(unsigned)T, blocks(rows, 256 / 16), 1}, {256, 1, 1}, 0,
+               [&] { qgemv(pr, d, s, b, rows, cols, bits, p8, p4, pd, ps, nullptr, nullptr, 1, 0, 0, 0, 16); });
+        struct Variant {
+            const char* name;
+            qgemm_fn fn;
+            emu_dim3 grid, block;
+            unsigned smem;
+        } vs[] = {
+            {"qgemm_mma", mma, {blocks(T, 32), blocks(rows, 16), 1}, {128, 1, 1}, 0},
+            {"qgemm_mma2", mma2, {blocks(T, 64), blocks(rows, 64), 1}, {256, 1, 1}, (unsigned)(4 * (64 * bits * 8 + 64 * 72) + 4 * 64 * G)},
+            {"qgemm_mma2_s", mma2s, {blocks(T, 32), blocks(rows, 64), 1}, {128, 1, 1}, (unsigned)(4 * (64 * bits * 8 + 32 * 72) + 4 * 64 * G)},
+        };
+        for (auto& v : vs) {
+            std::fill(got.begin(), got.end(), -2.0f);
+            float* pg = got.data();
+            qgemm_fn fn = v.fn;
+            launch(v.grid, v.block, v.smem, [&] { fn(pg, d, s, b, rows, cols, bits, p8, p4, pd, ps, nullptr, T); });
+            int bad = 0;
+            for (size_t i = 0; i < got.size(); i++)
+                if (memcmp(&got[i], &ref[i], 4) != 0 && bad++ < 3)
+                    CHECK(false, "%s Q%d token %zu row %zu: %.9g, qgemv %.9g", v.name, bits, i / rows, i % rows, got[i], ref[i]);
+            CHECK(bad == 0, "%s Q%d: %d of %zu outputs differ from qgemv", v.name, bits, bad, got.size());
+        }
+    }
+}
+
 int main(int argc, char** argv) {
+    std::vector<void*> sos;
     for (int i = 1; i < argc; i++) {
         void* h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
         CHECK(h != nullptr, "dlopen %s: %s", argv[i], dlerror());
         if (h) printf("ok   %s resolves against the runtime\n", argv[i]);
+        if (h) sos.push_back(h);
+    }
+    for (void* h : sos) {
+        int before = failures;
+        double t0 = now_s();
+        test_real_gemm(h);
+        printf("%s kernels.cu qgemm_mma, qgemm_mma2, qgemm_mma2_s = qgemv bitwise, Q4 and Q8 (%.2f s)\n",
+               failures == before ? "ok  " : "FAIL", now_s() - t0);
     }
     struct {
         const char* name;
