@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -155,6 +156,35 @@ char* smem = nullptr; // the shared window: dynamic shared memory at offset 0
 size_t smem_cap = 0;
 unsigned smem_bytes = 0;
 emu_dim3 cur_grid, cur_block, cur_bidx;
+
+// The order runnable fibers run in. FIFO (thread order) is deterministic
+// and fast, but a thread then usually runs before the threads after it, which
+// can hide a missing barrier; random order (CUDAEMU_SCHED=random[:seed], or
+// emu_set_sched) shakes such bugs out: each pick is a random runnable fiber.
+bool sched_random = false;
+uint64_t sched_state = 0;
+bool sched_env_read = false;
+
+void read_sched_env() {
+    if (sched_env_read) return;
+    sched_env_read = true;
+    const char* e = getenv("CUDAEMU_SCHED");
+    if (!e || !*e || !strcmp(e, "fifo")) return;
+    if (!strncmp(e, "random", 6)) {
+        sched_random = true;
+        sched_state = e[6] == ':' ? strtoull(e + 7, nullptr, 10) : 1;
+        return;
+    }
+    fprintf(stderr, "cudaemu: CUDAEMU_SCHED=%s: want fifo, random or random:SEED\n", e);
+    abort();
+}
+
+uint64_t sched_next() { // splitmix64
+    uint64_t z = (sched_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 #if EMU_USE_UCONTEXT
 ucontext_t sched_uc;
@@ -396,6 +426,10 @@ void run_block(emu_dim3 bidx) {
         ready.push_back(t);
     }
     while (ready_head < ready.size()) {
+        if (sched_random) {
+            size_t k = ready_head + (size_t)(sched_next() % (ready.size() - ready_head));
+            std::swap(ready[ready_head], ready[k]);
+        }
         int t = ready[ready_head++];
         if (ready_head > 4096 && ready_head * 2 > ready.size()) {
             ready.erase(ready.begin(), ready.begin() + (long)ready_head);
@@ -637,6 +671,7 @@ void bar_wait(Fiber* f, int id, int n, bool wait) {
 
 EMU_EXPORT void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_bytes, void (*body)(void*), void* ctx) {
     std::lock_guard<std::mutex> lock(launch_mu);
+    read_sched_env();
     unsigned long long n = (unsigned long long)block.x * block.y * block.z;
     if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
         fprintf(stderr, "cudaemu: launch with grid (%u,%u,%u) block (%u,%u,%u): empty or over 1024 threads a block\n", grid.x, grid.y,
@@ -678,6 +713,15 @@ EMU_EXPORT void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_byte
             for (unsigned x = 0; x < grid.x; x++) run_block({x, y, z});
     __emu_dyn_smem = nullptr;
     __emu_cur = nullptr;
+}
+
+// emu_set_sched picks the order runnable fibers run in: 0 FIFO (thread
+// order, the default), 1 random from seed (as CUDAEMU_SCHED=random:SEED).
+EMU_EXPORT void emu_set_sched(int mode, unsigned long long seed) {
+    std::lock_guard<std::mutex> lock(launch_mu);
+    sched_env_read = true;
+    sched_random = mode == 1;
+    sched_state = seed;
 }
 
 // ---- exported: what cudaemu.h calls ----

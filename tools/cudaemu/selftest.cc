@@ -533,6 +533,60 @@ static void test_real_gemm(void* h) {
     }
 }
 
+// ---- the real kernels: the delta rule's four forms agree bitwise ----
+// gdn_rec_pipe, gdn_rec_par and gdn_rec_reg are bitwise gdn_rec on a GPU
+// (gpukernels.go); gdn_rec_reg hands partial sums down its warps through
+// named barriers (barrier.arrive / barrier.sync), gdn_rec_par splits the
+// update over four warps with __syncthreads.
+typedef void (*gdn_fn)(float*, float*, const float*, const float*, const float*, const float*, const float*, int, int, int, int, int,
+                       int, int);
+
+static void test_real_gdn(void* h) {
+    const char* names[] = {"gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg"};
+    gdn_fn fns[4];
+    for (int i = 0; i < 4; i++) {
+        fns[i] = (gdn_fn)dlsym(h, names[i]);
+        CHECK(fns[i], "%s missing from the .so", names[i]);
+        if (!fns[i]) return;
+    }
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+    const int Hk = 2, Hv = 4, Dv = 64;
+    for (int Dk : {64, 128})
+        for (int T : {1, 5, 19}) {
+            const int C = 2 * Hk * Dk + Hv * Dv, ab = Hv + 1;
+            std::vector<float> conv((size_t)T * C), a((size_t)T * ab), b((size_t)T * ab), nea(Hv), dtb(Hv), S0((size_t)Hv * Dk * Dv);
+            for (auto& v : conv) v = U(rng);
+            for (auto& v : a) v = U(rng);
+            for (auto& v : b) v = U(rng) * 2.0f;
+            for (auto& v : nea) v = -0.1f - 0.8f * (U(rng) + 1.0f) / 2.0f;
+            for (auto& v : dtb) v = U(rng) * 0.5f;
+            for (auto& v : S0) v = U(rng) * 0.1f;
+            int base = 32 * Dk + 3 * Dk + 4 * T + (T <= 8 ? T * 2 * Dk : 0);
+            unsigned smem[4] = {(unsigned)base * 4, (unsigned)base * 4, (unsigned)(base + 64 * Dk + 32) * 4,
+                                (unsigned)(4 * T + 4 * 96 + 2 * 4 * 32 + 32 + (T <= 8 ? T * 2 * Dk : 0)) * 4};
+            std::vector<float> oref, sref;
+            for (int i = 0; i < 4; i++) {
+                std::vector<float> o((size_t)T * Hv * Dv, -7.0f), S = S0;
+                float *po = o.data(), *pS = S.data();
+                const float *pc = conv.data(), *pa = a.data(), *pb = b.data(), *pn = nea.data(), *pd = dtb.data();
+                gdn_fn fn = fns[i];
+                launch({(unsigned)Hv, blocks(Dv, 32), 1}, {128, 1, 1}, smem[i],
+                       [&] { fn(po, pS, pc, pa, pb, pn, pd, C, Hk, Hv, Dk, Dv, T, ab); });
+                if (i == 0) {
+                    oref = o;
+                    sref = S;
+                    continue;
+                }
+                CHECK(memcmp(o.data(), oref.data(), o.size() * 4) == 0, "%s Dk %d T %d: outputs differ from gdn_rec", names[i], Dk, T);
+                CHECK(memcmp(S.data(), sref.data(), S.size() * 4) == 0, "%s Dk %d T %d: state differs from gdn_rec", names[i], Dk, T);
+            }
+            bool moved = false;
+            for (size_t j = 0; j < S0.size(); j++) moved |= sref[j] != S0[j];
+            CHECK(moved && oref[0] != -7.0f, "gdn_rec Dk %d T %d wrote nothing", Dk, T);
+        }
+}
+
 int main(int argc, char** argv) {
     std::vector<void*> sos;
     for (int i = 1; i < argc; i++) {
@@ -541,25 +595,38 @@ int main(int argc, char** argv) {
         if (h) printf("ok   %s resolves against the runtime\n", argv[i]);
         if (h) sos.push_back(h);
     }
-    for (void* h : sos) {
-        int before = failures;
-        double t0 = now_s();
-        test_real_gemm(h);
-        printf("%s kernels.cu qgemm_mma, qgemm_mma2, qgemm_mma2_s = qgemv bitwise, Q4 and Q8 (%.2f s)\n",
-               failures == before ? "ok  " : "FAIL", now_s() - t0);
+    // every check in thread order, then in two random orders (a missing
+    // barrier that thread order hides shows in one of those)
+    const char* orders[] = {"thread order", "random order (seed 1)", "random order (seed 2)"};
+    for (int o = 0; o < 3; o++) {
+        emu_set_sched(o == 0 ? 0 : 1, (unsigned long long)o);
+        printf("-- %s\n", orders[o]);
+        for (void* h : sos) {
+            int before = failures;
+            double t0 = now_s();
+            test_real_gemm(h);
+            printf("%s kernels.cu qgemm_mma, qgemm_mma2, qgemm_mma2_s = qgemv bitwise, Q4 and Q8 (%.2f s)\n",
+                   failures == before ? "ok  " : "FAIL", now_s() - t0);
+            before = failures;
+            t0 = now_s();
+            test_real_gdn(h);
+            printf("%s kernels.cu gdn_rec_pipe, gdn_rec_par, gdn_rec_reg = gdn_rec bitwise (%.2f s)\n", failures == before ? "ok  " : "FAIL",
+                   now_s() - t0);
+        }
+        struct {
+            const char* name;
+            void (*fn)();
+        } tests[] = {{"syncthreads", test_syncthreads}, {"shuffles", test_shuffles}, {"votes", test_votes},
+                     {"named barriers", test_named_barriers}, {"mma", test_mma}, {"ldmatrix", test_ldmatrix},
+                     {"cp.async", test_cp_async}, {"failures", test_failures}};
+        for (auto& t : tests) {
+            int before = failures;
+            double t0 = now_s();
+            t.fn();
+            printf("%s %s (%.2f s)\n", failures == before ? "ok  " : "FAIL", t.name, now_s() - t0);
+        }
     }
-    struct {
-        const char* name;
-        void (*fn)();
-    } tests[] = {{"syncthreads", test_syncthreads}, {"shuffles", test_shuffles}, {"votes", test_votes},
-                 {"named barriers", test_named_barriers}, {"mma", test_mma}, {"ldmatrix", test_ldmatrix},
-                 {"cp.async", test_cp_async}, {"failures", test_failures}};
-    for (auto& t : tests) {
-        int before = failures;
-        double t0 = now_s();
-        t.fn();
-        printf("%s %s (%.2f s)\n", failures == before ? "ok  " : "FAIL", t.name, now_s() - t0);
-    }
+    emu_set_sched(0, 0);
     bench();
     if (failures) {
         printf("FAIL: %d checks\n", failures);
