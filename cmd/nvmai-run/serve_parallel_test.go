@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
@@ -44,9 +43,7 @@ func TestServeParallelRefusals(t *testing.T) {
 // stops when asked (the ready line, on the process's stderr, says
 // "parallel 3"; pkg/server's tests check what it serves).
 func TestServeParallelStarts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", tinyInstall(t), "--port", "0", "--parallel", "3")
+	r := serveUntilReady(t, "--model", tinyInstall(t), "--port", "0", "--parallel", "3")
 	if r.Code != 0 {
 		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
@@ -140,9 +137,7 @@ func TestServeParallelMemory(t *testing.T) {
 	machineMemory = func() (int64, error) { return mem, nil }
 	defer func() { machineMemory = old }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", dir, "--port", "0", "--threads", "1")
+	r := serveUntilReady(t, "--model", dir, "--port", "0", "--threads", "1")
 	want := "parallel 2 (default: 2 states of " + expertcache.FormatSize(per) + " fit in "
 	if r.Code != 0 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "+ 2 sequence states × (KV") {
 		t.Errorf("default: exit %d, stderr %q; want %q and the footprint of 2 states", r.Code, r.Stderr, want)
@@ -155,9 +150,7 @@ func TestServeParallelMemory(t *testing.T) {
 		}
 	}
 
-	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	r = clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, "serve", "--model", dir, "--port", "0", "--threads", "1", "--parallel", "3", "--force")
+	r = serveUntilReady(t, "--model", dir, "--port", "0", "--threads", "1", "--parallel", "3", "--force")
 	if r.Code != 0 || !strings.Contains(r.Stderr, "| parallel 3\n") {
 		t.Errorf("--parallel 3 --force: exit %d, stderr %q", r.Code, r.Stderr)
 	}

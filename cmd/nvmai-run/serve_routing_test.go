@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nvmai/nvmai/pkg/cliutil"
 	"github.com/nvmai/nvmai/pkg/cliutil/clitest"
@@ -63,10 +61,8 @@ func TestServeRoutingStarts(t *testing.T) {
 		{[]string{"--routing", "synthetic:agent:seed=5"}, "routing replayed from synthetic agent seed=5, slot i drawing seed 5+i; read-ahead off"},
 		{[]string{"--routing-trace", trace, "--prefetch", "2"}, "(4 positions), slot i from position i × 2, repeating at its end; read-ahead 2"},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		args := append([]string{"serve", "--model", dir, "--port", "0", "--parallel", "2"}, tc.flags...)
-		r := clitest.RunWith(t, app(), clitest.Options{Ctx: ctx}, args...)
-		cancel()
+		args := append([]string{"--model", dir, "--port", "0", "--parallel", "2"}, tc.flags...)
+		r := serveUntilReady(t, args...)
 		if r.Code != 0 || !strings.Contains(r.Stderr, tc.line) || !strings.Contains(r.Stderr, "| parallel 2") {
 			t.Errorf("%q: exit %d, stderr %q; want %q", args, r.Code, r.Stderr, tc.line)
 		}
