@@ -104,6 +104,11 @@ func TestCorpusForcedCallsValidate(t *testing.T) {
 		for _, tl := range g.tools {
 			for seed := range seeds {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", file, tl.name, seed), func(t *testing.T) {
+					// In parallel: the generations share tv and g as the
+					// server's concurrent requests do (checked under -race),
+					// and use both cores where this package runs alone, at
+					// the end of the race run.
+					t.Parallel()
 					c, err := tv.Constrain(Plan{Grammar: g, Choice: Named, Name: tl.name})
 					if err != nil {
 						t.Fatal(err)

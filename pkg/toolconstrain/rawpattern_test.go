@@ -122,8 +122,9 @@ func TestPatternMaskAgreesWithAdvance(t *testing.T) {
 
 // Random weights, temperature 1, 20 seeds (4 under -race or -short):
 // forced calls of a tool whose string parameters carry patterns and formats
-// parse and validate, formats asserted; at seed 0 every step also checks
-// Mask against Advance on every token of the fixture vocabulary.
+// parse and validate, formats asserted; at seed 0 every step (every fourth
+// under -race or -short) also checks Mask against Advance on every token of
+// the fixture vocabulary.
 func TestRandomPatternCallsValidate(t *testing.T) {
 	seeds := 20
 	if testfix.Quick(raceEnabled) {
@@ -134,6 +135,7 @@ func TestRandomPatternCallsValidate(t *testing.T) {
 	for _, choice := range []Choice{Named, Required} {
 		for seed := range seeds {
 			t.Run(fmt.Sprintf("choice%d/seed%d", choice, seed), func(t *testing.T) {
+				t.Parallel() // sharing tv and g as concurrent requests do; see TestCorpusForcedCallsValidate
 				c, err := tv.Constrain(Plan{Grammar: g, Choice: choice, Name: "book"})
 				if err != nil {
 					t.Fatal(err)
@@ -143,7 +145,7 @@ func TestRandomPatternCallsValidate(t *testing.T) {
 					prefix += "<function=book>\n"
 				}
 				rng := rand.New(rand.NewPCG(uint64(seed), 41+uint64(choice)))
-				text, ended := sampleConstrained(t, c, tok, rng, 3000, seed == 0)
+				text, ended := sampleConstrained(t, c, tok, rng, 3000, maskCheckEvery(seed))
 				if !ended {
 					t.Fatalf("no end within 3000 tokens: %q", text)
 				}
