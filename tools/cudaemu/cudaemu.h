@@ -46,7 +46,7 @@ extern void* __emu_dyn_smem;  // the current block's dynamic shared memory
 
 void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_bytes, void (*body)(void*), void* ctx);
 // 0: runnable fibers run in thread order (default); 1: in a random order
-// from seed (also CUDAEMU_SCHED=random:SEED), to expose missing barriers.
+// from seed (also NVMAI_CUDAEMU_FIBERS=random:SEED), to expose missing barriers.
 void emu_set_sched(int mode, unsigned long long seed);
 
 void emu_syncthreads(void);

@@ -45,10 +45,12 @@ namespace {
 // ---- context switch ----
 
 #if !EMU_USE_UCONTEXT
-// emu_ctx_switch saves the callee-saved registers, MXCSR and the x87
-// control word on the current stack, stores the stack pointer in *from and
-// resumes the context whose stack pointer is to. swapcontext does the same
-// plus a sigprocmask system call, several times slower per switch.
+// emu_ctx_switch saves the callee-saved registers on the current stack,
+// stores the stack pointer in *from and resumes the context whose stack
+// pointer is to. swapcontext does the same plus a sigprocmask system call,
+// about 20 times slower per switch. MXCSR and the x87 control word are not
+// switched: every fiber runs with the launching thread's (kernels do not
+// change rounding modes), and fnstcw/fldcw were 80% of a switch's time.
 extern "C" void emu_ctx_switch(void** from, void* to);
 extern "C" void emu_ctx_start();
 asm(R"(
@@ -63,14 +65,8 @@ emu_ctx_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -159,7 +155,7 @@ emu_dim3 cur_grid, cur_block, cur_bidx;
 
 // The order runnable fibers run in. FIFO (thread order) is deterministic
 // and fast, but a thread then usually runs before the threads after it, which
-// can hide a missing barrier; random order (CUDAEMU_SCHED=random[:seed], or
+// can hide a missing barrier; random order (NVMAI_CUDAEMU_FIBERS=random[:seed], or
 // emu_set_sched) shakes such bugs out: each pick is a random runnable fiber.
 bool sched_random = false;
 uint64_t sched_state = 0;
@@ -168,14 +164,14 @@ bool sched_env_read = false;
 void read_sched_env() {
     if (sched_env_read) return;
     sched_env_read = true;
-    const char* e = getenv("CUDAEMU_SCHED");
+    const char* e = getenv("NVMAI_CUDAEMU_FIBERS");
     if (!e || !*e || !strcmp(e, "fifo")) return;
     if (!strncmp(e, "random", 6)) {
         sched_random = true;
         sched_state = e[6] == ':' ? strtoull(e + 7, nullptr, 10) : 1;
         return;
     }
-    fprintf(stderr, "cudaemu: CUDAEMU_SCHED=%s: want fifo, random or random:SEED\n", e);
+    fprintf(stderr, "cudaemu: NVMAI_CUDAEMU_FIBERS=%s: want fifo, random or random:SEED\n", e);
     abort();
 }
 
@@ -273,7 +269,53 @@ Fiber* self() {
 void make_runnable(int t) {
     fibers[t].state = RUNNABLE;
     fibers[t].wait = W_NONE;
+    if (ready_head > 4096 && ready_head * 2 > ready.size()) {
+        ready.erase(ready.begin(), ready.begin() + (long)ready_head);
+        ready_head = 0;
+    }
     ready.push_back(t);
+}
+
+// next_ready takes the next runnable fiber off the queue, or returns -1.
+int next_ready() {
+    while (ready_head < ready.size()) {
+        if (sched_random) {
+            size_t k = ready_head + (size_t)(sched_next() % (ready.size() - ready_head));
+            std::swap(ready[ready_head], ready[k]);
+        }
+        int t = ready[ready_head++];
+        if (fibers[t].state == RUNNABLE) return t;
+    }
+    return -1;
+}
+
+// switch_away leaves the running fiber f (blocked or exited) for the next
+// runnable fiber directly, one switch instead of two through the
+// scheduler, or for the scheduler when none can run.
+void switch_away(Fiber* f) {
+    int t = next_ready();
+#if EMU_USE_UCONTEXT
+    if (t >= 0) {
+        Fiber& n = fibers[t];
+        running = &n;
+        __emu_cur = &n.pub;
+        starting = &n;
+        swapcontext(&f->uc, &n.uc);
+    } else {
+        swapcontext(&f->uc, &sched_uc);
+    }
+#else
+    if (t >= 0) {
+        Fiber& n = fibers[t];
+        running = &n;
+        __emu_cur = &n.pub;
+        emu_ctx_switch(&f->sp, n.sp);
+    } else {
+        emu_ctx_switch(&f->sp, sched_sp);
+    }
+#endif
+    __emu_cur = &f->pub;
+    running = f;
 }
 
 // block_here parks the running fiber until make_runnable wakes it.
@@ -281,13 +323,7 @@ void block_here(Fiber* f, Wait w, int id) {
     f->state = BLOCKED;
     f->wait = w;
     f->wait_id = id;
-#if EMU_USE_UCONTEXT
-    swapcontext(&f->uc, &sched_uc);
-#else
-    emu_ctx_switch(&f->sp, sched_sp);
-#endif
-    __emu_cur = &f->pub;
-    running = f;
+    switch_away(f);
 }
 
 void release_bar(NamedBar& b) {
@@ -324,18 +360,14 @@ void fiber_main(Fiber* f) {
     running = f;
     cur_body(cur_ctx);
     on_exit(f);
-#if EMU_USE_UCONTEXT
-    swapcontext(&f->uc, &sched_uc);
-#else
-    emu_ctx_switch(&f->sp, sched_sp);
-#endif
+    switch_away(f);
     fail("an exited thread was resumed", f);
 }
 
 size_t stack_size() {
     if (!stack_bytes) {
         size_t kb = 256;
-        if (const char* e = getenv("CUDAEMU_STACK_KB")) kb = strtoul(e, nullptr, 10);
+        if (const char* e = getenv("NVMAI_CUDAEMU_STACK_KB")) kb = strtoul(e, nullptr, 10);
         if (kb < 64) kb = 64;
         page = (size_t)sysconf(_SC_PAGESIZE);
         stack_bytes = (kb * 1024 + page - 1) / page * page;
@@ -377,11 +409,6 @@ void init_fiber(Fiber& f) {
     *--s = (uint64_t)(uintptr_t)fiber_main;    // r13: the entry
     *--s = 0;                                  // r14
     *--s = 0;                                  // r15
-    uint32_t mx;
-    uint16_t cw;
-    asm volatile("stmxcsr %0" : "=m"(mx));
-    asm volatile("fnstcw %0" : "=m"(cw));
-    *--s = (uint64_t)mx | ((uint64_t)cw << 32);
     f.sp = s;
 #endif
 }
@@ -425,20 +452,8 @@ void run_block(emu_dim3 bidx) {
         init_fiber(f);
         ready.push_back(t);
     }
-    while (ready_head < ready.size()) {
-        if (sched_random) {
-            size_t k = ready_head + (size_t)(sched_next() % (ready.size() - ready_head));
-            std::swap(ready[ready_head], ready[k]);
-        }
-        int t = ready[ready_head++];
-        if (ready_head > 4096 && ready_head * 2 > ready.size()) {
-            ready.erase(ready.begin(), ready.begin() + (long)ready_head);
-            ready_head = 0;
-        }
-        Fiber& f = fibers[t];
-        if (f.state != RUNNABLE) continue;
-        resume(f);
-    }
+    // Control comes back here only when no fiber can run.
+    for (int t; (t = next_ready()) >= 0;) resume(fibers[t]);
     if (nexited != nthreads) deadlock();
 }
 
@@ -447,6 +462,18 @@ void run_block(emu_dim3 bidx) {
 unsigned lane_bit(const Fiber* f) { return 1u << f->pub.lane; }
 
 Fiber& lane_fiber(int wi, int l) { return fibers[(size_t)wi * 32 + l]; }
+
+// mma_product: D = A·Bt^T, 16×8 dots of 32 (no product or sum of 32 of
+// them overflows 32 bits: 32·255·128 < 2^21). O3 for the vectorised dots:
+// the emulated tensor-core products are most of a prefill test's time.
+__attribute__((optimize("O3"))) void mma_product(const int16_t (*A)[32], const int16_t (*Bt)[32], int32_t (*D)[8]) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 8; c++) {
+            int32_t s = 0;
+            for (int k = 0; k < 32; k++) s += (int32_t)A[r][k] * (int32_t)Bt[c][k];
+            D[r][c] = s;
+        }
+}
 
 void complete_group(int wi, Group& g) {
     unsigned in = g.arrived; // the lanes that take part
@@ -559,8 +586,7 @@ void complete_group(int wi, Group& g) {
             snprintf(msg, sizeof msg, "mma.sync.aligned needs all 32 lanes; lanes %#010x took part", in);
             fail(msg, running);
         }
-        uint8_t A[16][32];
-        int8_t B[32][8];
+        int16_t A[16][32], Bt[8][32]; // Bt: B transposed, a column's k contiguous
         for (int l = 0; l < 32; l++) {
             Fiber& f = lane_fiber(wi, l);
             int gid = l >> 2, tq = l & 3;
@@ -570,17 +596,17 @@ void complete_group(int wi, Group& g) {
                     A[row][kk] = (uint8_t)(f.in_a[r] >> (8 * i));
                 }
             for (int r = 0; r < 2; r++)
-                for (int i = 0; i < 4; i++) B[4 * tq + i + 16 * r][gid] = (int8_t)((unsigned)f.in_bb[r] >> (8 * i));
+                for (int i = 0; i < 4; i++) Bt[gid][4 * tq + i + 16 * r] = (int8_t)((unsigned)f.in_bb[r] >> (8 * i));
         }
+        int32_t D[16][8];
+        mma_product(A, Bt, D);
         for (int l = 0; l < 32; l++) {
             Fiber& f = lane_fiber(wi, l);
             int gid = l >> 2, tq = l & 3;
             for (int r = 0; r < 4; r++) {
                 int row = gid + (r >= 2 ? 8 : 0), col = 2 * tq + (r & 1);
-                int s = 0;
-                for (int kk = 0; kk < 32; kk++) s += (int)A[row][kk] * (int)B[kk][col];
                 // s32 accumulation wraps (no .satfinite)
-                f.out[r] = (unsigned)f.in_c[r] + (unsigned)s;
+                f.out[r] = (unsigned)f.in_c[r] + (unsigned)D[row][col];
             }
         }
         break;
@@ -716,7 +742,7 @@ EMU_EXPORT void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_byte
 }
 
 // emu_set_sched picks the order runnable fibers run in: 0 FIFO (thread
-// order, the default), 1 random from seed (as CUDAEMU_SCHED=random:SEED).
+// order, the default), 1 random from seed (as NVMAI_CUDAEMU_FIBERS=random:SEED).
 EMU_EXPORT void emu_set_sched(int mode, unsigned long long seed) {
     std::lock_guard<std::mutex> lock(launch_mu);
     sched_env_read = true;
@@ -864,6 +890,8 @@ EMU_EXPORT double emu_bench_switch(int n) {
     nthreads = 1;
     nexited = 0;
     bench_left = n;
+    ready.clear();
+    ready_head = 0;
     init_fiber(f);
     timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
