@@ -30,14 +30,16 @@ go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
-# The race run takes a subset of the long matrices (the concurrent cases of the bitwise ones, 3 of the
-# 20 forced-tool-call seeds per protocol, a few head and position counts of the attention kernels,
-# the short JSON-constraint walks and format samples, a few seeds of the sampled tool calls); this
-# runs them whole.
+# Under the race detector (testfix.Quick) the long single-goroutine matrices take a subset: the
+# concurrent cases of the bitwise ones, 3 of the 20 forced-tool-call seeds per protocol, a few head
+# and position counts of the attention kernels, the short JSON-constraint walks and format samples,
+# a few seeds of the sampled tool calls (Mask checked every fourth step), one cache size of the
+# hit-rate simulations. This runs them whole.
 echo "== the long matrices without the race detector"
-go test -count=1 -run 'BitwiseInvisible|TinyModelForced|AttendBitwise|AttendKVBitwise|RandomWalks|FormatSamplesValidate|ForcedCallsValidate|PatternCallsValidate' \
-  ./pkg/runtime/ ./pkg/models/qwen35/ ./pkg/server/openai/ ./pkg/server/responses/ ./pkg/server/anthropic/ \
-  ./pkg/kernels/ ./pkg/jsonconstrain/ ./pkg/toolconstrain/
+long='BitwiseInvisible|TinyModelForced|AttendBitwise|AttendKVBitwise|RandomWalks|FormatSamplesValidate'
+long+='|ForcedCallsValidate|PatternCallsValidate|TestHitRates$'
+go test -count=1 -run "$long" ./pkg/runtime/ ./pkg/models/qwen35/ ./pkg/server/openai/ ./pkg/server/responses/ \
+  ./pkg/server/anthropic/ ./pkg/kernels/ ./pkg/jsonconstrain/ ./pkg/toolconstrain/ ./pkg/expertcache/
 echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
