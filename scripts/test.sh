@@ -34,12 +34,13 @@ go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsumma
 # concurrent cases of the bitwise ones, 3 of the 20 forced-tool-call seeds per protocol, a few head
 # and position counts of the attention kernels, the short JSON-constraint walks and format samples,
 # a few seeds of the sampled tool calls (Mask checked every fourth step), one cache size of the
-# hit-rate simulations. This runs them whole.
+# hit-rate simulations, one qwen3.8 layout against transformers, 200 of the 1000 EncodeLimit texts.
+# This runs them whole.
 echo "== the long matrices without the race detector"
 long='BitwiseInvisible|TinyModelForced|AttendBitwise|AttendKVBitwise|RandomWalks|FormatSamplesValidate'
-long+='|ForcedCallsValidate|PatternCallsValidate|TestHitRates$'
+long+='|ForcedCallsValidate|PatternCallsValidate|TestHitRates$|Qwen38SixteenBitMatchesTransformers|EncodeLimitIsEncode'
 go test -count=1 -run "$long" ./pkg/runtime/ ./pkg/models/qwen35/ ./pkg/server/openai/ ./pkg/server/responses/ \
-  ./pkg/server/anthropic/ ./pkg/kernels/ ./pkg/jsonconstrain/ ./pkg/toolconstrain/ ./pkg/expertcache/
+  ./pkg/server/anthropic/ ./pkg/kernels/ ./pkg/jsonconstrain/ ./pkg/toolconstrain/ ./pkg/expertcache/ ./pkg/tokenizer/
 echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/

@@ -17,10 +17,17 @@ var qwen38Layouts = []string{"tiny-qwen38-fused", "tiny-qwen38-perexpert"}
 // TestQwen38SixteenBitMatchesTransformers: 16-bit installs converted from
 // both layouts, with a float32 KV cache, give logits after the last prompt
 // token within 1e-3 of transformers' on every prompt (the EOS one and the
-// 850-token one included) and its 48 greedy tokens and text.
+// 850-token one included) and its 48 greedy tokens and text. Under the race
+// detector (or -short) only the fused layout runs (pkg/convert's
+// TestQwen38LayoutsGiveIdenticalInstalls shows the two convert to the same
+// install); scripts/test.sh runs both without it.
 func TestQwen38SixteenBitMatchesTransformers(t *testing.T) {
 	refs := loadRefs(t, "tiny-qwen38.refs.json")
-	for _, layout := range qwen38Layouts {
+	layouts := qwen38Layouts
+	if testing.Short() || raceEnabled {
+		layouts = layouts[:1]
+	}
+	for _, layout := range layouts {
 		t.Run(layout, func(t *testing.T) {
 			e, err := Load(install(t, layout, 16), Options{Threads: 2})
 			if err != nil {

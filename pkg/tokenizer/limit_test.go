@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvmai/nvmai/internal/testfix"
 )
 
 // limitAlphabet mixes what changes pieces and normalisation: letters,
@@ -28,14 +30,19 @@ func randomLimitText(r *rand.Rand, n int) string {
 
 // EncodeLimit with room for every token is Encode, whatever the chunk size
 // (tiny chunks put a chunk edge at every kind of place); with one token
-// less it reports truncated.
+// less it reports truncated. 1000 random texts a chunk size, 200 under the
+// race detector (or -short); scripts/test.sh runs all without it.
 func TestEncodeLimitIsEncodeUnderTheLimit(t *testing.T) {
 	tok := fixtureTokenizer(t, "tiny-moe-fused")
 	defer func(n int) { encodeChunkBytes = n }(encodeChunkBytes)
 	r := rand.New(rand.NewPCG(44, 23))
+	texts := 1000
+	if testfix.Quick(raceEnabled) {
+		texts = 200
+	}
 	for _, chunk := range []int{1, 2, 3, 5, 8, 64, 64 << 10} {
 		encodeChunkBytes = chunk
-		for range 1000 {
+		for range texts {
 			text := randomLimitText(r, r.IntN(120))
 			want := tok.Encode(text)
 			got, truncated := tok.EncodeLimit(text, len(want))
