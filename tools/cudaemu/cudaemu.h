@@ -48,6 +48,8 @@ void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_bytes, void (*b
 // 0: runnable fibers run in thread order (default); 1: in a random order
 // from seed (also NVMAI_CUDAEMU_FIBERS=random:SEED), to expose missing barriers.
 void emu_set_sched(int mode, unsigned long long seed);
+// Names the next emu_launch's kernel in its failure messages (optional).
+void emu_set_launch_name(const char* name);
 
 void emu_syncthreads(void);
 void emu_bar_sync(int id, int n);   // PTX barrier.sync id, n

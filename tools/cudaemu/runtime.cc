@@ -152,6 +152,7 @@ char* smem = nullptr; // the shared window: dynamic shared memory at offset 0
 size_t smem_cap = 0;
 unsigned smem_bytes = 0;
 emu_dim3 cur_grid, cur_block, cur_bidx;
+std::string launch_name; // emu_set_launch_name's, for the messages; cleared after each launch
 
 // The order runnable fibers run in. FIFO (thread order) is deterministic
 // and fast, but a thread then usually runs before the threads after it, which
@@ -192,13 +193,17 @@ void* sched_sp = nullptr;
 
 // ---- diagnostics ----
 
+std::string kernel_name() { return launch_name.empty() ? std::string("kernel") : "kernel " + launch_name; }
+
 std::string where(const Fiber* f) {
     char b[256];
-    snprintf(b, sizeof b, "grid (%u,%u,%u) block (%u,%u,%u): block (%u,%u,%u) thread (%u,%u,%u) (warp %u lane %u)", cur_grid.x,
+    snprintf(b, sizeof b, "%s grid", kernel_name().c_str());
+    std::string head = b;
+    snprintf(b, sizeof b, " (%u,%u,%u) block (%u,%u,%u): block (%u,%u,%u) thread (%u,%u,%u) (warp %u lane %u)", cur_grid.x,
              cur_grid.y, cur_grid.z, cur_block.x, cur_block.y, cur_block.z, cur_bidx.x, cur_bidx.y, cur_bidx.z,
              f ? f->pub.threadIdx.x : 0, f ? f->pub.threadIdx.y : 0, f ? f->pub.threadIdx.z : 0, f ? f->pub.warp : 0,
              f ? f->pub.lane : 0);
-    return b;
+    return head + b;
 }
 
 [[noreturn]] void fail(const char* what, const Fiber* f) {
@@ -210,8 +215,8 @@ std::string where(const Fiber* f) {
 [[noreturn]] void deadlock() {
     fprintf(stderr,
             "cudaemu: deadlock: no thread can run and %d of %d wait (a barrier or warp collective that can never complete)\n  "
-            "in grid (%u,%u,%u) block (%u,%u,%u), block (%u,%u,%u)\n",
-            nthreads - nexited, nthreads, cur_grid.x, cur_grid.y, cur_grid.z, cur_block.x, cur_block.y, cur_block.z, cur_bidx.x,
+            "in %s grid (%u,%u,%u) block (%u,%u,%u), block (%u,%u,%u)\n",
+            nthreads - nexited, nthreads, kernel_name().c_str(), cur_grid.x, cur_grid.y, cur_grid.z, cur_block.x, cur_block.y, cur_block.z, cur_bidx.x,
             cur_bidx.y, cur_bidx.z);
     for (size_t w = 0; w < warps.size(); w++) {
         // one line per (warp, wait) with the lanes waiting there
@@ -739,6 +744,15 @@ EMU_EXPORT void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_byte
             for (unsigned x = 0; x < grid.x; x++) run_block({x, y, z});
     __emu_dyn_smem = nullptr;
     __emu_cur = nullptr;
+    launch_name.clear();
+}
+
+// emu_set_launch_name names the next emu_launch's kernel in the messages
+// of a deadlock, trap or bad access (optional; the driver knows the name,
+// the runtime does not).
+EMU_EXPORT void emu_set_launch_name(const char* name) {
+    std::lock_guard<std::mutex> lock(launch_mu);
+    launch_name = name ? name : "";
 }
 
 // emu_set_sched picks the order runnable fibers run in: 0 FIFO (thread

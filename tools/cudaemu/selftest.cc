@@ -421,7 +421,8 @@ static void test_failures() {
             if (threadIdx.x < 32) emu_bar_sync(3, 64);
         });
     });
-    expect_abort("trap", "trap: __trap()", [] {
+    expect_abort("trap", "kernel trapper grid (2,1,1) block (32,1,1): block (1,0,0) thread (5,0,0)", [] {
+        emu_set_launch_name("trapper");
         launch({2, 1, 1}, {32, 1, 1}, 0, [] {
             if (blockIdx.x == 1 && threadIdx.x == 5) __trap();
         });
