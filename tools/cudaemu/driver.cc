@@ -41,6 +41,7 @@ struct emu_dim3 {
     unsigned x, y, z;
 };
 extern "C" void emu_launch(emu_dim3 grid, emu_dim3 block, unsigned dyn_smem_bytes, void (*body)(void*), void* ctx);
+extern "C" void emu_set_launch_name(const char* name);  // runtime.cc: names the kernel in its failure messages
 
 typedef int CUresult;
 enum {
@@ -195,6 +196,7 @@ void run(const Op& op) {
         if (cfg().trace)
             fprintf(stderr, "cudaemu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %u\n", op.k->name.c_str(), op.grid.x,
                     op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z, op.smem);
+        emu_set_launch_name(op.k->name.c_str());
         op.k->exec(op.args.data(), op.grid, op.block, op.smem);
         break;
     case Op::COPY:
@@ -381,7 +383,7 @@ int compileProgram(Program* pr, int nopts, const char* const* opts) {
     const char* cxx = getenv("CXX");
     const char* extra = getenv("NVMAI_CUDAEMU_CXXFLAGS");
     std::string cmd = std::string(cxx && *cxx ? cxx : "g++") +
-                      " -std=c++17 -O1 -g0 -fPIC -shared -ffp-contract=off -fno-strict-aliasing -w -DNVMAI_EMU -D__CUDA_ARCH__=" +
+                      " -std=c++17 -O1 -g0 -fPIC -shared -fvisibility=hidden -Wl,-Bsymbolic -ffp-contract=off -fno-strict-aliasing -w -DNVMAI_EMU -D__CUDA_ARCH__=" +
                       std::to_string(arch * 10) + defines + " -include '" + selfDir() + "/cudaemu.h' " + (extra ? extra : "") +
                       " -x c++ '" + cc + "' -o '" + so + "'";
     int rc = runCommand(cmd, &pr->log);
