@@ -450,5 +450,14 @@ static inline void __stcg(T* p, T v) {
     *p = v;
 }
 
+// Everything the kernel source defines after this point is hidden: a
+// kernel's calls bind to its own functions. Exported, an extern "C" kernel
+// named like a C library function lost to it (the generated launcher of
+// kernels.cu's `advance` called glibc's regexp advance() and crashed), and
+// every call between device functions went through the PLT. The launchers
+// the driver generates, and what the runtime exports, say visibility
+// default themselves.
+#pragma GCC visibility push(hidden)
+
 #endif // CUDAEMU_RUNTIME_ONLY
 #endif // NVMAI_CUDAEMU_H

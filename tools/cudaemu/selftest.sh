@@ -15,8 +15,15 @@ kflags=(-std=c++17 -O1 -fPIC -ffp-contract=off -fno-strict-aliasing -w -DNVMAI_E
 
 # The real kernels, with the rewrite the driver makes of dynamic shared memory.
 dyn='s/extern[[:space:]]+__shared__[[:space:]]+(__align__\([0-9]+\)[[:space:]]+)?([A-Za-z0-9_]+)[[:space:]]+([A-Za-z0-9_]+)\[\];/\2* \3 = (\2*)__emu_dyn_smem;/'
-sed -E "$dyn" "$root/pkg/gpu/gpukernels/kernels.cu" >"$out/kernels.cc"
-cat "$root/pkg/gpu/gpukernels/kernels.cu" "$root/pkg/gpu/qwen38gpu/kernels.cu" | sed -E "$dyn" >"$out/kernels_q38.cc"
+# The kernels are hidden (cudaemu.h); the selftest reaches the ones it runs
+# through exported thunks, as the driver reaches all of them through its
+# generated launchers.
+thunks=""
+for k in quantize qgemv qgemm_mma qgemm_mma2 qgemm_mma2_s gdn_rec gdn_rec_pipe gdn_rec_par gdn_rec_reg advance; do
+    thunks+="extern \"C\" __attribute__((visibility(\"default\"))) void* __selftest_$k() { return (void*)&$k; }"$'\n'
+done
+{ sed -E "$dyn" "$root/pkg/gpu/gpukernels/kernels.cu"; printf '%s' "$thunks"; } >"$out/kernels.cc"
+{ cat "$root/pkg/gpu/gpukernels/kernels.cu" "$root/pkg/gpu/qwen38gpu/kernels.cu" | sed -E "$dyn"; printf '%s' "$thunks"; } >"$out/kernels_q38.cc"
 for k in kernels kernels_q38; do
     g++ "${kflags[@]}" -shared -include "$here/cudaemu.h" -x c++ "$out/$k.cc" -o "$out/$k.so" &
 done
