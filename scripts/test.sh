@@ -10,8 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" # go.mod pins the toolchain; images whose go.env says "local" would refuse it
 scratch=$(mktemp -d)
-# The skip summary comes last whatever happened; bash keeps the exit status through the trap.
-trap 'if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
+# The skip summary comes last whatever happened; bash keeps the exit status through the trap, which
+# also waits for the arm64 runs (below) if a section failed while they ran.
+qemu_pid=
+trap 'if [ -n "$qemu_pid" ]; then wait "$qemu_pid" || true; fi
+if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
 packages=("$@")
 [ ${#packages[@]} -gt 0 ] || packages=(./...)
 # The web page's browser test (pkg/server/webui) needs headless Chromium (Debian's package chromium,
@@ -30,6 +33,20 @@ go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
+# The arm64 runs under qemu emulate on one core: they run beside the sections from here on (whose
+# longest package, pkg/runtime, leaves the other core mostly free), their output kept for their own
+# section at the end.
+if command -v qemu-aarch64-static >/dev/null 2>&1; then
+  (
+    bin=$scratch/kernels.arm64
+    GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
+    (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
+    # arm64 fuses multiply-adds where amd64 does not: sample.Exp must not.
+    GOARCH=arm64 go test -c -o "$scratch/sample.arm64" ./pkg/sample/
+    (cd pkg/sample && qemu-aarch64-static "$scratch/sample.arm64" -test.count=1 -test.run 'Exp|Finish|Step')
+  ) > "$scratch/qemu.log" 2>&1 &
+  qemu_pid=$!
+fi
 # Under the race detector (testfix.Quick) the long single-goroutine matrices take a subset: the
 # concurrent cases of the bitwise ones, 3 of the 20 forced-tool-call seeds per protocol, a few head
 # and position counts of the attention kernels, the short JSON-constraint walks and format samples,
@@ -46,13 +63,12 @@ go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
 echo "== arm64 kernels and sampler under qemu"
-if command -v qemu-aarch64-static >/dev/null 2>&1; then
-  bin=$scratch/kernels.arm64
-  GOARCH=arm64 go test -c -o "$bin" ./pkg/kernels/
-  (cd pkg/kernels && qemu-aarch64-static "$bin" -test.count=1)
-  # arm64 fuses multiply-adds where amd64 does not: sample.Exp must not.
-  GOARCH=arm64 go test -c -o "$scratch/sample.arm64" ./pkg/sample/
-  (cd pkg/sample && qemu-aarch64-static "$scratch/sample.arm64" -test.count=1 -test.run 'Exp|Finish|Step')
+if [ -n "$qemu_pid" ]; then
+  qemu_status=0
+  wait "$qemu_pid" || qemu_status=$?
+  qemu_pid=
+  cat "$scratch/qemu.log"
+  [ "$qemu_status" = 0 ] || exit "$qemu_status"
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 fi
