@@ -29,13 +29,9 @@ else
   echo "SKIPPED: Chromium is not installed (apt-get install chromium); the browser test of the web page skips"
 fi
 echo "== lint gates"; scripts/lint.sh
-go build -o "$scratch/testsummary" ./scripts/internal/testsummary
-# -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
-echo "== go test -race"
-go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
-# The arm64 runs under qemu emulate on one core: they run beside the sections from here on (whose
-# longest package, pkg/runtime, leaves the other core mostly free), their output kept for their own
-# section at the end.
+# The arm64 runs under qemu emulate on one core: they run in the background from here on, beside the
+# race run (which leaves a core idle about a third of its time: links, stretches of one package) and
+# the sections after it, their output kept for their own section at the end.
 if command -v qemu-aarch64-static >/dev/null 2>&1; then
   (
     bin=$scratch/kernels.arm64
@@ -47,6 +43,10 @@ if command -v qemu-aarch64-static >/dev/null 2>&1; then
   ) > "$scratch/qemu.log" 2>&1 &
   qemu_pid=$!
 fi
+go build -o "$scratch/testsummary" ./scripts/internal/testsummary
+# -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
+echo "== go test -race"
+go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
 # Under the race detector (testfix.Quick) the long single-goroutine matrices take a subset: the
 # concurrent cases of the bitwise ones, 3 of the 20 forced-tool-call seeds per protocol, a few head
 # and position counts of the attention kernels, the short JSON-constraint walks and format samples,
