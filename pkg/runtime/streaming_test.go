@@ -48,11 +48,14 @@ func sameBits(a, b [][]float32) bool {
 // guessed and read ahead in decode or not.
 func TestExpertStreamingIsBitwiseInvisible(t *testing.T) {
 	refs := loadRefs(t, "tiny-moe.refs.json")
-	prompt := refs[len(refs)-1].IDs
+	prompt, widths := refs[len(refs)-1].IDs, []int{4, 16}
 	if testing.Short() || raceEnabled {
-		prompt = prompt[:120]
+		// The cache and its readers race the same way at either width;
+		// scripts/test.sh runs both widths and the whole prompt without the
+		// detector.
+		prompt, widths = prompt[:120], widths[:1]
 	}
-	for _, bits := range []int{4, 16} {
+	for _, bits := range widths {
 		dir := install(t, "tiny-moe-fused", bits)
 		want := logitsOf(t, dir, Options{Threads: 2, Experts: ExpertOptions{Slots: 16}}, prompt, 12, 256)
 		for _, tc := range []struct {
