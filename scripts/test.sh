@@ -48,11 +48,11 @@ go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 echo "== go test -race"
 go test -race -count=1 -timeout 20m -json "${packages[@]}" | "$scratch/testsummary" -summary "$scratch/skips"
 # Under the race detector (testfix.Quick) the long single-goroutine matrices take a subset: the
-# concurrent cases of the bitwise ones, 3 of the 20 forced-tool-call seeds per protocol, a few head
-# and position counts of the attention kernels, the short JSON-constraint walks and format samples,
-# a few seeds of the sampled tool calls (Mask checked every fourth step), one cache size of the
-# hit-rate simulations, one qwen3.8 layout against transformers, 200 of the 1000 EncodeLimit texts.
-# This runs them whole.
+# concurrent cases of the bitwise ones on shorter prompts, 3 of the 20 forced-tool-call seeds per
+# protocol, a few head and position counts of the attention kernels, the short JSON-constraint walks
+# and format samples, a few seeds of the sampled tool calls (Mask checked every fourth step), one
+# cache size of the hit-rate simulations, one qwen3.8 layout against transformers, 200 of the 1000
+# EncodeLimit texts. This runs them whole.
 echo "== the long matrices without the race detector"
 long='BitwiseInvisible|TinyModelForced|AttendBitwise|AttendKVBitwise|RandomWalks|FormatSamplesValidate'
 long+='|ForcedCallsValidate|PatternCallsValidate|TestHitRates$|Qwen38SixteenBitMatchesTransformers|EncodeLimitIsEncode'
