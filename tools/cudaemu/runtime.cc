@@ -126,6 +126,7 @@ struct Group {
 struct Warp {
     unsigned exist, live; // lanes inside blockDim; those not exited
     Group groups[32];
+    unsigned used_mask; // bit i: groups[i].used (exits and arrivals scan only these)
 };
 
 struct NamedBar {
@@ -354,8 +355,10 @@ void on_exit(Fiber* f) {
     Warp& w = warps[f->pub.warp];
     w.live &= ~(1u << f->pub.lane);
     // a collective may have waited only for this lane
-    for (auto& g : w.groups)
+    for (unsigned m = w.used_mask; m; m &= m - 1) {
+        Group& g = w.groups[__builtin_ctz(m)];
         if (g.used) check_group(w, (int)f->pub.warp, g);
+    }
     NamedBar& b0 = bars[0];
     if (b0.expected == -1 && !b0.waiters.empty() && b0.count + nexited >= nthreads) release_bar(b0);
 }
@@ -441,12 +444,13 @@ void run_block(emu_dim3 bidx) {
     }
     for (auto& w : warps) {
         for (auto& g : w.groups) g.used = false;
+        w.used_mask = 0;
     }
     for (size_t w = 0; w < warps.size(); w++) {
         unsigned n = (unsigned)std::min<size_t>(32, nthreads - w * 32);
         warps[w].exist = warps[w].live = n == 32 ? 0xffffffffu : (1u << n) - 1;
     }
-    memset(smem, 0xCD, smem_cap); // uninitialised reads show
+    memset(smem, 0xCD, (smem_bytes + 15) / 16 * 16); // uninitialised reads show; only this launch's part (smem_cap is the largest yet)
     ready.clear();
     ready_head = 0;
     for (int t = 0; t < nthreads; t++) {
@@ -484,6 +488,7 @@ void complete_group(int wi, Group& g) {
     unsigned in = g.arrived; // the lanes that take part
     Kind k = g.kind;
     g.used = false;
+    warps[wi].used_mask &= ~(1u << (&g - warps[wi].groups));
     switch (k) {
     case K_SYNCWARP:
         break;
@@ -639,21 +644,21 @@ void collective(Fiber* f, Kind kind, unsigned mask) {
     Warp& w = warps[wi];
     Group* g = nullptr;
     int gi = -1;
-    for (int i = 0; i < 32; i++) {
+    for (unsigned m = w.used_mask; m; m &= m - 1) {
+        int i = __builtin_ctz(m);
         Group& c = w.groups[i];
-        if (c.used && c.kind == kind && c.mask == mask && !(c.arrived & me)) {
+        if (c.kind == kind && c.mask == mask && !(c.arrived & me)) {
             g = &c;
             gi = i;
             break;
         }
     }
     if (!g) {
-        for (int i = 0; i < 32; i++)
-            if (!w.groups[i].used) {
-                g = &w.groups[i];
-                gi = i;
-                break;
-            }
+        // a free group exists: each used one holds a waiting lane, and this
+        // lane waits in none
+        gi = __builtin_ctz(~w.used_mask);
+        g = &w.groups[gi];
+        w.used_mask |= 1u << gi;
         g->used = true;
         g->kind = kind;
         g->mask = mask;
