@@ -17,7 +17,7 @@
 # before device time is spent on them.
 #
 # Needs g++ (C++17). Kernels compile with g++ the first time (30-90 s for
-# kernels.cu) and are cached in out/cudaemu/cache.
+# kernels.cu) and are cached in out/cudaemu/cache/<hash of the emulator's sources>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
@@ -37,7 +37,11 @@ build() {
 }
 
 envs() {
-	echo "export NVMAI_CUDA_LIB_DIR=$out NVMAI_GPU=1 NVMAI_CUBIN_CACHE=$out/cache NVMAI_GPU_FIXTURES=${NVMAI_GPU_FIXTURES:-$root/.fixtures}"
+	# The compiled kernels are cached by the source NVRTC is given; the
+	# emulation's own sources change what they compile to, so they name the cache.
+	local key
+	key=$(cat "$src/cudaemu.h" "$src/driver.cc" "$src/runtime.cc" | sha256sum | cut -c1-16)
+	echo "export NVMAI_CUDA_LIB_DIR=$out NVMAI_GPU=1 NVMAI_CUBIN_CACHE=$out/cache/$key NVMAI_GPU_FIXTURES=${NVMAI_GPU_FIXTURES:-$root/.fixtures}"
 }
 
 case "${1:-}" in

@@ -59,11 +59,6 @@ enum {
 
 namespace {
 
-[[noreturn]] void die(const char* what) {
-    fprintf(stderr, "cudaemu: %s\n", what);
-    abort();
-}
-
 // ---------------------------------------------------------------------------
 // Configuration from the environment.
 uint64_t parseSize(const char* s, uint64_t def) {
