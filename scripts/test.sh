@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite (README's second command): lint gates (gofmt, vet, the converter's expert-order
 # probe), every package with the race detector, the scripted engine's test build, the kernels
-# again without assembly, and the arm64 kernels under qemu user emulation when
-# qemu-aarch64-static is installed (.ci/run installs it).
+# again without assembly, the arm64 kernels under qemu user emulation when
+# qemu-aarch64-static is installed (.ci/run installs it), and the GPU kernels' tests on the CPU through
+# cudaemu (tools/cudaemu: an emulated CUDA driver; needs g++).
 # It ends by saying how many tests skipped, and how many of those needed the reference fixtures
 # (../shared/fixtures, which a clone from GitHub does not have), also when a test failed.
 # Arguments, when given, replace ./... as the packages of the race run (.ci/run gives none).
@@ -13,7 +14,9 @@ scratch=$(mktemp -d)
 # The skip summary comes last whatever happened; bash keeps the exit status through the trap, which
 # also waits for the arm64 runs (below) if a section failed while they ran.
 qemu_pid=
+cudaemu_pid=
 trap 'if [ -n "$qemu_pid" ]; then wait "$qemu_pid" || true; fi
+if [ -n "$cudaemu_pid" ]; then wait "$cudaemu_pid" || true; fi
 if [ -s "$scratch/skips" ]; then echo "== skipped tests"; cat "$scratch/skips"; fi; rm -rf "$scratch"' EXIT
 packages=("$@")
 [ ${#packages[@]} -gt 0 ] || packages=(./...)
@@ -43,6 +46,12 @@ if command -v qemu-aarch64-static >/dev/null 2>&1; then
   ) > "$scratch/qemu.log" 2>&1 &
   qemu_pid=$!
 fi
+# The GPU kernels' own tests (pkg/gpu/gpukernels, bitwise against their Go references) and the
+# emulator's selftest, run on the CPU through cudaemu: one core, in the background as well.
+if command -v "${CXX:-g++}" >/dev/null 2>&1; then
+  (tools/cudaemu/selftest.sh && scripts/cudaemu.sh test ./pkg/gpu/gpukernels) > "$scratch/cudaemu.log" 2>&1 &
+  cudaemu_pid=$!
+fi
 go build -o "$scratch/testsummary" ./scripts/internal/testsummary
 # -json lets testsummary count the skips; it prints what plain go test would, and fails with it.
 echo "== go test -race"
@@ -71,4 +80,14 @@ if [ -n "$qemu_pid" ]; then
   [ "$qemu_status" = 0 ] || exit "$qemu_status"
 else
   echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
+fi
+echo "== the GPU kernels on the CPU (cudaemu)"
+if [ -n "$cudaemu_pid" ]; then
+  cudaemu_status=0
+  wait "$cudaemu_pid" || cudaemu_status=$?
+  cudaemu_pid=
+  cat "$scratch/cudaemu.log"
+  [ "$cudaemu_status" = 0 ] || exit "$cudaemu_status"
+else
+  echo "SKIPPED: no C++ compiler (Debian package g++): the GPU kernels' tests under cudaemu do not run"
 fi
