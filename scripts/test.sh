@@ -71,23 +71,17 @@ echo "== the scripted engine (a test build: -tags nvmai_scripted)"
 go vet -tags nvmai_scripted ./pkg/server/scripted/ ./cmd/nvmai-run/
 go test -tags nvmai_scripted -count=1 ./pkg/server/scripted/
 echo "== go test -tags purego (no assembly)"; go test -tags purego -count=1 ./pkg/kernels/... ./pkg/quant/...
+# collect waits for a background section (the name of its pid variable, its log, the line to print
+# when it never started), prints its log and fails the script with it.
+collect() {
+  local pid=${!1} status=0
+  if [ -z "$pid" ]; then echo "$3"; return 0; fi
+  wait "$pid" || status=$?
+  printf -v "$1" '%s' "" # the EXIT trap need not wait for it any more
+  cat "$2"
+  [ "$status" = 0 ] || exit "$status"
+}
 echo "== arm64 kernels and sampler under qemu"
-if [ -n "$qemu_pid" ]; then
-  qemu_status=0
-  wait "$qemu_pid" || qemu_status=$?
-  qemu_pid=
-  cat "$scratch/qemu.log"
-  [ "$qemu_status" = 0 ] || exit "$qemu_status"
-else
-  echo "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
-fi
+collect qemu_pid "$scratch/qemu.log" "SKIPPED: qemu-aarch64-static is not installed (Debian package qemu-user-static)"
 echo "== the GPU kernels on the CPU (cudaemu)"
-if [ -n "$cudaemu_pid" ]; then
-  cudaemu_status=0
-  wait "$cudaemu_pid" || cudaemu_status=$?
-  cudaemu_pid=
-  cat "$scratch/cudaemu.log"
-  [ "$cudaemu_status" = 0 ] || exit "$cudaemu_status"
-else
-  echo "SKIPPED: no C++ compiler (Debian package g++): the GPU kernels' tests under cudaemu do not run"
-fi
+collect cudaemu_pid "$scratch/cudaemu.log" "SKIPPED: no C++ compiler (Debian package g++): the GPU kernels' tests under cudaemu do not run"

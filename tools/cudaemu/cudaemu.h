@@ -364,54 +364,24 @@ static inline double __int2double_rn(int i) { return (double)i; }
 // ---- atomics: one OS thread runs every fiber and a fiber switches only at a
 // collective, so a plain read-modify-write is atomic ----
 
-template <class T, class U>
-static inline T atomicAdd(T* p, U v) {
-    T o = *p;
-    *p = (T)(o + (T)v);
-    return o;
-}
-template <class T, class U>
-static inline T atomicSub(T* p, U v) {
-    T o = *p;
-    *p = (T)(o - (T)v);
-    return o;
-}
-template <class T, class U>
-static inline T atomicExch(T* p, U v) {
-    T o = *p;
-    *p = (T)v;
-    return o;
-}
-template <class T, class U>
-static inline T atomicMax(T* p, U v) {
-    T o = *p;
-    if ((T)v > o) *p = (T)v;
-    return o;
-}
-template <class T, class U>
-static inline T atomicMin(T* p, U v) {
-    T o = *p;
-    if ((T)v < o) *p = (T)v;
-    return o;
-}
-template <class T, class U>
-static inline T atomicOr(T* p, U v) {
-    T o = *p;
-    *p = (T)(o | (T)v);
-    return o;
-}
-template <class T, class U>
-static inline T atomicAnd(T* p, U v) {
-    T o = *p;
-    *p = (T)(o & (T)v);
-    return o;
-}
-template <class T, class U>
-static inline T atomicXor(T* p, U v) {
-    T o = *p;
-    *p = (T)(o ^ (T)v);
-    return o;
-}
+// EMU_ATOMIC defines atomicNAME(p, v): *p becomes NEXT (of the old value o
+// and v, both as T); the old value is returned.
+#define EMU_ATOMIC(NAME, NEXT)                \
+    template <class T, class U>               \
+    static inline T atomic##NAME(T* p, U v) { \
+        T o = *p;                             \
+        *p = (T)(NEXT);                       \
+        return o;                             \
+    }
+EMU_ATOMIC(Add, o + (T)v)
+EMU_ATOMIC(Sub, o - (T)v)
+EMU_ATOMIC(Exch, (T)v)
+EMU_ATOMIC(Max, (T)v > o ? (T)v : o)
+EMU_ATOMIC(Min, (T)v < o ? (T)v : o)
+EMU_ATOMIC(Or, o | (T)v)
+EMU_ATOMIC(And, o & (T)v)
+EMU_ATOMIC(Xor, o ^ (T)v)
+#undef EMU_ATOMIC
 template <class T, class U, class V>
 static inline T atomicCAS(T* p, U cmp, V v) {
     T o = *p;
