@@ -21,7 +21,8 @@ import (
 var Source string
 
 // Names lists every kernel of Source.
-var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "moe_group_seq", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_conv_seq", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows"}
+var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "moe_group_seq", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_conv_seq", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows",
+	"attn_qnorm", "attn_scores_t", "attn_scores_t_q8", "attn_scores_t_bf16", "attn_softmax_t", "attn_values_t", "attn_values_t_q8", "attn_values_t_bf16"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -44,8 +45,34 @@ type Set struct {
 	// where MMA2Capable.
 	MMA2   bool
 	mma2OK bool // the tiled kernels have their shared memory (MMA2Capable)
-	sms    int  // the GPU's multiprocessors (the grouped kernel's grid)
+	// AttnTiled runs a multi-token chunk's attention (AttnHeads with T > 1)
+	// as attn_qnorm, attn_scores_t*, attn_softmax_t and attn_values_t*:
+	// bitwise attn_scores and attn_values, each cached row read once per
+	// tile of 32 (token, head) rows instead of once per row. Written in
+	// session 19 without a GPU run (validated under tools/cudaemu only), so
+	// Load turns it on only with NVMAI_GPU_ATTN_TILED=1.
+	AttnTiled   bool
+	attnTiledOK bool
+	sms         int // the GPU's multiprocessors (the grouped kernel's grid)
 }
+
+// AttnTiledCapable reports whether the tiled prefill attention could run
+// on this GPU (its scores kernel has its shared memory), whatever
+// NVMAI_GPU_ATTN_TILED says.
+func (s *Set) AttnTiledCapable() bool { return s.attnTiledOK }
+
+// MaxAttnTiledShared is the shared memory attn_scores_t may take: the
+// tile's 32 queries and 32 keys at a pitch of Dh+1 floats (65.8 KiB at
+// Dh 256).
+const MaxAttnTiledShared = 100 << 10
+
+// attnTiledShared is attn_scores_t's shared memory at head size dh
+// (kernels.cu's ATT_TR + ATT_TS rows).
+func attnTiledShared(dh int) int { return (attnTileRows + attnTileRows) * (dh + 1) * 4 }
+
+// attnTileRows is kernels.cu's ATT_TR (and ATT_TS): the (token, head)
+// rows, and the cached positions, of one tile.
+const attnTileRows = 32
 
 // MMA2Capable reports whether the tiled kernels could run on this GPU
 // (they have their shared memory), whatever NVMAI_GPU_MMA2 says.
@@ -78,6 +105,13 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 	}
 	s.MMA2 = s.mma2OK && os.Getenv("NVMAI_GPU_MMA2") == "1"
+	s.attnTiledOK = true
+	for _, n := range []string{"attn_scores_t", "attn_scores_t_q8", "attn_scores_t_bf16"} {
+		if err := c.SetMaxDynamicShared(s.f[n], MaxAttnTiledShared); err != nil {
+			s.attnTiledOK = false
+		}
+	}
+	s.AttnTiled = s.attnTiledOK && os.Getenv("NVMAI_GPU_ATTN_TILED") == "1"
 	if v := os.Getenv("NVMAI_GPU_CARVEOUT"); v != "" {
 		pct, err := strconv.Atoi(v)
 		if err != nil || pct < 0 || pct > 100 {
@@ -710,6 +744,9 @@ func (l *Launcher) AttnKV(kv KVCache, k, v, kNorm, invFreq, pos cuda.DevicePtr, 
 // as kernels.widenQ8 / widenBF16 widen it, so the output is bitwise what
 // the float32 kernels give over the widened rows.
 func (l *Launcher) AttnHeads(o, scores, q2 cuda.DevicePtr, kv KVCache, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
+	if T > 1 && l.K.AttnTiled && attnTiledFits(s) {
+		return l.attnHeadsTiled(o, scores, q2, kv, qNorm, invFreq, pos, s, eps, capacity, T)
+	}
 	sGrid, sBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: attnSlices}, cuda.D1(256)
 	vGrid, vBlock := cuda.Dim3{X: uint32(s.Hq), Y: uint32(T), Z: uint32(blocks(s.Dh, 64))}, cuda.D1(64)
 	var err error
@@ -731,6 +768,55 @@ func (l *Launcher) AttnHeads(o, scores, q2 cuda.DevicePtr, kv KVCache, qNorm, in
 		err = fmt.Errorf("gpukernels: attention over a KV cache of %d bits; want 8, 16 or 32", kv.Bits)
 	}
 	return err
+}
+
+// attnTiledFits reports whether the tiled kernels take the geometry: the
+// scores tile within MaxAttnTiledShared, whole KV groups.
+func attnTiledFits(s AttnShape) bool {
+	return s.Hkv > 0 && s.Hq%s.Hkv == 0 && attnTiledShared(s.Dh) <= MaxAttnTiledShared
+}
+
+// attnHeadsTiled is AttnHeads for a chunk on the tiled kernels (Set.AttnTiled),
+// bitwise the one-row kernels. The normed, rotated queries [T, Hq, Dh] go
+// to o first (the values overwrite them last), the softmax weights over the
+// scores in place.
+func (l *Launcher) attnHeadsTiled(o, scores, q2 cuda.DevicePtr, kv KVCache, qNorm, invFreq, pos cuda.DevicePtr, s AttnShape, eps float32, capacity, T int) error {
+	if err := l.launch("attn_qnorm", cuda.D2(s.Hq, T), cuda.D1(256), 0, o, q2, qNorm, invFreq, pos, s.Hq, s.Dh, s.Half, eps); err != nil {
+		return err
+	}
+	rowTiles := blocks(T*(s.Hq/s.Hkv), attnTileRows)
+	// Long contexts: the position tiles over more blocks, so a short chunk
+	// still fills the GPU (each block reads every tile-th tile).
+	z := max(1, min(8, 2*max(l.K.sms, 1)/max(s.Hkv*rowTiles, 1)))
+	sGrid := cuda.Dim3{X: uint32(s.Hkv), Y: uint32(rowTiles), Z: uint32(z)}
+	vGrid := cuda.Dim3{X: uint32(s.Hkv), Y: uint32(rowTiles), Z: uint32(blocks(s.Dh, 64))}
+	smem := attnTiledShared(s.Dh)
+	var err error
+	switch kv.Bits {
+	case model.KVFloat32:
+		err = l.launch("attn_scores_t", sGrid, cuda.D1(256), smem, scores, o, kv.K, pos, s.Hq, s.Hkv, s.Dh, capacity, T)
+	case model.KVBF16:
+		err = l.launch("attn_scores_t_bf16", sGrid, cuda.D1(256), smem, scores, o, kv.K, pos, s.Hq, s.Hkv, s.Dh, capacity, T)
+	case model.KVInt8:
+		err = l.launch("attn_scores_t_q8", sGrid, cuda.D1(256), smem, scores, o, kv.K, kv.KS, pos, s.Hq, s.Hkv, s.Dh, capacity, KVGroup(s.Dh), T)
+	default:
+		err = fmt.Errorf("gpukernels: attention over a KV cache of %d bits; want 8, 16 or 32", kv.Bits)
+	}
+	if err != nil {
+		return err
+	}
+	// 64 threads: attn_values' block, so the softmax sums in its order.
+	if err := l.launch("attn_softmax_t", cuda.D2(s.Hq, T), cuda.D1(64), 0, scores, pos, s.Hq, capacity); err != nil {
+		return err
+	}
+	switch kv.Bits {
+	case model.KVFloat32:
+		return l.launch("attn_values_t", vGrid, cuda.D1(256), 0, o, scores, q2, kv.V, pos, s.Hq, s.Hkv, s.Dh, capacity, T)
+	case model.KVBF16:
+		return l.launch("attn_values_t_bf16", vGrid, cuda.D1(256), 0, o, scores, q2, kv.V, pos, s.Hq, s.Hkv, s.Dh, capacity, T)
+	default:
+		return l.launch("attn_values_t_q8", vGrid, cuda.D1(256), 0, o, scores, q2, kv.V, kv.VS, pos, s.Hq, s.Hkv, s.Dh, capacity, KVGroup(s.Dh), T)
+	}
 }
 
 // AttnRow is one sequence's side of a batched attention launch: its KV

@@ -2540,6 +2540,7 @@ extern "C" __global__ void attn_values(float* o, const float* scores, const floa
 // bfloat16. attn_kv_*, attn_scores_* and attn_values_* are attn_kv,
 // attn_scores and attn_values (above, the float32 cache, unchanged) with
 // the cache written and read at that width.
+#define KV_F32 0
 #define KV_Q8 1
 #define KV_BF16 2
 
@@ -2562,6 +2563,7 @@ __device__ __forceinline__ kv_rows kv_rows_of(int kvd, int group) {
 
 template <int W>
 __device__ __forceinline__ float kv_at(const void* c, const float* sc, i64 row, int col, const kv_rows& r) {
+    if (W == KV_F32) return ((const float*)c)[row * r.kvd + col];
     if (W == KV_Q8) {
         int gi = r.shift >= 0 ? col >> r.shift : col / r.group;
         return __fmul_rn((float)((const signed char*)c)[row * r.kvd + col], sc[row * r.gpr + gi]);
@@ -2753,6 +2755,230 @@ extern "C" __global__ void attn_values_bf16(float* o, const float* scores, const
                                             int Hq, int Hkv, int Dh, int cap) {
     PDL_ENTRY();
     attn_values_w<KV_BF16>(o, scores, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh, blockIdx.y);
+}
+
+// Prefill attention in tiles (Set.AttnTiled, NVMAI_GPU_ATTN_TILED=1): the
+// same products in the same order as attn_scores/attn_values (and their _w
+// widths), bit for bit, but each cached K or V row is read once for a tile
+// of up to ATT_TR (token, head) rows of one KV group instead of once per
+// row. attn_scores reads every key once per query, which made a
+// 512-token chunk's scores 18 ms on the H200 (session 7); the tiles cut
+// those reads by the tile's rows.
+//   attn_qnorm      the queries normed and rotated as attn_scores does
+//                   (norm_rotate by a 256-thread block) into qn [T, Hq, Dh];
+//   attn_scores_t   scores = (p0+p1)+(p2+p3) times the scale, p_l the sum of
+//                   q_j·k_j over j ≡ l (mod 4) ascending (the tail past the
+//                   last 4 on p0), which is the quad of attn_scores;
+//   attn_softmax_t  each row's scores replaced by its softmax weights,
+//                   exp(s−max)·inv with max and inv from att_softmax_of by
+//                   a 64-thread block, as attn_values computes them;
+//   attn_values_t   o = Σ_s w_s·v_s ascending from zero, times the gate.
+// A row r of a block's tile is (token, head) = ((y·ATT_TR + r) / G,
+// g·G + (y·ATT_TR + r) % G) for KV group g = blockIdx.x and G = Hq/Hkv.
+#define ATT_TR 32 // (token, head) rows of a tile
+#define ATT_TS 32 // cached positions of a tile
+
+extern "C" __global__ void attn_qnorm(float* qn, const float* q2, const float* qNorm, const float* invFreq, const int* pos,
+                                      int Hq, int Dh, int half, float eps) {
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    norm_rotate(qn + ((i64)t * Hq + h) * Dh, q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh, qNorm, Dh, eps, invFreq, half, *pos + t, sh);
+}
+
+// att_row maps tile row r to its token and head; false past the chunk.
+__device__ __forceinline__ bool att_row(int r, int G, int g, int T, int& t, int& h) {
+    int flat = blockIdx.y * ATT_TR + r;
+    t = flat / G;
+    h = g * G + flat % G;
+    return t < T;
+}
+
+// attn_scores_tw: a block of 256 threads, a tile of ATT_TR rows × ATT_TS
+// positions at a time; thread (rg, pg) = (tid/16, tid%16) computes rows
+// rg+8i (i < 4) at positions pg and pg+16. Dynamic shared memory:
+// (ATT_TR + ATT_TS)·(Dh+1) floats (the pitch keeps a warp's 16 positions
+// in 16 banks). blockIdx.z takes every gridDim.z-th position tile.
+template <int W>
+__device__ void attn_scores_tw(float* scores, const float* qn, const void* kc, const float* ks, const int* pos,
+                               int Hq, int Hkv, int Dh, int cap, int group, int T) {
+    extern __shared__ float att_sm[];
+    int pitch = Dh + 1, G = Hq / Hkv, g = blockIdx.x, kvd = Hkv * Dh, p0 = *pos;
+    float* qs = att_sm;
+    float* kt = att_sm + ATT_TR * pitch;
+    int nmax = 0;
+    for (int r = 0; r < ATT_TR; r++) {
+        int t, h;
+        if (att_row(r, G, g, T, t, h)) nmax = p0 + t + 1;
+    }
+    for (int e = threadIdx.x; e < ATT_TR * Dh; e += blockDim.x) {
+        int r = e / Dh, d = e % Dh, t, h;
+        qs[r * pitch + d] = att_row(r, G, g, T, t, h) ? qn[((i64)t * Hq + h) * Dh + d] : 0.0f;
+    }
+    float scale = (float)(1.0 / sqrt((double)Dh));
+    kv_rows kr = kv_rows_of(kvd, group);
+    int rg = threadIdx.x >> 4, pg = threadIdx.x & 15, main4 = Dh & ~3;
+    for (int s0 = blockIdx.z * ATT_TS; s0 < nmax; s0 += ATT_TS * gridDim.z) {
+        __syncthreads(); // the previous tile is used (and qs written)
+        for (int e = threadIdx.x; e < ATT_TS * Dh; e += blockDim.x) {
+            int p = e / Dh, d = e % Dh;
+            kt[p * pitch + d] = s0 + p < nmax ? kv_at<W>(kc, ks, s0 + p, g * Dh + d, kr) : 0.0f;
+        }
+        __syncthreads();
+        float acc[2][2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int l = 0; l < 4; l++) acc[i][j][l] = 0;
+        for (int d = 0; d < main4; d += 4) {
+#pragma unroll
+            for (int l = 0; l < 4; l++) {
+                float kv0 = kt[pg * pitch + d + l], kv1 = kt[(pg + 16) * pitch + d + l];
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    float q = qs[(rg + 16 * i) * pitch + d + l];
+                    acc[i][0][l] = __fadd_rn(acc[i][0][l], __fmul_rn(q, kv0));
+                    acc[i][1][l] = __fadd_rn(acc[i][1][l], __fmul_rn(q, kv1));
+                }
+            }
+        }
+        for (int d = main4; d < Dh; d++) {
+            float kv0 = kt[pg * pitch + d], kv1 = kt[(pg + 16) * pitch + d];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float q = qs[(rg + 16 * i) * pitch + d];
+                acc[i][0][0] = __fadd_rn(acc[i][0][0], __fmul_rn(q, kv0));
+                acc[i][1][0] = __fadd_rn(acc[i][1][0], __fmul_rn(q, kv1));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int t, h;
+            if (!att_row(rg + 16 * i, G, g, T, t, h)) continue;
+            int n = p0 + t + 1;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int s = s0 + pg + 16 * j;
+                if (s >= n) continue;
+                float v = __fadd_rn(__fadd_rn(acc[i][j][0], acc[i][j][1]), __fadd_rn(acc[i][j][2], acc[i][j][3]));
+                scores[((i64)t * Hq + h) * cap + s] = __fmul_rn(v, scale);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_scores_t(float* scores, const float* qn, const float* kc, const int* pos,
+                                                               int Hq, int Hkv, int Dh, int cap, int T) {
+    PDL_ENTRY();
+    attn_scores_tw<KV_F32>(scores, qn, kc, 0, pos, Hq, Hkv, Dh, cap, Dh, T);
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_scores_t_q8(float* scores, const float* qn, const signed char* kc, const float* ks,
+                                                                  const int* pos, int Hq, int Hkv, int Dh, int cap, int group, int T) {
+    PDL_ENTRY();
+    attn_scores_tw<KV_Q8>(scores, qn, kc, ks, pos, Hq, Hkv, Dh, cap, group, T);
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_scores_t_bf16(float* scores, const float* qn, const u16* kc, const int* pos,
+                                                                    int Hq, int Hkv, int Dh, int cap, int T) {
+    PDL_ENTRY();
+    attn_scores_tw<KV_BF16>(scores, qn, kc, 0, pos, Hq, Hkv, Dh, cap, Dh, T);
+}
+
+// attn_softmax_t: launched with 64 threads (attn_values' block), so the
+// float64 denominator is summed in attn_values' order.
+extern "C" __global__ void attn_softmax_t(float* scores, const int* pos, int Hq, int cap) {
+    PDL_ENTRY();
+    __shared__ double sh[32];
+    __shared__ float red[32];
+    int h = blockIdx.x, t = blockIdx.y;
+    int n = *pos + t + 1;
+    float* sc = scores + ((i64)t * Hq + h) * cap;
+    float mx, inv;
+    att_softmax_of(sc, n, red, sh, mx, inv);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fmul_rn(exp32k(__fsub_rn(sc[s], mx)), inv);
+}
+
+// attn_values_tw: a block of 256 threads over ATT_TR rows and 64 head dims
+// (blockIdx.z); thread (rg, dc) = (tid/32, tid%32) sums rows rg+8i (i < 4)
+// at dims dc and dc+32. Static shared memory: the V tile [ATT_TS][64] and
+// the weights [ATT_TR][ATT_TS+1].
+template <int W>
+__device__ void attn_values_tw(float* o, const float* w, const float* q2, const void* vc, const float* vs, const int* pos,
+                               int Hq, int Hkv, int Dh, int cap, int group, int T) {
+    __shared__ float vt[ATT_TS][64];
+    __shared__ float wt[ATT_TR][ATT_TS + 1];
+    int G = Hq / Hkv, g = blockIdx.x, kvd = Hkv * Dh, p0 = *pos, d0 = blockIdx.z * 64;
+    int nmax = 0;
+    for (int r = 0; r < ATT_TR; r++) {
+        int t, h;
+        if (att_row(r, G, g, T, t, h)) nmax = p0 + t + 1;
+    }
+    kv_rows kr = kv_rows_of(kvd, group);
+    int rg = threadIdx.x >> 5, dc = threadIdx.x & 31;
+    int nr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int t, h;
+        nr[i] = att_row(rg + 8 * i, G, g, T, t, h) ? p0 + t + 1 : 0;
+    }
+    float acc[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int s0 = 0; s0 < nmax; s0 += ATT_TS) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < ATT_TS * 64; e += blockDim.x) {
+            int p = e >> 6, d = e & 63;
+            vt[p][d] = s0 + p < nmax && d0 + d < Dh ? kv_at<W>(vc, vs, s0 + p, g * Dh + d0 + d, kr) : 0.0f;
+        }
+        for (int e = threadIdx.x; e < ATT_TR * ATT_TS; e += blockDim.x) {
+            int r = e / ATT_TS, p = e % ATT_TS, t, h;
+            bool in = att_row(r, G, g, T, t, h) && s0 + p < p0 + t + 1;
+            wt[r][p] = in ? w[((i64)t * Hq + h) * cap + s0 + p] : 0.0f;
+        }
+        __syncthreads();
+        int lim = min(ATT_TS, nmax - s0);
+        for (int p = 0; p < lim; p++) {
+            float v0 = vt[p][dc], v1 = vt[p][dc + 32];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (s0 + p >= nr[i]) continue;
+                float ww = wt[rg + 8 * i][p];
+                acc[i][0] = __fadd_rn(acc[i][0], __fmul_rn(ww, v0));
+                acc[i][1] = __fadd_rn(acc[i][1], __fmul_rn(ww, v1));
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int t, h;
+        if (!att_row(rg + 8 * i, G, g, T, t, h)) continue;
+        const float* gate = q2 + (i64)t * 2 * Hq * Dh + (i64)h * 2 * Dh + Dh;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int d = d0 + dc + 32 * j;
+            if (d < Dh) o[((i64)t * Hq + h) * Dh + d] = __fmul_rn(acc[i][j], sigk(gate[d]));
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_values_t(float* o, const float* w, const float* q2, const float* vc, const int* pos,
+                                                               int Hq, int Hkv, int Dh, int cap, int T) {
+    PDL_ENTRY();
+    attn_values_tw<KV_F32>(o, w, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh, T);
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_values_t_q8(float* o, const float* w, const float* q2, const signed char* vc,
+                                                                  const float* vs, const int* pos, int Hq, int Hkv, int Dh, int cap,
+                                                                  int group, int T) {
+    PDL_ENTRY();
+    attn_values_tw<KV_Q8>(o, w, q2, vc, vs, pos, Hq, Hkv, Dh, cap, group, T);
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_values_t_bf16(float* o, const float* w, const float* q2, const u16* vc,
+                                                                    const int* pos, int Hq, int Hkv, int Dh, int cap, int T) {
+    PDL_ENTRY();
+    attn_values_tw<KV_BF16>(o, w, q2, vc, 0, pos, Hq, Hkv, Dh, cap, Dh, T);
 }
 
 // The batched step's attention over an int8 or bfloat16 cache (pkg/gpu
