@@ -23,7 +23,7 @@
 # par, par512, reg, reg512, nomma2, mma2 = reg512 with NVMAI_GPU_MMA2's kernels on);
 # their greedy tokens must agree. STEPS (default all) runs only the named steps, in
 # this script's order: cuda kernels fidelity qwen38 [bench38] [stream38] fidelity-nomma fidelity-pipe
-# fidelity-par fidelity-new (sessions 17 and 19's unvalidated paths on: NVMAI_GPU_MMA2=1 NVMAI_GPU_ATTN_TILED=1
+# fidelity-par fidelity-new (sessions 17 and 19's unvalidated paths on: NVMAI_GPU_MMA2=1 NVMAI_GPU_ATTN_TILED=1 NVMAI_GPU_NORMFOLD=1
 # NVMAI_GPU_READAHEAD_DIST=1) synthetic bench cli golden (nvmai-verify golden --engine gpu
 # on the embedded model at 4, 8 and 16 bits) stream; bench38 and stream38 run only when named, e.g. STEPS=bench38
 # (STEPS="kernels bench fidelity synthetic" for a short
@@ -206,8 +206,8 @@ NVMAI_GPU_GDNREG=0 run fidelity-par "$bin/gpu.test" -test.run "$fid" -test.timeo
 # (written with no device time): the tiled products, the parallel conv and
 # grouping (NVMAI_GPU_MMA2=1) and the cross-layer read-ahead
 # (NVMAI_GPU_READAHEAD_DIST=1); and session 19's tiled prefill attention
-# (NVMAI_GPU_ATTN_TILED=1).
-NVMAI_GPU_MMA2=1 NVMAI_GPU_READAHEAD_DIST=1 NVMAI_GPU_ATTN_TILED=1 run fidelity-new "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
+# (NVMAI_GPU_ATTN_TILED=1) and folded decode norms (NVMAI_GPU_NORMFOLD=1).
+NVMAI_GPU_MMA2=1 NVMAI_GPU_READAHEAD_DIST=1 NVMAI_GPU_ATTN_TILED=1 NVMAI_GPU_NORMFOLD=1 run fidelity-new "$bin/gpu.test" -test.run "$fid" -test.timeout 8m
 
 synth=()
 if [ "$SYNTH" != none ]; then

@@ -31,19 +31,24 @@ func TestBench(t *testing.T) {
 		b := e.Model().(*Backend)
 		var first []int
 		ahead0 := b.Model.stream != nil && b.Model.stream.readAhead
-		mma20, attn0 := b.Model.ks.MMA2, b.Model.ks.AttnTiled
+		mma20, attn0, fold0 := b.Model.ks.MMA2, b.Model.ks.AttnTiled, b.Model.ks.NormFold
 		for _, v := range benchVariants(t) {
 			if b.Model.stream != nil { // a new session captures its graph with or without the read-ahead
 				b.Model.stream.readAhead = ahead0 && v.name != "noahead"
 			}
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
 			b.Model.mma, b.Model.ks.MMA2 = v.mma && b.Dev.Arch >= 80, mma20 && v.name != "nomma2"
-			if v.name == "mma2" || v.name == "mma2at" { // session 17's kernels, whatever NVMAI_GPU_MMA2 says
+			if v.name == "mma2" || v.name == "mma2at" || v.name == "new" { // session 17's kernels, whatever NVMAI_GPU_MMA2 says
 				b.Model.ks.MMA2 = b.Model.ks.MMA2Capable()
 			}
-			b.Model.ks.AttnTiled = attn0 // session 19's tiled prefill attention: NVMAI_GPU_ATTN_TILED, or these variants
-			if v.name == "atile" || v.name == "mma2at" {
+			// Session 19's tiled prefill attention and folded norms:
+			// NVMAI_GPU_ATTN_TILED and NVMAI_GPU_NORMFOLD, or these variants.
+			b.Model.ks.AttnTiled, b.Model.ks.NormFold = attn0, fold0
+			if v.name == "atile" || v.name == "mma2at" || v.name == "new" {
 				b.Model.ks.AttnTiled = b.Model.ks.AttnTiledCapable()
+			}
+			if v.name == "nfold" || v.name == "new" {
+				b.Model.ks.NormFold = true
 			}
 			b.Model.chunk, b.Model.gdnPipe, b.Model.gdnPar, b.Model.gdnReg = cmp.Or(v.chunk, 256), v.rec >= 1, v.rec >= 2, v.rec == 3
 			carve := -1
@@ -87,7 +92,9 @@ type benchVariant struct {
 // with the tensor-core products as qgemm_mma / qgemm_grouped_mma, and mma2
 // reg512 with session 17's tiled products, parallel conv and grouping
 // (Set.MMA2) on; atile reg512 with session 19's tiled prefill attention
-// (Set.AttnTiled) and mma2at mma2 with it. The other variants keep the engine's Set.MMA2, off unless
+// (Set.AttnTiled) and mma2at mma2 with it, nfold reg512 with the decode
+// norms folded into the products after them (Set.NormFold), new mma2 with
+// both. The other variants keep the engine's Set.MMA2, off unless
 // NVMAI_GPU_MMA2=1 (those kernels have not yet run on a GPU), so their rows
 // stay comparable with earlier sessions'. The variants' greedy tokens must
 // agree.
@@ -103,7 +110,8 @@ func benchVariants(t *testing.T) []benchVariant {
 		"reg": {"reg", true, true, true, true, false, true, 0, 3}, "reg512": {"reg512", true, true, true, true, false, true, 512, 3},
 		"noahead": {"noahead", true, true, false, true, false, true, 0, 0}, "nomma2": {"nomma2", true, true, true, true, false, true, 512, 3},
 		"mma2": {"mma2", true, true, true, true, false, true, 512, 3}, "atile": {"atile", true, true, true, true, false, true, 512, 3},
-		"mma2at": {"mma2at", true, true, true, true, false, true, 512, 3},
+		"mma2at": {"mma2at", true, true, true, true, false, true, 512, 3}, "nfold": {"nfold", true, true, true, true, false, true, 512, 3},
+		"new": {"new", true, true, true, true, false, true, 512, 3},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

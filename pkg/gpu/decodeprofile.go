@@ -285,7 +285,7 @@ func decodeStateBytes(kernel string, g geometry, ctx, kvBits int) int64 {
 		return 2 * 4 * int64(g.gdn.Hv) * int64(g.gdn.Dk) * int64(g.gdn.Dv) // read and written back
 	case kernel == "gdn_conv":
 		return 4 * int64(g.C) * int64(2*g.K) // input, state (K−1 rows), weights (K rows)
-	case kernel == "rmsnorm", kernel == "rmsnorm_q":
+	case kernel == "rmsnorm", kernel == "rmsnorm_q", kernel == "mgemv_n": // mgemv_n: besides its weights
 		return 4 * int64(g.H)
 	case kernel == "argmax":
 		return 4 * int64(g.V)

@@ -7,6 +7,7 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
+	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -320,7 +321,19 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	}
 	var held quantized
 	grouped := false // the layer's MoEGroup ran: gathered products go expert by expert
+	// folded is the norm scale norm left to the next multi (Set.NormFold:
+	// the norm and the products that read it as one launch), 0 when none.
+	var folded cuda.DevicePtr
+	// unfold launches a folded norm on its own, for a reader other than multi.
+	unfold := func() {
+		if folded != 0 {
+			do(l.RMSNormQuantize(&s.qa, s.u, s.x, folded, g.H, T, g.eps))
+			held = quantized{s.u, T, g.H}
+			folded = 0
+		}
+	}
 	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
+		unfold()
 		for _, w := range ws {
 			if w.Quantized() && held != (quantized{x, vectors, cols}) {
 				do(l.Quantize(&s.qa, x, vectors, cols))
@@ -343,6 +356,12 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	}
 	// multi runs several products of x [T, cols] in one launch (decode).
 	multi := func(x cuda.DevicePtr, cols int, segs ...gpukernels.Seg) {
+		if folded != 0 && x == s.u {
+			do(l.MGEMVNorm(segs, &s.qa, s.u, s.x, folded, g.H, T, g.eps))
+			held, folded = quantized{s.u, T, g.H}, 0
+			return
+		}
+		unfold()
 		var q *gpukernels.QAct
 		for _, sg := range segs {
 			if sg.M.Quantized() {
@@ -376,6 +395,11 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 	// norm is RMSNorm into u, quantized in the same launch when a product
 	// that reads u is quantized.
 	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
+		unfold()
+		if fused && l.K.NormFold && g.H <= gpukernels.NormFoldMaxCols && g.H%kernels.GroupSize == 0 && anyQuantized(readers...) {
+			folded = scale // the next multi normalizes (or unfold, for any other reader)
+			return
+		}
 		if anyQuantized(readers...) {
 			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, T, g.eps))
 			held = quantized{s.u, T, g.H}
@@ -476,6 +500,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			mark(PhaseMLP)
 		}
 	}
+	unfold() // a norm no product read (none does: every layer's norm has its multi)
 	m.finishAhead(l, do)
 	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
 	// lm_head reads one row: run it as a one-token GEMV.

@@ -22,7 +22,7 @@ var Source string
 
 // Names lists every kernel of Source.
 var Names = []string{"embed", "rmsnorm", "add", "swiglu", "quantize", "swiglu_q", "rmsnorm_q", "qgemv", "qgemv_tb", "fgemv", "mgemv", "moe_down", "moe_group", "moe_group_seq", "qgemv_grouped", "qgemm_mma", "qgemm_grouped_mma", "qgemm_mma2", "qgemm_mma2_s", "qgemm_grouped_mma2", "fgemm_tiled", "gdn_conv", "gdn_conv_seq", "gdn_heads", "gdn_rec", "gdn_rec_pipe", "gdn_rec_par", "gdn_rec_reg", "gdn_norm", "attn_kv", "attn_scores", "attn_values", "attn_kv_q8", "attn_scores_q8", "attn_values_q8", "attn_kv_bf16", "attn_scores_bf16", "attn_values_bf16", "route", "combine", "argmax", "topk_cand", "pexp_eval", "samp_count", "samp_pen", "samp_rows", "samp_nucleus", "samp_draw", "samp_cand", "advance", "slot_resolve", "slot_fill", "expert_need", "expert_stage", "slot_prefetch", "slot_fill_ahead", "gdn_rec_reg_rows", "gdn_conv_rows", "attn_kv_q8_rows", "attn_kv_bf16_rows", "attn_scores_q8_rows", "attn_scores_bf16_rows", "attn_values_q8_rows", "attn_values_bf16_rows", "head_rows",
-	"attn_qnorm", "attn_scores_t", "attn_scores_t_q8", "attn_scores_t_bf16", "attn_softmax_t", "attn_values_t", "attn_values_t_q8", "attn_values_t_bf16"}
+	"attn_qnorm", "attn_scores_t", "attn_scores_t_q8", "attn_scores_t_bf16", "attn_softmax_t", "attn_values_t", "attn_values_t_q8", "attn_values_t_bf16", "mgemv_n"}
 
 // qTokenBlock is kernels.cu's QTB.
 const qTokenBlock = 8
@@ -53,7 +53,12 @@ type Set struct {
 	// Load turns it on only with NVMAI_GPU_ATTN_TILED=1.
 	AttnTiled   bool
 	attnTiledOK bool
-	sms         int // the GPU's multiprocessors (the grouped kernel's grid)
+	// NormFold runs a decode step's RMSNorm and the products that read it
+	// as one launch (Launcher.MGEMVNorm, mgemv_n): bitwise the two. Written
+	// in session 19 without a GPU run, so Load turns it on only with
+	// NVMAI_GPU_NORMFOLD=1.
+	NormFold bool
+	sms      int // the GPU's multiprocessors (the grouped kernel's grid)
 }
 
 // AttnTiledCapable reports whether the tiled prefill attention could run
@@ -112,6 +117,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		}
 	}
 	s.AttnTiled = s.attnTiledOK && os.Getenv("NVMAI_GPU_ATTN_TILED") == "1"
+	s.NormFold = os.Getenv("NVMAI_GPU_NORMFOLD") == "1"
 	if v := os.Getenv("NVMAI_GPU_CARVEOUT"); v != "" {
 		pct, err := strconv.Atoi(v)
 		if err != nil || pct < 0 || pct > 100 {
@@ -281,8 +287,7 @@ func (l *Launcher) RMSNormQuantize(q *QAct, out, x, scale cuda.DevicePtr, n, row
 		return fmt.Errorf("gpukernels: rmsnorm: %d columns are not a multiple of %d", n, kernels.GroupSize)
 	}
 	// A warp per group of 64 (up to 32): the quantization is one pass.
-	threads := min(1024, max(256, n/kernels.GroupSize*32))
-	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(threads), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
+	return l.launch("rmsnorm_q", cuda.D1(rows), cuda.D1(normThreads(n)), 0, out, x, scale, n, eps, q.Q8, q.Q4, q.DX, q.SX)
 }
 
 // Quantize quantizes vectors·cols values of x into q.
@@ -376,23 +381,62 @@ func gemvLanes(m *Mat) int {
 // the quantized segments read q (x quantized), the float ones x. Each row
 // is bitwise what GEMV gives it.
 func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
+	table, nblocks, reads, err := msegTable("mgemv", segs, q != nil)
+	if err != nil {
+		return err
+	}
+	l.reads = reads
+	var q8, q4, dx, sx cuda.DevicePtr
+	if q != nil {
+		q8, q4, dx, sx = q.Q8, q.Q4, q.DX, q.SX
+	}
+	return l.launch("mgemv", cuda.D2(T, nblocks), cuda.D1(256), 0, table, q8, q4, dx, sx, x)
+}
+
+// NormFoldMaxCols is the widest row MGEMVNorm takes (kernels.cu's NF_MAXC).
+const NormFoldMaxCols = 2048
+
+// MGEMVNorm is RMSNormQuantize(q, u, x, scale, n, T, eps) and then
+// MGEMV(segs, u, q, T) in one launch (mgemv_n): each block normalizes and
+// quantizes its token's row itself, and u and q are still written for the
+// launches after. Bitwise the two launches. n ≤ NormFoldMaxCols.
+func (l *Launcher) MGEMVNorm(segs []Seg, q *QAct, u, x, scale cuda.DevicePtr, n, T int, eps float32) error {
+	if n%kernels.GroupSize != 0 || n > NormFoldMaxCols {
+		return fmt.Errorf("gpukernels: mgemv_n: %d columns; want a multiple of %d up to %d", n, kernels.GroupSize, NormFoldMaxCols)
+	}
+	if len(segs) > 0 && segs[0].M.Cols != n {
+		return fmt.Errorf("gpukernels: mgemv_n: products of %d columns over rows of %d", segs[0].M.Cols, n)
+	}
+	table, nblocks, reads, err := msegTable("mgemv_n", segs, true)
+	if err != nil {
+		return err
+	}
+	l.reads = reads
+	return l.launch("mgemv_n", cuda.D2(T, nblocks), cuda.D1(256), 0, table, x, scale, eps, normThreads(n), u, q.Q8, q.Q4, q.DX, q.SX)
+}
+
+// normThreads is rmsnorm_q's block for rows of n: a warp per group of 64,
+// 256 to 1024 threads (mgemv_n sums the squares in that block's order).
+func normThreads(n int) int { return min(1024, max(256, n/kernels.GroupSize*32)) }
+
+// msegTable lays out kernels.cu's MSegs for segs: the table, the launch's
+// blocks and the weight bytes it reads.
+func msegTable(kernel string, segs []Seg, quantized bool) (table []byte, nblocks int, reads int64, err error) {
 	if len(segs) == 0 || len(segs) > MaxSegs {
-		return fmt.Errorf("gpukernels: mgemv takes 1 to %d products, not %d", MaxSegs, len(segs))
+		return nil, 0, 0, fmt.Errorf("gpukernels: %s takes 1 to %d products, not %d", kernel, MaxSegs, len(segs))
 	}
 	const fields = 16
-	table := make([]byte, 8*(fields*MaxSegs+1))
+	table = make([]byte, 8*(fields*MaxSegs+1))
 	put := func(i int, v uint64) { binary.LittleEndian.PutUint64(table[8*i:], v) }
-	blocks0 := 0
-	var reads int64
 	for j, sg := range segs {
 		m := sg.M
 		slots := max(sg.Slots, 1)
 		reads += m.ReadBytes(slots)
 		if m.Cols != segs[0].M.Cols {
-			return fmt.Errorf("gpukernels: mgemv: product %d has %d columns, product 0 %d", j, m.Cols, segs[0].M.Cols)
+			return nil, 0, 0, fmt.Errorf("gpukernels: %s: product %d has %d columns, product 0 %d", kernel, j, m.Cols, segs[0].M.Cols)
 		}
-		if m.Quantized() && q == nil {
-			return fmt.Errorf("gpukernels: mgemv: product %d is quantized but no quantized input was given", j)
+		if m.Quantized() && !quantized {
+			return nil, 0, 0, fmt.Errorf("gpukernels: %s: product %d is quantized but no quantized input was given", kernel, j)
 		}
 		ytok := sg.YTok
 		if ytok == 0 {
@@ -402,22 +446,17 @@ func (l *Launcher) MGEMV(segs []Seg, x cuda.DevicePtr, q *QAct, T int) error {
 		f := j * fields
 		for k, v := range []uint64{uint64(sg.Y), uint64(m.Data), uint64(m.Scales), uint64(m.Biases), uint64(sg.Res), uint64(sg.Sel),
 			uint64(m.EData), uint64(m.EScale), uint64(m.Rows), uint64(m.Cols), uint64(m.Enc), uint64(slots), uint64(lanes),
-			uint64(blocks0), uint64(ytok), 0} {
+			uint64(nblocks), uint64(ytok), 0} {
 			put(f+k, v)
 		}
 		rpb := 256 / lanes
 		if !m.Quantized() {
 			rpb = floatRowsPerBlock
 		}
-		blocks0 += blocks(m.Rows*slots, rpb)
+		nblocks += blocks(m.Rows*slots, rpb)
 	}
 	put(fields*MaxSegs, uint64(len(segs)))
-	l.reads = reads
-	var q8, q4, dx, sx cuda.DevicePtr
-	if q != nil {
-		q8, q4, dx, sx = q.Q8, q.Q4, q.DX, q.SX
-	}
-	return l.launch("mgemv", cuda.D2(T, blocks0), cuda.D1(256), 0, table, q8, q4, dx, sx, x)
+	return table, nblocks, reads, nil
 }
 
 // MoEDown adds to x [T, H] the MoE block's output: the routed experts' down

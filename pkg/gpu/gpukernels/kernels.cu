@@ -1203,9 +1203,10 @@ __device__ __forceinline__ float fsum(float acc, const u8* w, const float* xs, i
 #define FROWS 8
 #define FCHUNK 4096 // bytes of a row per chunk
 #define FPITCH (FCHUNK + 16) // row pitch in shared memory: rows in other banks
-__device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int lane, int grp, bool active) {
+// xs is the caller's [FCHUNK/2] shared buffer x is staged in, or null when
+// xa is the whole row already in shared memory (mgemv_n).
+__device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int lane, int grp, bool active, float* xs) {
     __shared__ __align__(16) u8 stg[FROWS * FPITCH];
-    __shared__ __align__(16) float xs[FCHUNK / 2];
     int enc = (int)s.enc, rows = (int)s.rows, cols = (int)s.cols, slots = (int)s.slots;
     int esize = enc == ENC_F32 ? 4 : 2, per = FCHUNK / esize;
     const int* sel = (const int*)s.sel;
@@ -1242,13 +1243,17 @@ __device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int 
                 for (int rr = 0; rr < FROWS; rr++) stg[rr * FPITCH + i] = v[rr];
             }
         }
-        for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xa[c0 + i];
+        const float* xc = xa + c0;
+        if (xs) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xa[c0 + i];
+            xc = xs;
+        }
         __syncthreads();
         if (active) {
             const u8* w = stg + grp * FPITCH;
-            if (enc == ENC_BF16) acc = fsum<ENC_BF16>(acc, w, xs, n, lane);
-            else if (enc == ENC_F32) acc = fsum<ENC_F32>(acc, w, xs, n, lane);
-            else acc = fsum<ENC_F16>(acc, w, xs, n, lane);
+            if (enc == ENC_BF16) acc = fsum<ENC_BF16>(acc, w, xc, n, lane);
+            else if (enc == ENC_F32) acc = fsum<ENC_F32>(acc, w, xc, n, lane);
+            else acc = fsum<ENC_F16>(acc, w, xc, n, lane);
         }
     }
     acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4, 8));
@@ -1257,8 +1262,10 @@ __device__ float frow_staged(const MSeg& s, int t, int by, const float* xa, int 
     return acc;
 }
 
-extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* x) {
-    PDL_ENTRY();
+// mgemv_body is mgemv's block: xq8…sx hold the quantized input vectors
+// (vector a of token t), x the float ones [T, cols] (xs: frow_staged's).
+__device__ __forceinline__ void mgemv_body(const MSegs& p, const signed char* xq8, const int* xq4, const float* dx, const float* sx,
+                                           const float* xa, i64 a, float* xs) {
     int t = blockIdx.x, by = blockIdx.y;
     MSeg s = p.s[0];
 #pragma unroll
@@ -1280,15 +1287,96 @@ extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4
         const u8* w = (const u8*)s.data + e * s.edata + (i64)lr * (cols * bits / 8);
         const u16* sc = (const u16*)((const u8*)s.scales + e * s.escale) + (i64)lr * groups;
         const u16* bi = (const u16*)((const u8*)s.biases + e * s.escale) + (i64)lr * groups;
-        acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, t, lane, lanes, active);
+        acc = qrow(w, sc, bi, groups, bits, xq8, xq4, dx, sx, a, lane, lanes, active);
     } else {
-        acc = frow_staged(s, t, by, x + (i64)t * cols, lane, grp, active);
+        acc = frow_staged(s, t, by, xa, lane, grp, active, xs);
     }
     if (active && lane == 0) {
         i64 o = (i64)t * s.ytok + r;
         const float* res = (const float*)s.res;
         ((float*)s.y)[o] = res ? __fadd_rn(res[o], acc) : acc;
     }
+}
+
+extern "C" __global__ void mgemv(MSegs p, const signed char* xq8, const int* xq4, const float* dx, const float* sx, const float* x) {
+    PDL_ENTRY();
+    __shared__ __align__(16) float xs[FCHUNK / 2];
+    int cols = (int)p.s[0].cols;
+    mgemv_body(p, xq8, xq4, dx, sx, x + (i64)blockIdx.x * cols, blockIdx.x, xs);
+}
+
+// norm_q_block is rmsnorm_q of one row x [n] by a block of 256 threads,
+// into shared memory: us [n] the normed row, q8, q4, dx, sx its
+// quantization (quant_warp's layout for one vector). Bitwise rmsnorm_q
+// launched with vt threads (RMSNormQuantize's choice: a multiple of 32
+// from 256 to 1024): the
+// float64 sum of squares is inv_rms's tree over vt threads, each thread
+// here standing for vt/256 of them (virtual thread tid + 256j, whose warp
+// is warp + 8j), the warps' sums added in order by thread 0. Ends with
+// the block synchronized.
+__device__ void norm_q_block(const float* x, const float* scale, int n, float eps, int vt, float* us, signed char* q8, int* q4,
+                             float* dx, float* sx, float (*vs)[64], signed char (*qs)[64], double* sh) {
+    int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    double part[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) { // vt is a multiple of 32: a virtual warp is whole or absent
+        double ss = 0;
+        if (tid + 256 * j < vt)
+            for (int i = tid + 256 * j; i < n; i += vt) ss += (double)x[i] * (double)x[i];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        part[j] = ss;
+    }
+    if (lane == 0)
+        for (int j = 0; j < 4 && tid + 256 * j < vt; j++) sh[w + 8 * j] = part[j];
+    __syncthreads();
+    if (tid == 0) {
+        double r = 0;
+        for (int i = 0; i < (vt >> 5); i++) r += sh[i];
+        sh[0] = r;
+    }
+    __syncthreads();
+    float mean = (float)(sh[0] / (double)n);
+    float inv = (float)(1.0 / sqrt((double)__fadd_rn(mean, eps)));
+    for (int i = tid; i < n; i += blockDim.x) us[i] = __fmul_rn(__fmul_rn(x[i], inv), scale[i]);
+    __syncthreads();
+    for (int g = w; g < n / 64; g += blockDim.x >> 5)
+        quant_warp(us[g * 64 + lane], us[g * 64 + lane + 32], g, lane, vs[w], qs[w], q8, q4, dx, sx);
+    __syncthreads();
+}
+
+// mgemv_n is rmsnorm_q of token t's row of x (scale, eps, vt as
+// RMSNormQuantize launches it) and then mgemv over the result, in one
+// launch (Set.NormFold): every block normalizes and quantizes the row into
+// its own shared memory (norm_q_block), so the products start without a
+// launch between; the blocks of y = 0 also store the row and its
+// quantization (u, gq8…gsx, as rmsnorm_q stores them) for the launches
+// after this one. cols ≤ NF_MAXC: 48,256 bytes of static shared memory
+// with frow_staged's rows.
+#define NF_MAXC 2048
+extern "C" __global__ void __launch_bounds__(256) mgemv_n(MSegs p, const float* x, const float* scale, float eps, int vt, float* u,
+                                                         signed char* gq8, int* gq4, float* gdx, float* gsx) {
+    PDL_ENTRY();
+    __shared__ __align__(16) float us[NF_MAXC];
+    __shared__ __align__(16) signed char q8s[NF_MAXC];
+    __shared__ __align__(16) int q4s[NF_MAXC / 4];
+    __shared__ float dxs[NF_MAXC / 64], sxs[NF_MAXC / 64];
+    __shared__ float vs[8][64];
+    __shared__ signed char qs[8][64];
+    __shared__ double sh[32];
+    int t = blockIdx.x, n = (int)p.s[0].cols, groups = n / 64;
+    norm_q_block(x + (i64)t * n, scale, n, eps, vt, us, q8s, q4s, dxs, sxs, vs, qs, sh);
+    if (blockIdx.y == 0) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            u[(i64)t * n + i] = us[i];
+            gq8[(i64)t * n + i] = q8s[i];
+        }
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) gq4[(i64)t * (n / 4) + i] = q4s[i];
+        for (int i = threadIdx.x; i < groups; i += blockDim.x) {
+            gdx[(i64)t * groups + i] = dxs[i];
+            gsx[(i64)t * groups + i] = sxs[i];
+        }
+    }
+    mgemv_body(p, q8s, q4s, dxs, sxs, us, 0, 0);
 }
 
 // moe_down is the routed experts' down products, the shared expert's and
