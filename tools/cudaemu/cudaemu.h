@@ -64,6 +64,8 @@ void emu_ldmatrix_x4(unsigned r[4], unsigned addr);
 void emu_mma_m16n8k32_u8s8(int d[4], const unsigned a[4], const int b[2]);
 unsigned emu_smem_addr(const void* p);
 void emu_cp_async(unsigned dst, const void* src, unsigned bytes);
+void emu_cp_async_commit(void);   // PTX cp.async.commit_group
+void emu_cp_async_wait(int n);    // PTX cp.async.wait_group n
 __attribute__((noreturn)) void emu_trap(const char* what);
 }
 

@@ -96,8 +96,19 @@ enum Kind { K_SYNCWARP, K_SHFL, K_BALLOT, K_MATCH_ANY, K_MATCH_ALL, K_LDSM, K_MM
 const char* kind_name[K_NKINDS] = {"__syncwarp", "shfl.sync", "vote.sync (ballot/any/all)", "match.any.sync", "match.all.sync",
                                    "ldmatrix.x4", "mma.m16n8k32"};
 
+// A cp.async the thread issued that has not landed yet: the emulation lands
+// it as late as PTX allows (the cp.async.wait_group that covers its group),
+// and fills its destination with 0xCD when it is issued, so shared memory
+// read before the wait shows the pattern instead of the data.
+struct PendingCopy {
+    unsigned dst, bytes;
+    const void* src;
+};
+
 struct Fiber {
     EmuThread pub; // first: the kernel code reads it through __emu_cur
+    std::vector<PendingCopy> cp_open;                // issued, not yet committed
+    std::vector<std::vector<PendingCopy>> cp_groups; // committed groups, oldest first
     State state;
     Wait wait;
     int wait_id; // barrier id or warp group index
@@ -349,7 +360,23 @@ bool check_group(Warp& w, int wi, Group& g) {
     return true;
 }
 
+// land_copies lands the thread's committed cp.async groups but the newest
+// keep (and, with open, those not yet committed: a thread's exit).
+void land_copies(Fiber* f, size_t keep, bool open) {
+    auto land = [](const std::vector<PendingCopy>& g) {
+        for (const PendingCopy& c : g) memcpy(smem + c.dst, c.src, c.bytes);
+    };
+    size_t n = f->cp_groups.size() > keep ? f->cp_groups.size() - keep : 0;
+    for (size_t i = 0; i < n; i++) land(f->cp_groups[i]);
+    f->cp_groups.erase(f->cp_groups.begin(), f->cp_groups.begin() + (ptrdiff_t)n);
+    if (open) {
+        land(f->cp_open);
+        f->cp_open.clear();
+    }
+}
+
 void on_exit(Fiber* f) {
+    land_copies(f, 0, true);
     f->state = EXITED;
     nexited++;
     Warp& w = warps[f->pub.warp];
@@ -456,6 +483,8 @@ void run_block(emu_dim3 bidx) {
     for (int t = 0; t < nthreads; t++) {
         Fiber& f = fibers[t];
         f.pub.blockIdx = bidx;
+        f.cp_open.clear();
+        f.cp_groups.clear();
         f.state = RUNNABLE;
         f.wait = W_NONE;
         init_fiber(f);
@@ -858,6 +887,17 @@ EMU_EXPORT unsigned emu_smem_addr(const void* p) {
     return (unsigned)(c - smem);
 }
 
+// NVMAI_CUDAEMU_CPASYNC=eager lands every cp.async as it is issued (the
+// emulation before session 19); the default lands each at its wait.
+bool cp_async_eager() {
+    static int eager = -1;
+    if (eager < 0) {
+        const char* e = getenv("NVMAI_CUDAEMU_CPASYNC");
+        eager = e && !strcmp(e, "eager");
+    }
+    return eager;
+}
+
 EMU_EXPORT void emu_cp_async(unsigned dst, const void* src, unsigned bytes) {
     Fiber* f = self();
     if ((size_t)dst + bytes > smem_bytes || dst % bytes != 0 || ((uintptr_t)src % bytes) != 0) {
@@ -866,7 +906,23 @@ EMU_EXPORT void emu_cp_async(unsigned dst, const void* src, unsigned bytes) {
                  bytes, dst, src, smem_bytes);
         fail(msg, f);
     }
-    memcpy(smem + dst, src, bytes);
+    if (cp_async_eager()) {
+        memcpy(smem + dst, src, bytes);
+        return;
+    }
+    memset(smem + dst, 0xCD, bytes);
+    f->cp_open.push_back({dst, bytes, src});
+}
+
+EMU_EXPORT void emu_cp_async_commit(void) {
+    Fiber* f = self();
+    f->cp_groups.push_back(std::move(f->cp_open));
+    f->cp_open.clear();
+}
+
+EMU_EXPORT void emu_cp_async_wait(int n) {
+    Fiber* f = self();
+    land_copies(f, n < 0 ? 0 : (size_t)n, false);
 }
 
 EMU_EXPORT void emu_trap(const char* what) {

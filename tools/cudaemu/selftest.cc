@@ -373,12 +373,45 @@ static void test_cp_async() {
         }
         for (int i = t; i < n / 4; i += blockDim.x) emu_cp_async(emu_cvta_shared(sm + 4 * i), &src[4 * i], 16);
         if (t < 16) emu_cp_async(emu_cvta_shared((char*)sm + n * 4 + 4 * t), &src[t], 4);
+        emu_cp_async_commit();
+        emu_cp_async_wait(0);
         __syncthreads();
         if (blockIdx.x == 0)
             for (int i = t; i < n; i += blockDim.x) out[i] = sm[(i + 1) % n] + ((float*)((char*)sm + n * 4))[i % 16];
     });
     for (int i = 0; i < n; i++) CHECK(out[i] == src[(i + 1) % n] + src[i % 16], "cp.async element %d", i);
     CHECK(garbage[0] == 0xCDCDCDCDu, "dynamic shared memory not refilled with 0xCD between blocks: %#x", garbage[0]);
+
+    // A copy lands only at the cp.async.wait_group that covers its group
+    // (as late as PTX allows); until then its destination reads 0xCD, so a
+    // kernel that reads before it waits fails its checks. wait_group 1
+    // lands every group but the newest.
+    unsigned seen[5] = {};
+    launch({1, 1, 1}, {32, 1, 1}, 64, [&] {
+        float* sm = (float*)__emu_dyn_smem;
+        int t = threadIdx.x;
+        if (t == 0) {
+            emu_cp_async(emu_cvta_shared(sm), &src[3], 4);
+            emu_cp_async_commit(); // group A
+            emu_cp_async(emu_cvta_shared(sm + 1), &src[4], 4);
+            memcpy(&seen[0], sm, 4);     // A issued, not waited for
+            emu_cp_async_commit();       // group B
+            emu_cp_async_commit();       // group C, empty: it counts
+            emu_cp_async_wait(2);        // A lands; B and C may stay pending
+            memcpy(&seen[1], sm, 4);
+            memcpy(&seen[2], sm + 1, 4);
+            emu_cp_async_wait(0);
+            memcpy(&seen[3], sm + 1, 4);
+            emu_cp_async(emu_cvta_shared(sm + 2), &src[5], 4); // never waited for: lands at the thread's exit
+        }
+    });
+    unsigned want3, want4;
+    memcpy(&want3, &src[3], 4);
+    memcpy(&want4, &src[4], 4);
+    CHECK(seen[0] == 0xCDCDCDCDu, "a cp.async read before its wait: %#x, want the 0xCD pattern", seen[0]);
+    CHECK(seen[1] == want3, "wait_group 2 did not land the oldest group: %#x", seen[1]);
+    CHECK(seen[2] == 0xCDCDCDCDu, "wait_group 2 landed a group among the newest two: %#x", seen[2]);
+    CHECK(seen[3] == want4, "wait_group 0 left a group pending: %#x", seen[3]);
 }
 
 // ---- failures abort with a message: run in a child process ----

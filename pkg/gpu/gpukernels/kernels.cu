@@ -649,7 +649,7 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 }
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-#if defined(NVMAI_EMU) // copies at once: the waits below have nothing to wait for
+#if defined(NVMAI_EMU) // lands at the wait that covers its group (tools/cudaemu)
     emu_cp_async(dst, src, 16);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -670,6 +670,7 @@ __device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(NVMAI_EMU)
+    emu_cp_async_commit();
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
@@ -677,6 +678,7 @@ __device__ __forceinline__ void cp_async_commit() {
 
 __device__ __forceinline__ void cp_async_wait_stages() { // all but the newest M2_STAGES-2 groups landed
 #if defined(NVMAI_EMU)
+    emu_cp_async_wait(M2_STAGES - 2);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(M2_STAGES - 2) : "memory");
 #endif
