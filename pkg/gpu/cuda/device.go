@@ -91,9 +91,31 @@ func (dev *Device) loop(ready chan<- error) {
 		return
 	}
 	ready <- nil
+	dev.serve()
+}
+
+// serve runs the closures sent to the device until Close, then releases
+// it. A closure that ends its goroutine (runtime.Goexit: a test's
+// t.Fatal inside Do) would leave every later Do waiting for a device
+// goroutine that is gone, so the test binary hangs until its timeout (on
+// a GPU machine, minutes of device time); serve hands the device to a new
+// goroutine, on a thread of its own with the context current, instead.
+func (dev *Device) serve() {
+	closed := false
+	defer func() {
+		if !closed {
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				dev.d.cuCtxSetCurrent(dev.ctx)
+				dev.serve()
+			}()
+		}
+	}()
 	for fn := range dev.work {
 		fn()
 	}
+	closed = true
 	dev.d.cuCtxSynchronize()
 	if dev.side != 0 {
 		dev.d.cuEventDestroy(dev.forked)

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -146,4 +148,39 @@ func TestOpen(t *testing.T) {
 	}
 	defer dev.Close()
 	t.Logf("%s sm_%d, %d SMs, %.1f GiB, driver %d, NVRTC %d.%d (%s)", dev.Name, dev.Arch, dev.SMs, float64(dev.TotalMem)/(1<<30), dev.Driver, dev.NVRTCVer[0], dev.NVRTCVer[1], dev.Libs.NVRTC)
+}
+
+// A closure that ends its goroutine inside Do (a test's t.Fatal there)
+// returns from Do, and the device goes on serving on a new goroutine with
+// its context current: later Do calls run instead of hanging the binary.
+func TestDoAfterGoexit(t *testing.T) {
+	dev, err := Open(0)
+	if err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+	defer dev.Close()
+	dev.Do(func(c *Ctx) error {
+		runtime.Goexit()
+		return nil
+	})
+	for i := range 2 {
+		err := dev.Do(func(c *Ctx) error {
+			p, err := c.AllocCopy([]byte{1, 2, 3, 4})
+			if err != nil {
+				return err
+			}
+			defer c.Free(p)
+			got := make([]byte, 4)
+			if err := c.DtoH(got, p); err != nil {
+				return err
+			}
+			if got[3] != 4 {
+				return fmt.Errorf("read back %v", got)
+			}
+			return c.Sync()
+		})
+		if err != nil {
+			t.Fatalf("Do %d after a closure's Goexit: %v", i, err)
+		}
+	}
 }
