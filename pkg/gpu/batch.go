@@ -441,75 +441,15 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 		}
 	}
 	row := func(p cuda.DevicePtr, r, width int) cuda.DevicePtr { return p + cuda.DevicePtr(4*r*width) }
-	type quantized struct {
-		x             cuda.DevicePtr
-		vectors, cols int
-	}
-	var held quantized
+	ops := &passOps{l: l, do: do, qa: &s.qa, x: s.x, u: s.u, H: g.H, eps: g.eps, rows: N, fused: m.fuse}
 	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
-		for _, w := range ws {
-			if w.Quantized() && held != (quantized{x, vectors, cols}) {
-				do(l.Quantize(&s.qa, x, vectors, cols))
-				held = quantized{x, vectors, cols}
-				break
-			}
-		}
-		for _, o := range outs {
-			if o == held.x {
-				held = quantized{}
-			}
-		}
-		for i, w := range ws {
-			do(gemvRows(l, bt, outs[i], w, x, &s.qa, res, sel, slots, xslot, N))
-		}
+		ops.gemv(x, vectors, cols, outs, ws, func(out cuda.DevicePtr, w *gpukernels.Mat) {
+			do(gemvRows(l, bt, out, w, x, &s.qa, res, sel, slots, xslot, N))
+		})
 	}
-	multi := func(x cuda.DevicePtr, cols int, segs ...gpukernels.Seg) {
-		var q *gpukernels.QAct
-		for _, sg := range segs {
-			if sg.M.Quantized() {
-				if held != (quantized{x, N, cols}) {
-					do(l.Quantize(&s.qa, x, N, cols))
-					held = quantized{x, N, cols}
-				}
-				q = &s.qa
-				break
-			}
-		}
-		for _, sg := range segs {
-			if sg.Y == held.x {
-				held = quantized{}
-			}
-		}
-		do(l.MGEMV(segs, x, q, N))
-	}
-	fused := m.fuse
+	multi, norm, swiglu, fused := ops.multi, ops.norm, ops.swiglu, ops.fused
 	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
 		gemv(x, N, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
-	}
-	anyQuantized := func(ws ...*gpukernels.Mat) bool {
-		for _, w := range ws {
-			if w != nil && w.Quantized() {
-				return true
-			}
-		}
-		return false
-	}
-	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
-		if anyQuantized(readers...) {
-			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, N, g.eps))
-			held = quantized{s.u, N, g.H}
-			return
-		}
-		do(l.RMSNorm(s.u, s.x, scale, g.H, N, g.eps))
-		held = quantized{}
-	}
-	swiglu := func(gp, up cuda.DevicePtr, vectors, cols int, reader *gpukernels.Mat) {
-		if reader.Quantized() {
-			do(l.SwiGLUQuantize(&s.qa, gp, up, vectors, cols))
-			held = quantized{gp, vectors, cols}
-			return
-		}
-		do(l.SwiGLU(gp, up, vectors*cols))
 	}
 	split := m.splitGDN && gpukernels.GDNSplitFits(g.gdn, max(m.chunk, 1)) // State.chunkLen's
 	hqd := g.attn.Hq * g.attn.Dh
@@ -555,10 +495,10 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 				// gdn_norm is a block per (head, token) over its state-free rows.
 				if ly.out.Quantized() && g.gdn.Dv%64 == 0 {
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, N, &s.qa))
-					held = quantized{s.o, N, g.vd}
+					ops.held = quantized{s.o, N, g.vd}
 				} else {
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, N, nil))
-					held = quantized{}
+					ops.held = quantized{}
 				}
 			} else {
 				for r, st := range sts {
@@ -588,7 +528,7 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 		switch {
 		case ly.router != nil && fused && ly.moeFused:
 			m.moeStepBatch(l, bt, sts, i, multi, do)
-			held = quantized{}
+			ops.held = quantized{}
 		case ly.router != nil:
 			gates, stride, gstride := s.gates, g.E, 1
 			if ly.routerG != nil {
@@ -611,6 +551,7 @@ func (m *Model) forwardBatch(l *gpukernels.Launcher, bt *batcher, sts []*State) 
 			one(s.g, g.Inter, s.x, ly.down, s.x)
 		}
 	}
+	ops.unfold() // none is left: every layer's norm has its multi
 	// lm_head over the N rows at once, then each row into its state's own
 	// logits, greedy pick and position (one head_rows launch), where
 	// Logits, Argmax and Sample read them.

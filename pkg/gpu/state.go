@@ -7,7 +7,6 @@ import (
 	"github.com/nvmai/nvmai/pkg/gpu/cuda"
 	"github.com/nvmai/nvmai/pkg/gpu/devshared"
 	"github.com/nvmai/nvmai/pkg/gpu/gpukernels"
-	"github.com/nvmai/nvmai/pkg/kernels"
 	"github.com/nvmai/nvmai/pkg/model"
 	"github.com/nvmai/nvmai/pkg/models/qwen35"
 	"github.com/nvmai/nvmai/pkg/sample"
@@ -311,112 +310,22 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			err = e
 		}
 	}
+	ops := &passOps{l: l, do: do, qa: &s.qa, x: s.x, u: s.u, H: g.H, eps: g.eps, rows: T, fused: T == 1 && m.fuse}
+	grouped := false // the layer's MoEGroup ran: gathered products go expert by expert
 	// gemv quantizes x into the scratch (when any of ws is quantized) and
 	// multiplies every w of ws by it.
-	// held is what the quantized scratch holds, so x read by several
-	// launches in a row is quantized once.
-	type quantized struct {
-		x             cuda.DevicePtr
-		vectors, cols int
-	}
-	var held quantized
-	grouped := false // the layer's MoEGroup ran: gathered products go expert by expert
-	// folded is the norm scale norm left to the next multi (Set.NormFold:
-	// the norm and the products that read it as one launch), 0 when none.
-	var folded cuda.DevicePtr
-	// unfold launches a folded norm on its own, for a reader other than multi.
-	unfold := func() {
-		if folded != 0 {
-			do(l.RMSNormQuantize(&s.qa, s.u, s.x, folded, g.H, T, g.eps))
-			held = quantized{s.u, T, g.H}
-			folded = 0
-		}
-	}
 	gemv := func(x cuda.DevicePtr, vectors, cols int, outs []cuda.DevicePtr, ws []*gpukernels.Mat, res cuda.DevicePtr, sel cuda.DevicePtr, slots int, xslot bool) {
-		unfold()
-		for _, w := range ws {
-			if w.Quantized() && held != (quantized{x, vectors, cols}) {
-				do(l.Quantize(&s.qa, x, vectors, cols))
-				held = quantized{x, vectors, cols}
-				break
-			}
-		}
-		for _, o := range outs {
-			if o == held.x { // the product overwrites what was quantized
-				held = quantized{}
-			}
-		}
-		for i, w := range ws {
+		ops.gemv(x, vectors, cols, outs, ws, func(out cuda.DevicePtr, w *gpukernels.Mat) {
 			if sel != 0 && T > 1 && grouped && w.Quantized() { // prefill: expert by expert (MoEGroup ran)
-				do(l.GEMVGrouped(outs[i], w, &s.qa, s.offs, s.list, slots, g.E, xslot))
-				continue
+				do(l.GEMVGrouped(out, w, &s.qa, s.offs, s.list, slots, g.E, xslot))
+				return
 			}
-			do(l.GEMV(outs[i], w, x, &s.qa, res, sel, slots, xslot, T))
-		}
+			do(l.GEMV(out, w, x, &s.qa, res, sel, slots, xslot, T))
+		})
 	}
-	// multi runs several products of x [T, cols] in one launch (decode).
-	multi := func(x cuda.DevicePtr, cols int, segs ...gpukernels.Seg) {
-		if folded != 0 && x == s.u {
-			do(l.MGEMVNorm(segs, &s.qa, s.u, s.x, folded, g.H, T, g.eps))
-			held, folded = quantized{s.u, T, g.H}, 0
-			return
-		}
-		unfold()
-		var q *gpukernels.QAct
-		for _, sg := range segs {
-			if sg.M.Quantized() {
-				if held != (quantized{x, T, cols}) {
-					do(l.Quantize(&s.qa, x, T, cols))
-					held = quantized{x, T, cols}
-				}
-				q = &s.qa
-				break
-			}
-		}
-		for _, sg := range segs {
-			if sg.Y == held.x {
-				held = quantized{}
-			}
-		}
-		do(l.MGEMV(segs, x, q, T))
-	}
-	fused := T == 1 && m.fuse
+	multi, norm, swiglu, fused := ops.multi, ops.norm, ops.swiglu, ops.fused
 	one := func(x cuda.DevicePtr, cols int, out cuda.DevicePtr, w *gpukernels.Mat, res cuda.DevicePtr) {
 		gemv(x, T, cols, []cuda.DevicePtr{out}, []*gpukernels.Mat{w}, res, 0, 1, false)
-	}
-	anyQuantized := func(ws ...*gpukernels.Mat) bool {
-		for _, w := range ws {
-			if w != nil && w.Quantized() {
-				return true
-			}
-		}
-		return false
-	}
-	// norm is RMSNorm into u, quantized in the same launch when a product
-	// that reads u is quantized.
-	norm := func(scale cuda.DevicePtr, readers ...*gpukernels.Mat) {
-		unfold()
-		if fused && l.K.NormFold && g.H <= gpukernels.NormFoldMaxCols && g.H%kernels.GroupSize == 0 && anyQuantized(readers...) {
-			folded = scale // the next multi normalizes (or unfold, for any other reader)
-			return
-		}
-		if anyQuantized(readers...) {
-			do(l.RMSNormQuantize(&s.qa, s.u, s.x, scale, g.H, T, g.eps))
-			held = quantized{s.u, T, g.H}
-			return
-		}
-		do(l.RMSNorm(s.u, s.x, scale, g.H, T, g.eps))
-		held = quantized{}
-	}
-	// swiglu is g = silu(g)·u over vectors·cols, quantized in the same
-	// launch when its reader is.
-	swiglu := func(gp, up cuda.DevicePtr, vectors, cols int, reader *gpukernels.Mat) {
-		if reader.Quantized() {
-			do(l.SwiGLUQuantize(&s.qa, gp, up, vectors, cols))
-			held = quantized{gp, vectors, cols}
-			return
-		}
-		do(l.SwiGLU(gp, up, vectors*cols))
 	}
 	do(l.Embed(s.x, m.embed, st.tokens, T))
 	mark(PhaseEmbed)
@@ -446,10 +355,10 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 				do(l.GDNRec(s.oraw, st.rec[i], s.convOut, a, b, ly.negExpA, ly.dtBias, g.gdn, T, abStride))
 				if ly.out.Quantized() && g.gdn.Dv%64 == 0 { // the out projection's input quantized in the same launch
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, &s.qa))
-					held = quantized{s.o, T, g.vd}
+					ops.held = quantized{s.o, T, g.vd}
 				} else {
 					do(l.GDNNorm(s.o, s.oraw, s.z, ly.gdnNorm, g.gdn, g.eps, T, nil))
-					held = quantized{}
+					ops.held = quantized{}
 				}
 			} else {
 				do(l.GDNHeads(s.o, st.rec[i], s.convOut, s.z, a, b, ly.negExpA, ly.dtBias, ly.gdnNorm, g.gdn, g.eps, T, abStride))
@@ -470,7 +379,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 		norm(ly.postNorm, ly.routerG, ly.router, ly.sGate, ly.sUp, ly.sharedG, ly.eGate, ly.eUp, ly.gate, ly.up)
 		if ly.router != nil && fused && ly.moeFused {
 			m.moeStep(l, st, ly, multi, do)
-			held = quantized{} // moeStep leaves the experts' activations quantized
+			ops.held = quantized{} // moeStep leaves the experts' activations quantized
 			mark(PhaseMoE)
 		} else if ly.router != nil {
 			gates, stride, gstride := s.gates, g.E, 1
@@ -500,7 +409,7 @@ func (m *Model) forward(l *gpukernels.Launcher, st *State, T int, mark func(phas
 			mark(PhaseMLP)
 		}
 	}
-	unfold() // a norm no product read (none does: every layer's norm has its multi)
+	ops.unfold() // a norm no product read (none does: every layer's norm has its multi)
 	m.finishAhead(l, do)
 	last := s.x + cuda.DevicePtr(4*(T-1)*g.H)
 	// lm_head reads one row: run it as a one-token GEMV.
