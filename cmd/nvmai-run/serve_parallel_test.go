@@ -161,26 +161,20 @@ type fakeRoom struct{ per, room int64 }
 
 func (f fakeRoom) SequenceRoom() (int64, int64, error) { return f.per, f.room, nil }
 
-// On the GPU the default is 1 until the batched step is validated on a GPU
-// (session 17 had no device time), even with room for 4 states; the note
-// says --parallel N opts in. Validated, the room decides (below).
+// Without a batched step the device default is one generation at a time;
+// with one, it counts states against the device's room (room for 4: 4).
 func TestServeDeviceParallelDefaultOne(t *testing.T) {
 	const gib = int64(1) << 30
 	room := fakeRoom{gib, 10 * gib}
-	if n, note := deviceParallelDefault("gpu", true, room); n != 1 || !strings.Contains(note, "--parallel N") {
-		t.Errorf("room for 4, not validated: %d (%q), want 1 naming --parallel N", n, note)
-	}
 	if n, note := deviceParallelDefault("gpu", false, room); n != 1 || !strings.Contains(note, "no batched step") {
 		t.Errorf("no batched step: %d (%q), want 1", n, note)
 	}
-	defer func(v bool) { deviceBatchValidated = v }(deviceBatchValidated)
-	deviceBatchValidated = true
 	if n, _ := deviceParallelDefault("gpu", true, room); n != 4 {
-		t.Errorf("room for 4, validated: %d, want 4", n)
+		t.Errorf("room for 4: %d, want 4", n)
 	}
 }
 
-// Once validated, the GPU's default counts sequence states against the device's free
+// The GPU's default counts sequence states against the device's free
 // memory: up to 4, at least 1, the note saying how many fit and what to
 // lower for more.
 func TestServeDeviceParallelDefault(t *testing.T) {

@@ -15,12 +15,6 @@ type deviceStateRoom interface {
 	SequenceRoom() (per, room int64, err error)
 }
 
-// deviceBatchValidated says whether the device engine's batched step has
-// been validated on a GPU. Session 17 changed it with no device time, so
-// until a GPU run validates it serve's default on a device engine is one
-// generation at a time; an explicit --parallel N still batches.
-var deviceBatchValidated = false
-
 // defaultDeviceParallel is serve's --parallel on a device engine when none
 // is given, with the ready line's note (deviceParallelDefault).
 func defaultDeviceParallel(e *runtime.Engine, device string) (int, string) {
@@ -29,14 +23,12 @@ func defaultDeviceParallel(e *runtime.Engine, device string) (int, string) {
 }
 
 // deviceParallelDefault is 1 where the engine has no batched step or
-// states room r, and while !deviceBatchValidated; otherwise the most
-// states, up to defaultParallelMost, that fit the device's room, at least 1.
+// states room r; otherwise the most states, up to defaultParallelMost,
+// that fit the device's room, at least 1. (The GPU's batched step was
+// validated on an H100 in session 19: each stream bitwise alone.)
 func deviceParallelDefault(device string, canBatch bool, r deviceStateRoom) (int, string) {
 	if r == nil || !canBatch {
 		return 1, "default: the " + device + " engine has no batched step yet"
-	}
-	if !deviceBatchValidated {
-		return 1, "default: 1 on the " + device + " engine until its batched step is validated on a GPU; --parallel N decodes N at once"
 	}
 	per, room, err := r.SequenceRoom()
 	if err != nil {

@@ -37,13 +37,13 @@ func TestBench(t *testing.T) {
 				b.Model.stream.readAhead = ahead0 && v.name != "noahead"
 			}
 			b.Dev.PDL, b.Model.fuse, b.Model.group, b.Model.splitGDN = v.pdl && b.Dev.PDLSupported(), v.fuse, v.group, v.split
-			b.Model.mma, b.Model.ks.MMA2 = v.mma && b.Dev.Arch >= 80, mma20 && v.name != "nomma2"
-			if v.name == "mma2" || v.name == "mma2at" || v.name == "new" { // session 17's kernels, whatever NVMAI_GPU_MMA2 says
+			b.Model.mma, b.Model.ks.MMA2 = v.mma && b.Dev.Arch >= 80, mma20 && v.name != "nomma2" && v.name != "prev"
+			if v.name == "mma2" || v.name == "mma2at" || v.name == "new" { // the tiled kernels, whatever NVMAI_GPU_MMA2 says
 				b.Model.ks.MMA2 = b.Model.ks.MMA2Capable()
 			}
-			// Session 19's tiled prefill attention and folded norms:
+			// The tiled prefill attention and the folded norms:
 			// NVMAI_GPU_ATTN_TILED and NVMAI_GPU_NORMFOLD, or these variants.
-			b.Model.ks.AttnTiled, b.Model.ks.NormFold = attn0, fold0
+			b.Model.ks.AttnTiled, b.Model.ks.NormFold = attn0 && v.name != "prev" && v.name != "noatile", fold0
 			if v.name == "atile" || v.name == "mma2at" || v.name == "new" {
 				b.Model.ks.AttnTiled = b.Model.ks.AttnTiledCapable()
 			}
@@ -94,10 +94,12 @@ type benchVariant struct {
 // (Set.MMA2) on; atile reg512 with session 19's tiled prefill attention
 // (Set.AttnTiled) and mma2at mma2 with it, nfold reg512 with the decode
 // norms folded into the products after them (Set.NormFold), new mma2 with
-// both. The other variants keep the engine's Set.MMA2, off unless
-// NVMAI_GPU_MMA2=1 (those kernels have not yet run on a GPU), so their rows
-// stay comparable with earlier sessions'. The variants' greedy tokens must
-// agree.
+// both, noatile reg512 without the tiled attention, prev reg512 with
+// neither the tiled products nor the tiled attention (the defaults before
+// session 19, for rows comparable with earlier sessions'). The other
+// variants keep the engine's Set.MMA2 and Set.AttnTiled (on unless
+// NVMAI_GPU_MMA2=0 or NVMAI_GPU_ATTN_TILED=0) and Set.NormFold (off unless
+// NVMAI_GPU_NORMFOLD=1). The variants' greedy tokens must agree.
 func benchVariants(t *testing.T) []benchVariant {
 	known := map[string]benchVariant{
 		"all": {"all", true, true, false, true, false, true, 0, 0}, "base": {"base", false, false, false, false, false, false, 0, 0},
@@ -111,7 +113,8 @@ func benchVariants(t *testing.T) []benchVariant {
 		"noahead": {"noahead", true, true, false, true, false, true, 0, 0}, "nomma2": {"nomma2", true, true, true, true, false, true, 512, 3},
 		"mma2": {"mma2", true, true, true, true, false, true, 512, 3}, "atile": {"atile", true, true, true, true, false, true, 512, 3},
 		"mma2at": {"mma2at", true, true, true, true, false, true, 512, 3}, "nfold": {"nfold", true, true, true, true, false, true, 512, 3},
-		"new": {"new", true, true, true, true, false, true, 512, 3},
+		"new": {"new", true, true, true, true, false, true, 512, 3}, "prev": {"prev", true, true, true, true, false, true, 512, 3},
+		"noatile": {"noatile", true, true, true, true, false, true, 512, 3},
 	}
 	spec := os.Getenv("NVMAI_GPU_BENCH_VARIANTS")
 	if spec == "" {

@@ -40,23 +40,25 @@ type Set struct {
 	// (bitwise fgemv), the conv's tokens in parallel (gdn_conv) and the
 	// chunk's grouping by warp ranks (moe_group); off, those run the
 	// kernels earlier sessions validated on a GPU (qgemm_mma, fgemv,
-	// gdn_conv_seq, moe_group_seq). Session 17 wrote these kernels without
-	// a GPU run, so Load turns it on only with NVMAI_GPU_MMA2=1, and only
-	// where MMA2Capable.
+	// gdn_conv_seq, moe_group_seq). On by default where MMA2Capable
+	// (validated on an H100 in session 19: bitwise, prefill 512 3,386–3,394
+	// → 4,133–4,155 tok/s); NVMAI_GPU_MMA2=0 keeps the earlier kernels.
 	MMA2   bool
 	mma2OK bool // the tiled kernels have their shared memory (MMA2Capable)
 	// AttnTiled runs a multi-token chunk's attention (AttnHeads with T > 1)
 	// as attn_qnorm, attn_scores_t*, attn_softmax_t and attn_values_t*:
 	// bitwise attn_scores and attn_values, each cached row read once per
-	// tile of 32 (token, head) rows instead of once per row. Written in
-	// session 19 without a GPU run (validated under tools/cudaemu only), so
-	// Load turns it on only with NVMAI_GPU_ATTN_TILED=1.
+	// tile of 32 (token, head) rows instead of once per row. On by default
+	// (validated on an H100 in session 19); NVMAI_GPU_ATTN_TILED=0 keeps
+	// attn_scores and attn_values for chunks too.
 	AttnTiled   bool
 	attnTiledOK bool
 	// NormFold runs a decode step's RMSNorm and the products that read it
-	// as one launch (Launcher.MGEMVNorm, mgemv_n): bitwise the two. Written
-	// in session 19 without a GPU run, so Load turns it on only with
-	// NVMAI_GPU_NORMFOLD=1.
+	// as one launch (Launcher.MGEMVNorm, mgemv_n): bitwise the two, but
+	// measured slower on an H100 (decode 243–245 against 284–285 tok/s:
+	// every block pays the norm before its first weight load, and its
+	// 48 KiB of shared memory cut the blocks a multiprocessor holds), so it
+	// is on only with NVMAI_GPU_NORMFOLD=1.
 	NormFold bool
 	sms      int // the GPU's multiprocessors (the grouped kernel's grid)
 }
@@ -109,14 +111,14 @@ func Load(c *cuda.Ctx) (*Set, error) {
 			s.mma2OK = false // a GPU with less shared memory keeps qgemm_mma
 		}
 	}
-	s.MMA2 = s.mma2OK && os.Getenv("NVMAI_GPU_MMA2") == "1"
+	s.MMA2 = s.mma2OK && os.Getenv("NVMAI_GPU_MMA2") != "0"
 	s.attnTiledOK = true
 	for _, n := range []string{"attn_scores_t", "attn_scores_t_q8", "attn_scores_t_bf16"} {
 		if err := c.SetMaxDynamicShared(s.f[n], MaxAttnTiledShared); err != nil {
 			s.attnTiledOK = false
 		}
 	}
-	s.AttnTiled = s.attnTiledOK && os.Getenv("NVMAI_GPU_ATTN_TILED") == "1"
+	s.AttnTiled = s.attnTiledOK && os.Getenv("NVMAI_GPU_ATTN_TILED") != "0"
 	s.NormFold = os.Getenv("NVMAI_GPU_NORMFOLD") == "1"
 	if v := os.Getenv("NVMAI_GPU_CARVEOUT"); v != "" {
 		pct, err := strconv.Atoi(v)
@@ -489,7 +491,7 @@ func (l *Launcher) MoEGroup(offs, list, sel cuda.DevicePtr, n, E int) error {
 	if E > 1024 {
 		return fmt.Errorf("gpukernels: moe_group: %d experts is past the kernel's 1024", E)
 	}
-	if !l.K.MMA2 { // the one-block expert-by-expert scan validated before session 17
+	if !l.K.MMA2 { // the one-block expert-by-expert scan of earlier sessions
 		return l.launch("moe_group_seq", cuda.D1(1), cuda.D1(256), 0, offs, list, sel, n, E)
 	}
 	return l.launch("moe_group", cuda.D1(1), cuda.D1(1024), 0, offs, list, sel, n, E)
