@@ -366,20 +366,59 @@ func TestRMSNorm(t *testing.T) {
 
 // Argmax takes the lowest index among equal maxima, like sample.Greedy.
 func TestArgmaxLowestOnTies(t *testing.T) {
+	ref := func(v []float32) int32 {
+		best := 0
+		for i, x := range v {
+			if x != x {
+				return -1
+			}
+			if x > v[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	inf := float32(math.Inf(1))
 	r := rand.New(rand.NewPCG(13, 14))
-	v := randVec(r, 248320, 3)
-	v[1000], v[200000], v[5] = 50, 50, 49
-	withGPU(t, func(b *gpuBuf, l *Launcher) {
-		out := b.poisoned(4)
-		if err := l.Argmax(out, b.up(cuda.Bytes(v)), len(v)); err != nil {
-			t.Fatal(err)
-		}
-		var got [1]int32
-		b.c.DtoH(cuda.Bytes(got[:]), out)
-		if got[0] != 1000 {
-			t.Fatalf("argmax %d, want 1000", got[0])
-		}
-	})
+	for _, c := range []struct {
+		name string
+		V    int
+		skew bool // the row starts 4 bytes past a 16-byte boundary: the scalar scan
+		prep func(v []float32)
+	}{
+		{"release vocabulary, ties", 248320, false, func(v []float32) { v[1000], v[200000], v[5] = 50, 50, 49 }},
+		{"tie inside one float4 and across threads", 248320, false, func(v []float32) { v[4097], v[4098], v[9] = 60, 60, 60 }},
+		{"max in the tail", 248323, false, func(v []float32) { v[248322], v[248321] = 70, 70 }},
+		{"tie between a float4 and the tail", 248322, false, func(v []float32) { v[248321], v[17] = 70, 70 }},
+		{"unaligned row", 248320, true, func(v []float32) { v[3], v[7] = 80, 80 }},
+		{"all -Inf", 5003, false, func(v []float32) {
+			for i := range v {
+				v[i] = -inf
+			}
+		}},
+		{"NaN", 248320, false, func(v []float32) { v[123457] = float32(math.NaN()) }},
+		{"NaN in the tail", 1027, false, func(v []float32) { v[1026] = float32(math.NaN()) }},
+		{"tiny", 3, false, func(v []float32) { v[1], v[2] = 2, 2 }},
+	} {
+		v := randVec(r, c.V, 3)
+		c.prep(v)
+		want := ref(v)
+		withGPU(t, func(b *gpuBuf, l *Launcher) {
+			out := b.poisoned(4)
+			row := b.up(cuda.Bytes(append([]float32{0}, v...))) + 4
+			if !c.skew {
+				row = b.up(cuda.Bytes(v))
+			}
+			if err := l.Argmax(out, row, len(v)); err != nil {
+				t.Fatal(err)
+			}
+			var got [1]int32
+			b.c.DtoH(cuda.Bytes(got[:]), out)
+			if got[0] != want {
+				t.Errorf("%s: argmax %d, want %d", c.name, got[0], want)
+			}
+		})
+	}
 }
 
 // Route picks qwen35's experts (top-k, lower id on ties, ascending) with the

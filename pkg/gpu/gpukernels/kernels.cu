@@ -3250,7 +3250,17 @@ extern "C" __global__ void combine(float* x, const float* routed, const float* w
 // Sampling and bookkeeping.
 
 // argmax: the index of the largest logit, the lowest on ties (sample.Greedy);
-// NaN anywhere gives −1. One block.
+// NaN anywhere gives −1. One block. Each thread scans its elements in
+// ascending order keeping the first of its largest (so the pick does not
+// depend on how the elements are dealt out), then the block keeps the
+// largest, the lowest index on ties. A 16-byte-aligned row is dealt in
+// float4s, four in flight a thread: one load at a time made the scan of a
+// 248k-token row ~100 µs of a 3.4 ms decode step on the H100, all latency.
+__device__ __forceinline__ void argmax_take(float x, int i, float& v, int& idx, int& nan) {
+    if (x != x) nan = 1;
+    if (x > v || idx == (1 << 30)) { v = x; idx = i; }
+}
+
 __device__ __forceinline__ void argmax_body(int* out, const float* logits, int V) {
     __shared__ float bv[32];
     __shared__ int bi[32];
@@ -3258,12 +3268,31 @@ __device__ __forceinline__ void argmax_body(int* out, const float* logits, int V
     if (threadIdx.x == 0) hasnan = 0;
     __syncthreads();
     float v = -__int_as_float(0x7f800000);
-    int idx = 1 << 30;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float x = logits[i];
-        if (x != x) hasnan = 1;
-        if (x > v || idx == (1 << 30)) { v = x; idx = i; }
+    int idx = 1 << 30, nan = 0;
+    if ((((unsigned long long)logits) & 15) == 0) {
+        const float4* l4 = (const float4*)logits;
+        int V4 = V >> 2, bd = blockDim.x;
+        for (int c = threadIdx.x; c < V4; c += 4 * bd) {
+            float4 q[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (c + u * bd < V4) q[u] = l4[c + u * bd];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int cu = c + u * bd;
+                if (cu >= V4) break;
+                argmax_take(q[u].x, 4 * cu, v, idx, nan);
+                argmax_take(q[u].y, 4 * cu + 1, v, idx, nan);
+                argmax_take(q[u].z, 4 * cu + 2, v, idx, nan);
+                argmax_take(q[u].w, 4 * cu + 3, v, idx, nan);
+            }
+        }
+        int i = 4 * V4 + threadIdx.x; // the tail: past every thread's float4s
+        if (i < V) argmax_take(logits[i], i, v, idx, nan);
+    } else {
+        for (int i = threadIdx.x; i < V; i += blockDim.x) argmax_take(logits[i], i, v, idx, nan);
     }
+    if (nan) hasnan = 1;
     for (int off = 16; off > 0; off >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, v, off);
         int oi = __shfl_xor_sync(0xffffffffu, idx, off);
@@ -3278,7 +3307,9 @@ __device__ __forceinline__ void argmax_body(int* out, const float* logits, int V
     }
 }
 
-extern "C" __global__ void argmax(int* out, const float* logits, int V) {
+// Launched with 1024 threads: the bound keeps the float4s in flight within
+// the 64 registers a thread such a block may have.
+extern "C" __global__ void __launch_bounds__(1024) argmax(int* out, const float* logits, int V) {
     PDL_ENTRY();
     argmax_body(out, logits, V);
 }
@@ -3287,7 +3318,7 @@ extern "C" __global__ void argmax(int* out, const float* logits, int V) {
 // for row r: the row of logits [N, V] copied to its sequence's own buffer
 // (dst.p[r]), its greedy pick (argmax's code) into next.p[r], and its
 // position (pos.p[r]) advanced by one.
-extern "C" __global__ void head_rows(const float* logits, int V, RowPtrs dst, RowPtrs next, RowPtrs pos) {
+extern "C" __global__ void __launch_bounds__(1024) head_rows(const float* logits, int V, RowPtrs dst, RowPtrs next, RowPtrs pos) {
     PDL_ENTRY();
     i64 r = blockIdx.x;
     const float* row = logits + r * V;
