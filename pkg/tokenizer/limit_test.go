@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -74,9 +75,16 @@ func TestEncodeLimitStopsEarlyOnHugeText(t *testing.T) {
 	}
 	const limit = 4096
 	for name, text := range texts {
-		start := time.Now()
-		ids, truncated := tok.EncodeLimit(text, limit)
-		took := time.Since(start)
+		// The best of three: test.sh runs this beside the emulated GPU
+		// tests on two cores, and one slow run is the machine, not the code.
+		var ids []int
+		var truncated bool
+		took := time.Duration(math.MaxInt64)
+		for range 3 {
+			start := time.Now()
+			ids, truncated = tok.EncodeLimit(text, limit)
+			took = min(took, time.Since(start))
+		}
 		if !truncated || len(ids) > limit+1 || cap(ids) > limit+1 {
 			t.Errorf("%s: %d ids (cap %d), truncated %v; want at most %d and truncated", name, len(ids), cap(ids), truncated, limit+1)
 		}
