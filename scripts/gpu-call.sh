@@ -13,7 +13,7 @@
 # Steps: A = gpu-check's cuda, kernels and fidelity-new (the opt-in switches
 # on); the batched step and GPU serving (defaults, then with the switches);
 # the 40-layer 4-bit synthetic against the CPU engine and its bench
-# (BENCH_VARIANTS, default prev,reg512,mma2,atile); the streamed rows under
+# (BENCH_VARIANTS, default prev,reg512,nomma2,noatile); the streamed rows under
 # the agent regime with the cross-layer read-ahead (distance 1), then gpu-
 # check's fidelity, qwen38 and golden steps, then the streamed rows at
 # distance 0. A device call returns only a few files, so everything small
@@ -46,7 +46,7 @@ echo "batch-optin rc $?" >>"$OUT/batch-optin.txt"
 (cd pkg/server && timeout "$(left 50)" /tmp/b/server.test -test.v -test.run 'TestGPUParallelServingMatchesAlone' >"$OUT/server.txt" 2>&1
 	echo "server rc $?" >>"$OUT/server.txt")
 step "synthetic and bench"
-OUT=$OUT/s SYNTH=40 STEPS="synthetic bench" SYNTH_CHECK_DIRS=first BENCH_VARIANTS=${BENCH_VARIANTS:-prev,reg512,mma2,atile} \
+OUT=$OUT/s SYNTH=40 STEPS="synthetic bench" SYNTH_CHECK_DIRS=first BENCH_VARIANTS=${BENCH_VARIANTS:-prev,reg512,nomma2,noatile} \
 	timeout "$(left 220)" scripts/gpu-check.sh >"$OUT/s.txt" 2>&1
 echo "S rc $?" >>"$OUT/s.txt"
 step "stream, read-ahead distance 1"
